@@ -1,0 +1,136 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestBackoff(t *testing.T) {
+	min, max := 100*time.Millisecond, time.Second
+	tests := []struct {
+		failures int
+		want     time.Duration
+	}{
+		{0, 100 * time.Millisecond},
+		{1, 200 * time.Millisecond},
+		{2, 400 * time.Millisecond},
+		{3, 800 * time.Millisecond},
+		{4, time.Second},
+		{50, time.Second},
+	}
+	for _, tt := range tests {
+		if got := Backoff(tt.failures, min, max); got != tt.want {
+			t.Errorf("Backoff(%d) = %v, want %v", tt.failures, got, tt.want)
+		}
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	if _, err := New(Config{Count: 0, Command: func(int) *exec.Cmd { return nil }}); err == nil || !strings.Contains(err.Error(), "Count") {
+		t.Errorf("Count 0: err = %v", err)
+	}
+	if _, err := New(Config{Count: 1}); err == nil || !strings.Contains(err.Error(), "Command") {
+		t.Errorf("no Command: err = %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A child that exits 75 is restarted at once; one that crashes is restarted
+// after backoff. Each child appends a line to a file per start, so the test
+// counts incarnations from what the children did, not from the fleet's own counters.
+func TestRestartsRecycledAndCrashedChildren(t *testing.T) {
+	dir := t.TempDir()
+	script := func(slot int) *exec.Cmd {
+		log := filepath.Join(dir, "slot"+strconv.Itoa(slot))
+		code := "75"
+		if slot == 1 {
+			code = "3"
+		}
+		return exec.Command("sh", "-c", "echo start >> "+log+"; exit "+code)
+	}
+	f, err := New(Config{Count: 2, Command: script, MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.Run(ctx) }()
+	starts := func(slot int) int {
+		b, _ := os.ReadFile(filepath.Join(dir, "slot"+strconv.Itoa(slot)))
+		return strings.Count(string(b), "start")
+	}
+	waitFor(t, "5 incarnations of each child", func() bool { return starts(0) >= 5 && starts(1) >= 5 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := f.Stats()
+	if s.Recycles < 4 || s.Crashes < 4 {
+		t.Errorf("stats = %+v, want ≥4 recycles and ≥4 crashes", s)
+	}
+	if s.Running != 0 {
+		t.Errorf("Running = %d after Run returned", s.Running)
+	}
+}
+
+// On stop, children get SIGTERM and may drain; one that ignores it is killed
+// after StopTimeout. Either way nothing is left running.
+func TestStopDrainsThenKills(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := func(slot int) string { return filepath.Join(dir, "pid"+strconv.Itoa(slot)) }
+	cmd := func(slot int) *exec.Cmd {
+		if slot == 0 { // drains: exits cleanly on TERM
+			return exec.Command("sh", "-c", "trap 'exit 0' TERM; echo $$ > "+pidFile(slot)+".tmp; mv "+pidFile(slot)+".tmp "+pidFile(slot)+"; while :; do sleep 0.05; done")
+		}
+		// stubborn: ignores TERM
+		return exec.Command("sh", "-c", "trap '' TERM; echo $$ > "+pidFile(slot)+".tmp; mv "+pidFile(slot)+".tmp "+pidFile(slot)+"; while :; do sleep 0.05; done")
+	}
+	f, err := New(Config{Count: 2, Command: cmd, StopTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.Run(ctx) }()
+	var pids []int
+	for slot := 0; slot < 2; slot++ {
+		waitFor(t, "child pid file", func() bool { _, err := os.Stat(pidFile(slot)); return err == nil })
+		b, _ := os.ReadFile(pidFile(slot))
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("child %d still exists after Run returned", pid)
+		}
+	}
+	if s := f.Stats(); s.Starts != 2 || s.Crashes != 0 {
+		t.Errorf("stats = %+v, want 2 starts and no crash counted for a requested stop", s)
+	}
+}
