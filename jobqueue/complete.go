@@ -1,0 +1,355 @@
+package jobqueue
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+)
+
+// Bounds of a Result as stored.
+const (
+	maxResultLinks  = 5000 // links kept in results.links
+	maxConsoleLines = 200
+	maxConsoleLine  = 4 << 10
+	maxTitle        = 4 << 10
+	maxFinalURL     = 16 << 10
+	// maxCompleteAttempts bounds re-runs of a CompleteMany transaction that
+	// lost a deadlock (two batches completing the same job twice over, or
+	// inserting the same followed links in opposite orders).
+	maxCompleteAttempts = 5
+)
+
+// Completion is one finished render handed to CompleteMany.
+type Completion struct {
+	JobID  int64
+	NodeID string // the node that ran it
+	Result Result
+}
+
+// CompleteOutcome is what CompleteMany did with one Completion.
+type CompleteOutcome struct {
+	JobID int64
+	// Err is nil when the job was completed by this call; a *FinishedError
+	// (errors.Is ErrAlreadyFinished) when it was already final, in which
+	// case nothing changed; ErrNotFound; or why the result was unusable.
+	Err error
+	// Children is the number of followed links enqueued as child jobs.
+	Children int
+}
+
+// Complete records the result of a job and marks it completed, in one
+// transaction, and returns how many child jobs its followed links produced.
+// A job already final is left as it is and the error is a *FinishedError
+// (errors.Is ErrAlreadyFinished): a job is completed exactly once even when
+// it ran twice. The result is accepted from any node while the job is live
+// (pending, queued or processing): a page that was rendered need not be
+// rendered again because its lease ran out a moment too early.
+func (q *Queue) Complete(ctx context.Context, jobID int64, nodeID string, res Result) (children int, err error) {
+	out, err := q.CompleteMany(ctx, []Completion{{JobID: jobID, NodeID: nodeID, Result: res}})
+	if err != nil {
+		return 0, err
+	}
+	return out[0].Children, out[0].Err
+}
+
+// completeSQL completes many jobs in one statement. The jobs are locked in
+// id order first so that two batches completing overlapping jobs cannot
+// deadlock on them; the results and the children of followed links are
+// inserted in the same statement, so in the same transaction.
+const completeSQL = `
+WITH input AS (
+    SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[],
+                         $7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[])
+        AS t(job_id, node_id, final_url, status, title, data, html, screenshot, console_errors, timings, links)
+), locked AS (
+    SELECT j.id FROM jobs j
+    WHERE j.id = ANY($1::bigint[]) AND j.state IN ('pending', 'queued', 'processing')
+    ORDER BY j.id
+    FOR UPDATE
+), done AS (
+    UPDATE jobs j SET state = 'completed', node_id = i.node_id,
+        finished_at = coalesce($12::timestamptz, now()), lease_expires_at = NULL
+    FROM locked l, input i
+    WHERE j.id = l.id AND i.job_id = l.id
+    RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth
+), saved AS (
+    INSERT INTO results (job_id, node_id, final_url, status, title, data, html, screenshot,
+                         console_errors, timings, links, created_at)
+    SELECT i.job_id, i.node_id, i.final_url, i.status, i.title, i.data::jsonb, i.html, i.screenshot,
+           i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb, coalesce($12::timestamptz, now())
+    FROM input i JOIN done d ON d.id = i.job_id
+), found AS (
+    SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[])
+        AS f(job_id, url, host, dedup_key, ord)
+), eligible AS (
+    SELECT d.id AS parent_id, d.batch_id, d.priority, d.max_attempts, d.crawl_id, d.depth,
+           jsonb_set(d.spec, '{url}', to_jsonb(f.url)) AS spec, f.host, f.dedup_key,
+           row_number() OVER (PARTITION BY d.id ORDER BY f.ord) AS rn,
+           coalesce(nullif((d.spec #>> '{follow,max_links}')::int, 0), 100) AS max_links
+    FROM done d JOIN found f ON f.job_id = d.id
+    WHERE d.spec -> 'follow' IS NOT NULL
+      AND d.depth < (d.spec #>> '{follow,max_depth}')::int
+      AND (f.host = d.host OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
+), children AS (
+    INSERT INTO jobs (batch_id, priority, spec, host, max_attempts, run_after, created_at,
+                      parent_id, crawl_id, depth, dedup_key)
+    SELECT e.batch_id, e.priority, e.spec, e.host, e.max_attempts, coalesce($12::timestamptz, now()),
+           coalesce($12::timestamptz, now()), e.parent_id, e.crawl_id, e.depth + 1, e.dedup_key
+    FROM eligible e
+    WHERE e.rn <= e.max_links
+    ORDER BY e.crawl_id, e.dedup_key
+    ON CONFLICT (crawl_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING parent_id
+), kids AS (
+    SELECT c.parent_id, count(*) AS n FROM children c GROUP BY c.parent_id
+), slots AS (
+    SELECT pg_notify($18, $19) FROM done HAVING count(*) > 0
+), submitted AS (
+    SELECT pg_notify($18, $20) FROM children HAVING count(*) > 0
+)
+SELECT i.job_id, d.id IS NOT NULL, coalesce(k.n, 0)::int,
+       (SELECT count(*) FROM slots) + (SELECT count(*) FROM submitted)
+FROM input i
+LEFT JOIN done d ON d.id = i.job_id
+LEFT JOIN kids k ON k.parent_id = i.job_id`
+
+// completeArgs are the column arrays of one CompleteMany statement.
+type completeArgs struct {
+	jobIDs        []int64
+	nodeIDs       []string
+	finalURLs     []string
+	statuses      []int32
+	titles        []string
+	data          []*string
+	html          []*string
+	screenshots   [][]byte
+	consoleErrors []string
+	timings       []string
+	links         []string
+	// followed links, flattened
+	linkJob  []int64
+	linkURL  []string
+	linkHost []string
+	linkKey  []string
+	linkOrd  []int32
+}
+
+// CompleteMany completes many jobs in one round trip and one transaction —
+// the way a node (or a batching completer in front of several) amortizes the
+// commit. Outcomes are in input order; the error is for the call as a whole.
+// A job listed twice is completed by its first entry.
+func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]CompleteOutcome, error) {
+	out := make([]CompleteOutcome, len(items))
+	var a completeArgs
+	seen := make(map[int64]bool, len(items))
+	index := make(map[int64]int, len(items)) // job id → position in out
+	for i, it := range items {
+		out[i].JobID = it.JobID
+		if seen[it.JobID] {
+			out[i].Err = fmt.Errorf("job %d listed twice in one CompleteMany: %w", it.JobID,
+				&FinishedError{JobID: it.JobID, State: StateCompleted})
+			continue
+		}
+		seen[it.JobID] = true
+		if err := a.add(it); err != nil {
+			out[i].Err = fmt.Errorf("job %d: %w", it.JobID, err)
+			continue
+		}
+		index[it.JobID] = i
+	}
+	if len(a.jobIDs) == 0 {
+		return out, nil
+	}
+
+	type row struct {
+		id        int64
+		completed bool
+		children  int
+	}
+	var rows []row
+	var err error
+	for attempt := 1; ; attempt++ {
+		rows = rows[:0]
+		err = func() error {
+			r, err := q.pool.Query(ctx, completeSQL,
+				a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
+				a.consoleErrors, a.timings, a.links, q.now(),
+				a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
+				ChannelProducer, PayloadSlots, PayloadSubmitted)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			for r.Next() {
+				var x row
+				var notified int64
+				if err := r.Scan(&x.id, &x.completed, &x.children, &notified); err != nil {
+					return err
+				}
+				rows = append(rows, x)
+			}
+			return r.Err()
+		}()
+		if err == nil || !isRetryableTxError(err) || attempt == maxCompleteAttempts || ctx.Err() != nil {
+			break
+		}
+		q.log.Debug("complete: retrying after a deadlock", zap.Int("attempt", attempt), zap.Error(err))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("complete %d jobs: %w", len(a.jobIDs), err)
+	}
+
+	var missing []int64
+	for _, x := range rows {
+		i := index[x.id]
+		if x.completed {
+			out[i].Children = x.children
+			continue
+		}
+		missing = append(missing, x.id)
+	}
+	if len(missing) > 0 {
+		if err := q.explainNotCompleted(ctx, missing, index, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// explainNotCompleted fills in why jobs were not completed: already final, or unknown.
+func (q *Queue) explainNotCompleted(ctx context.Context, ids []int64, index map[int64]int, out []CompleteOutcome) error {
+	rows, err := q.pool.Query(ctx, "SELECT id, state FROM jobs WHERE id = ANY($1)", ids)
+	if err != nil {
+		return fmt.Errorf("complete: read states: %w", err)
+	}
+	states := make(map[int64]State, len(ids))
+	for rows.Next() {
+		var id int64
+		var st State
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return fmt.Errorf("complete: read states: %w", err)
+		}
+		states[id] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("complete: read states: %w", err)
+	}
+	for _, id := range ids {
+		st, ok := states[id]
+		if !ok {
+			out[index[id]].Err = fmt.Errorf("job %d: %w", id, ErrNotFound)
+			continue
+		}
+		// A live state here means the job finished and came back (Retry)
+		// between the two statements; either way this result was not taken.
+		out[index[id]].Err = &FinishedError{JobID: id, State: st}
+	}
+	return nil
+}
+
+// add appends one completion to the arrays, after making its fields storable.
+func (a *completeArgs) add(c Completion) error {
+	if err := ValidateNodeID(c.NodeID); err != nil {
+		return err
+	}
+	r := c.Result
+	var data *string
+	if len(bytes.TrimSpace(r.Data)) > 0 {
+		if !json.Valid(r.Data) {
+			return errors.New("result data is not valid JSON")
+		}
+		s := string(jsonbSafe(r.Data))
+		data = &s
+	}
+	var html *string
+	if r.HTML != "" {
+		s := cleanText(r.HTML, 0)
+		html = &s
+	}
+	console := make([]string, 0, min(len(r.ConsoleErrors), maxConsoleLines))
+	for i, line := range r.ConsoleErrors {
+		if i == maxConsoleLines {
+			break
+		}
+		console = append(console, cleanText(line, maxConsoleLine))
+	}
+	consoleJSON, err := json.Marshal(console)
+	if err != nil {
+		return err
+	}
+	timingsJSON, err := json.Marshal(r.Timings)
+	if err != nil {
+		return err
+	}
+	links := r.Links
+	if len(links) > maxResultLinks {
+		links = links[:maxResultLinks]
+	}
+	kept := make([]string, 0, len(links))
+	keys := make(map[string]bool, len(links))
+	for _, l := range links {
+		l = cleanText(l, MaxURLLength)
+		kept = append(kept, l)
+		u, perr := ParseJobURL(l)
+		if perr != nil {
+			continue // not a page the farm may render (mailto:, javascript:, …)
+		}
+		u.Fragment, u.RawFragment = "", ""
+		key := DedupKey(u)
+		if keys[key] || len(keys) >= MaxFollowLinks*4 {
+			continue
+		}
+		keys[key] = true
+		a.linkJob = append(a.linkJob, c.JobID)
+		a.linkURL = append(a.linkURL, u.String())
+		a.linkHost = append(a.linkHost, HostKey(u))
+		a.linkKey = append(a.linkKey, key)
+		a.linkOrd = append(a.linkOrd, int32(len(keys)))
+	}
+	linksJSON, err := json.Marshal(kept)
+	if err != nil {
+		return err
+	}
+
+	a.jobIDs = append(a.jobIDs, c.JobID)
+	a.nodeIDs = append(a.nodeIDs, c.NodeID)
+	a.finalURLs = append(a.finalURLs, cleanText(r.FinalURL, maxFinalURL))
+	a.statuses = append(a.statuses, int32(r.Status))
+	a.titles = append(a.titles, cleanText(r.Title, maxTitle))
+	a.data = append(a.data, data)
+	a.html = append(a.html, html)
+	a.screenshots = append(a.screenshots, r.Screenshot)
+	a.consoleErrors = append(a.consoleErrors, string(consoleJSON))
+	a.timings = append(a.timings, string(timingsJSON))
+	a.links = append(a.links, string(linksJSON))
+	return nil
+}
+
+// jsonbSafe rewrites the escape \u0000, which jsonb refuses, to \ufffd.
+// Escaped backslashes are respected: in `\\u0000` the u0000 is literal text.
+func jsonbSafe(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u0000`)) {
+		return b
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] == '\\' && i+1 < len(b) {
+			if b[i+1] == 'u' && i+6 <= len(b) && string(b[i:i+6]) == `\u0000` {
+				out = append(out, `\ufffd`...)
+				i += 5
+				continue
+			}
+			out = append(out, b[i], b[i+1])
+			i++
+			continue
+		}
+		out = append(out, b[i])
+	}
+	return out
+}

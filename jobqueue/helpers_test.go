@@ -1,0 +1,105 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/browserfarm/browserfarm/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fakeClock is a settable clock for Config.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// newTestQueue gives the test a migrated database of its own and a Queue on it.
+func newTestQueue(t testing.TB, cfg Config) (*Queue, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return New(pool, cfg), pool
+}
+
+func mustRegister(t testing.TB, q *Queue, id string, capacity int) {
+	t.Helper()
+	if _, _, err := q.Register(context.Background(), NodeInfo{ID: id, Hostname: "test", Capacity: capacity}); err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+}
+
+func mustEnqueue(t testing.TB, q *Queue, specs ...Spec) []int64 {
+	t.Helper()
+	_, ids, err := q.Enqueue(context.Background(), specs)
+	if err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	return ids
+}
+
+// pageSpecs returns n valid specs on host h.
+func pageSpecs(n int, h string) []Spec {
+	specs := make([]Spec, n)
+	for i := range specs {
+		specs[i] = Spec{URL: fmt.Sprintf("http://%s/page/%d", h, i)}
+	}
+	return specs
+}
+
+func mustGet(t testing.TB, q *Queue, id int64) Job {
+	t.Helper()
+	j, err := q.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("get %d: %v", id, err)
+	}
+	return j
+}
+
+func countRows(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// claimOne assigns and claims jobs for node until it holds n processing jobs.
+func assignClaim(t testing.TB, q *Queue, node string, n int) []Job {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := q.Assign(ctx, node, n); err != nil {
+		t.Fatalf("assign: %v", err)
+	}
+	jobs, err := q.Claim(ctx, node, n)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return jobs
+}

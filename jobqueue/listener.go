@@ -1,0 +1,171 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// Notification is one NOTIFY received by a Listener.
+type Notification struct {
+	Channel string
+	Payload string
+}
+
+// ListenerConfig configures a Listener.
+type ListenerConfig struct {
+	// Channels to LISTEN on (ChannelProducer, NodeChannel(id), …). Required.
+	Channels []string
+	// Logger; default zap.NewNop().
+	Logger *zap.Logger
+	// Buffer is how many notifications may wait for the reader; beyond it
+	// new ones are dropped (the waiting ones already wake the reader).
+	// Default 64.
+	Buffer int
+	// RetryMin and RetryMax bound the pause between reconnection attempts,
+	// which doubles from RetryMin. Defaults: 100 ms and 5 s.
+	RetryMin, RetryMax time.Duration
+}
+
+// Listener owns one dedicated connection, taken out of the pool, that
+// LISTENs on a set of channels, and delivers what arrives on C (or through
+// Wait). When the connection breaks it reconnects with backoff and then
+// delivers a PayloadReconnected notification, since anything sent meanwhile
+// was lost. Run drives it; it stops and closes its connection when Run's
+// context ends.
+type Listener struct {
+	pool     *pgxpool.Pool
+	cfg      ListenerConfig
+	log      *zap.Logger
+	c        chan Notification
+	ready    chan struct{}
+	readyOne sync.Once
+}
+
+// NewListener returns a Listener; call Run to start it.
+func NewListener(pool *pgxpool.Pool, cfg ListenerConfig) *Listener {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = 64
+	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 100 * time.Millisecond
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		cfg.RetryMax = max(5*time.Second, cfg.RetryMin)
+	}
+	return &Listener{
+		pool:  pool,
+		cfg:   cfg,
+		log:   cfg.Logger,
+		c:     make(chan Notification, cfg.Buffer),
+		ready: make(chan struct{}),
+	}
+}
+
+// C delivers the notifications.
+func (l *Listener) C() <-chan Notification { return l.c }
+
+// Ready is closed once the Listener first listens on all its channels;
+// notifications sent before that are not seen.
+func (l *Listener) Ready() <-chan struct{} { return l.ready }
+
+// Wait returns the next notification, or ctx's error.
+func (l *Listener) Wait(ctx context.Context) (Notification, error) {
+	select {
+	case n := <-l.c:
+		return n, nil
+	case <-ctx.Done():
+		return Notification{}, ctx.Err()
+	}
+}
+
+// Run listens until ctx ends, reconnecting whenever the connection is lost.
+// It returns nil after ctx ends, or an error when the configuration is
+// unusable (no channels).
+func (l *Listener) Run(ctx context.Context) error {
+	if len(l.cfg.Channels) == 0 {
+		return errors.New("listener: no channels")
+	}
+	pause := l.cfg.RetryMin
+	connected := false
+	for {
+		conn, err := l.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			l.log.Warn("listener: cannot listen; retrying", zap.Error(err), zap.Duration("in", pause))
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			pause = min(2*pause, l.cfg.RetryMax)
+			continue
+		}
+		pause = l.cfg.RetryMin
+		if connected {
+			l.deliver(Notification{Payload: PayloadReconnected})
+			l.log.Info("listener: reconnected", zap.Strings("channels", l.cfg.Channels))
+		}
+		connected = true
+		l.readyOne.Do(func() { close(l.ready) })
+
+		err = l.receive(ctx, conn)
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
+		_ = conn.Close(closeCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		l.log.Warn("listener: connection lost; reconnecting", zap.Error(err))
+	}
+}
+
+// connect takes a connection out of the pool for good and LISTENs on it.
+func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
+	pc, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire: %w", err)
+	}
+	conn := pc.Hijack()
+	for _, ch := range l.cfg.Channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
+			_ = conn.Close(closeCtx)
+			cancel()
+			return nil, fmt.Errorf("listen %s: %w", ch, err)
+		}
+	}
+	return conn, nil
+}
+
+func (l *Listener) receive(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		l.deliver(Notification{Channel: n.Channel, Payload: n.Payload})
+	}
+}
+
+func (l *Listener) deliver(n Notification) {
+	select {
+	case l.c <- n:
+	default:
+		// The reader is behind; the notifications it has not read yet will
+		// wake it, and it re-reads the queue anyway.
+	}
+}

@@ -1,0 +1,375 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+)
+
+const nodeCols = `n.id, n.hostname, n.version, n.capacity, n.state, n.process_restarts,
+    n.cpu_percent, n.mem_used_bytes, n.mem_total_bytes, n.chrome_pss_bytes, n.busy_sessions,
+    n.jobs_since_chrome_start, n.jobs_since_process_start, n.chrome_restarts,
+    n.registered_at, n.started_at, n.heartbeat_at, n.state_changed_at`
+
+func scanNode(row pgx.Row, extra ...any) (Node, error) {
+	var n Node
+	dest := []any{&n.ID, &n.Hostname, &n.Version, &n.Capacity, &n.State, &n.ProcessRestarts,
+		&n.Load.CPUPercent, &n.Load.MemUsedBytes, &n.Load.MemTotalBytes, &n.Load.ChromePSSBytes,
+		&n.Load.BusySessions, &n.Load.JobsSinceChromeStart, &n.Load.JobsSinceProcessStart,
+		&n.Load.ChromeRestarts, &n.RegisteredAt, &n.StartedAt, &n.HeartbeatAt, &n.StateChangedAt}
+	err := row.Scan(append(dest, extra...)...)
+	return n, err
+}
+
+// Reclaimed counts the jobs a node got back from its previous life (Register,
+// ReclaimOwn) or handed back when it exited.
+type Reclaimed struct {
+	Released int64 // queued jobs returned to pending, no attempt charged
+	Retried  int64 // processing jobs charged an attempt and returned to pending
+	Failed   int64 // processing jobs charged their last attempt: failed
+}
+
+const registerSQL = `
+INSERT INTO nodes AS n (id, hostname, version, capacity, state, registered_at, started_at, heartbeat_at, state_changed_at)
+VALUES ($1, $2, $3, $4, 'active', coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()),
+        coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()))
+ON CONFLICT (id) DO UPDATE SET
+    hostname = EXCLUDED.hostname, version = EXCLUDED.version, capacity = EXCLUDED.capacity,
+    state = 'active', process_restarts = n.process_restarts + 1,
+    started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at,
+    state_changed_at = EXCLUDED.state_changed_at,
+    cpu_percent = 0, mem_used_bytes = 0, mem_total_bytes = 0, chrome_pss_bytes = 0, busy_sessions = 0,
+    jobs_since_chrome_start = 0, jobs_since_process_start = 0, chrome_restarts = 0
+RETURNING ` + nodeCols
+
+// releaseNodeSQL returns a node's queued jobs to pending, free of charge.
+const releaseNodeSQL = `
+UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
+WHERE j.node_id = $1 AND j.state = 'queued'`
+
+// chargeNodeSQL ends the running attempt of each job processing on a node
+// that will not finish it: pending after a backoff while attempts remain,
+// else failed. $3 holds the delay per attempt number.
+const chargeNodeSQL = `
+WITH upd AS (
+    UPDATE jobs j SET
+        state       = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+        node_id     = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.node_id END,
+        queued_at   = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.queued_at END,
+        run_after   = CASE WHEN j.attempts < j.max_attempts
+                           THEN coalesce($2::timestamptz, now())
+                                + make_interval(secs => ($3::float8[])[least(greatest(j.attempts, 1), 20)])
+                           ELSE j.run_after END,
+        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE coalesce($2::timestamptz, now()) END,
+        lease_expires_at = NULL,
+        last_error  = $4,
+        error_class = $5
+    WHERE j.node_id = $1 AND j.state = 'processing'
+    RETURNING j.state
+)
+SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
+
+// Error classes the queue itself records.
+const (
+	ClassNodeRestarted = "node_restarted" // the node re-registered while the job ran
+	ClassNodeExited    = "node_exited"    // the node exited while the job ran
+	ClassNodeLost      = "node_lost"      // the node stopped heartbeating
+	ClassLeaseExpired  = "lease_expired"  // the lease ran out without renewal
+)
+
+// queueReclaim adds to b the statements that take back everything nodeID holds.
+func (q *Queue) queueReclaim(b *pgx.Batch, nodeID, why, class string, r *Reclaimed) {
+	b.Queue(releaseNodeSQL, nodeID).Exec(func(tag pgconn.CommandTag) error {
+		r.Released = tag.RowsAffected()
+		return nil
+	})
+	b.Queue(chargeNodeSQL, nodeID, q.now(), q.delays(), why, class).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&r.Retried, &r.Failed)
+	})
+	b.Queue("SELECT pg_notify($1, $2)", ChannelProducer, PayloadSlots)
+}
+
+// Register records a node starting (again) and returns it. A node id seen
+// before is re-activated with its load counters reset and its process restart
+// count raised, and whatever the previous process left behind is taken back
+// at once, in the same transaction: its queued jobs return to pending free,
+// its processing ones are charged an attempt (see ReclaimOwn).
+func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, error) {
+	if err := ValidateNodeID(info.ID); err != nil {
+		return Node{}, Reclaimed{}, fmt.Errorf("register: %w", err)
+	}
+	if info.Capacity == 0 {
+		info.Capacity = DefaultCapacity
+	}
+	if info.Capacity < 1 || info.Capacity > 1000 {
+		return Node{}, Reclaimed{}, fmt.Errorf("register node %q: capacity %d is out of range 1..1000", info.ID, info.Capacity)
+	}
+	var node Node
+	var r Reclaimed
+	b := &pgx.Batch{}
+	b.Queue(registerSQL, info.ID, cleanText(info.Hostname, 255), cleanText(info.Version, 255), info.Capacity, q.now()).
+		QueryRow(func(row pgx.Row) error {
+			var err error
+			node, err = scanNode(row)
+			return err
+		})
+	q.queueReclaim(b, info.ID, "node "+info.ID+" restarted while the job was running", ClassNodeRestarted, &r)
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		return Node{}, Reclaimed{}, fmt.Errorf("register node %q: %w", info.ID, err)
+	}
+	if r != (Reclaimed{}) {
+		q.log.Info("node reclaimed its abandoned jobs", zap.String("node", info.ID),
+			zap.Int64("released", r.Released), zap.Int64("retried", r.Retried), zap.Int64("failed", r.Failed))
+	}
+	return node, r, nil
+}
+
+// ReclaimOwn takes back everything a node holds — queued jobs free, processing
+// ones charged an attempt — for a node that knows its previous process died
+// with them. Register does this itself.
+func (q *Queue) ReclaimOwn(ctx context.Context, nodeID string) (Reclaimed, error) {
+	var r Reclaimed
+	b := &pgx.Batch{}
+	q.queueReclaim(b, nodeID, "node "+nodeID+" restarted while the job was running", ClassNodeRestarted, &r)
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		return Reclaimed{}, fmt.Errorf("reclaim jobs of node %q: %w", nodeID, err)
+	}
+	return r, nil
+}
+
+const heartbeatSQL = `
+UPDATE nodes SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
+    busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
+    heartbeat_at = coalesce($10::timestamptz, now())
+WHERE id = $1
+RETURNING state`
+
+// Heartbeat records the node's load and liveness and renews the leases of
+// its processing jobs, in one round trip. It returns the node's state: a node
+// that finds itself lost had its jobs taken back and should Register again.
+func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (NodeState, error) {
+	var st NodeState
+	b := &pgx.Batch{}
+	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
+		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now()).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&st) })
+	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds())
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, ErrNotFound)
+		}
+		return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, err)
+	}
+	return st, nil
+}
+
+// SetNodeState moves a node to draining (takes nothing new), back to active,
+// or to exited. Exiting also takes back what the node still holds: queued jobs
+// free, processing ones charged an attempt. Lost is decided by RescueLost
+// only; a lost or exited node becomes active again by registering.
+func (q *Queue) SetNodeState(ctx context.Context, nodeID string, st NodeState) (Reclaimed, error) {
+	var r Reclaimed
+	switch st {
+	case NodeActive, NodeDraining:
+		tag, err := q.pool.Exec(ctx, `
+            UPDATE nodes SET state = $2, state_changed_at = coalesce($3::timestamptz, now())
+            WHERE id = $1 AND state IN ('active', 'draining')`, nodeID, st, q.now())
+		if err != nil {
+			return r, fmt.Errorf("set node %q %s: %w", nodeID, st, err)
+		}
+		if tag.RowsAffected() == 0 {
+			var cur NodeState
+			err := q.pool.QueryRow(ctx, "SELECT state FROM nodes WHERE id = $1", nodeID).Scan(&cur)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return r, fmt.Errorf("set node %q %s: %w", nodeID, st, ErrNotFound)
+			}
+			if err != nil {
+				return r, fmt.Errorf("set node %q %s: %w", nodeID, st, err)
+			}
+			return r, fmt.Errorf("set node %q %s: the node is %s; it must register again", nodeID, st, cur)
+		}
+		if st == NodeActive {
+			if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSlots); err != nil {
+				return r, fmt.Errorf("set node %q %s: notify: %w", nodeID, st, err)
+			}
+		}
+		return r, nil
+	case NodeExited:
+		found := false
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE nodes SET state = 'exited', state_changed_at = coalesce($2::timestamptz, now()) WHERE id = $1`,
+			nodeID, q.now()).Exec(func(tag pgconn.CommandTag) error {
+			found = tag.RowsAffected() == 1
+			return nil
+		})
+		q.queueReclaim(b, nodeID, "node "+nodeID+" exited while the job was running", ClassNodeExited, &r)
+		if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, err)
+		}
+		if !found {
+			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, ErrNotFound)
+		}
+		return r, nil
+	default:
+		return r, fmt.Errorf("set node %q: state %q cannot be set (use active, draining or exited)", nodeID, st)
+	}
+}
+
+// GetNode returns one node with the jobs it holds.
+func (q *Queue) GetNode(ctx context.Context, nodeID string) (Node, error) {
+	nodes, err := q.listNodes(ctx, "WHERE n.id = $1", nodeID)
+	if err != nil {
+		return Node{}, err
+	}
+	if len(nodes) == 0 {
+		return Node{}, fmt.Errorf("node %q: %w", nodeID, ErrNotFound)
+	}
+	return nodes[0], nil
+}
+
+// ListNodes returns every node, by id, with the jobs each holds now.
+func (q *Queue) ListNodes(ctx context.Context) ([]Node, error) {
+	return q.listNodes(ctx, "")
+}
+
+func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Node, error) {
+	rows, err := q.pool.Query(ctx, `
+        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0)
+        FROM nodes n
+        LEFT JOIN (SELECT node_id,
+                          count(*) FILTER (WHERE state = 'queued') AS queued,
+                          count(*) FILTER (WHERE state = 'processing') AS processing
+                   FROM jobs WHERE state IN ('queued', 'processing')
+                   GROUP BY node_id) h ON h.node_id = n.id
+        `+where+`
+        ORDER BY n.id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	defer rows.Close()
+	var nodes []Node
+	for rows.Next() {
+		var queued, processing int64
+		n, err := scanNode(rows, &queued, &processing)
+		if err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		n.Queued, n.Processing = int(queued), int(processing)
+		nodes = append(nodes, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// RescueReport says what RescueLost did.
+type RescueReport struct {
+	LostNodes []string // nodes just declared lost
+	Released  int64    // queued jobs of gone nodes returned free
+	Retried   int64    // processing jobs charged an attempt, back to pending
+	Failed    int64    // processing jobs that used their last attempt
+}
+
+// markLostSQL locks the stale nodes in id order first, like AssignFree, so
+// the two cannot deadlock.
+const markLostSQL = `
+WITH stale AS (
+    SELECT id FROM nodes
+    WHERE state IN ('active', 'draining')
+      AND heartbeat_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE nodes n SET state = 'lost', state_changed_at = coalesce($1::timestamptz, now())
+FROM stale
+WHERE n.id = stale.id
+RETURNING n.id`
+
+// releaseGoneSQL also catches jobs assigned to a node in the instant it was
+// declared lost or exited, so none stays queued on a node that is gone.
+const releaseGoneSQL = `
+UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
+FROM nodes n
+WHERE j.state = 'queued' AND j.node_id = n.id AND n.state IN ('lost', 'exited')`
+
+const chargeGoneSQL = `
+WITH upd AS (
+    UPDATE jobs j SET
+        state       = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+        node_id     = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.node_id END,
+        queued_at   = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.queued_at END,
+        run_after   = CASE WHEN j.attempts < j.max_attempts
+                           THEN coalesce($1::timestamptz, now())
+                                + make_interval(secs => ($2::float8[])[least(greatest(j.attempts, 1), 20)])
+                           ELSE j.run_after END,
+        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE coalesce($1::timestamptz, now()) END,
+        lease_expires_at = NULL,
+        last_error  = CASE WHEN j.lease_expires_at < coalesce($1::timestamptz, now())
+                           THEN 'lease expired on node ' || j.node_id
+                           ELSE 'node ' || j.node_id || ' was lost while the job was running' END,
+        error_class = CASE WHEN j.lease_expires_at < coalesce($1::timestamptz, now())
+                           THEN 'lease_expired' ELSE 'node_lost' END
+    WHERE j.state = 'processing'
+      AND (j.lease_expires_at < coalesce($1::timestamptz, now())
+           OR j.node_id IN (SELECT id FROM nodes WHERE state IN ('lost', 'exited')))
+    RETURNING j.state
+)
+SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
+
+// RescueLost declares lost every active or draining node whose last heartbeat
+// is older than staleAfter, then takes back the jobs of gone (lost or exited)
+// nodes — queued ones free, processing ones charged an attempt — and every
+// processing job whose lease expired on any node. The producer runs it
+// periodically.
+func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (RescueReport, error) {
+	var rep RescueReport
+	now := q.now()
+	b := &pgx.Batch{}
+	// Each statement of the batch takes its own snapshot after the one
+	// before it finished: marking a node lost waits for an Assign holding
+	// its row, and the next statement then sees what that Assign queued.
+	b.Queue(markLostSQL, now, staleAfter.Seconds()).Query(func(rows pgx.Rows) error {
+		var err error
+		rep.LostNodes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	b.Queue(releaseGoneSQL).Exec(func(tag pgconn.CommandTag) error {
+		rep.Released = tag.RowsAffected()
+		return nil
+	})
+	b.Queue(chargeGoneSQL, now, q.delays()).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&rep.Retried, &rep.Failed)
+	})
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		return RescueReport{}, fmt.Errorf("rescue lost jobs: %w", err)
+	}
+	if len(rep.LostNodes) > 0 || rep.Released+rep.Retried+rep.Failed > 0 {
+		q.log.Warn("rescued jobs of lost nodes and expired leases", zap.Strings("lost_nodes", rep.LostNodes),
+			zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed))
+		if rep.Released+rep.Retried > 0 {
+			if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSubmitted); err != nil {
+				return rep, fmt.Errorf("rescue lost jobs: notify: %w", err)
+			}
+		}
+	}
+	return rep, nil
+}
+
+// DeleteGoneNodes deletes exited and lost nodes that hold no job and whose
+// state changed before cutoff, and returns how many.
+func (q *Queue) DeleteGoneNodes(ctx context.Context, cutoff time.Time) (int64, error) {
+	tag, err := q.pool.Exec(ctx, `
+        DELETE FROM nodes n
+        WHERE n.state IN ('exited', 'lost') AND n.state_changed_at < $1
+          AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('queued', 'processing'))`, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("delete gone nodes: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,358 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Get returns one job.
+func (q *Queue) Get(ctx context.Context, id int64) (Job, error) {
+	j, err := scanJob(q.pool.QueryRow(ctx, "SELECT "+jobCols+" FROM jobs j WHERE j.id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Job{}, fmt.Errorf("job %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Job{}, fmt.Errorf("job %d: %w", id, err)
+	}
+	return j, nil
+}
+
+const resultCols = `r.job_id, r.node_id, r.final_url, r.status, r.title, r.data, coalesce(r.html, ''),
+    r.screenshot, r.console_errors, r.timings, r.links, r.created_at`
+
+func scanResult(row pgx.Row) (Result, error) {
+	var r Result
+	var data []byte
+	err := row.Scan(&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML,
+		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.CreatedAt)
+	if len(data) > 0 {
+		r.Data = data
+	}
+	if len(r.ConsoleErrors) == 0 {
+		r.ConsoleErrors = nil
+	}
+	if len(r.Links) == 0 {
+		r.Links = nil
+	}
+	return r, err
+}
+
+// GetResult returns the result of a completed job; ErrNotFound when there is none.
+func (q *Queue) GetResult(ctx context.Context, jobID int64) (Result, error) {
+	r, err := scanResult(q.pool.QueryRow(ctx, "SELECT "+resultCols+" FROM results r WHERE r.job_id = $1", jobID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Result{}, fmt.Errorf("result of job %d: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("result of job %d: %w", jobID, err)
+	}
+	return r, nil
+}
+
+// BatchResults returns up to limit (1..1000, default 100) results of a batch,
+// including its followed children, in job id order after afterID (keyset
+// paging: pass the last JobID seen).
+func (q *Queue) BatchResults(ctx context.Context, batchID string, afterID int64, limit int) ([]Result, error) {
+	if err := checkUUID(batchID); err != nil {
+		return nil, err
+	}
+	limit = pageLimit(limit)
+	rows, err := q.pool.Query(ctx, `
+        SELECT `+resultCols+`
+        FROM jobs j JOIN results r ON r.job_id = j.id
+        WHERE j.batch_id = $1::uuid AND j.id > $2 AND j.state = 'completed'
+        ORDER BY j.id
+        LIMIT $3`, batchID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("results of batch %s: %w", batchID, err)
+	}
+	defer rows.Close()
+	var out []Result
+	for rows.Next() {
+		r, err := scanResult(rows)
+		if err != nil {
+			return nil, fmt.Errorf("results of batch %s: %w", batchID, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("results of batch %s: %w", batchID, err)
+	}
+	return out, nil
+}
+
+// ListFilter selects jobs for List. Zero fields do not filter.
+type ListFilter struct {
+	States       []State
+	NodeID       string
+	BatchID      string
+	Host         string // as in Job.Host: lower-cased host[:port]
+	CreatedSince time.Time
+	CreatedUntil time.Time // exclusive
+	// Before is the keyset cursor: only jobs with a smaller id (0: from the newest).
+	Before int64
+	// Limit is the page size: 1..1000, default 100.
+	Limit int
+}
+
+// Page is one page of List, newest job first.
+type Page struct {
+	Jobs []Job `json:"jobs"`
+	// Next is the Before of the following page; 0 when this is the last.
+	Next int64 `json:"next,omitempty"`
+}
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return 100
+	case n > 1000:
+		return 1000
+	}
+	return n
+}
+
+// List returns the jobs matching f, newest first, one page at a time.
+func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
+	var conds []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, s := range f.States {
+			if !s.Valid() {
+				return Page{}, fmt.Errorf("list jobs: unknown state %q", s)
+			}
+			states[i] = string(s)
+		}
+		conds = append(conds, "j.state = ANY("+arg(states)+"::text[])")
+	}
+	if f.NodeID != "" {
+		conds = append(conds, "j.node_id = "+arg(f.NodeID))
+	}
+	if f.BatchID != "" {
+		if err := checkUUID(f.BatchID); err != nil {
+			return Page{}, fmt.Errorf("list jobs: %w", err)
+		}
+		conds = append(conds, "j.batch_id = "+arg(f.BatchID)+"::uuid")
+	}
+	if f.Host != "" {
+		conds = append(conds, "j.host = "+arg(strings.ToLower(f.Host)))
+	}
+	if !f.CreatedSince.IsZero() {
+		conds = append(conds, "j.created_at >= "+arg(f.CreatedSince))
+	}
+	if !f.CreatedUntil.IsZero() {
+		conds = append(conds, "j.created_at < "+arg(f.CreatedUntil))
+	}
+	if f.Before > 0 {
+		conds = append(conds, "j.id < "+arg(f.Before))
+	}
+	limit := pageLimit(f.Limit)
+	sql := "SELECT " + jobCols + " FROM jobs j"
+	if len(conds) > 0 {
+		sql += " WHERE " + strings.Join(conds, " AND ")
+	}
+	sql += " ORDER BY j.id DESC LIMIT " + arg(limit+1)
+	rows, err := q.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("list jobs: %w", err)
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return Page{}, fmt.Errorf("list jobs: %w", err)
+	}
+	var p Page
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		p.Next = jobs[limit-1].ID
+	}
+	p.Jobs = jobs
+	return p, nil
+}
+
+func checkUUID(s string) error {
+	h := strings.ReplaceAll(s, "-", "")
+	if len(s) != 36 || len(h) != 32 {
+		return fmt.Errorf("batch id %q is not a UUID", s)
+	}
+	if _, err := hex.DecodeString(h); err != nil {
+		return fmt.Errorf("batch id %q is not a UUID", s)
+	}
+	return nil
+}
+
+// NodeJobs is what one node holds.
+type NodeJobs struct {
+	NodeID     string `json:"node_id"`
+	Queued     int64  `json:"queued"`
+	Processing int64  `json:"processing"`
+}
+
+// Stats is a snapshot of the queue for dashboards and the producer.
+type Stats struct {
+	// Jobs counts jobs by state; every state is present.
+	Jobs map[State]int64 `json:"jobs"`
+	// Ready counts pending jobs whose run_after has come (not in backoff).
+	Ready int64 `json:"ready"`
+	// OldestPending is the creation time of the oldest pending job.
+	OldestPending *time.Time `json:"oldest_pending,omitempty"`
+	// Nodes lists, by node id, the nodes that hold jobs.
+	Nodes []NodeJobs `json:"nodes"`
+	// CompletedLastMinute and FailedLastMinute measure recent throughput.
+	CompletedLastMinute int64 `json:"completed_last_minute"`
+	FailedLastMinute    int64 `json:"failed_last_minute"`
+}
+
+// Stats counts jobs by state and per node, in one round trip. Every count
+// reads a partial index, so the cost grows with the live jobs and the
+// finished ones, not with dead row versions.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	s := Stats{Jobs: make(map[State]int64, 6)}
+	for _, st := range States() {
+		s.Jobs[st] = 0
+	}
+	now := q.now()
+	b := &pgx.Batch{}
+	b.Queue(`SELECT count(*), count(*) FILTER (WHERE run_after <= coalesce($1::timestamptz, now())), min(created_at)
+             FROM jobs WHERE state = 'pending'`, now).QueryRow(func(row pgx.Row) error {
+		var n int64
+		err := row.Scan(&n, &s.Ready, &s.OldestPending)
+		s.Jobs[StatePending] = n
+		return err
+	})
+	b.Queue(`SELECT node_id, count(*) FILTER (WHERE state = 'queued'), count(*) FILTER (WHERE state = 'processing')
+             FROM jobs WHERE state IN ('queued', 'processing') GROUP BY node_id ORDER BY node_id`).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var nj NodeJobs
+			if err := rows.Scan(&nj.NodeID, &nj.Queued, &nj.Processing); err != nil {
+				return err
+			}
+			s.Nodes = append(s.Nodes, nj)
+			s.Jobs[StateQueued] += nj.Queued
+			s.Jobs[StateProcessing] += nj.Processing
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT state, count(*) FROM jobs WHERE state IN ('completed', 'failed', 'canceled') GROUP BY state`).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var st State
+				var n int64
+				if err := rows.Scan(&st, &n); err != nil {
+					return err
+				}
+				s.Jobs[st] = n
+			}
+			return rows.Err()
+		})
+	b.Queue(`SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'failed')
+             FROM jobs WHERE state IN ('completed', 'failed', 'canceled')
+               AND finished_at > coalesce($1::timestamptz, now()) - interval '1 minute'`, now).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&s.CompletedLastMinute, &s.FailedLastMinute) })
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	return s, nil
+}
+
+const cancelSQL = `
+WITH upd AS (
+    UPDATE jobs j SET state = 'canceled', finished_at = coalesce($2::timestamptz, now()), lease_expires_at = NULL
+    WHERE %s AND j.state IN ('pending', 'queued', 'processing')
+    RETURNING j.node_id
+), woken AS (
+    SELECT pg_notify($3, $4) FROM upd WHERE node_id IS NOT NULL HAVING count(*) > 0
+)
+SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
+
+// Cancel cancels the live jobs among ids and returns how many it canceled.
+// A node still running one finds out when its Complete or Fail reports the
+// job already finished.
+func (q *Queue) Cancel(ctx context.Context, ids ...int64) (int64, error) {
+	var n, notified int64
+	err := q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.id = ANY($1::bigint[])"), ids, q.now(), ChannelProducer, PayloadSlots).
+		Scan(&n, &notified)
+	if err != nil {
+		return 0, fmt.Errorf("cancel %d jobs: %w", len(ids), err)
+	}
+	return n, nil
+}
+
+// CancelBatch cancels every live job of a batch (its followed children too).
+func (q *Queue) CancelBatch(ctx context.Context, batchID string) (int64, error) {
+	if err := checkUUID(batchID); err != nil {
+		return 0, err
+	}
+	var n, notified int64
+	err := q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.batch_id = $1::uuid"), batchID, q.now(), ChannelProducer, PayloadSlots).
+		Scan(&n, &notified)
+	if err != nil {
+		return 0, fmt.Errorf("cancel batch %s: %w", batchID, err)
+	}
+	return n, nil
+}
+
+// Retry sends failed and canceled jobs among ids back to pending with their
+// attempt count reset, and returns how many.
+func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
+	var n, notified int64
+	err := q.pool.QueryRow(ctx, `
+        WITH upd AS (
+            UPDATE jobs j SET state = 'pending', attempts = 0, node_id = NULL, queued_at = NULL,
+                started_at = NULL, finished_at = NULL, lease_expires_at = NULL,
+                run_after = coalesce($2::timestamptz, now())
+            WHERE j.id = ANY($1::bigint[]) AND j.state IN ('failed', 'canceled')
+            RETURNING j.id
+        ), woken AS (
+            SELECT pg_notify($3, $4) FROM upd HAVING count(*) > 0
+        )
+        SELECT count(*), (SELECT count(*) FROM woken) FROM upd`, ids, q.now(), ChannelProducer, PayloadSubmitted).Scan(&n, &notified)
+	if err != nil {
+		return 0, fmt.Errorf("retry %d jobs: %w", len(ids), err)
+	}
+	return n, nil
+}
+
+// DeleteFinishedBefore deletes completed, failed and canceled jobs (and their
+// results) that finished before cutoff, batchSize rows per transaction so a
+// large purge neither holds locks long nor bloats one transaction, and
+// returns how many it deleted. Deleting a crawl's finished jobs also forgets
+// their URLs, so a crawl still running could visit them again.
+func (q *Queue) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, batchSize int) (int64, error) {
+	if batchSize <= 0 {
+		batchSize = 1000
+	}
+	var total int64
+	for {
+		tag, err := q.pool.Exec(ctx, `
+            WITH doomed AS (
+                SELECT id FROM jobs
+                WHERE state IN ('completed', 'failed', 'canceled') AND finished_at < $1
+                ORDER BY finished_at
+                LIMIT $2
+                FOR UPDATE SKIP LOCKED
+            )
+            DELETE FROM jobs j USING doomed d WHERE j.id = d.id`, cutoff, batchSize)
+		if err != nil {
+			return total, fmt.Errorf("delete finished jobs: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batchSize) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}

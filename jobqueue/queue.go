@@ -1,0 +1,374 @@
+package jobqueue
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// Config tunes a Queue. The zero value is usable: every field has a default.
+type Config struct {
+	// Logger receives the queue's logs. Default: zap.NewNop().
+	Logger *zap.Logger
+	// Now, when set, replaces the database clock (now()) in every statement.
+	// Tests use it to move time; in production leave it nil so that all
+	// processes share the database server's clock and node clock skew
+	// cannot expire leases.
+	Now func() time.Time
+	// Rand returns uniform draws in [0, 1) for retry jitter. Default: math/rand/v2.
+	Rand func() float64
+	// BackoffBase is the delay before the second attempt of a failed job;
+	// it doubles per attempt. Default: 10 s.
+	BackoffBase time.Duration
+	// BackoffMax caps the retry delay. Default: 10 min.
+	BackoffMax time.Duration
+	// Lease is how long a claimed job stays with its node without a
+	// renewal (Heartbeat, RenewLeases) before RescueLost takes it back.
+	// Default: 2 min.
+	Lease time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultBackoffBase = 10 * time.Second
+	DefaultBackoffMax  = 10 * time.Minute
+	DefaultLease       = 2 * time.Minute
+	// MaxEnqueue bounds one Enqueue call.
+	MaxEnqueue = 100_000
+	// maxErrorText bounds a stored error message.
+	maxErrorText = 8 << 10
+	// lockReleaseTimeout bounds cleanup statements run after ctx ended.
+	lockReleaseTimeout = 5 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = DefaultBackoffBase
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	return c
+}
+
+// Queue is the job queue on one PostgreSQL database. It is safe for
+// concurrent use; it holds no connection of its own beyond the pool's.
+type Queue struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	log  *zap.Logger
+}
+
+// New returns a Queue on pool. The schema must be in place (Migrate).
+func New(pool *pgxpool.Pool, cfg Config) *Queue {
+	cfg = cfg.withDefaults()
+	return &Queue{pool: pool, cfg: cfg, log: cfg.Logger}
+}
+
+// Pool is the queue's connection pool.
+func (q *Queue) Pool() *pgxpool.Pool { return q.pool }
+
+// now is the statement clock argument: NULL (the database's now()) unless
+// the Config replaced the clock.
+func (q *Queue) now() any {
+	if q.cfg.Now == nil {
+		return nil
+	}
+	return q.cfg.Now()
+}
+
+// delays is the retry delay per attempt number (1-based in SQL), each with
+// its own jitter draw, in seconds.
+func (q *Queue) delays() []float64 {
+	d := make([]float64, MaxMaxAttempts)
+	for i := range d {
+		d[i] = Backoff(i+1, q.cfg.BackoffBase, q.cfg.BackoffMax, q.cfg.Rand()).Seconds()
+	}
+	return d
+}
+
+// jobCols is the column list scanned by scanJob; the table alias must be j.
+const jobCols = `j.id, j.batch_id::text, j.state, j.priority, j.spec, j.host, coalesce(j.node_id, ''),
+    j.attempts, j.max_attempts, j.run_after, j.lease_expires_at, j.created_at, j.queued_at,
+    j.started_at, j.finished_at, coalesce(j.last_error, ''), coalesce(j.error_class, ''),
+    coalesce(j.parent_id, 0), j.crawl_id, j.depth`
+
+func scanJob(row pgx.Row) (Job, error) {
+	var j Job
+	err := row.Scan(&j.ID, &j.BatchID, &j.State, &j.Priority, &j.Spec, &j.Host, &j.NodeID,
+		&j.Attempts, &j.MaxAttempts, &j.RunAfter, &j.LeaseExpiresAt, &j.CreatedAt, &j.QueuedAt,
+		&j.StartedAt, &j.FinishedAt, &j.LastError, &j.ErrorClass, &j.ParentID, &j.CrawlID, &j.Depth)
+	return j, err
+}
+
+func collectJobs(rows pgx.Rows) ([]Job, error) {
+	defer rows.Close()
+	var jobs []Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
+
+// Enqueue validates every spec and inserts them all as one batch, or nothing:
+// the first invalid spec makes it return a *SpecError naming the item and
+// field. It returns the batch id and the job ids in spec order, then wakes
+// the producer.
+func (q *Queue) Enqueue(ctx context.Context, specs []Spec) (batchID string, ids []int64, err error) {
+	if len(specs) == 0 {
+		return "", nil, errors.New("enqueue: no jobs")
+	}
+	if len(specs) > MaxEnqueue {
+		return "", nil, fmt.Errorf("enqueue: %d jobs in one batch; at most %d are allowed", len(specs), MaxEnqueue)
+	}
+	prepared := make([]preparedSpec, len(specs))
+	for i, s := range specs {
+		p, err := prepare(i, s)
+		if err != nil {
+			return "", nil, err
+		}
+		prepared[i] = p
+	}
+	var uuid pgtype.UUID
+	if _, err := crand.Read(uuid.Bytes[:]); err != nil {
+		return "", nil, fmt.Errorf("enqueue: batch id: %w", err)
+	}
+	uuid.Bytes[6] = uuid.Bytes[6]&0x0f | 0x40 // version 4
+	uuid.Bytes[8] = uuid.Bytes[8]&0x3f | 0x80 // RFC 4122 variant
+	uuid.Valid = true
+
+	err = pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		// COPY cannot return generated ids, so take them from the sequence
+		// first and copy them in explicitly; a root job is its own crawl.
+		rows, err := tx.Query(ctx, "SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, $1)", len(specs))
+		if err != nil {
+			return fmt.Errorf("reserve ids: %w", err)
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("reserve ids: %w", err)
+		}
+		now := q.now()
+		cols := []string{"id", "batch_id", "priority", "spec", "host", "max_attempts", "crawl_id", "dedup_key"}
+		if now != nil {
+			cols = append(cols, "created_at", "run_after")
+		}
+		src := pgx.CopyFromSlice(len(prepared), func(i int) ([]any, error) {
+			p := &prepared[i]
+			row := []any{ids[i], uuid, p.priority, p.json, p.host, p.attempts, ids[i], p.dedupKey}
+			if now != nil {
+				row = append(row, now, now)
+			}
+			return row, nil
+		})
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"jobs"}, cols, src); err != nil {
+			return fmt.Errorf("copy jobs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSubmitted); err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("enqueue %d jobs: %w", len(specs), err)
+	}
+	batchID = formatUUID(uuid.Bytes)
+	q.log.Debug("enqueued", zap.String("batch", batchID), zap.Int("jobs", len(ids)))
+	return batchID, ids, nil
+}
+
+func formatUUID(b [16]byte) string {
+	const hexdig = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hexdig[c>>4], hexdig[c&0xf])
+	}
+	return string(out)
+}
+
+const claimSQL = `
+WITH picked AS (
+    SELECT j.id FROM jobs j
+    WHERE j.node_id = $1 AND j.state = 'queued'
+      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining'))
+    ORDER BY j.priority DESC, j.id
+    LIMIT $2
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE jobs j SET state = 'processing', attempts = j.attempts + 1,
+    started_at = coalesce($3::timestamptz, now()),
+    lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8)
+FROM picked
+WHERE j.id = picked.id
+RETURNING ` + jobCols
+
+// Claim starts up to n of the jobs queued on the node: they become processing
+// under a lease of Config.Lease, and their attempt counter goes up. A lost or
+// exited node claims nothing.
+func (q *Queue) Claim(ctx context.Context, nodeID string, n int) ([]Job, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	rows, err := q.pool.Query(ctx, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim for node %q: %w", nodeID, err)
+	}
+	jobs, err := collectJobs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim for node %q: %w", nodeID, err)
+	}
+	return jobs, nil
+}
+
+const renewSQL = `
+UPDATE jobs j SET lease_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
+WHERE j.node_id = $1 AND j.state = 'processing'
+  AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining'))`
+
+// RenewLeases extends the lease of every job processing on the node (not on
+// a lost or exited one) and returns how many it renewed. Heartbeat does the
+// same in its round trip.
+func (q *Queue) RenewLeases(ctx context.Context, nodeID string) (int64, error) {
+	tag, err := q.pool.Exec(ctx, renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("renew leases of node %q: %w", nodeID, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// failSQL ends the attempt of a job processing on the node: pending again
+// after a backoff while attempts remain and the error is retriable, else
+// failed. $5 holds the delay per attempt number.
+const failSQL = `
+WITH upd AS (
+    UPDATE jobs j SET
+        state       = CASE WHEN $3 AND j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+        node_id     = CASE WHEN $3 AND j.attempts < j.max_attempts THEN NULL ELSE j.node_id END,
+        queued_at   = CASE WHEN $3 AND j.attempts < j.max_attempts THEN NULL ELSE j.queued_at END,
+        run_after   = CASE WHEN $3 AND j.attempts < j.max_attempts
+                           THEN coalesce($4::timestamptz, now())
+                                + make_interval(secs => ($5::float8[])[least(greatest(j.attempts, 1), 20)])
+                           ELSE j.run_after END,
+        finished_at = CASE WHEN $3 AND j.attempts < j.max_attempts THEN NULL ELSE coalesce($4::timestamptz, now()) END,
+        lease_expires_at = NULL,
+        last_error  = $6,
+        error_class = $7
+    WHERE j.id = $1 AND j.state = 'processing' AND j.node_id = $2
+    RETURNING j.state
+), woken AS (
+    SELECT pg_notify($8, $9) FROM upd HAVING count(*) > 0
+)
+SELECT u.state, (SELECT count(*) FROM woken) FROM upd u`
+
+// Fail records a failed attempt of a job processing on the node. While
+// attempts remain and the error is retriable the job goes back to pending
+// after an exponential backoff with jitter; otherwise it is failed. The error
+// text and class are kept either way. It returns the job's new state.
+// A job no longer processing on this node is left alone: a *FinishedError
+// (ErrAlreadyFinished) when it is final, ErrNotHeld when it was taken back.
+func (q *Queue) Fail(ctx context.Context, jobID int64, nodeID, errText, class string, retriable bool) (State, error) {
+	var st State
+	var notified int64
+	err := q.pool.QueryRow(ctx, failSQL, jobID, nodeID, retriable, q.now(), q.delays(),
+		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots).Scan(&st, &notified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", q.whyNotHeld(ctx, jobID, nodeID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("fail job %d: %w", jobID, err)
+	}
+	return st, nil
+}
+
+// whyNotHeld explains why a job was not processing on the node.
+func (q *Queue) whyNotHeld(ctx context.Context, jobID int64, nodeID string) error {
+	var st State
+	var holder string
+	err := q.pool.QueryRow(ctx, "SELECT state, coalesce(node_id, '') FROM jobs WHERE id = $1", jobID).Scan(&st, &holder)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("job %d: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("job %d: %w", jobID, err)
+	}
+	if st.Finished() {
+		return &FinishedError{JobID: jobID, State: st}
+	}
+	return fmt.Errorf("job %d is %s on node %q, not processing on %q: %w", jobID, st, holder, nodeID, ErrNotHeld)
+}
+
+const releaseSQL = `
+WITH upd AS (
+    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
+    WHERE j.node_id = $1 AND j.state = 'queued'
+    RETURNING j.id
+), woken AS (
+    SELECT pg_notify($2, $3) FROM upd HAVING count(*) > 0
+)
+SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
+
+// Release hands the node's queued (unstarted) jobs back to pending without
+// charging an attempt — what a draining node does — and returns how many.
+func (q *Queue) Release(ctx context.Context, nodeID string) (int64, error) {
+	var n, notified int64
+	if err := q.pool.QueryRow(ctx, releaseSQL, nodeID, ChannelProducer, PayloadSlots).Scan(&n, &notified); err != nil {
+		return 0, fmt.Errorf("release jobs of node %q: %w", nodeID, err)
+	}
+	return n, nil
+}
+
+// cleanText makes s storable as PostgreSQL text: valid UTF-8, no NUL bytes,
+// at most maxLen bytes (cut at a rune boundary).
+func cleanText(s string, maxLen int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "")
+	}
+	if maxLen > 0 && len(s) > maxLen {
+		cut := maxLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}
+
+// isRetryableTxError reports PostgreSQL errors after which the same
+// transaction may simply be run again.
+func isRetryableTxError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40P01" || pgErr.Code == "40001" // deadlock_detected, serialization_failure
+	}
+	return false
+}

@@ -1,0 +1,192 @@
+package jobqueue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is where a job is in its life.
+type State string
+
+// The job states. pending, queued and processing are live; the other three are
+// final (only Retry moves a failed or canceled job back to pending).
+const (
+	StatePending    State = "pending"    // waiting for the producer to assign it
+	StateQueued     State = "queued"     // assigned to a node, not started
+	StateProcessing State = "processing" // running on a node under a lease
+	StateCompleted  State = "completed"  // done; its result row exists
+	StateFailed     State = "failed"     // attempts exhausted or a permanent error
+	StateCanceled   State = "canceled"   // canceled by a user
+)
+
+// States lists the job states in lifecycle order.
+func States() []State {
+	return []State{StatePending, StateQueued, StateProcessing, StateCompleted, StateFailed, StateCanceled}
+}
+
+// Valid reports whether s is one of the job states.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateQueued, StateProcessing, StateCompleted, StateFailed, StateCanceled:
+		return true
+	}
+	return false
+}
+
+// Finished reports whether s is a final state.
+func (s State) Finished() bool {
+	return s == StateCompleted || s == StateFailed || s == StateCanceled
+}
+
+// NodeState is the life state of a consumer node.
+type NodeState string
+
+// The node states.
+const (
+	NodeActive   NodeState = "active"   // takes new jobs
+	NodeDraining NodeState = "draining" // finishes what it runs, takes nothing new
+	NodeExited   NodeState = "exited"   // left cleanly
+	NodeLost     NodeState = "lost"     // stopped heartbeating; its jobs were returned
+)
+
+// Valid reports whether s is one of the node states.
+func (s NodeState) Valid() bool {
+	switch s {
+	case NodeActive, NodeDraining, NodeExited, NodeLost:
+		return true
+	}
+	return false
+}
+
+// Errors callers test for with errors.Is.
+var (
+	// ErrNotFound: no job (or node, or result) with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyFinished: the job had already reached a final state, so the
+	// completion or failure changed nothing. A *FinishedError carries the state.
+	ErrAlreadyFinished = errors.New("job already finished")
+	// ErrNotHeld: the job is live but not processing on the calling node any
+	// more (its lease expired or its node was declared lost), so the failure
+	// report was ignored.
+	ErrNotHeld = errors.New("job not held by this node")
+	// ErrBadNodeID: a node id outside the allowed form (see ValidateNodeID).
+	ErrBadNodeID = errors.New("bad node id")
+)
+
+// FinishedError says a job was already in a final state. It matches
+// ErrAlreadyFinished under errors.Is.
+type FinishedError struct {
+	JobID int64
+	State State
+}
+
+func (e *FinishedError) Error() string {
+	return fmt.Sprintf("job %d already finished (%s): nothing changed", e.JobID, e.State)
+}
+
+// Is makes errors.Is(err, ErrAlreadyFinished) true.
+func (e *FinishedError) Is(target error) bool { return target == ErrAlreadyFinished }
+
+// Job is one row of the queue.
+type Job struct {
+	ID          int64  `json:"id"`
+	BatchID     string `json:"batch_id"`
+	State       State  `json:"state"`
+	Priority    int    `json:"priority"`
+	Spec        Spec   `json:"spec"`
+	Host        string `json:"host"`
+	NodeID      string `json:"node_id,omitempty"` // "" when no node holds or held it
+	Attempts    int    `json:"attempts"`
+	MaxAttempts int    `json:"max_attempts"`
+	// RunAfter: a pending job is not assigned before this time (retry backoff).
+	RunAfter       time.Time  `json:"run_after"`
+	LeaseExpiresAt *time.Time `json:"lease_expires_at,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	QueuedAt       *time.Time `json:"queued_at,omitempty"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	LastError      string     `json:"last_error,omitempty"`
+	ErrorClass     string     `json:"error_class,omitempty"`
+	ParentID       int64      `json:"parent_id,omitempty"` // 0 for a submitted job
+	CrawlID        int64      `json:"crawl_id"`            // the root job of its crawl (its own id for a root)
+	Depth          int        `json:"depth"`
+}
+
+// Timings are the phases of one render, in milliseconds.
+type Timings struct {
+	NavigationMS int64 `json:"navigation_ms"`
+	WaitMS       int64 `json:"wait_ms"`
+	ActionsMS    int64 `json:"actions_ms"`
+	ExtractMS    int64 `json:"extract_ms"`
+	TotalMS      int64 `json:"total_ms"`
+}
+
+// Result is what a completed job produced. Exactly one exists per completed job.
+type Result struct {
+	JobID    int64  `json:"job_id"`
+	NodeID   string `json:"node_id"`
+	FinalURL string `json:"final_url"`
+	Status   int    `json:"status"` // HTTP status of the main document
+	Title    string `json:"title"`
+	// Data is the JSON value of the spec's extract expression (nil without one).
+	Data          json.RawMessage `json:"data,omitempty"`
+	HTML          string          `json:"html,omitempty"`
+	Screenshot    []byte          `json:"screenshot,omitempty"` // PNG
+	ConsoleErrors []string        `json:"console_errors,omitempty"`
+	Timings       Timings         `json:"timings"`
+	// Links are the followable links found on the page (spec.follow); the
+	// queue turns them into child jobs.
+	Links     []string  `json:"links,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// NodeInfo is what a node says about itself when it registers.
+type NodeInfo struct {
+	ID       string // see ValidateNodeID
+	Hostname string
+	Capacity int // concurrent Chrome sessions; 0 means DefaultCapacity
+	Version  string
+}
+
+// DefaultCapacity is a node's capacity when NodeInfo.Capacity is 0.
+const DefaultCapacity = 6
+
+// NodeLoad is what a node reports with each heartbeat.
+type NodeLoad struct {
+	CPUPercent            float64 `json:"cpu_percent"`
+	MemUsedBytes          int64   `json:"mem_used_bytes"`
+	MemTotalBytes         int64   `json:"mem_total_bytes"`
+	ChromePSSBytes        int64   `json:"chrome_pss_bytes"` // proportional set size of the Chrome process tree
+	BusySessions          int     `json:"busy_sessions"`
+	JobsSinceChromeStart  int64   `json:"jobs_since_chrome_start"`
+	JobsSinceProcessStart int64   `json:"jobs_since_process_start"`
+	ChromeRestarts        int64   `json:"chrome_restarts"`
+}
+
+// Node is a consumer node as the queue sees it.
+type Node struct {
+	ID              string    `json:"id"`
+	Hostname        string    `json:"hostname"`
+	Version         string    `json:"version"`
+	Capacity        int       `json:"capacity"`
+	State           NodeState `json:"state"`
+	ProcessRestarts int64     `json:"process_restarts"`
+	Load            NodeLoad  `json:"load"`
+	RegisteredAt    time.Time `json:"registered_at"`
+	StartedAt       time.Time `json:"started_at"`
+	HeartbeatAt     time.Time `json:"heartbeat_at"`
+	StateChangedAt  time.Time `json:"state_changed_at"`
+	// Queued and Processing count the jobs the node holds now (filled by ListNodes).
+	Queued     int `json:"queued"`
+	Processing int `json:"processing"`
+}
+
+// Free is the node's free capacity: how many more jobs it may be assigned.
+func (n Node) Free() int {
+	if n.State != NodeActive {
+		return 0
+	}
+	return max(0, n.Capacity-n.Queued-n.Processing)
+}

@@ -1,0 +1,261 @@
+package jobqueue
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestSpecValidate(t *testing.T) {
+	ok := func(mod func(*Spec)) Spec {
+		s := Spec{URL: "https://example.com/a"}
+		mod(&s)
+		return s
+	}
+	headers := func(n int) map[string]string {
+		h := map[string]string{}
+		for i := range n {
+			h[fmt.Sprintf("X-H%d", i)] = "v"
+		}
+		return h
+	}
+	tests := []struct {
+		name  string
+		spec  Spec
+		field string // "" means valid
+		msg   string // substring of the message
+	}{
+		{"minimal", ok(func(*Spec) {}), "", ""},
+		{"http with port and query", ok(func(s *Spec) { s.URL = "http://127.0.0.1:8080/x?y=1#z" }), "", ""},
+		{"upper-case scheme", ok(func(s *Spec) { s.URL = "HTTPS://Example.COM/" }), "", ""},
+		{"ipv6 host", ok(func(s *Spec) { s.URL = "http://[::1]:9000/" }), "", ""},
+		{"everything", ok(func(s *Spec) {
+			s.Wait = &Wait{Selector: "#app", NetworkIdle: true}
+			s.Actions = []Action{{Type: "click", Selector: "button.more", Times: 3, Ms: 200},
+				{Type: "scroll", Times: 5}, {Type: "type", Selector: "input", Text: "shoes"},
+				{Type: "wait", Ms: 500}, {Type: "wait", Selector: ".item"}}
+			s.Extract = "[...document.querySelectorAll('.item')].map(e => e.textContent)"
+			s.HTML, s.Screenshot = true, true
+			s.TimeoutMS = 60_000
+			s.Block = []string{"image", "font", "media", "stylesheet"}
+			s.Headers = map[string]string{"Accept-Language": "en"}
+			s.UserAgent = "bot/1.0"
+			s.Viewport = &Viewport{Width: 390, Height: 844, Mobile: true}
+			s.Cookies = []Cookie{{Name: "session", Value: "abc", Domain: "example.com", Path: "/"}}
+			s.Proxy = "socks5://user:pw@proxy.local:1080"
+			s.Priority = -1000
+			s.MaxAttempts = 20
+			s.Follow = &Follow{Selector: "a.next", MaxDepth: 10, MaxLinks: 1000, AnyHost: true}
+		}), "", ""},
+
+		{"no url", ok(func(s *Spec) { s.URL = "" }), "url", "is required"},
+		{"file scheme", ok(func(s *Spec) { s.URL = "file:///etc/passwd" }), "url", `scheme "file" is not allowed (use http or https)`},
+		{"chrome scheme", ok(func(s *Spec) { s.URL = "chrome://settings" }), "url", `scheme "chrome" is not allowed`},
+		{"javascript scheme", ok(func(s *Spec) { s.URL = "javascript:alert(1)" }), "url", `scheme "javascript" is not allowed`},
+		{"data scheme", ok(func(s *Spec) { s.URL = "data:text/html,<h1>x</h1>" }), "url", `scheme "data" is not allowed`},
+		{"about scheme", ok(func(s *Spec) { s.URL = "about:blank" }), "url", `scheme "about" is not allowed`},
+		{"ftp scheme", ok(func(s *Spec) { s.URL = "ftp://example.com/" }), "url", `scheme "ftp" is not allowed`},
+		{"relative", ok(func(s *Spec) { s.URL = "example.com/a" }), "url", "not an absolute URL"},
+		{"malformed", ok(func(s *Spec) { s.URL = "http://exa mple.com/" }), "url", "whitespace"},
+		{"bad escape", ok(func(s *Spec) { s.URL = "http://example.com/%zz" }), "url", "malformed URL"},
+		{"bad host", ok(func(s *Spec) { s.URL = "http://[::1/" }), "url", "malformed URL"},
+		{"missing host", ok(func(s *Spec) { s.URL = "http:///path" }), "url", "missing host"},
+		{"opaque http", ok(func(s *Spec) { s.URL = "http:example.com" }), "url", "missing host"},
+		{"port out of range", ok(func(s *Spec) { s.URL = "http://example.com:99999/" }), "url", "bad port"},
+		{"control char", ok(func(s *Spec) { s.URL = "http://example.com/\x01" }), "url", "control character"},
+		{"url too long", ok(func(s *Spec) { s.URL = "http://example.com/" + strings.Repeat("a", MaxURLLength) }), "url", "at most 4096"},
+
+		{"timeout too small", ok(func(s *Spec) { s.TimeoutMS = 999 }), "timeout_ms", "out of range"},
+		{"timeout too large", ok(func(s *Spec) { s.TimeoutMS = MaxTimeoutMS + 1 }), "timeout_ms", "out of range"},
+		{"timeout negative", ok(func(s *Spec) { s.TimeoutMS = -1 }), "timeout_ms", "out of range"},
+		{"max_attempts 21", ok(func(s *Spec) { s.MaxAttempts = 21 }), "max_attempts", "21 is out of range: use 1..20"},
+		{"max_attempts negative", ok(func(s *Spec) { s.MaxAttempts = -1 }), "max_attempts", "out of range"},
+		{"priority high", ok(func(s *Spec) { s.Priority = 1001 }), "priority", "out of range"},
+		{"priority low", ok(func(s *Spec) { s.Priority = -1001 }), "priority", "out of range"},
+		{"block unknown", ok(func(s *Spec) { s.Block = []string{"image", "script"} }), "block[1]", `unknown resource type "script"`},
+		{"wait selector too long", ok(func(s *Spec) { s.Wait = &Wait{Selector: strings.Repeat("a", MaxSelectorLength+1)} }), "wait.selector", "at most"},
+		{"extract too long", ok(func(s *Spec) { s.Extract = strings.Repeat("x", MaxExtractLength+1) }), "extract", "at most"},
+		{"extract bad utf8", ok(func(s *Spec) { s.Extract = "\xff" }), "extract", "UTF-8"},
+		{"too many actions", ok(func(s *Spec) { s.Actions = make([]Action, MaxActions+1) }), "actions", "at most 50"},
+		{"action no type", ok(func(s *Spec) { s.Actions = []Action{{Selector: "a"}} }), "actions[0].type", "is required"},
+		{"action bad type", ok(func(s *Spec) { s.Actions = []Action{{Type: "hover", Selector: "a"}} }), "actions[0].type", `unknown action "hover"`},
+		{"click no selector", ok(func(s *Spec) { s.Actions = []Action{{Type: "scroll"}, {Type: "click"}} }), "actions[1].selector", "required for click"},
+		{"type no text", ok(func(s *Spec) { s.Actions = []Action{{Type: "type", Selector: "input"}} }), "actions[0].text", "required for type"},
+		{"type no selector", ok(func(s *Spec) { s.Actions = []Action{{Type: "type", Text: "x"}} }), "actions[0].selector", "required for type"},
+		{"text on click", ok(func(s *Spec) { s.Actions = []Action{{Type: "click", Selector: "a", Text: "x"}} }), "actions[0].text", "only type takes text"},
+		{"wait nothing", ok(func(s *Spec) { s.Actions = []Action{{Type: "wait"}} }), "actions[0]", "needs a selector or ms"},
+		{"times too many", ok(func(s *Spec) { s.Actions = []Action{{Type: "scroll", Times: 101}} }), "actions[0].times", "out of range"},
+		{"ms too long", ok(func(s *Spec) { s.Actions = []Action{{Type: "wait", Ms: MaxActionMS + 1}} }), "actions[0].ms", "out of range"},
+		{"too many headers", ok(func(s *Spec) { s.Headers = headers(MaxHeaders + 1) }), "headers", "at most 50"},
+		{"bad header name", ok(func(s *Spec) { s.Headers = map[string]string{"Bad Name": "v"} }), `headers["Bad Name"]`, "not a valid header name"},
+		{"header newline", ok(func(s *Spec) { s.Headers = map[string]string{"X-A": "v\r\nX-B: w"} }), `headers["X-A"]`, "line break"},
+		{"headers too big", ok(func(s *Spec) { s.Headers = map[string]string{"X-A": strings.Repeat("v", MaxHeaderBytes)} }), "headers", "bytes of headers"},
+		{"user agent too long", ok(func(s *Spec) { s.UserAgent = strings.Repeat("u", MaxUserAgent+1) }), "user_agent", "at most"},
+		{"viewport narrow", ok(func(s *Spec) { s.Viewport = &Viewport{Width: 99, Height: 800} }), "viewport.width", "out of range"},
+		{"viewport tall", ok(func(s *Spec) { s.Viewport = &Viewport{Width: 800, Height: MaxViewportHeight + 1} }), "viewport.height", "out of range"},
+		{"too many cookies", ok(func(s *Spec) { s.Cookies = make([]Cookie, MaxCookies+1) }), "cookies", "at most 50"},
+		{"cookie no name", ok(func(s *Spec) { s.Cookies = []Cookie{{Value: "v"}} }), "cookies[0].name", "is required"},
+		{"cookie bad value", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "x;y"}} }), "cookies[0].value", "';'"},
+		{"cookie bad path", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Path: "x"}} }), "cookies[0].path", "start with /"},
+		{"proxy scheme", ok(func(s *Spec) { s.Proxy = "ftp://proxy:21" }), "proxy", `proxy scheme "ftp" is not allowed (use http, https or socks5)`},
+		{"proxy no scheme", ok(func(s *Spec) { s.Proxy = "proxy.local:3128" }), "proxy", "scheme"},
+		{"proxy no host", ok(func(s *Spec) { s.Proxy = "http://:3128" }), "proxy", "no host"},
+		{"proxy shared context", ok(func(s *Spec) { s.Proxy = "http://p:1"; s.SharedContext = true }), "proxy", "own browser context"},
+		{"follow no selector", ok(func(s *Spec) { s.Follow = &Follow{MaxDepth: 1} }), "follow.selector", "is required"},
+		{"follow depth 0", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 0} }), "follow.max_depth", "out of range 1..10"},
+		{"follow depth 11", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 11} }), "follow.max_depth", "out of range"},
+		{"follow links", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 1, MaxLinks: 1001} }), "follow.max_links", "out of range"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.spec.Validate()
+			if tt.field == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var se *SpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("Validate() = %v, want a *SpecError for field %q", err, tt.field)
+			}
+			if se.Field != tt.field || se.Index != -1 {
+				t.Errorf("field %q index %d, want field %q index -1 (%v)", se.Field, se.Index, tt.field, err)
+			}
+			if !strings.Contains(se.Msg, tt.msg) {
+				t.Errorf("message %q does not contain %q", se.Msg, tt.msg)
+			}
+			want := fmt.Sprintf("field %q: %s", tt.field, se.Msg)
+			if err.Error() != want {
+				t.Errorf("Error() = %q, want %q", err.Error(), want)
+			}
+		})
+	}
+}
+
+func TestSpecErrorMessage(t *testing.T) {
+	e := &SpecError{Index: 3, Field: "url", Msg: `scheme "file" is not allowed (use http or https)`}
+	if got, want := e.Error(), `job 3: field "url": scheme "file" is not allowed (use http or https)`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestPrepareSizeAndDefaults(t *testing.T) {
+	// Every field within its own bound, the whole over 64 KiB.
+	big := Spec{URL: "https://example.com/", Extract: strings.Repeat("x", MaxExtractLength)}
+	for range MaxActions {
+		big.Actions = append(big.Actions, Action{Type: "type", Selector: strings.Repeat("s", 1000), Text: "t"})
+	}
+	if err := big.Validate(); err != nil {
+		t.Fatalf("each field is in bounds, Validate() = %v", err)
+	}
+	_, err := prepare(7, big)
+	var se *SpecError
+	if !errors.As(err, &se) || se.Index != 7 || se.Field != "(spec)" || !strings.Contains(se.Msg, "at most 65536") {
+		t.Fatalf("prepare(oversized) = %v", err)
+	}
+
+	p, err := prepare(0, Spec{URL: "HTTP://Example.COM:80/a#frag", Follow: &Follow{Selector: "a", MaxDepth: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.host != "example.com" || p.attempts != DefaultAttempts || p.dedupKey == nil || *p.dedupKey != "http://example.com/a" {
+		t.Fatalf("prepared = host %q attempts %d dedup %v", p.host, p.attempts, p.dedupKey)
+	}
+	for _, want := range []string{`"timeout_ms":30000`, `"max_attempts":3`, `"max_links":100`} {
+		if !strings.Contains(string(p.json), want) {
+			t.Errorf("stored spec %s lacks %s", p.json, want)
+		}
+	}
+}
+
+func TestHostAndDedupKey(t *testing.T) {
+	tests := []struct{ in, host, key string }{
+		{"http://Example.com", "example.com", "http://example.com/"},
+		{"https://example.com:443/a/b?x=1&y=2#top", "example.com", "https://example.com/a/b?x=1&y=2"},
+		{"http://example.com:8080/", "example.com:8080", "http://example.com:8080/"},
+		{"https://example.com:80/", "example.com:80", "https://example.com:80/"},
+		{"http://127.0.0.1:9999/p", "127.0.0.1:9999", "http://127.0.0.1:9999/p"},
+		{"http://[::1]:80/", "[::1]", "http://[::1]/"},
+		{"http://[::1]:81/", "[::1]:81", "http://[::1]:81/"},
+		{"http://example.com/a%20b", "example.com", "http://example.com/a%20b"},
+	}
+	for _, tt := range tests {
+		u, err := url.Parse(tt.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := HostKey(u); got != tt.host {
+			t.Errorf("HostKey(%s) = %q, want %q", tt.in, got, tt.host)
+		}
+		if got := DedupKey(u); got != tt.key {
+			t.Errorf("DedupKey(%s) = %q, want %q", tt.in, got, tt.key)
+		}
+	}
+}
+
+func TestValidateNodeID(t *testing.T) {
+	tests := []struct {
+		id string
+		ok bool
+	}{
+		{"n1", true},
+		{"ip-10-0-1-23.ec2.internal", true},
+		{"host:4", true},
+		{strings.Repeat("a", 46), true},
+		{strings.Repeat("a", 47), false},
+		{"", false},
+		{"-lead", false},
+		{"has space", false},
+		{"quote\"", false},
+		{"ünï", false},
+	}
+	for _, tt := range tests {
+		err := ValidateNodeID(tt.id)
+		if (err == nil) != tt.ok {
+			t.Errorf("ValidateNodeID(%q) = %v, want ok=%v", tt.id, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrBadNodeID) {
+			t.Errorf("error %v is not ErrBadNodeID", err)
+		}
+		if tt.ok && len(NodeChannel(tt.id)) > 63 {
+			t.Errorf("channel for %q exceeds 63 bytes", tt.id)
+		}
+	}
+}
+
+func TestCleanText(t *testing.T) {
+	tests := []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"plain", 0, "plain"},
+		{"nul\x00byte", 0, "nulbyte"},
+		{"bad\xffutf8", 0, "bad\uFFFDutf8"},
+		{"héllo", 2, "h"}, // does not cut inside é
+		{"héllo", 3, "hé"},
+		{"abc", 3, "abc"},
+	}
+	for _, tt := range tests {
+		if got := cleanText(tt.in, tt.max); got != tt.want {
+			t.Errorf("cleanText(%q, %d) = %q, want %q", tt.in, tt.max, got, tt.want)
+		}
+	}
+}
+
+func TestJSONBSafe(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"a":"b"}`, `{"a":"b"}`},
+		{`"x\u0000y"`, `"x\ufffdy"`},
+		{`"x\\u0000y"`, `"x\\u0000y"`}, // an escaped backslash, then literal text
+		{`["\\\u0000"]`, `["\\\ufffd"]`},
+	}
+	for _, tt := range tests {
+		if got := string(jsonbSafe([]byte(tt.in))); got != tt.want {
+			t.Errorf("jsonbSafe(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
