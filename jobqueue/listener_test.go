@@ -1,0 +1,96 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestListenerWakeUpsAndReconnect(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+
+	runCtx, stop := context.WithCancel(ctx)
+	l := NewListener(pool, ListenerConfig{Channels: []string{ChannelProducer, NodeChannel("n1")}, RetryMin: 10 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run returned %v after cancel", err)
+		}
+	}()
+	select {
+	case <-l.Ready():
+	case err := <-done:
+		t.Fatalf("listener stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("listener not ready after 30 s")
+	}
+	expect := func(channel, payload string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := l.Wait(wctx)
+		if err != nil {
+			t.Fatalf("waiting for %s %q: %v", channel, payload, err)
+		}
+		if n.Channel != channel || n.Payload != payload {
+			t.Fatalf("got %s %q, want %s %q", n.Channel, n.Payload, channel, payload)
+		}
+	}
+
+	ids := mustEnqueue(t, q, pageSpecs(3, "l.test")...)
+	expect(ChannelProducer, PayloadSubmitted)
+	if got, err := q.Assign(ctx, "n1", 2); err != nil || len(got) != 2 {
+		t.Fatalf("assign %v, %v", got, err)
+	}
+	expect(NodeChannel("n1"), "2")
+	if _, err := q.AssignFree(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	expect(NodeChannel("n1"), "1")
+	if _, err := q.Claim(ctx, "n1", 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Complete(ctx, ids[0], "n1", Result{}); err != nil {
+		t.Fatal(err)
+	}
+	expect(ChannelProducer, PayloadSlots)
+	if _, err := q.Fail(ctx, ids[1], "n1", "x", "x", true); err != nil {
+		t.Fatal(err)
+	}
+	expect(ChannelProducer, PayloadSlots)
+	if _, err := q.Cancel(ctx, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	expect(ChannelProducer, PayloadSlots)
+
+	// Kill the listening backend: the listener reconnects, says so, and hears again.
+	var killed int
+	err := pool.QueryRow(ctx, `
+        SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'`).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminated %d listening backends (%v), want 1", killed, err)
+	}
+	expect("", PayloadReconnected)
+	mustEnqueue(t, q, pageSpecs(1, "l.test")...)
+	expect(ChannelProducer, PayloadSubmitted)
+}
+
+func TestListenerNeedsChannels(t *testing.T) {
+	t.Parallel()
+	l := NewListener(nil, ListenerConfig{})
+	if err := l.Run(context.Background()); err == nil {
+		t.Fatal("Run without channels returned nil")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait on a canceled context = %v", err)
+	}
+}
