@@ -7,15 +7,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 // HostPolicy is the farm-wide politeness towards one host: how many of its
 // jobs may run at once on all nodes together, and the least time between two
-// job starts. Zero values mean no limit.
-type HostPolicy struct {
-	MaxConcurrent int           `json:"max_concurrent"`
-	MinInterval   time.Duration `json:"min_interval"`
-}
+// job starts. Zero values mean no limit. The queue enforces it in assignment.
+type HostPolicy = jobqueue.HostPolicy
 
 // Politeness maps hosts to policies: an exact host ("shop.example.com"), a
 // domain suffix (".example.com" matches every subdomain and example.com

@@ -221,13 +221,21 @@ WITH picked AS (
     ORDER BY j.priority DESC, j.id
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE jobs j SET state = 'processing', attempts = j.attempts + 1,
+        started_at = coalesce($3::timestamptz, now()),
+        lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8)
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.*
+), stamped AS (
+    -- Politeness: a host with a minimum interval between starts has a row in
+    -- hosts; its start is recorded in the statement that starts the job, so
+    -- the producer spaces starts by what happened, not by what it assigned.
+    UPDATE hosts h SET last_started_at = greatest(h.last_started_at, coalesce($3::timestamptz, now()))
+    WHERE h.host IN (SELECT host FROM claimed)
 )
-UPDATE jobs j SET state = 'processing', attempts = j.attempts + 1,
-    started_at = coalesce($3::timestamptz, now()),
-    lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8)
-FROM picked
-WHERE j.id = picked.id
-RETURNING ` + jobCols
+SELECT ` + jobCols + ` FROM claimed j`
 
 // Claim starts up to n of the jobs queued on the node: they become processing
 // under a lease of Config.Lease, and their attempt counter goes up. A lost or

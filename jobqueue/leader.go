@@ -1,0 +1,141 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// DefaultLeaderKey is the advisory lock that makes one producer the leader.
+const DefaultLeaderKey int64 = 0x62666c6561646572 // "bfleader"
+
+// ElectorConfig configures leader election. Zero values take the defaults.
+type ElectorConfig struct {
+	// Key is the advisory lock key. Default: DefaultLeaderKey.
+	Key int64
+	// RetryInterval is how often a standby tries to take the lock, and so
+	// bounds how long a dead leader goes unreplaced. Default: 1 s.
+	RetryInterval time.Duration
+	// CheckInterval is how often the leader checks that its lock connection
+	// is alive. Default: 1 s.
+	CheckInterval time.Duration
+	Logger        *zap.Logger
+}
+
+// Elector makes at most one of several processes the leader, with a
+// session-level advisory lock held on a dedicated connection: when the
+// leader dies, PostgreSQL drops the session and the lock, and a standby
+// takes it on its next try. A leader that loses its connection stops leading
+// at once (its context is canceled) and campaigns again.
+type Elector struct {
+	pool   *pgxpool.Pool
+	cfg    ElectorConfig
+	log    *zap.Logger
+	leader atomic.Bool
+}
+
+// NewElector returns an Elector campaigning on pool.
+func NewElector(pool *pgxpool.Pool, cfg ElectorConfig) *Elector {
+	if cfg.Key == 0 {
+		cfg.Key = DefaultLeaderKey
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = time.Second
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Elector{pool: pool, cfg: cfg, log: log}
+}
+
+// IsLeader reports whether this process leads now.
+func (e *Elector) IsLeader() bool { return e.leader.Load() }
+
+// Run campaigns until ctx ends. Each time it wins, it runs lead with a
+// context canceled when leadership is lost or ctx ends, and waits for lead to
+// return before campaigning again. It returns nil when ctx ends.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
+	for {
+		conn, err := e.tryLock(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("leader election: cannot reach the database", zap.Error(err))
+		}
+		if conn != nil {
+			e.hold(ctx, conn, lead)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(e.cfg.RetryInterval):
+		}
+	}
+}
+
+// tryLock returns a dedicated connection holding the lock, or nil.
+func (e *Elector) tryLock(ctx context.Context) (*pgx.Conn, error) {
+	pc, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The lock belongs to the session: keep this connection out of the pool
+	// for as long as it leads, and close it (dropping the lock) when done.
+	conn := pc.Hijack()
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.cfg.Key).Scan(&got); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("try leader lock: %w", err)
+	}
+	if !got {
+		_ = conn.Close(ctx)
+		return nil, nil
+	}
+	return conn, nil
+}
+
+// hold leads until the lock connection fails or ctx ends.
+func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, lead func(context.Context)) {
+	leadCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	e.leader.Store(true)
+	e.log.Info("became leader")
+	go func() {
+		defer wg.Done()
+		lead(leadCtx)
+	}()
+	tick := time.NewTicker(e.cfg.CheckInterval)
+	defer tick.Stop()
+	for leadCtx.Err() == nil {
+		select {
+		case <-leadCtx.Done():
+		case <-tick.C:
+			pctx, cancel := context.WithTimeout(leadCtx, 2*e.cfg.CheckInterval+time.Second)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil && leadCtx.Err() == nil {
+				e.log.Error("lost the leader lock connection; stepping down", zap.Error(err))
+				stop()
+			}
+		}
+	}
+	e.leader.Store(false)
+	stop()
+	wg.Wait()
+	// Closing the session releases the lock; an explicit unlock first makes
+	// a clean hand-over immediate even if the close is slow.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(cctx, "SELECT pg_advisory_unlock($1)", e.cfg.Key)
+	_ = conn.Close(cctx)
+	e.log.Info("stopped leading")
+}

@@ -1,0 +1,108 @@
+package jobqueue
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Two electors on one database: exactly one leads; when its process "dies"
+// (its context ends, its session closes) the other takes over.
+func TestElectorFailover(t *testing.T) {
+	_, pool := newTestQueue(t, Config{})
+	cfg := ElectorConfig{Key: 4242, RetryInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond}
+	a, b := NewElector(pool, cfg), NewElector(pool, cfg)
+
+	var mu sync.Mutex
+	leading := map[string]int{}
+	maxConcurrent := 0
+	leadFn := func(name string) func(context.Context) {
+		return func(ctx context.Context) {
+			mu.Lock()
+			leading[name]++
+			n := 0
+			for _, c := range leading {
+				n += c
+			}
+			maxConcurrent = max(maxConcurrent, n)
+			mu.Unlock()
+			<-ctx.Done()
+			mu.Lock()
+			leading[name]--
+			mu.Unlock()
+		}
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	ctxB, stopB := context.WithCancel(context.Background())
+	defer stopB()
+	doneA, doneB := make(chan error), make(chan error)
+	go func() { doneA <- a.Run(ctxA, leadFn("a")) }()
+	waitUntil(t, "a leads", a.IsLeader)
+	go func() { doneB <- b.Run(ctxB, leadFn("b")) }()
+
+	// b keeps trying while a leads; give it several retry intervals.
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if b.IsLeader() {
+			t.Fatal("standby became leader while the leader was alive")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopA()
+	if err := <-doneA; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "b takes over", b.IsLeader)
+	if a.IsLeader() {
+		t.Fatal("a still claims leadership after stopping")
+	}
+	stopB()
+	if err := <-doneB; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxConcurrent != 1 {
+		t.Fatalf("%d leaders at once", maxConcurrent)
+	}
+}
+
+// A leader whose lock connection is killed by the server steps down, and a
+// standby takes over.
+func TestElectorStepsDownWhenConnectionDies(t *testing.T) {
+	_, pool := newTestQueue(t, Config{})
+	cfg := ElectorConfig{Key: 4343, RetryInterval: 20 * time.Millisecond, CheckInterval: 20 * time.Millisecond}
+	a := NewElector(pool, cfg)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	lost := make(chan struct{})
+	var once sync.Once
+	go a.Run(ctx, func(lctx context.Context) { <-lctx.Done(); once.Do(func() { close(lost) }) })
+	waitUntil(t, "a leads", a.IsLeader)
+	// Kill the backend holding the lock, as a network failure or an admin would.
+	if _, err := pool.Exec(context.Background(), `
+		SELECT pg_terminate_backend(pid) FROM pg_locks
+		WHERE locktype = 'advisory' AND objid = 4343 AND granted`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("leader did not step down after its lock connection died")
+	}
+	b := NewElector(pool, cfg)
+	go b.Run(ctx, func(lctx context.Context) { <-lctx.Done() })
+	waitUntil(t, "someone leads again", func() bool { return a.IsLeader() || b.IsLeader() })
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,200 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BatchCounts counts a batch's jobs by state: what `farm submit --wait` and
+// the demo show while a batch runs. Followed children count in their
+// parent's batch, so Total can grow while a crawl runs.
+type BatchCounts struct {
+	Total int64           `json:"total"`
+	By    map[State]int64 `json:"by_state"`
+}
+
+// Finished is the number of jobs in a final state.
+func (c BatchCounts) Finished() int64 {
+	return c.By[StateCompleted] + c.By[StateFailed] + c.By[StateCanceled]
+}
+
+// BatchCounts counts the jobs of one batch by state.
+func (q *Queue) BatchCounts(ctx context.Context, batchID string) (BatchCounts, error) {
+	out := BatchCounts{By: map[State]int64{}}
+	for _, s := range States() {
+		out.By[s] = 0
+	}
+	rows, err := q.pool.Query(ctx, `SELECT state, count(*) FROM jobs WHERE batch_id = $1::uuid GROUP BY state`, batchID)
+	if err != nil {
+		return out, fmt.Errorf("batch %s counts: %w", batchID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s State
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return out, fmt.Errorf("batch %s counts: %w", batchID, err)
+		}
+		out.By[s] = n
+		out.Total += n
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("batch %s counts: %w", batchID, err)
+	}
+	return out, nil
+}
+
+// ExportFilter selects the jobs ExportResults streams.
+type ExportFilter struct {
+	States       []State // empty: completed and failed
+	BatchID      string
+	FinishedFrom time.Time // inclusive; zero: no bound
+	FinishedTo   time.Time // exclusive; zero: no bound
+	// WithHTML and WithScreenshot include the large columns (off by default:
+	// they dominate the size of an export).
+	WithHTML       bool
+	WithScreenshot bool
+}
+
+// ExportRow is one job with its result (nil for a job that did not complete).
+type ExportRow struct {
+	Job    Job
+	Result *Result
+}
+
+// exportPage is how many rows one round trip fetches: big enough to amortise
+// the round trip, small enough that memory stays flat however large the export.
+const exportPage = 500
+
+// ExportResults streams the selected jobs and their results to fn in job id
+// order, one page at a time (keyset paging, no long-lived transaction or
+// cursor), so a million rows need only a page of memory. It stops at the
+// first error fn returns.
+func (q *Queue) ExportResults(ctx context.Context, f ExportFilter, fn func(ExportRow) error) error {
+	states := f.States
+	if len(states) == 0 {
+		states = []State{StateCompleted, StateFailed}
+	}
+	stateArg := make([]string, len(states))
+	for i, s := range states {
+		if !s.Valid() {
+			return fmt.Errorf("export: unknown state %q", s)
+		}
+		stateArg[i] = string(s)
+	}
+	var batch any
+	if f.BatchID != "" {
+		batch = f.BatchID
+	}
+	var from, to any
+	if !f.FinishedFrom.IsZero() {
+		from = f.FinishedFrom
+	}
+	if !f.FinishedTo.IsZero() {
+		to = f.FinishedTo
+	}
+	const sql = `
+SELECT ` + jobCols + `,
+       r.job_id IS NOT NULL, coalesce(r.node_id, ''), coalesce(r.final_url, ''), coalesce(r.status, 0),
+       coalesce(r.title, ''), r.data,
+       CASE WHEN $6 THEN coalesce(r.html, '') ELSE '' END,
+       CASE WHEN $7 THEN r.screenshot END,
+       coalesce(r.console_errors, '[]'), coalesce(r.timings, '{}'), coalesce(r.links, '[]'), coalesce(r.created_at, j.created_at)
+FROM jobs j LEFT JOIN results r ON r.job_id = j.id
+WHERE j.id > $1 AND j.state = ANY($2::text[])
+  AND ($3::uuid IS NULL OR j.batch_id = $3::uuid)
+  AND ($4::timestamptz IS NULL OR j.finished_at >= $4)
+  AND ($5::timestamptz IS NULL OR j.finished_at < $5)
+ORDER BY j.id
+LIMIT $8`
+	var after int64
+	for {
+		rows, err := q.pool.Query(ctx, sql, after, stateArg, batch, from, to, f.WithHTML, f.WithScreenshot, exportPage)
+		if err != nil {
+			return fmt.Errorf("export results: %w", err)
+		}
+		page := make([]ExportRow, 0, exportPage)
+		for rows.Next() {
+			row, err := scanExportRow(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("export results: %w", err)
+			}
+			page = append(page, row)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("export results: %w", err)
+		}
+		for _, row := range page {
+			if err := fn(row); err != nil {
+				return err
+			}
+		}
+		if len(page) < exportPage {
+			return nil
+		}
+		after = page[len(page)-1].Job.ID
+	}
+}
+
+func scanExportRow(rows pgx.Rows) (ExportRow, error) {
+	var (
+		row                             ExportRow
+		has                             bool
+		r                               Result
+		data, consoleRaw, timRaw, links []byte
+	)
+	dest := append(jobScanDest(&row.Job),
+		&has, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML, &r.Screenshot,
+		&consoleRaw, &timRaw, &links, &r.CreatedAt)
+	if err := rows.Scan(dest...); err != nil {
+		return row, err
+	}
+	if !has {
+		return row, nil
+	}
+	r.JobID = row.Job.ID
+	if len(data) > 0 {
+		r.Data = json.RawMessage(data)
+	}
+	if err := json.Unmarshal(consoleRaw, &r.ConsoleErrors); err != nil {
+		return row, fmt.Errorf("result %d console errors: %w", r.JobID, err)
+	}
+	if err := json.Unmarshal(timRaw, &r.Timings); err != nil {
+		return row, fmt.Errorf("result %d timings: %w", r.JobID, err)
+	}
+	if err := json.Unmarshal(links, &r.Links); err != nil {
+		return row, fmt.Errorf("result %d links: %w", r.JobID, err)
+	}
+	row.Result = &r
+	return row, nil
+}
+
+// jobScanDest lists the scan targets for jobCols, for queries that select
+// more columns after them.
+func jobScanDest(j *Job) []any {
+	return []any{&j.ID, &j.BatchID, &j.State, &j.Priority, &j.Spec, &j.Host, &j.NodeID,
+		&j.Attempts, &j.MaxAttempts, &j.RunAfter, &j.LeaseExpiresAt, &j.CreatedAt, &j.QueuedAt,
+		&j.StartedAt, &j.FinishedAt, &j.LastError, &j.ErrorClass, &j.ParentID, &j.CrawlID, &j.Depth}
+}
+
+// RetryBatch queues every failed or canceled job of a batch again (see Retry).
+func (q *Queue) RetryBatch(ctx context.Context, batchID string) (int64, error) {
+	rows, err := q.pool.Query(ctx, `SELECT id FROM jobs WHERE batch_id = $1::uuid AND state IN ('failed', 'canceled')`, batchID)
+	if err != nil {
+		return 0, fmt.Errorf("retry batch %s: %w", batchID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("retry batch %s: %w", batchID, err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return q.Retry(ctx, ids...)
+}

@@ -1,0 +1,338 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// HostPolicy is the farm-wide politeness towards one host: how many of its
+// jobs may be assigned or running at once across all nodes, and the least
+// time between two job starts. Zero values mean no limit.
+type HostPolicy struct {
+	MaxConcurrent int           `json:"max_concurrent"`
+	MinInterval   time.Duration `json:"min_interval"`
+}
+
+// assignLockKey serializes assignment rounds farm-wide (a transaction-level
+// advisory lock): even if two producers briefly both believe they lead, their
+// rounds cannot interleave, so no node and no host is ever over its limit.
+const assignLockKey int64 = 0x62666173736967 // "bfassig"
+
+// AssignReport says what one politeness-aware assignment round did.
+type AssignReport struct {
+	// Assigned lists the job ids given to each node.
+	Assigned map[string][]int64
+	// FreeSlots is the free capacity of the active nodes before the round.
+	FreeSlots int
+	// Throttled counts hosts that had ready jobs but no budget this round.
+	Throttled int
+	// NextDue is the earliest time a host held back by its minimum interval
+	// may start again (zero if none): the producer's next wake-up.
+	NextDue time.Time
+	// CreatedAt holds the creation time of each assigned job, for the
+	// submit-to-assignment latency metric.
+	CreatedAt []time.Time
+}
+
+// Total is the number of jobs assigned.
+func (r AssignReport) Total() int {
+	n := 0
+	for _, ids := range r.Assigned {
+		n += len(ids)
+	}
+	return n
+}
+
+// nodeSlots is one active node's capacity as an assignment round sees it.
+type nodeSlots struct {
+	ID       string
+	Capacity int
+	Held     int // queued + processing
+}
+
+// hostState is what an assignment round knows of one host with pending jobs.
+type hostState struct {
+	Host        string
+	Active      int       // queued + processing, farm-wide
+	Queued      int       // assigned but not started
+	LastStarted time.Time // zero when unknown (no interval state kept)
+}
+
+// hostBudget is how many jobs of a host may be assigned now, and, when the
+// minimum interval holds the host back, when it may start again.
+//
+// A host with a minimum interval gets at most one job at a time, and only
+// once its previous job has started and the interval since that start has
+// passed: the job's own start (its claim) then comes after the interval,
+// which makes the spacing of starts exact rather than approximate.
+func hostBudget(pol HostPolicy, h hostState, now time.Time, unlimited int) (int, time.Time) {
+	n := unlimited
+	if pol.MaxConcurrent > 0 {
+		n = min(n, pol.MaxConcurrent-h.Active)
+	}
+	if pol.MinInterval > 0 {
+		if h.Queued > 0 {
+			return 0, time.Time{} // its claim will wake the producer
+		}
+		due := h.LastStarted.Add(pol.MinInterval)
+		if !h.LastStarted.IsZero() && now.Before(due) {
+			return 0, due
+		}
+		n = min(n, 1)
+	}
+	return max(n, 0), time.Time{}
+}
+
+// distribute deals n jobs (already in priority order) to nodes, least loaded
+// first: each job goes to the node whose load after taking it would be lowest
+// (ties: the node id), so a short supply spreads evenly and a busy node is
+// filled last. It returns the node id for each job; fewer than n when the
+// nodes run out of free slots.
+func distribute(nodes []nodeSlots, n int) []string {
+	held := make([]int, len(nodes))
+	for i, nd := range nodes {
+		held[i] = nd.Held
+	}
+	out := make([]string, 0, n)
+	for len(out) < n {
+		best := -1
+		for i, nd := range nodes {
+			if held[i] >= nd.Capacity {
+				continue
+			}
+			if best < 0 {
+				best = i
+				continue
+			}
+			// Compare (held+1)/capacity without floating point.
+			a := (held[i] + 1) * nodes[best].Capacity
+			b := (held[best] + 1) * nd.Capacity
+			if a < b || (a == b && nd.ID < nodes[best].ID) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		held[best]++
+		out = append(out, nodes[best].ID)
+	}
+	return out
+}
+
+const lockAssignSQL = `SELECT pg_advisory_xact_lock($1)`
+
+const politeNodesSQL = `
+SELECT n.id, n.capacity, count(h.id)::int
+FROM nodes n
+LEFT JOIN jobs h ON h.node_id = n.id AND h.state IN ('queued', 'processing')
+WHERE n.state = 'active'
+GROUP BY n.id, n.capacity
+HAVING n.capacity > count(h.id)
+ORDER BY n.id`
+
+// politeHostsSQL finds the hosts that have pending jobs by a loose index scan
+// (one probe per host, however many jobs each has), with their farm-wide
+// active and queued counts and the time of their last start.
+const politeHostsSQL = `
+WITH RECURSIVE ph AS (
+    (SELECT host FROM jobs WHERE state = 'pending' ORDER BY host LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.host FROM jobs j WHERE j.state = 'pending' AND j.host > ph.host ORDER BY j.host LIMIT 1)
+    FROM ph WHERE ph.host IS NOT NULL
+), active AS (
+    SELECT host, count(*)::int AS active, (count(*) FILTER (WHERE state = 'queued'))::int AS queued
+    FROM jobs WHERE state IN ('queued', 'processing') GROUP BY host
+)
+SELECT ph.host, coalesce(a.active, 0), coalesce(a.queued, 0), h.host IS NOT NULL,
+       nullif(h.last_started_at, '-infinity'), coalesce($1::timestamptz, now())
+FROM ph
+LEFT JOIN active a ON a.host = ph.host
+LEFT JOIN hosts h ON h.host = ph.host
+WHERE ph.host IS NOT NULL`
+
+// politePickSQL takes, for every host, its budget of ready pending jobs by
+// priority then age, keeps the best $4 of them farm-wide, and locks only
+// those: locking a row writes to it, so the candidates that lose are read,
+// never locked. Rounds are serialized by assignLockKey; SKIP LOCKED only
+// steps around a cancel or retry touching the same job at the same moment.
+const politePickSQL = `
+WITH best AS (
+    SELECT c.id
+    FROM unnest($1::text[], $2::int[]) AS b(host, n)
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.priority FROM jobs p
+        WHERE p.state = 'pending' AND p.host = b.host AND p.run_after <= coalesce($3::timestamptz, now())
+        ORDER BY p.priority DESC, p.id
+        LIMIT b.n
+    ) c
+    ORDER BY c.priority DESC, c.id
+    LIMIT $4
+)
+SELECT j.id, j.priority, j.created_at FROM jobs j
+WHERE j.id IN (SELECT id FROM best) AND j.state = 'pending'
+FOR UPDATE SKIP LOCKED`
+
+const politeHostRowsSQL = `INSERT INTO hosts (host) SELECT unnest($1::text[]) ON CONFLICT (host) DO NOTHING`
+
+const politeUpdateSQL = `
+WITH assigned AS (
+    UPDATE jobs j SET state = 'queued', node_id = a.node_id, queued_at = coalesce($3::timestamptz, now())
+    FROM unnest($1::bigint[], $2::text[]) AS a(id, node_id)
+    WHERE j.id = a.id AND j.state = 'pending'
+    RETURNING j.node_id
+)
+SELECT pg_notify($4 || node_id, count(*)::text) FROM assigned GROUP BY node_id`
+
+// AssignPolite runs one farm-wide assignment round: it fills the free slots
+// of every active node, least loaded first, with ready pending jobs by
+// priority then age, while no host exceeds its policy (see hostBudget) —
+// jobs of a throttled host wait without holding up other hosts. At most
+// limit jobs are assigned. Rounds are serialized farm-wide by an advisory
+// lock. Each node that got work is woken by NOTIFY.
+func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostPolicy, limit int) (AssignReport, error) {
+	rep := AssignReport{Assigned: map[string][]int64{}}
+	if limit <= 0 {
+		return rep, nil
+	}
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockAssignSQL, assignLockKey); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, politeNodesSQL)
+		if err != nil {
+			return err
+		}
+		nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeSlots, error) {
+			var n nodeSlots
+			err := r.Scan(&n.ID, &n.Capacity, &n.Held)
+			return n, err
+		})
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			rep.FreeSlots += n.Capacity - n.Held
+		}
+		free := min(rep.FreeSlots, limit)
+		if free == 0 {
+			return nil
+		}
+
+		rows, err = tx.Query(ctx, politeHostsSQL, q.now())
+		if err != nil {
+			return err
+		}
+		var hosts []string
+		var budgets []int32
+		var gated []string
+		var now time.Time
+		for rows.Next() {
+			var h hostState
+			var hasRow bool
+			var last *time.Time
+			if err := rows.Scan(&h.Host, &h.Active, &h.Queued, &hasRow, &last, &now); err != nil {
+				rows.Close()
+				return err
+			}
+			if last != nil {
+				h.LastStarted = *last
+			}
+			pol := policy(h.Host)
+			n, due := hostBudget(pol, h, now, free)
+			if pol.MinInterval > 0 && !hasRow {
+				gated = append(gated, h.Host)
+			}
+			if n == 0 {
+				rep.Throttled++
+				if !due.IsZero() && (rep.NextDue.IsZero() || due.Before(rep.NextDue)) {
+					rep.NextDue = due
+				}
+				continue
+			}
+			hosts = append(hosts, h.Host)
+			budgets = append(budgets, int32(n))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(gated) > 0 {
+			// Claim keeps last_started_at only for hosts that have a row.
+			if _, err := tx.Exec(ctx, politeHostRowsSQL, gated); err != nil {
+				return err
+			}
+		}
+		if len(hosts) == 0 {
+			return nil
+		}
+
+		type cand struct {
+			id       int64
+			priority int
+			created  time.Time
+		}
+		rows, err = tx.Query(ctx, politePickSQL, hosts, budgets, q.now(), free)
+		if err != nil {
+			return err
+		}
+		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
+			var c cand
+			err := r.Scan(&c.id, &c.priority, &c.created)
+			return c, err
+		})
+		if err != nil {
+			return err
+		}
+		sort.Slice(cands, func(i, j int) bool {
+			if cands[i].priority != cands[j].priority {
+				return cands[i].priority > cands[j].priority
+			}
+			return cands[i].id < cands[j].id
+		})
+		targets := distribute(nodes, len(cands))
+		ids := make([]int64, len(targets))
+		for i, node := range targets {
+			ids[i] = cands[i].id
+			rep.Assigned[node] = append(rep.Assigned[node], cands[i].id)
+			rep.CreatedAt = append(rep.CreatedAt, cands[i].created)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, politeUpdateSQL, ids, targets, q.now(), NodeChannelPrefix)
+		return err
+	})
+	if err != nil {
+		return AssignReport{Assigned: map[string][]int64{}}, fmt.Errorf("assign (politeness-aware): %w", err)
+	}
+	return rep, nil
+}
+
+// ActiveByHost counts, per host, the jobs assigned or running farm-wide
+// (queued + processing): what the politeness limits bound.
+func (q *Queue) ActiveByHost(ctx context.Context) (map[string]int, error) {
+	rows, err := q.pool.Query(ctx, `SELECT host, count(*)::int FROM jobs WHERE state IN ('queued', 'processing') GROUP BY host`)
+	if err != nil {
+		return nil, fmt.Errorf("active jobs by host: %w", err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var h string
+		var n int
+		if err := rows.Scan(&h, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("active jobs by host: %w", err)
+		}
+		out[h] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("active jobs by host: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,134 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestHostBudget(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
+	sec := time.Second
+	tests := []struct {
+		name    string
+		pol     HostPolicy
+		h       hostState
+		want    int
+		wantDue time.Time
+	}{
+		{"no policy: all free slots", HostPolicy{}, hostState{Active: 50}, 8, time.Time{}},
+		{"concurrency room", HostPolicy{MaxConcurrent: 4}, hostState{Active: 1}, 3, time.Time{}},
+		{"concurrency room above free", HostPolicy{MaxConcurrent: 40}, hostState{Active: 1}, 8, time.Time{}},
+		{"at the limit", HostPolicy{MaxConcurrent: 2}, hostState{Active: 2}, 0, time.Time{}},
+		{"over the limit (policy lowered)", HostPolicy{MaxConcurrent: 2}, hostState{Active: 5}, 0, time.Time{}},
+		{"interval: never started", HostPolicy{MinInterval: sec}, hostState{}, 1, time.Time{}},
+		{"interval: one waits unstarted", HostPolicy{MinInterval: sec}, hostState{Queued: 1, Active: 1, LastStarted: now.Add(-time.Hour)}, 0, time.Time{}},
+		{"interval: too soon", HostPolicy{MinInterval: sec}, hostState{LastStarted: now.Add(-300 * time.Millisecond)}, 0, now.Add(700 * time.Millisecond)},
+		{"interval: exactly due", HostPolicy{MinInterval: sec}, hostState{LastStarted: now.Add(-sec)}, 1, time.Time{}},
+		{"interval and concurrency full", HostPolicy{MaxConcurrent: 2, MinInterval: sec}, hostState{Active: 2, LastStarted: now.Add(-time.Hour)}, 0, time.Time{}},
+		{"interval and concurrency room", HostPolicy{MaxConcurrent: 2, MinInterval: sec}, hostState{Active: 1, LastStarted: now.Add(-time.Hour)}, 1, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, due := hostBudget(tt.pol, tt.h, now, 8)
+			if got != tt.want || !due.Equal(tt.wantDue) {
+				t.Errorf("hostBudget = %d, due %v; want %d, due %v", got, due, tt.want, tt.wantDue)
+			}
+		})
+	}
+}
+
+func TestDistribute(t *testing.T) {
+	tests := []struct {
+		name  string
+		nodes []nodeSlots
+		n     int
+		want  []string
+	}{
+		{"empty farm", nil, 3, []string{}},
+		{"least loaded first, evenly", []nodeSlots{{"a", 6, 4}, {"b", 6, 0}, {"c", 6, 2}}, 5,
+			[]string{"b", "b", "b", "c", "b"}},
+		{"short supply spreads", []nodeSlots{{"a", 6, 0}, {"b", 6, 0}, {"c", 6, 0}}, 3, []string{"a", "b", "c"}},
+		{"capacity bound", []nodeSlots{{"a", 2, 1}, {"b", 1, 0}}, 5, []string{"a", "b"}},
+		{"load is relative to capacity", []nodeSlots{{"big", 12, 6}, {"small", 2, 0}}, 3, []string{"small", "big", "big"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := distribute(tt.nodes, tt.n); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("distribute = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// Within one round: every node filled up to capacity and no further, no host
+// over its concurrency, a rate-limited host given one job, a throttled host's
+// jobs waiting while other hosts' jobs go ahead, and priorities first.
+func TestAssignPolite(t *testing.T) {
+	ctx := context.Background()
+	q, _ := newTestQueue(t, Config{})
+	mustRegister(t, q, "n1", 6)
+	mustRegister(t, q, "n2", 6)
+	mustRegister(t, q, "n3", 6)
+	if _, err := q.SetNodeState(ctx, "n3", NodeDraining); err != nil {
+		t.Fatal(err)
+	}
+	var specs []Spec
+	for i := 0; i < 10; i++ {
+		specs = append(specs, Spec{URL: fmt.Sprintf("http://limited.example/%d", i)})
+		specs = append(specs, Spec{URL: fmt.Sprintf("http://slow.example/%d", i)})
+		specs = append(specs, Spec{URL: fmt.Sprintf("http://free.example/%d", i), Priority: i % 2})
+	}
+	mustEnqueue(t, q, specs...)
+	policy := func(host string) HostPolicy {
+		switch host {
+		case "limited.example":
+			return HostPolicy{MaxConcurrent: 2}
+		case "slow.example":
+			return HostPolicy{MinInterval: time.Hour}
+		}
+		return HostPolicy{MaxConcurrent: 100}
+	}
+	rep, err := q.AssignPolite(ctx, policy, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FreeSlots != 12 || rep.Total() != 12 {
+		t.Fatalf("free %d, assigned %d; want 12 and 12 (the draining node gets nothing)", rep.FreeSlots, rep.Total())
+	}
+	if len(rep.Assigned["n1"]) != 6 || len(rep.Assigned["n2"]) != 6 || len(rep.Assigned["n3"]) != 0 {
+		t.Fatalf("per node: %v", rep.Assigned)
+	}
+	byHost := map[string]int{}
+	var freePriorities []int
+	for _, ids := range rep.Assigned {
+		for _, id := range ids {
+			j := mustGet(t, q, id)
+			if j.State != StateQueued {
+				t.Fatalf("job %d is %s", id, j.State)
+			}
+			byHost[j.Host]++
+			if j.Host == "free.example" {
+				freePriorities = append(freePriorities, j.Priority)
+			}
+		}
+	}
+	if byHost["limited.example"] != 2 || byHost["slow.example"] != 1 || byHost["free.example"] != 9 {
+		t.Fatalf("per host: %v", byHost)
+	}
+	ones := 0
+	for _, p := range freePriorities {
+		ones += p
+	}
+	if ones != 5 { // all five priority-1 jobs went before the priority-0 ones
+		t.Errorf("free.example priorities assigned %v: want all five priority-1 jobs", freePriorities)
+	}
+
+	// Nothing is free now: a second round assigns nothing.
+	rep, err = q.AssignPolite(ctx, policy, 1000)
+	if err != nil || rep.Total() != 0 {
+		t.Fatalf("second round: %+v, %v", rep, err)
+	}
+}
