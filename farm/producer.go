@@ -1,0 +1,231 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// ProducerConfig configures a Producer. Zero values take the documented defaults.
+type ProducerConfig struct {
+	// Queue and Pool are required. The pool also serves the producer's
+	// LISTEN connection and the leader lock connection.
+	Queue *jobqueue.Queue
+	Pool  *pgxpool.Pool
+	// Politeness is the farm-wide per-host policy. Zero: no limits.
+	Politeness Politeness
+	// Tick is the fallback assignment interval; NOTIFY wakes the producer at
+	// once on submits and freed slots. Default 1 s.
+	Tick time.Duration
+	// AssignBatch caps the jobs assigned in one round. Default 5,000.
+	AssignBatch int
+	// StaleAfter: a node whose last heartbeat is older is lost, and its jobs
+	// go back to pending. Default 15 s (consumers heartbeat every 3 s).
+	StaleAfter time.Duration
+	// RescueInterval is how often lost nodes and expired leases are looked
+	// for. Default 2 s.
+	RescueInterval time.Duration
+	// Retention: finished jobs and their results older than this are
+	// deleted. 0 keeps them forever. Default (set by the command): 7 days.
+	Retention time.Duration
+	// RetentionInterval is how often the purge runs. Default 1 min.
+	RetentionInterval time.Duration
+	// RetentionBatch is the rows deleted per transaction. Default 1,000.
+	RetentionBatch int
+	// Elector settings (lock key, retry): see jobqueue.ElectorConfig.
+	Elector jobqueue.ElectorConfig
+	// LeaderActors run only while this producer leads (autoscaling, load
+	// sample recording); each is stopped through its context when
+	// leadership ends.
+	LeaderActors []func(ctx context.Context) error
+	// OnAssigned, if set, observes every round that assigned jobs (metrics).
+	OnAssigned func(jobqueue.AssignReport)
+	Logger     *zap.Logger
+	// Now is the clock for metrics and logs. Default time.Now.
+	Now func() time.Time
+}
+
+// Producer assigns pending jobs to consumer nodes. Several may run against
+// one database: one leads (an advisory lock) and assigns, rescues and purges;
+// the others stand by, ready to take over within a second or so.
+type Producer struct {
+	cfg     ProducerConfig
+	log     *zap.Logger
+	elector *jobqueue.Elector
+}
+
+// NewProducer checks cfg and fills in defaults.
+func NewProducer(cfg ProducerConfig) (*Producer, error) {
+	if cfg.Queue == nil || cfg.Pool == nil {
+		return nil, errors.New("producer: Queue and Pool are required")
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = time.Second
+	}
+	if cfg.AssignBatch <= 0 {
+		cfg.AssignBatch = 5000
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 15 * time.Second
+	}
+	if cfg.RescueInterval <= 0 {
+		cfg.RescueInterval = 2 * time.Second
+	}
+	if cfg.RetentionInterval <= 0 {
+		cfg.RetentionInterval = time.Minute
+	}
+	if cfg.RetentionBatch <= 0 {
+		cfg.RetentionBatch = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	ec := cfg.Elector
+	ec.Logger = cfg.Logger.Named("leader")
+	return &Producer{cfg: cfg, log: cfg.Logger, elector: jobqueue.NewElector(cfg.Pool, ec)}, nil
+}
+
+// IsLeader reports whether this producer assigns now.
+func (p *Producer) IsLeader() bool { return p.elector.IsLeader() }
+
+// Run campaigns for leadership until ctx ends, leading whenever it wins.
+func (p *Producer) Run(ctx context.Context) error {
+	return p.elector.Run(ctx, p.lead)
+}
+
+// lead runs the leader's actors until ctx ends (leadership lost or shutdown).
+func (p *Producer) lead(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	actors := []func(context.Context) error{p.assignLoop, p.rescueLoop}
+	if p.cfg.Retention > 0 {
+		actors = append(actors, p.retentionLoop)
+	}
+	actors = append(actors, p.cfg.LeaderActors...)
+	var wg sync.WaitGroup
+	for _, a := range actors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a(ctx); err != nil && ctx.Err() == nil {
+				p.log.Error("leader actor failed; stepping down", zap.Error(err))
+				cancel() // a half-working leader is worse than a standby taking over
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// assignLoop assigns whenever work or capacity appears (NOTIFY), when a host
+// held back by its interval comes due, and on a fallback tick.
+func (p *Producer) assignLoop(ctx context.Context) error {
+	l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{
+		Channels: []string{jobqueue.ChannelProducer},
+		Logger:   p.log.Named("listener"),
+	})
+	lctx, stopListener := context.WithCancel(ctx)
+	listenerDone := make(chan error, 1)
+	go func() { listenerDone <- l.Run(lctx) }()
+	defer func() { stopListener(); <-listenerDone }()
+
+	tick := time.NewTicker(p.cfg.Tick)
+	defer tick.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	for {
+		rep, err := p.cfg.Queue.AssignPolite(ctx, p.cfg.Politeness.For, p.cfg.AssignBatch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			p.log.Warn("assignment round failed", zap.Error(err))
+		} else if n := rep.Total(); n > 0 {
+			p.log.Debug("assigned", zap.Int("jobs", n), zap.Int("nodes", len(rep.Assigned)),
+				zap.Int("free_slots", rep.FreeSlots), zap.Int("throttled_hosts", rep.Throttled))
+			if p.cfg.OnAssigned != nil {
+				p.cfg.OnAssigned(rep)
+			}
+			if n == p.cfg.AssignBatch {
+				continue // more may be waiting: go again without waiting for a wake-up
+			}
+		}
+		if !rep.NextDue.IsZero() {
+			resetTimer(due, time.Until(rep.NextDue))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.C():
+			drain(l.C()) // one round answers every wake-up that arrived meanwhile
+		case <-tick.C:
+		case <-due.C:
+		}
+	}
+}
+
+// rescueLoop returns the jobs of nodes that stopped heartbeating and of
+// expired leases.
+func (p *Producer) rescueLoop(ctx context.Context) error {
+	tick := time.NewTicker(p.cfg.RescueInterval)
+	defer tick.Stop()
+	for {
+		rep, err := p.cfg.Queue.RescueLost(ctx, p.cfg.StaleAfter)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("rescue failed", zap.Error(err))
+		case len(rep.LostNodes) > 0 || rep.Released+rep.Retried+rep.Failed > 0:
+			p.log.Warn("rescued jobs of lost nodes or expired leases", zap.Strings("lost_nodes", rep.LostNodes),
+				zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// retentionLoop deletes old finished jobs in bounded batches.
+func (p *Producer) retentionLoop(ctx context.Context) error {
+	tick := time.NewTicker(p.cfg.RetentionInterval)
+	defer tick.Stop()
+	for {
+		cutoff := p.cfg.Now().Add(-p.cfg.Retention)
+		n, err := p.cfg.Queue.DeleteFinishedBefore(ctx, cutoff, p.cfg.RetentionBatch)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("retention purge failed", zap.Error(err))
+		case n > 0:
+			p.log.Info("purged finished jobs", zap.Int64("jobs", n), zap.Time("finished_before", cutoff))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func drain(c <-chan jobqueue.Notification) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	t.Reset(max(d, 0))
+}
