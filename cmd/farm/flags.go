@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// errHelp: --help was asked for and printed; exit 0.
+var errHelp = errors.New("help printed")
+
+// flagSet wraps flag.FlagSet so that every flag is also read from a FARM_*
+// environment variable. Precedence: a flag on the command line beats the
+// environment, which beats the built-in default.
+type flagSet struct {
+	*flag.FlagSet
+	name string
+}
+
+func newFlagSet(name, synopsis string, out io.Writer) *flagSet {
+	fs := flag.NewFlagSet("farm "+name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage: farm %s %s\n\n", name, synopsis)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := f.DefValue
+			if def != "" {
+				def = " (default " + def + ")"
+			}
+			fmt.Fprintf(out, "  --%s  [%s]%s\n      %s\n", f.Name, envName(f.Name), def, f.Usage)
+		})
+	}
+	return &flagSet{FlagSet: fs, name: name}
+}
+
+// envName maps a flag name to its environment variable: --exit-after-jobs is FARM_EXIT_AFTER_JOBS.
+func envName(flagName string) string {
+	return "FARM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse reads args, then fills every flag not given on the command line from
+// its environment variable. A malformed environment value is an error that
+// names the variable.
+func (fs *flagSet) parse(args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return &usageError{err.Error()}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		v := getenv(envName(f.Name))
+		if v == "" {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+		}
+	})
+	if len(errs) > 0 {
+		return &usageError{errors.Join(errs...).Error()}
+	}
+	return nil
+}

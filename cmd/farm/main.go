@@ -1,0 +1,120 @@
+// Command farm is browserfarm's one binary: the producer, the consumer node,
+// the one-machine `farm up`, and the operator's tools (submit, status,
+// results, cancel, retry, migrate). main is wiring only: it parses flags and
+// FARM_* environment variables, builds the logger, and hands explicit
+// dependencies to the roles in package farm.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes. 75 (EX_TEMPFAIL) is the consumer's "recycle me": it finished
+// its --exit-after-jobs jobs and wants a fresh process.
+const (
+	exitOK      = 0
+	exitError   = 1
+	exitUsage   = 2
+	exitRecycle = 75
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *environment, args []string) error
+}
+
+// environment is what every subcommand gets from main: streams and the
+// process environment, passed explicitly so tests can run commands in-process.
+type environment struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	args0          string // path of this binary, for `farm up` to start consumers
+}
+
+func commands() []command {
+	return []command{
+		{"submit", "submit jobs: URLs as arguments, from a file or stdin, or JSON-lines specs", runSubmit},
+		{"status", "show nodes and queue counts", runStatus},
+		{"results", "export results as JSON lines or CSV", runResults},
+		{"cancel", "cancel jobs by id or batch", runCancel},
+		{"retry", "retry failed or canceled jobs by id or batch", runRetry},
+		{"migrate", "apply the database schema migrations", runMigrate},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	os.Exit(realMain(os.Args, &environment{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, args0: os.Args[0],
+	}))
+}
+
+func realMain(args []string, env *environment) int {
+	if len(args) < 2 || args[1] == "-h" || args[1] == "--help" || args[1] == "help" {
+		usage(env.stderr)
+		if len(args) < 2 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	name := args[1]
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == name {
+			cmd = &c
+			break
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(env.stderr, "farm: unknown command %q\n\n", name)
+		usage(env.stderr)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := cmd.run(ctx, env, args[2:])
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errHelp):
+		return exitOK
+	case errors.Is(err, errRecycle):
+		return exitRecycle
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(env.stderr, "farm %s: %v\n", name, err)
+		return exitUsage
+	}
+	fmt.Fprintf(env.stderr, "farm %s: %v\n", name, err)
+	return exitError
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: farm <command> [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'farm <command> --help' for a command's flags. Every flag can also be set")
+	fmt.Fprintln(w, "by an environment variable: --database-url is FARM_DATABASE_URL (flag beats env beats default).")
+	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 error, 2 bad usage, 75 consumer asks to be restarted (recycle)")
+}
+
+// errRecycle makes realMain exit with exitRecycle.
+var errRecycle = errors.New("recycle: process exit requested after --exit-after-jobs jobs")
+
+// usageError is a bad flag or argument: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }

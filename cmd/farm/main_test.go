@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/browserfarm/browserfarm/internal/pgtest"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// farmRun runs one farm command in-process and returns its exit code and output.
+func farmRun(t *testing.T, stdin string, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := realMain(append([]string{"farm"}, args...), &environment{
+		stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb,
+		getenv: func(k string) string { return env[k] }, args0: "farm",
+	})
+	return code, out.String(), errb.String()
+}
+
+// migratedDB is a fresh database with the schema, and a queue on it.
+func migratedDB(t *testing.T) (string, *jobqueue.Queue) {
+	t.Helper()
+	url := pgtest.NewDB(t)
+	pool, err := openPool(context.Background(), url, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := jobqueue.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return url, jobqueue.New(pool, jobqueue.Config{})
+}
+
+func TestUsageAndUnknownCommand(t *testing.T) {
+	if code, _, errOut := farmRun(t, "", nil); code != exitUsage || !strings.Contains(errOut, "commands:") {
+		t.Errorf("no command: code %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := farmRun(t, "", nil, "frobnicate"); code != exitUsage || !strings.Contains(errOut, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: code %d, stderr %q", code, errOut)
+	}
+	for _, c := range commands() {
+		code, _, errOut := farmRun(t, "", nil, c.name, "--help")
+		if code != exitOK || !strings.Contains(errOut, "usage: farm "+c.name) {
+			t.Errorf("%s --help: code %d, stderr %q", c.name, code, errOut)
+		}
+	}
+}
+
+func TestEnvironmentConfiguresFlags(t *testing.T) {
+	// A flag beats the environment, which beats the default.
+	fs := newFlagSet("x", "", &bytes.Buffer{})
+	n := fs.Int("exit-after-jobs", 80, "")
+	s := fs.String("node-id", "", "")
+	err := fs.parse([]string{"--node-id", "from-flag"}, func(k string) string {
+		return map[string]string{"FARM_EXIT_AFTER_JOBS": "12", "FARM_NODE_ID": "from-env"}[k]
+	})
+	if err != nil || *n != 12 || *s != "from-flag" {
+		t.Fatalf("exit-after-jobs=%d node-id=%q err=%v", *n, *s, err)
+	}
+	fs = newFlagSet("x", "", &bytes.Buffer{})
+	fs.Int("exit-after-jobs", 80, "")
+	err = fs.parse(nil, func(k string) string { return map[string]string{"FARM_EXIT_AFTER_JOBS": "lots"}[k] })
+	if err == nil || !strings.Contains(err.Error(), `FARM_EXIT_AFTER_JOBS="lots"`) {
+		t.Fatalf("bad env value: err = %v", err)
+	}
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+func runMigrate(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("migrate", "[flags]", env.stderr)
+	var db dbOptions
+	db.register(fs)
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	pool, err := db.pool(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	applied, _, err := jobqueue.SchemaVersion(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "schema at version %d\n", applied)
+	return nil
+}
+
+func runStatus(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("status", "[flags]", env.stderr)
+	var db dbOptions
+	var asJSON bool
+	db.register(fs)
+	fs.BoolVar(&asJSON, "json", false, "print JSON instead of tables")
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	pool, err := db.pool(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	q := jobqueue.New(pool, jobqueue.Config{})
+	nodes, err := q.ListNodes(ctx)
+	if err != nil {
+		return err
+	}
+	stats, err := q.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"nodes": nodes, "stats": stats})
+	}
+	writeStatus(env.stdout, nodes, stats, time.Now())
+	return nil
+}
+
+// writeStatus prints the nodes table and the queue counts.
+func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tCHROME RESTARTS\tPROCESS RESTARTS\tHEARTBEAT")
+	for _, n := range nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d\t%d\t%s ago\n",
+			n.ID, n.State, n.Load.BusySessions, n.Capacity, n.Queued, n.Load.CPUPercent,
+			mib(n.Load.MemUsedBytes), mib(n.Load.MemTotalBytes), mib(n.Load.ChromePSSBytes),
+			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, n.Load.ChromeRestarts, n.ProcessRestarts,
+			now.Sub(n.HeartbeatAt).Round(time.Second))
+	}
+	if len(nodes) == 0 {
+		fmt.Fprintln(tw, "(no nodes registered)")
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PENDING\tQUEUED\tPROCESSING\tCOMPLETED\tFAILED\tCANCELED\tDONE/MIN\tFAILED/MIN")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n",
+		stats.Jobs[jobqueue.StatePending], stats.Jobs[jobqueue.StateQueued], stats.Jobs[jobqueue.StateProcessing],
+		stats.Jobs[jobqueue.StateCompleted], stats.Jobs[jobqueue.StateFailed], stats.Jobs[jobqueue.StateCanceled],
+		stats.CompletedLastMinute, stats.FailedLastMinute)
+	tw.Flush()
+}
+
+func mib(b int64) string {
+	if b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fMiB", float64(b)/(1<<20))
+}
+
+func runResults(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("results", "[flags]", env.stderr)
+	var db dbOptions
+	var format, states, batch, since, until string
+	var html, screenshot bool
+	db.register(fs)
+	fs.StringVar(&format, "format", "jsonl", "output format: jsonl or csv")
+	fs.StringVar(&states, "state", "completed,failed", "job states to export, comma-separated")
+	fs.StringVar(&batch, "batch", "", "only this batch id")
+	fs.StringVar(&since, "since", "", "only jobs finished at or after this time (RFC 3339, or a duration ago like 2h)")
+	fs.StringVar(&until, "until", "", "only jobs finished before this time (RFC 3339, or a duration ago)")
+	fs.BoolVar(&html, "html", false, "include the page HTML (jsonl only)")
+	fs.BoolVar(&screenshot, "screenshot", false, "include screenshots, base64 (jsonl only)")
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	f := jobqueue.ExportFilter{BatchID: batch, WithHTML: html, WithScreenshot: screenshot}
+	for _, s := range strings.Split(states, ",") {
+		st := jobqueue.State(strings.TrimSpace(s))
+		if !st.Valid() {
+			return usagef("--state: %q is not a job state (pending, queued, processing, completed, failed, canceled)", s)
+		}
+		f.States = append(f.States, st)
+	}
+	var err error
+	if f.FinishedFrom, err = parseWhen(since, time.Now()); err != nil {
+		return usagef("--since: %v", err)
+	}
+	if f.FinishedTo, err = parseWhen(until, time.Now()); err != nil {
+		return usagef("--until: %v", err)
+	}
+	var write func(jobqueue.ExportRow) error
+	var flush func() error
+	switch format {
+	case "jsonl":
+		enc := json.NewEncoder(env.stdout)
+		write = func(r jobqueue.ExportRow) error { return enc.Encode(exportRecord(r)) }
+		flush = func() error { return nil }
+	case "csv":
+		if html || screenshot {
+			return usagef("--html and --screenshot need --format jsonl")
+		}
+		cw := csv.NewWriter(env.stdout)
+		if err := cw.Write(csvHeader); err != nil {
+			return err
+		}
+		write = func(r jobqueue.ExportRow) error { return cw.Write(csvRecord(r)) }
+		flush = func() error { cw.Flush(); return cw.Error() }
+	default:
+		return usagef("--format: %q is not jsonl or csv", format)
+	}
+	pool, err := db.pool(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	q := jobqueue.New(pool, jobqueue.Config{})
+	if err := q.ExportResults(ctx, f, write); err != nil {
+		return err
+	}
+	return flush()
+}
+
+// parseWhen reads an absolute time (RFC 3339) or a duration before now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 2h", s)
+	}
+	return t, nil
+}
+
+// exportedJob is one line of `farm results --format jsonl`.
+type exportedJob struct {
+	ID         int64            `json:"id"`
+	BatchID    string           `json:"batch_id"`
+	State      jobqueue.State   `json:"state"`
+	URL        string           `json:"url"`
+	Attempts   int              `json:"attempts"`
+	NodeID     string           `json:"node_id,omitempty"`
+	Error      string           `json:"error,omitempty"`
+	ErrorClass string           `json:"error_class,omitempty"`
+	ParentID   int64            `json:"parent_id,omitempty"`
+	Depth      int              `json:"depth,omitempty"`
+	CreatedAt  time.Time        `json:"created_at"`
+	FinishedAt *time.Time       `json:"finished_at,omitempty"`
+	Result     *jobqueue.Result `json:"result,omitempty"`
+}
+
+func exportRecord(r jobqueue.ExportRow) exportedJob {
+	return exportedJob{ID: r.Job.ID, BatchID: r.Job.BatchID, State: r.Job.State, URL: r.Job.Spec.URL,
+		Attempts: r.Job.Attempts, NodeID: r.Job.NodeID, Error: r.Job.LastError, ErrorClass: r.Job.ErrorClass,
+		ParentID: r.Job.ParentID, Depth: r.Job.Depth, CreatedAt: r.Job.CreatedAt, FinishedAt: r.Job.FinishedAt,
+		Result: r.Result}
+}
+
+var csvHeader = []string{"id", "batch_id", "state", "url", "final_url", "status", "title", "data", "error_class", "error", "attempts", "node_id", "created_at", "finished_at", "total_ms"}
+
+func csvRecord(r jobqueue.ExportRow) []string {
+	j := r.Job
+	rec := []string{strconv.FormatInt(j.ID, 10), j.BatchID, string(j.State), j.Spec.URL, "", "", "", "",
+		j.ErrorClass, j.LastError, strconv.Itoa(j.Attempts), j.NodeID, j.CreatedAt.UTC().Format(time.RFC3339Nano), "", ""}
+	if j.FinishedAt != nil {
+		rec[13] = j.FinishedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if res := r.Result; res != nil {
+		rec[4], rec[5], rec[6], rec[7] = res.FinalURL, strconv.Itoa(res.Status), res.Title, string(res.Data)
+		rec[14] = strconv.FormatInt(res.Timings.TotalMS, 10)
+	}
+	return rec
+}
+
+// idArgs parses job ids from arguments.
+func idArgs(args []string) ([]int64, error) {
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usagef("%q is not a job id", a)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func runCancel(ctx context.Context, env *environment, args []string) error {
+	return cancelOrRetry(ctx, env, args, "cancel")
+}
+
+func runRetry(ctx context.Context, env *environment, args []string) error {
+	return cancelOrRetry(ctx, env, args, "retry")
+}
+
+func cancelOrRetry(ctx context.Context, env *environment, args []string, verb string) error {
+	fs := newFlagSet(verb, "[flags] [JOB_ID ...]", env.stderr)
+	var db dbOptions
+	var batch string
+	db.register(fs)
+	fs.StringVar(&batch, "batch", "", verb+" every job of this batch")
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	ids, err := idArgs(fs.Args())
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 && batch == "" {
+		return usagef("give job ids or --batch")
+	}
+	pool, err := db.pool(ctx, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	q := jobqueue.New(pool, jobqueue.Config{})
+	var n int64
+	switch {
+	case verb == "cancel" && batch != "":
+		n, err = q.CancelBatch(ctx, batch)
+	case verb == "cancel":
+		n, err = q.Cancel(ctx, ids...)
+	case batch != "":
+		n, err = q.RetryBatch(ctx, batch)
+	default:
+		n, err = q.Retry(ctx, ids...)
+	}
+	if err != nil {
+		return err
+	}
+	past := map[string]string{"cancel": "canceled", "retry": "queued again"}[verb]
+	fmt.Fprintf(env.stdout, "%d jobs %s\n", n, past)
+	return nil
+}
+
+type batchSummary struct {
+	completed, failed, canceled int64
+	took                        time.Duration
+}
+
+// followBatch shows a progress bar until every job of the batch is finished.
+// Polling is fine here: it is one small query a quarter second for one person's terminal.
+func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int, w io.Writer) (batchSummary, error) {
+	start := time.Now()
+	bar := progressbar.NewOptions64(int64(total),
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription("rendering"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("pages"),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := q.BatchCounts(ctx, batch)
+		if err != nil {
+			return batchSummary{}, err
+		}
+		if c.Total > int64(total) { // followed links joined the batch
+			bar.ChangeMax64(c.Total)
+		}
+		_ = bar.Set64(c.Finished())
+		bar.Describe(fmt.Sprintf("rendering (%d failed)", c.By[jobqueue.StateFailed]))
+		if c.Total > 0 && c.Finished() == c.Total {
+			_ = bar.Finish()
+			return batchSummary{completed: c.By[jobqueue.StateCompleted], failed: c.By[jobqueue.StateFailed],
+				canceled: c.By[jobqueue.StateCanceled], took: time.Since(start)}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return batchSummary{}, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}

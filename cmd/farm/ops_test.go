@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+func TestReadSpecs(t *testing.T) {
+	flags := &specFlags{priority: 5, extract: "document.title", headers: multiFlag{"X-Test: 1"}}
+	in := strings.Join([]string{
+		"# a comment",
+		"https://example.com/a",
+		"",
+		`{"url":"https://example.com/b","priority":9,"extract":"1+1"}`,
+		"  https://example.com/c  ",
+	}, "\n")
+	specs, where, err := readSpecs(strings.NewReader(in), "jobs.txt", flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 3 {
+		t.Fatalf("got %d specs", len(specs))
+	}
+	if specs[0].URL != "https://example.com/a" || specs[0].Priority != 5 || specs[0].Extract != "document.title" || specs[0].Headers["X-Test"] != "1" {
+		t.Errorf("spec 0 = %+v", specs[0])
+	}
+	if specs[1].Priority != 9 || specs[1].Extract != "1+1" {
+		t.Errorf("JSON spec fields were overridden by flags: %+v", specs[1])
+	}
+	if specs[2].URL != "https://example.com/c" {
+		t.Errorf("spec 2 URL %q", specs[2].URL)
+	}
+	if where[0].line != 2 || where[1].line != 4 || where[2].line != 5 {
+		t.Errorf("line numbers %+v", where)
+	}
+
+	bad := []struct{ in, want string }{
+		{"https://a.com\n{\"url\": \"https://b.com\",}\n", "jobs.txt line 2: bad JSON job spec"},
+		{"{\"url\":\"https://a.com\",\"colour\":\"red\"}", `jobs.txt line 1: bad JSON job spec: json: unknown field "colour"`},
+		{"{\"url\":\"https://a.com\"} {\"url\":\"https://b.com\"}", "line 1: bad JSON job spec: more than one value"},
+	}
+	for _, b := range bad {
+		if _, _, err := readSpecs(strings.NewReader(b.in), "jobs.txt", &specFlags{}); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("readSpecs(%q) err = %v, want %q", b.in, err, b.want)
+		}
+	}
+	if _, _, err := readSpecs(strings.NewReader("https://a.com"), "x", &specFlags{headers: multiFlag{"nocolon"}}); err == nil || !strings.Contains(err.Error(), "--header") {
+		t.Errorf("bad --header accepted: %v", err)
+	}
+}
+
+// A file with one bad line fails with the line number and field, and
+// enqueues nothing.
+func TestSubmitBadLineEnqueuesNothing(t *testing.T) {
+	url, q := migratedDB(t)
+	file := filepath.Join(t.TempDir(), "jobs.txt")
+	lines := "https://example.com/1\nhttps://example.com/2\n\n# fine so far\nfile:///etc/passwd\nhttps://example.com/3\n"
+	if err := os.WriteFile(file, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := farmRun(t, "", map[string]string{"FARM_DATABASE_URL": url}, "submit", "--file", file)
+	if code != exitError {
+		t.Fatalf("exit code %d, want %d; stderr %q", code, exitError, errOut)
+	}
+	if !strings.Contains(errOut, "jobs.txt line 5") || !strings.Contains(errOut, `field "url"`) || !strings.Contains(errOut, "file") {
+		t.Fatalf("stderr %q does not name line 5 and field url", errOut)
+	}
+	stats, err := q.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for st, n := range stats.Jobs {
+		if n != 0 {
+			t.Fatalf("%d %s jobs exist after a rejected submit", n, st)
+		}
+	}
+	// Out-of-range field from a flag, named as an argument.
+	code, _, errOut = farmRun(t, "", map[string]string{"FARM_DATABASE_URL": url}, "submit", "--max-attempts", "99", "https://example.com/x")
+	if code != exitError || !strings.Contains(errOut, "argument 1") || !strings.Contains(errOut, "max_attempts") {
+		t.Fatalf("bad max-attempts: code %d stderr %q", code, errOut)
+	}
+}
+
+func TestSubmitStatusResultsCancelRetry(t *testing.T) {
+	ctx := context.Background()
+	url, q := migratedDB(t)
+	env := map[string]string{"FARM_DATABASE_URL": url}
+	code, out, errOut := farmRun(t, "https://example.com/a\nhttps://example.com/b\nhttps://example.com/c\n", env,
+		"submit", "--quiet", "--priority", "3", "-")
+	if code != exitOK {
+		t.Fatalf("submit: %d %s", code, errOut)
+	}
+	batch := strings.TrimSpace(out)
+	page, err := q.List(ctx, jobqueue.ListFilter{BatchID: batch})
+	if err != nil || len(page.Jobs) != 3 || page.Jobs[0].Priority != 3 {
+		t.Fatalf("batch %s: %+v, %v", batch, page.Jobs, err)
+	}
+	// Work the batch by hand: one completes, one fails, one is canceled.
+	if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: "n1", Capacity: 6}); err != nil {
+		t.Fatal(err)
+	}
+	ids := []int64{page.Jobs[2].ID, page.Jobs[1].ID, page.Jobs[0].ID} // List is newest first
+	if code, out, _ := farmRun(t, "", env, "cancel", strconv.FormatInt(ids[2], 10)); code != exitOK || !strings.Contains(out, "1 jobs canceled") {
+		t.Fatalf("cancel: %d %q", code, out)
+	}
+	if _, err := q.Assign(ctx, "n1", 6); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := q.Claim(ctx, "n1", 6)
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
+	}
+	if _, err := q.Complete(ctx, ids[0], "n1", jobqueue.Result{FinalURL: "https://example.com/a", Status: 200, Title: "A, \"quoted\"", Data: json.RawMessage(`{"k":[1,2]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Fail(ctx, ids[1], "n1", "selector never appeared", "timeout", false); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut = farmRun(t, "", env, "status")
+	if code != exitOK || !strings.Contains(out, "n1") || !strings.Contains(out, "PENDING") {
+		t.Fatalf("status: %d %q %q", code, out, errOut)
+	}
+
+	code, out, _ = farmRun(t, "", env, "results", "--batch", batch)
+	if code != exitOK {
+		t.Fatalf("results: %d", code)
+	}
+	var lines []exportedJob
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var e exportedJob
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("results line %q: %v", l, err)
+		}
+		lines = append(lines, e)
+	}
+	if len(lines) != 2 || lines[0].State != jobqueue.StateCompleted || lines[0].Result == nil || lines[1].Error != "selector never appeared" {
+		t.Fatalf("jsonl export: %+v", lines)
+	}
+
+	code, out, _ = farmRun(t, "", env, "results", "--format", "csv", "--state", "completed", "--since", "1h")
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if code != exitOK || err != nil || len(recs) != 2 || recs[1][6] != `A, "quoted"` || recs[1][7] != `{"k": [1, 2]}` {
+		t.Fatalf("csv export: code %d err %v records %q", code, err, recs)
+	}
+	if code, _, errOut := farmRun(t, "", env, "results", "--state", "done"); code != exitUsage || !strings.Contains(errOut, `"done" is not a job state`) {
+		t.Fatalf("bad --state: %d %q", code, errOut)
+	}
+
+	if code, out, _ := farmRun(t, "", env, "retry", "--batch", batch); code != exitOK || !strings.Contains(out, "2 jobs queued again") {
+		t.Fatalf("retry batch: %d %q", code, out)
+	}
+	if j, _ := q.Get(ctx, ids[1]); j.State != jobqueue.StatePending || j.Attempts != 0 {
+		t.Fatalf("retried job: %+v", j)
+	}
+}
+
+func TestParseWhen(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in      string
+		want    time.Time
+		wantErr bool
+	}{
+		{"", time.Time{}, false},
+		{"2h", now.Add(-2 * time.Hour), false},
+		{"2026-11-20T08:00:00Z", time.Date(2026, 11, 20, 8, 0, 0, 0, time.UTC), false},
+		{"yesterday", time.Time{}, true},
+	}
+	for _, tt := range tests {
+		got, err := parseWhen(tt.in, now)
+		if (err != nil) != tt.wantErr || !got.Equal(tt.want) {
+			t.Errorf("parseWhen(%q) = %v, %v", tt.in, got, err)
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// specFlags are the common spec fields settable from the command line; they
+// apply to plain-URL lines and fill unset fields of JSON-lines specs.
+type specFlags struct {
+	waitFor     string
+	networkIdle bool
+	extract     string
+	html        bool
+	screenshot  bool
+	priority    int
+	maxAttempts int
+	timeout     time.Duration
+	block       string
+	headers     multiFlag
+	userAgent   string
+	proxy       string
+	follow      string
+	followDepth int
+	anyHost     bool
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ", ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func (f *specFlags) register(fs *flagSet) {
+	fs.StringVar(&f.waitFor, "wait-for", "", "CSS selector that must become visible before extraction")
+	fs.BoolVar(&f.networkIdle, "network-idle", false, "also wait until the network is idle")
+	fs.StringVar(&f.extract, "extract", "", "JavaScript expression whose JSON value is the result's data")
+	fs.BoolVar(&f.html, "html", false, "keep the page's HTML")
+	fs.BoolVar(&f.screenshot, "screenshot", false, "keep a PNG screenshot")
+	fs.IntVar(&f.priority, "priority", 0, "priority, -1000..1000 (higher runs first)")
+	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before a job fails, 1..20 (0: the queue's default, 3)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "bound on one render, e.g. 30s (0: default 30s)")
+	fs.StringVar(&f.block, "block", "", "resource types not to load, comma-separated: image,font,media,stylesheet")
+	fs.Var(&f.headers, "header", "extra request header 'Name: value' (repeatable)")
+	fs.StringVar(&f.userAgent, "user-agent", "", "user agent override")
+	fs.StringVar(&f.proxy, "proxy", "", "proxy for these jobs, e.g. http://user:pass@host:3128")
+	fs.StringVar(&f.follow, "follow", "", "CSS selector of links to enqueue as child jobs")
+	fs.IntVar(&f.followDepth, "follow-depth", 1, "with --follow: how deep to follow")
+	fs.BoolVar(&f.anyHost, "follow-any-host", false, "with --follow: follow links to other hosts too")
+}
+
+// apply fills the fields of s that the flags set and s leaves empty.
+func (f *specFlags) apply(s *jobqueue.Spec) error {
+	if f.waitFor != "" || f.networkIdle {
+		if s.Wait == nil {
+			s.Wait = &jobqueue.Wait{}
+		}
+		if s.Wait.Selector == "" {
+			s.Wait.Selector = f.waitFor
+		}
+		s.Wait.NetworkIdle = s.Wait.NetworkIdle || f.networkIdle
+	}
+	if s.Extract == "" {
+		s.Extract = f.extract
+	}
+	s.HTML = s.HTML || f.html
+	s.Screenshot = s.Screenshot || f.screenshot
+	if s.Priority == 0 {
+		s.Priority = f.priority
+	}
+	if s.MaxAttempts == 0 {
+		s.MaxAttempts = f.maxAttempts
+	}
+	if s.TimeoutMS == 0 && f.timeout > 0 {
+		s.TimeoutMS = int(f.timeout / time.Millisecond)
+	}
+	if len(s.Block) == 0 && f.block != "" {
+		for _, b := range strings.Split(f.block, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				s.Block = append(s.Block, b)
+			}
+		}
+	}
+	for _, h := range f.headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return usagef("--header %q: want 'Name: value'", h)
+		}
+		if s.Headers == nil {
+			s.Headers = map[string]string{}
+		}
+		if _, set := s.Headers[strings.TrimSpace(name)]; !set {
+			s.Headers[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		}
+	}
+	if s.UserAgent == "" {
+		s.UserAgent = f.userAgent
+	}
+	if s.Proxy == "" {
+		s.Proxy = f.proxy
+	}
+	if s.Follow == nil && f.follow != "" {
+		s.Follow = &jobqueue.Follow{Selector: f.follow, MaxDepth: f.followDepth, AnyHost: f.anyHost}
+	}
+	return nil
+}
+
+// inputLine remembers where a spec came from, so errors can name the line.
+type inputLine struct {
+	source string // file name, "stdin" or "argument"
+	line   int
+}
+
+func (l inputLine) String() string {
+	if l.source == "argument" {
+		return fmt.Sprintf("argument %d", l.line)
+	}
+	return fmt.Sprintf("%s line %d", l.source, l.line)
+}
+
+// readSpecs reads one job per line: a URL, or a JSON object (a job spec).
+// Blank lines and lines starting with # are skipped. A malformed line is an
+// error naming the line; nothing is returned then.
+func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, []inputLine, error) {
+	var specs []jobqueue.Spec
+	var where []inputLine
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	n := 0
+	for sc.Scan() {
+		n++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		spec, err := parseSpecLine(text, flags)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s line %d: %w", source, n, err)
+		}
+		specs = append(specs, spec)
+		where = append(where, inputLine{source, n})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, fmt.Errorf("%s line %d: %w", source, n+1, err)
+	}
+	return specs, where, nil
+}
+
+func parseSpecLine(text string, flags *specFlags) (jobqueue.Spec, error) {
+	var spec jobqueue.Spec
+	if strings.HasPrefix(text, "{") {
+		dec := json.NewDecoder(strings.NewReader(text))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&spec); err != nil {
+			return spec, fmt.Errorf("bad JSON job spec: %w", err)
+		}
+		if dec.More() {
+			return spec, errors.New("bad JSON job spec: more than one value on the line")
+		}
+	} else {
+		spec.URL = text
+	}
+	if err := flags.apply(&spec); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
+// locateSpecError rewrites the queue's "job N" validation error into the
+// user's terms: the file and line (or argument) the job came from.
+func locateSpecError(err error, where []inputLine) error {
+	var se *jobqueue.SpecError
+	if errors.As(err, &se) && se.Index >= 0 && se.Index < len(where) {
+		return fmt.Errorf("%s: field %q: %s (nothing was submitted)", where[se.Index], se.Field, se.Msg)
+	}
+	return err
+}
+
+func runSubmit(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("submit", "[flags] [URL ...]   (or --file FILE, or '-' for stdin)", env.stderr)
+	var db dbOptions
+	var sf specFlags
+	var file string
+	var wait bool
+	var quiet bool
+	db.register(fs)
+	sf.register(fs)
+	fs.StringVar(&file, "file", "", "read jobs from this file ('-' for stdin): one URL or JSON job spec per line")
+	fs.BoolVar(&wait, "wait", false, "follow the batch with a progress bar until every job is finished")
+	fs.BoolVar(&quiet, "quiet", false, "print only the batch id")
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	var specs []jobqueue.Spec
+	var where []inputLine
+	rest := fs.Args()
+	if len(rest) == 1 && rest[0] == "-" && file == "" {
+		file, rest = "-", nil
+	}
+	if file != "" {
+		var r io.Reader = env.stdin
+		source := "stdin"
+		if file != "-" {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return fmt.Errorf("--file: %w", err)
+			}
+			r, source = bytes.NewReader(b), file
+		}
+		var err error
+		if specs, where, err = readSpecs(r, source, &sf); err != nil {
+			return err
+		}
+	}
+	for i, a := range rest {
+		spec, err := parseSpecLine(a, &sf)
+		if err != nil {
+			return fmt.Errorf("argument %d: %w", i+1, err)
+		}
+		specs = append(specs, spec)
+		where = append(where, inputLine{"argument", i + 1})
+	}
+	if len(specs) == 0 {
+		return usagef("no jobs: give URLs as arguments, --file FILE, or '-' to read stdin")
+	}
+	// Validate before connecting: a bad line is the user's to fix, not a database error.
+	for i := range specs {
+		if err := specs[i].Validate(); err != nil {
+			var se *jobqueue.SpecError
+			if errors.As(err, &se) {
+				se.Index = i
+			}
+			return locateSpecError(err, where)
+		}
+	}
+	pool, err := db.pool(ctx, 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	q := jobqueue.New(pool, jobqueue.Config{})
+	batch, ids, err := q.Enqueue(ctx, specs)
+	if err != nil {
+		return locateSpecError(err, where)
+	}
+	if quiet {
+		fmt.Fprintln(env.stdout, batch)
+	} else {
+		fmt.Fprintf(env.stdout, "submitted %d jobs (ids %d..%d) as batch %s\n", len(ids), ids[0], ids[len(ids)-1], batch)
+	}
+	if !wait {
+		return nil
+	}
+	sum, err := followBatch(ctx, q, batch, len(ids), env.stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stdout, "batch %s: %d completed, %d failed, %d canceled in %s\n",
+		batch, sum.completed, sum.failed, sum.canceled, sum.took.Round(time.Millisecond))
+	if sum.failed > 0 {
+		return fmt.Errorf("%d of %d jobs failed (see: farm results --batch %s --state failed)", sum.failed, len(ids), batch)
+	}
+	return nil
+}
