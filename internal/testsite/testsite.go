@@ -1,0 +1,674 @@
+// Package testsite is a small JavaScript-heavy web site served on 127.0.0.1
+// for the tests, the demo and the benchmarks. Its pages behave like the sites
+// the farm scrapes: content that exists only after scripts ran and an API
+// answered, infinite lists, forms, redirects, slow and hanging responses, and
+// hostile pages (dialogs, popups, downloads, endless loops, huge DOMs, a
+// renderer crash). Nothing on it reaches beyond the loopback interface.
+package testsite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Options configures the site. The zero value is usable.
+type Options struct {
+	// Items is how many list items /page/{n} renders. 0 means 200.
+	Items int
+	// ScriptDelay is how long the page script waits before it calls the API,
+	// like a real site's bundle that boots before it fetches. 0 means 20 ms;
+	// a negative value means no delay.
+	ScriptDelay time.Duration
+	// LeakMB is how many megabytes /leak/{n} retains by default. 0 means 8.
+	LeakMB int
+	// MaxDelay caps every server-side delay (?delay=, /slow/{ms}). 0 means 60 s.
+	MaxDelay time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Items <= 0 {
+		o.Items = 200
+	}
+	if o.ScriptDelay == 0 {
+		o.ScriptDelay = 20 * time.Millisecond
+	}
+	if o.ScriptDelay < 0 {
+		o.ScriptDelay = 0
+	}
+	if o.LeakMB <= 0 {
+		o.LeakMB = 8
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = time.Minute
+	}
+	return o
+}
+
+// site is the handler. stop ends every delay and hang at once, so that a
+// server can close without waiting for a request that never finishes.
+type site struct {
+	opts Options
+	mux  *http.ServeMux
+	stop <-chan struct{}
+}
+
+// New returns the site's handler. Requests that wait (/hang, /slow, delayed API
+// answers) end when their request's context ends.
+func New(opts Options) http.Handler {
+	return newSite(opts, nil)
+}
+
+func newSite(opts Options, stop <-chan struct{}) *site {
+	s := &site{opts: opts.withDefaults(), mux: http.NewServeMux(), stop: stop}
+	s.routes()
+	return s
+}
+
+func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *site) routes() {
+	m := s.mux
+	m.HandleFunc("GET /{$}", s.index)
+	m.HandleFunc("GET /page/{n}", s.page(false))
+	m.HandleFunc("GET /leak/{n}", s.page(true))
+	m.HandleFunc("GET /api/item/{n}", s.apiItem)
+	m.HandleFunc("GET /api/more/{k}", s.apiMore)
+	m.HandleFunc("GET /links/{n}", s.links)
+	m.HandleFunc("GET /infinite", s.infinite)
+	m.HandleFunc("GET /form", s.form)
+	m.HandleFunc("GET /echo", s.echo)
+	m.HandleFunc("GET /storage", s.storage)
+	m.HandleFunc("GET /console", s.console)
+	m.HandleFunc("GET /slow/{ms}", s.slow)
+	m.HandleFunc("GET /hang", s.hang)
+	m.HandleFunc("GET /status/{code}", s.status)
+	m.HandleFunc("GET /redirect/{n}", s.redirect)
+	m.HandleFunc("GET /redirect-loop", s.redirectLoop)
+	m.HandleFunc("GET /hostile/alert", s.hostileAlert)
+	m.HandleFunc("GET /hostile/beforeunload", s.hostileBeforeUnload)
+	m.HandleFunc("GET /hostile/popup", s.hostilePopup)
+	m.HandleFunc("GET /hostile/download", s.hostileDownload)
+	m.HandleFunc("GET /hostile/autodownload", s.hostileAutoDownload)
+	m.HandleFunc("GET /hostile/loop", s.hostileLoop)
+	m.HandleFunc("GET /hostile/dom", s.hostileDOM)
+	m.HandleFunc("GET /hostile/crash", s.hostileCrash)
+}
+
+// paths lists the site's pages with a one-line description each, for the
+// index page and for documentation.
+var paths = [][2]string{
+	{"/page/{n}?delay=ms", "JS fetches /api/item/{n} (answered after delay ms) and renders a heading, a list and #ready"},
+	{"/leak/{n}?mb=N", "like /page/{n}, and the script retains N MB of objects"},
+	{"/links/{n}", "links to /page/* and a.next to /links/{n+1}"},
+	{"/infinite", "infinite list: scrolling to the bottom loads 20 more items"},
+	{"/form", "input#q, button#go, button#more (load more), #out"},
+	{"/echo", "the request's headers and cookies as JSON in #data"},
+	{"/storage", "counts visits in a cookie and localStorage"},
+	{"/console", "logs console errors and throws an uncaught exception"},
+	{"/slow/{ms}", "answers after ms milliseconds"},
+	{"/hang", "sends part of a page and never finishes"},
+	{"/status/{code}", "answers with that HTTP status"},
+	{"/redirect/{n}", "n redirects, then /page/0"},
+	{"/redirect-loop", "redirects to itself"},
+	{"/hostile/alert", "alert() and confirm() while loading"},
+	{"/hostile/beforeunload", "an onbeforeunload prompt"},
+	{"/hostile/popup", "window.open on load and on click of #open"},
+	{"/hostile/download", "a forced download (Content-Disposition: attachment)"},
+	{"/hostile/autodownload", "a page that starts a download from script"},
+	{"/hostile/loop", "an infinite JavaScript loop after the first paint"},
+	{"/hostile/dom?n=N", "a DOM of N elements (default 200000)"},
+	{"/hostile/crash", "allocates until the renderer runs out of memory"},
+}
+
+func (s *site) index(w http.ResponseWriter, r *http.Request) {
+	var b strings.Builder
+	b.WriteString("<!doctype html><html><head><meta charset=\"utf-8\"><title>testsite</title></head><body><h1>testsite</h1><ul>")
+	for _, p := range paths {
+		fmt.Fprintf(&b, "<li><code>%s</code>: %s</li>", html.EscapeString(p[0]), html.EscapeString(p[1]))
+	}
+	b.WriteString("</ul></body></html>")
+	writeHTML(w, http.StatusOK, b.String())
+}
+
+// pageScript renders the API answer into the body. It is shared by /page and
+// /leak so that both cost the renderer the same work.
+const pageScript = `
+(function () {
+  var q = new URLSearchParams(location.search);
+  var delay = q.get('delay') || '0';
+  setTimeout(function () {
+    fetch('/api/item/{{N}}?items={{ITEMS}}&delay=' + encodeURIComponent(delay))
+      .then(function (r) { return r.json(); })
+      .then(function (d) {
+        var h = document.createElement('h1');
+        h.textContent = d.title;
+        document.body.appendChild(h);
+        var ul = document.createElement('ul');
+        ul.id = 'items';
+        var frag = document.createDocumentFragment();
+        d.items.forEach(function (it) {
+          var li = document.createElement('li');
+          li.className = 'item';
+          li.dataset.price = it.price;
+          li.textContent = it.name;
+          frag.appendChild(li);
+        });
+        ul.appendChild(frag);
+        document.body.appendChild(ul);
+        {{LEAK}}
+        var r = document.createElement('div');
+        r.id = 'ready';
+        r.textContent = 'ready';
+        document.body.appendChild(r);
+      });
+  }, {{SCRIPTDELAY}});
+})();`
+
+// leakScript keeps about the given number of megabytes reachable from window, half as small
+// objects on the V8 heap and half as typed-array backing stores.
+const leakScript = `
+        window.__leak = window.__leak || [];
+        for (var m = 0; m < {{MB}}; m++) {
+          var objs = new Array(8192);
+          for (var k = 0; k < objs.length; k++) { objs[k] = {m: m, k: k, s: 'leak-' + m + '-' + k}; }
+          window.__leak.push(objs, new Float64Array(65536));
+        }`
+
+func (s *site) page(leak bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		n, ok := intParam(w, r, "n", 0, 1<<31-1)
+		if !ok {
+			return
+		}
+		leakJS := ""
+		if leak {
+			mb := s.opts.LeakMB
+			if v := r.URL.Query().Get("mb"); v != "" {
+				if x, err := strconv.Atoi(v); err == nil && x >= 0 && x <= 1024 {
+					mb = x
+				}
+			}
+			leakJS = strings.ReplaceAll(leakScript, "{{MB}}", strconv.Itoa(mb))
+		}
+		js := strings.NewReplacer(
+			"{{N}}", strconv.Itoa(n),
+			"{{ITEMS}}", strconv.Itoa(s.opts.Items),
+			"{{SCRIPTDELAY}}", strconv.FormatInt(s.opts.ScriptDelay.Milliseconds(), 10),
+			"{{LEAK}}", leakJS,
+		).Replace(pageScript)
+		kind := "Page"
+		if leak {
+			kind = "Leak"
+		}
+		writeHTML(w, http.StatusOK, fmt.Sprintf(
+			"<!doctype html><html><head><meta charset=\"utf-8\"><title>%s %d</title></head><body><script>%s</script></body></html>",
+			kind, n, js))
+	}
+}
+
+// Item is one entry of the API's answer.
+type Item struct {
+	Name  string `json:"name"`
+	Price int    `json:"price"`
+}
+
+// apiItem answers the page script, after ?delay=ms, so that a benchmark can
+// make pages latency-bound (a slow backend) or CPU-bound (no delay).
+func (s *site) apiItem(w http.ResponseWriter, r *http.Request) {
+	n, ok := intParam(w, r, "n", 0, 1<<31-1)
+	if !ok {
+		return
+	}
+	items := s.opts.Items
+	if v := r.URL.Query().Get("items"); v != "" {
+		if x, err := strconv.Atoi(v); err == nil && x >= 0 && x <= 100000 {
+			items = x
+		}
+	}
+	if !s.sleep(r, queryMillis(r, "delay")) {
+		return
+	}
+	out := struct {
+		ID    int    `json:"id"`
+		Title string `json:"title"`
+		Items []Item `json:"items"`
+	}{ID: n, Title: fmt.Sprintf("Item %d", n), Items: make([]Item, items)}
+	for i := range out.Items {
+		out.Items[i] = Item{Name: fmt.Sprintf("Item %d.%d", n, i), Price: (n*31 + i*7) % 1000}
+	}
+	writeJSON(w, out)
+}
+
+// apiMore is the next chunk of the infinite list and of the form's "load more".
+func (s *site) apiMore(w http.ResponseWriter, r *http.Request) {
+	k, ok := intParam(w, r, "k", 0, 100000)
+	if !ok {
+		return
+	}
+	if !s.sleep(r, queryMillis(r, "delay")) {
+		return
+	}
+	items := make([]Item, 20)
+	for i := range items {
+		items[i] = Item{Name: fmt.Sprintf("More %d.%d", k, i), Price: i}
+	}
+	writeJSON(w, items)
+}
+
+func (s *site) links(w http.ResponseWriter, r *http.Request) {
+	n, ok := intParam(w, r, "n", 0, 1<<20)
+	if !ok {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!doctype html><html><head><meta charset=\"utf-8\"><title>Links %d</title></head><body><ul>", n)
+	for i := range 10 {
+		fmt.Fprintf(&b, "<li><a class=\"item\" href=\"/page/%d\">page %d</a></li>", n*10+i, n*10+i)
+	}
+	fmt.Fprintf(&b, "</ul><a class=\"next\" href=\"/links/%d\">next</a><a class=\"ext\" href=\"http://other.invalid/x\">elsewhere</a>", n+1)
+	// One link exists only after the script runs, as on real sites.
+	fmt.Fprintf(&b, "<script>var a=document.createElement('a');a.className='item js';a.href='/page/%d';a.textContent='js';document.body.appendChild(a);</script>", 1000000+n)
+	b.WriteString("<div id=\"ready\">ready</div></body></html>")
+	writeHTML(w, http.StatusOK, b.String())
+}
+
+func (s *site) infinite(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Infinite</title>
+<style>li{height:40px}</style></head><body><ul id="list"></ul><div id="status">idle</div>
+<script>
+var page = 0, loading = false;
+function load() {
+  if (loading) return;
+  loading = true;
+  document.getElementById('status').textContent = 'loading';
+  fetch('/api/more/' + page).then(function (r) { return r.json(); }).then(function (items) {
+    var ul = document.getElementById('list');
+    items.forEach(function (it) { var li = document.createElement('li'); li.textContent = it.name; ul.appendChild(li); });
+    page++;
+    loading = false;
+    document.getElementById('status').textContent = 'idle';
+  });
+}
+window.addEventListener('scroll', function () {
+  if (window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 100) load();
+});
+load();
+</script></body></html>`)
+}
+
+func (s *site) form(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Form</title></head><body>
+<input id="q" type="text"><button id="go">go</button><div id="out"></div>
+<ul id="list"></ul><button id="more">load more</button>
+<script>
+document.getElementById('go').addEventListener('click', function (e) {
+  var v = document.getElementById('q').value;
+  fetch('/api/item/1?items=1').then(function () {
+    document.getElementById('out').textContent = 'you typed: ' + v + (e.isTrusted ? ' (trusted)' : '');
+  });
+});
+// Each click asks for one more chunk; chunks load one after another, so
+// quick clicks are not lost.
+var wanted = 0, loaded = 0, busy = false;
+function pump() {
+  if (busy || loaded >= wanted) return;
+  busy = true;
+  fetch('/api/more/' + loaded).then(function (r) { return r.json(); }).then(function (items) {
+    var ul = document.getElementById('list');
+    items.forEach(function (it) { var li = document.createElement('li'); li.textContent = it.name; ul.appendChild(li); });
+    loaded++;
+    busy = false;
+    pump();
+  });
+}
+document.getElementById('more').addEventListener('click', function () { wanted++; pump(); });
+</script></body></html>`)
+}
+
+// echo shows what the server received, so that a test can check headers,
+// the user agent and cookies end to end.
+func (s *site) echo(w http.ResponseWriter, r *http.Request) {
+	hdr := map[string]string{}
+	for k, v := range r.Header {
+		hdr[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	cookies := map[string]string{}
+	for _, c := range r.Cookies() {
+		cookies[c.Name] = c.Value
+	}
+	data, err := json.Marshal(map[string]any{"headers": hdr, "cookies": cookies, "method": r.Method, "path": r.URL.Path})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	// The JSON sits in a script element of an unknown type, so the browser
+	// neither runs nor renders it; "</" is escaped so that it cannot end it.
+	js := strings.ReplaceAll(string(data), "</", "<\\/")
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Echo</title></head><body>
+<script id="data" type="application/json">`+js+`</script><div id="ready">ready</div>
+<div id="viewport"></div><script>document.getElementById('viewport').textContent = innerWidth + 'x' + innerHeight;</script></body></html>`)
+}
+
+func (s *site) storage(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Storage</title></head><body><div id="out"></div>
+<script>
+var m = document.cookie.match(/(?:^|; )visits=(\d+)/);
+var c = m ? parseInt(m[1], 10) + 1 : 1;
+document.cookie = 'visits=' + c + '; path=/; max-age=3600';
+var l = parseInt(localStorage.getItem('visits') || '0', 10) + 1;
+localStorage.setItem('visits', String(l));
+var out = document.getElementById('out');
+out.textContent = 'cookie=' + c + ' local=' + l;
+var d = document.createElement('div'); d.id = 'ready'; document.body.appendChild(d);
+</script></body></html>`)
+}
+
+func (s *site) console(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Console</title></head><body>
+<script>
+console.error('boom', 42);
+console.log('not an error');
+setTimeout(function () { throw new Error('kaboom'); }, 0);
+setTimeout(function () { var d = document.createElement('div'); d.id = 'ready'; document.body.appendChild(d); }, 10);
+</script></body></html>`)
+}
+
+func (s *site) slow(w http.ResponseWriter, r *http.Request) {
+	ms, ok := intParam(w, r, "ms", 0, 1<<31-1)
+	if !ok {
+		return
+	}
+	if !s.sleep(r, time.Duration(ms)*time.Millisecond) {
+		return
+	}
+	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Slow %d</title></head><body><div id="ready">slow %d</div></body></html>`, ms, ms))
+}
+
+// hang sends the start of a page, so the browser commits and shows it, and
+// never sends the rest: the load event never fires.
+func (s *site) hang(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, `<!doctype html><html><head><meta charset="utf-8"><title>Hang</title></head><body><div id="partial">partial</div>`)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	select {
+	case <-r.Context().Done():
+	case <-s.stop:
+	}
+}
+
+func (s *site) status(w http.ResponseWriter, r *http.Request) {
+	code, ok := intParam(w, r, "code", 200, 599)
+	if !ok {
+		return
+	}
+	writeHTML(w, code, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Status %d</title></head><body><div id="ready">status %d</div></body></html>`, code, code))
+}
+
+func (s *site) redirect(w http.ResponseWriter, r *http.Request) {
+	n, ok := intParam(w, r, "n", 0, 1000)
+	if !ok {
+		return
+	}
+	if n == 0 {
+		http.Redirect(w, r, "/page/0", http.StatusFound)
+		return
+	}
+	http.Redirect(w, r, fmt.Sprintf("/redirect/%d", n-1), http.StatusFound)
+}
+
+func (s *site) redirectLoop(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, "/redirect-loop", http.StatusFound)
+}
+
+func (s *site) hostileAlert(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Alert</title></head><body>
+<script>
+alert('hello from a hostile page');
+var ok = confirm('are you sure?');
+var answer = prompt('your name?', 'default');
+var d = document.createElement('div');
+d.id = 'ready';
+d.textContent = 'confirm=' + ok + ' prompt=' + answer;
+document.body.appendChild(d);
+</script></body></html>`)
+}
+
+func (s *site) hostileBeforeUnload(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>BeforeUnload</title></head><body>
+<button id="touch">touch</button><div id="ready">ready</div>
+<script>
+window.addEventListener('beforeunload', function (e) { e.preventDefault(); e.returnValue = 'stay'; return 'stay'; });
+document.getElementById('touch').addEventListener('click', function () { document.getElementById('ready').textContent = 'touched'; });
+</script></body></html>`)
+}
+
+func (s *site) hostilePopup(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Popup</title></head><body>
+<button id="open">open</button><div id="ready">ready</div>
+<script>
+for (var i = 0; i < 3; i++) { window.open('/page/' + (900 + i), '_blank'); }
+document.getElementById('open').addEventListener('click', function () {
+  for (var i = 0; i < 3; i++) { window.open('/page/' + (910 + i), 'popup' + i, 'width=300,height=300'); }
+  document.getElementById('ready').textContent = 'opened';
+});
+</script></body></html>`)
+}
+
+// DownloadName is the file name the download pages offer.
+const DownloadName = "testsite-payload.bin"
+
+func (s *site) hostileDownload(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", "attachment; filename=\""+DownloadName+"\"")
+	w.WriteHeader(http.StatusOK)
+	w.Write(make([]byte, 64<<10))
+}
+
+func (s *site) hostileAutoDownload(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>AutoDownload</title></head><body>
+<script>
+var a = document.createElement('a');
+a.href = '/hostile/download';
+a.download = '`+DownloadName+`';
+document.body.appendChild(a);
+a.click();
+var d = document.createElement('div'); d.id = 'ready'; d.textContent = 'clicked'; document.body.appendChild(d);
+</script></body></html>`)
+}
+
+// hostileLoop paints, then spins for ever in a task that starts before the
+// load event, so neither the load event nor any later script ever runs.
+func (s *site) hostileLoop(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Loop</title></head><body>
+<div id="before">before</div>
+<script>for (;;) {}</script>
+<div id="ready">never</div></body></html>`)
+}
+
+func (s *site) hostileDOM(w http.ResponseWriter, r *http.Request) {
+	n := 200000
+	if v := r.URL.Query().Get("n"); v != "" {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < 0 || x > 5000000 {
+			http.Error(w, "bad n", http.StatusBadRequest)
+			return
+		}
+		n = x
+	}
+	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>DOM</title></head><body><div id="root"></div>
+<script>
+var root = document.getElementById('root'), frag = document.createDocumentFragment();
+for (var i = 0; i < %d; i++) { var d = document.createElement('div'); d.className = 'n'; d.textContent = 'node ' + i; frag.appendChild(d); }
+root.appendChild(frag);
+var r = document.createElement('div'); r.id = 'ready'; document.body.appendChild(r);
+</script></body></html>`, n))
+}
+
+// hostileCrash allocates strings on the V8 heap until V8 gives up, which
+// kills the renderer process (Chrome's "Aw, Snap" out of memory). The
+// strings are distinct and kept, so no engine optimisation can skip them.
+func (s *site) hostileCrash(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Crash</title></head><body><div id="before">before</div>
+<script>
+setTimeout(function () {
+  var keep = [];
+  for (var i = 0; ; i++) { keep.push(new Array(1 << 20).fill(i)); }
+}, 0);
+</script></body></html>`)
+}
+
+// sleep waits d (capped by MaxDelay) and reports whether the request should
+// still be answered.
+func (s *site) sleep(r *http.Request, d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	d = min(d, s.opts.MaxDelay)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	case <-s.stop:
+		return false
+	}
+}
+
+func queryMillis(r *http.Request, name string) time.Duration {
+	v, err := strconv.Atoi(r.URL.Query().Get(name))
+	if err != nil || v < 0 {
+		return 0
+	}
+	return time.Duration(v) * time.Millisecond
+}
+
+func intParam(w http.ResponseWriter, r *http.Request, name string, lo, hi int) (int, bool) {
+	v, err := strconv.Atoi(r.PathValue(name))
+	if err != nil || v < lo || v > hi {
+		http.Error(w, fmt.Sprintf("bad %s: want an integer in [%d, %d]", name, lo, hi), http.StatusBadRequest)
+		return 0, false
+	}
+	return v, true
+}
+
+func writeHTML(w http.ResponseWriter, code int, body string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	fmt.Fprint(w, body)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		// The client went away; there is nobody to tell.
+		return
+	}
+}
+
+// Server is the site served on a loopback port.
+type Server struct {
+	// URL is the base URL, such as http://127.0.0.1:41234, without a slash.
+	URL string
+
+	srv       *http.Server
+	stop      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	serveErr  error
+	served    chan struct{}
+	unwatch   func() bool
+}
+
+// Start serves the site on 127.0.0.1 on a free port. The server stops when
+// ctx ends or Close is called, whichever comes first; Close also waits for it.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("testsite: listening on 127.0.0.1: %w", err)
+	}
+	stop := make(chan struct{})
+	s := &Server{
+		URL:    "http://" + ln.Addr().String(),
+		stop:   stop,
+		served: make(chan struct{}),
+		srv: &http.Server{
+			Handler:           newSite(opts, stop),
+			ReadHeaderTimeout: 10 * time.Second,
+		},
+	}
+	go func() {
+		defer close(s.served)
+		// Serve returns http.ErrServerClosed after Close; nothing else is
+		// expected on a loopback listener.
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr = err
+		}
+	}()
+	s.unwatch = context.AfterFunc(ctx, func() { s.shutdown() })
+	return s, nil
+}
+
+// StartT serves the site for one test and closes it when the test ends.
+func StartT(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	s, err := Start(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("testsite: %v", err)
+		}
+	})
+	return s
+}
+
+// shutdown stops the server: it ends every waiting handler first, then closes
+// the listener and every connection.
+func (s *Server) shutdown() {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		if err := s.srv.Close(); err != nil {
+			s.closeErr = err
+		}
+	})
+}
+
+// Close stops the server and waits until it no longer serves.
+func (s *Server) Close() error {
+	s.unwatch()
+	s.shutdown()
+	<-s.served
+	return errors.Join(s.closeErr, s.serveErr)
+}
+
+// PathList returns the documented paths of the site, sorted.
+func PathList() []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, p[0])
+	}
+	sort.Strings(out)
+	return out
+}
