@@ -1,0 +1,270 @@
+package web
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// Metrics are the producer's Prometheus collectors: its own observations
+// (assignment latency, desired node count, leadership) and the queue and
+// node series, read from the database at scrape time so that every producer,
+// leader or standby, serves the same farm-wide values.
+type Metrics struct {
+	assignLatency prometheus.Histogram
+	desired       prometheus.Gauge
+	leader        atomic.Bool
+	leaderFn      atomic.Pointer[func() bool]
+	queue         *queueCollector
+}
+
+// Timings of the queue collector.
+const (
+	// queueCacheTTL: scrapes within this long of a database read reuse it,
+	// so several scrapers (or a scraper retrying) cost one read.
+	queueCacheTTL = 2 * time.Second
+	// queueScrapeTimeout bounds the database reads of one scrape.
+	queueScrapeTimeout = 10 * time.Second
+	// FinishedWindow is the trailing window of browserfarm_jobs_finished_recent.
+	FinishedWindow = 5 * time.Minute
+)
+
+// NewMetrics creates the collectors and registers them on reg (nil: not
+// registered). It panics when one is already registered there, like
+// prometheus.MustRegister: a wiring error. The queue series appear once
+// WatchQueue (or NewServer) gave the metrics a queue.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		assignLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "browserfarm_assignment_latency_seconds",
+			Help: "Time from a job's submission to its assignment to a node (submit to queued), one observation per job.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+				1800, 3600},
+		}),
+		desired: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "browserfarm_desired_nodes",
+			Help: "Consumer node count the autoscaler asks for.",
+		}),
+		queue: newQueueCollector(),
+	}
+	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "browserfarm_producer_leader",
+		Help: "1 when this producer is the leader that assigns jobs, 0 on a standby.",
+	}, func() float64 {
+		if m.isLeader() {
+			return 1
+		}
+		return 0
+	})
+	if reg != nil {
+		reg.MustRegister(m.assignLatency, m.desired, leader, m.queue)
+	}
+	return m
+}
+
+// ObserveAssignment records the submit→queued latency of jobs jobs assigned
+// together (one observation each, so the histogram counts jobs). jobs < 1
+// records nothing.
+func (m *Metrics) ObserveAssignment(latency time.Duration, jobs int) {
+	s := latency.Seconds()
+	for range jobs {
+		m.assignLatency.Observe(s)
+	}
+}
+
+// SetDesiredNodes sets the desired consumer node count.
+func (m *Metrics) SetDesiredNodes(n int) { m.desired.Set(float64(n)) }
+
+// SetLeader sets the leader gauge, for a producer that tracks leadership
+// itself; SetLeaderFunc (which NewServer calls with Config.IsLeader) takes
+// precedence.
+func (m *Metrics) SetLeader(leader bool) { m.leader.Store(leader) }
+
+// SetLeaderFunc makes the leader gauge read f at scrape time.
+func (m *Metrics) SetLeaderFunc(f func() bool) {
+	if f != nil {
+		m.leaderFn.Store(&f)
+	}
+}
+
+func (m *Metrics) isLeader() bool {
+	if f := m.leaderFn.Load(); f != nil {
+		return (*f)()
+	}
+	return m.leader.Load()
+}
+
+// WatchQueue makes the queue series read q at scrape time. Errors go to log.
+func (m *Metrics) WatchQueue(q *jobqueue.Queue, log *zap.Logger) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	m.queue.mu.Lock()
+	defer m.queue.mu.Unlock()
+	m.queue.q, m.queue.log = q, log
+	m.queue.cachedAt = time.Time{}
+}
+
+// queueCollector reads the queue and the nodes at scrape time.
+type queueCollector struct {
+	now func() time.Time
+
+	jobs, ready, oldest, finished, scrapeOK  *prometheus.Desc
+	nodes, nodeState, busy, capacity, held   *prometheus.Desc
+	cpu, memUsed, memTotal, pss, sinceChrome *prometheus.Desc
+	sinceProcess, chromeRestarts, restarts   *prometheus.Desc
+	heartbeatAge                             *prometheus.Desc
+
+	mu       sync.Mutex // serializes scrapes and guards the fields below
+	q        *jobqueue.Queue
+	log      *zap.Logger
+	cachedAt time.Time
+	cached   []prometheus.Metric
+}
+
+func newQueueCollector() *queueCollector {
+	node := []string{"node"}
+	return &queueCollector{
+		now:      time.Now,
+		jobs:     prometheus.NewDesc("browserfarm_queue_jobs", "Jobs in the queue by state (finished states: jobs still retained).", []string{"state"}, nil),
+		ready:    prometheus.NewDesc("browserfarm_queue_ready_jobs", "Pending jobs whose retry backoff is over: assignable now.", nil, nil),
+		oldest:   prometheus.NewDesc("browserfarm_queue_oldest_pending_age_seconds", "Age of the oldest pending job; 0 when none is pending.", nil, nil),
+		finished: prometheus.NewDesc("browserfarm_jobs_finished_recent", "Jobs that reached a final state in the trailing 5 minutes, by state and, for failed jobs, error class.", []string{"state", "error_class"}, nil),
+		scrapeOK: prometheus.NewDesc("browserfarm_queue_scrape_success", "1 when the queue series of this scrape were read from the database, 0 when the read failed.", nil, nil),
+		nodes:    prometheus.NewDesc("browserfarm_nodes", "Consumer nodes by state.", []string{"state"}, nil),
+		nodeState: prometheus.NewDesc("browserfarm_node_state", "1 for a node's current state (active, draining, exited, lost), 0 for the others.",
+			[]string{"node", "state"}, nil),
+		busy:     prometheus.NewDesc("browserfarm_node_busy_sessions", "Chrome sessions busy on the node, from its last heartbeat.", node, nil),
+		capacity: prometheus.NewDesc("browserfarm_node_capacity", "Concurrent Chrome sessions the node may run.", node, nil),
+		held:     prometheus.NewDesc("browserfarm_node_jobs", "Jobs the node holds by state (queued, processing).", []string{"node", "state"}, nil),
+		cpu:      prometheus.NewDesc("browserfarm_node_cpu_percent", "Node CPU use in percent, from its last heartbeat.", node, nil),
+		memUsed:  prometheus.NewDesc("browserfarm_node_memory_used_bytes", "Node memory in use, from its last heartbeat.", node, nil),
+		memTotal: prometheus.NewDesc("browserfarm_node_memory_total_bytes", "Node memory in all.", node, nil),
+		pss: prometheus.NewDesc("browserfarm_node_chrome_pss_bytes",
+			"Proportional set size of the node's Chrome process trees, from its last heartbeat.", node, nil),
+		sinceChrome: prometheus.NewDesc("browserfarm_node_jobs_since_chrome_start",
+			"Jobs finished on the node's current Chrome (it is recycled at the recycle threshold, default 20).", node, nil),
+		sinceProcess: prometheus.NewDesc("browserfarm_node_jobs_since_process_start",
+			"Jobs finished by the node's current process (it exits at the exit threshold, default 80).", node, nil),
+		chromeRestarts: prometheus.NewDesc("browserfarm_node_chrome_restarts_total",
+			"Chrome recycles and restarts by the node's current process (resets when the process restarts).", node, nil),
+		restarts: prometheus.NewDesc("browserfarm_node_process_restarts_total",
+			"Times the node's process started again under the same node id.", node, nil),
+		heartbeatAge: prometheus.NewDesc("browserfarm_node_heartbeat_age_seconds", "Time since the node's last heartbeat.", node, nil),
+	}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.jobs, c.ready, c.oldest, c.finished, c.scrapeOK, c.nodes, c.nodeState,
+		c.busy, c.capacity, c.held, c.cpu, c.memUsed, c.memTotal, c.pss, c.sinceChrome, c.sinceProcess,
+		c.chromeRestarts, c.restarts, c.heartbeatAge} {
+		ch <- d
+	}
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.q == nil {
+		return
+	}
+	now := c.now()
+	if c.cached == nil || now.Sub(c.cachedAt) >= queueCacheTTL {
+		c.cached = c.read(now)
+		c.cachedAt = now
+	}
+	for _, m := range c.cached {
+		ch <- m
+	}
+}
+
+// read queries the database and builds the series. A failed read yields
+// only browserfarm_queue_scrape_success 0: the producer's own series still
+// reach Prometheus, and no stale queue value is passed off as current.
+func (c *queueCollector) read(now time.Time) []prometheus.Metric {
+	// prometheus.Collector gives no context; the scrape is bounded here.
+	ctx, cancel := context.WithTimeout(context.Background(), queueScrapeTimeout)
+	defer cancel()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+		return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	failed := func(what string, err error) []prometheus.Metric {
+		c.log.Warn("metrics: cannot read the queue", zap.String("what", what), zap.Error(err))
+		return []prometheus.Metric{gauge(c.scrapeOK, 0)}
+	}
+	st, err := c.q.Stats(ctx)
+	if err != nil {
+		return failed("stats", err)
+	}
+	nodes, err := c.q.ListNodes(ctx)
+	if err != nil {
+		return failed("nodes", err)
+	}
+	fin, err := c.q.FinishedSince(ctx, now.Add(-FinishedWindow))
+	if err != nil {
+		return failed("finished jobs", err)
+	}
+
+	out := []prometheus.Metric{gauge(c.scrapeOK, 1)}
+	for _, s := range jobqueue.States() {
+		out = append(out, gauge(c.jobs, float64(st.Jobs[s]), string(s)))
+	}
+	out = append(out, gauge(c.ready, float64(st.Ready)))
+	oldest := 0.0
+	if st.OldestPending != nil {
+		oldest = max(0, now.Sub(*st.OldestPending).Seconds())
+	}
+	out = append(out, gauge(c.oldest, oldest))
+	// Completed and failed are always present, so that a rate or an alert
+	// on them has a series even before the first finish.
+	seen := map[jobqueue.State]bool{}
+	for _, f := range fin {
+		seen[f.State] = true
+		out = append(out, gauge(c.finished, float64(f.Count), string(f.State), f.ErrorClass))
+	}
+	for _, s := range []jobqueue.State{jobqueue.StateCompleted, jobqueue.StateFailed} {
+		if !seen[s] {
+			out = append(out, gauge(c.finished, 0, string(s), ""))
+		}
+	}
+
+	nodeStates := []jobqueue.NodeState{jobqueue.NodeActive, jobqueue.NodeDraining, jobqueue.NodeExited, jobqueue.NodeLost}
+	counts := map[jobqueue.NodeState]int{}
+	for _, n := range nodes {
+		counts[n.State]++
+		id := n.ID
+		for _, s := range nodeStates {
+			v := 0.0
+			if n.State == s {
+				v = 1
+			}
+			out = append(out, gauge(c.nodeState, v, id, string(s)))
+		}
+		l := n.Load
+		out = append(out,
+			gauge(c.busy, float64(l.BusySessions), id),
+			gauge(c.capacity, float64(n.Capacity), id),
+			gauge(c.held, float64(n.Queued), id, string(jobqueue.StateQueued)),
+			gauge(c.held, float64(n.Processing), id, string(jobqueue.StateProcessing)),
+			gauge(c.cpu, l.CPUPercent, id),
+			gauge(c.memUsed, float64(l.MemUsedBytes), id),
+			gauge(c.memTotal, float64(l.MemTotalBytes), id),
+			gauge(c.pss, float64(l.ChromePSSBytes), id),
+			gauge(c.sinceChrome, float64(l.JobsSinceChromeStart), id),
+			gauge(c.sinceProcess, float64(l.JobsSinceProcessStart), id),
+			prometheus.MustNewConstMetric(c.chromeRestarts, prometheus.CounterValue, float64(l.ChromeRestarts), id),
+			prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(n.ProcessRestarts), id),
+			gauge(c.heartbeatAge, max(0, now.Sub(n.HeartbeatAt).Seconds()), id),
+		)
+	}
+	for _, s := range nodeStates {
+		out = append(out, gauge(c.nodes, float64(counts[s]), string(s)))
+	}
+	return out
+}

@@ -1,0 +1,109 @@
+package web
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// RecorderConfig configures a Recorder. Queue is required.
+type RecorderConfig struct {
+	Queue *jobqueue.Queue
+	// Interval is the time between samples. Default: 5 s.
+	Interval time.Duration
+	// Retention is how long samples are kept. Default: 1 h, what the
+	// dashboard's charts show.
+	Retention time.Duration
+	// PruneBatch bounds the rows one prune statement deletes. Default: 5000.
+	PruneBatch int
+	// Logger receives failures. Default: zap.NewNop().
+	Logger *zap.Logger
+	// Now is the clock that sets the retention cutoff. Default: time.Now.
+	Now func() time.Time
+}
+
+// Defaults of RecorderConfig.
+const (
+	DefaultSampleInterval  = 5 * time.Second
+	DefaultSampleRetention = time.Hour
+	DefaultPruneBatch      = 5000
+)
+
+// Recorder is the leader's actor that records the load samples behind the
+// dashboard's charts (each node's Chrome PSS, CPU and busy sessions; the
+// queue's counts and finishes per interval) and prunes those older than the
+// retention. Several recorders at once are harmless (the queue skips a
+// sample taken less than half an interval after the previous one), but one,
+// on the leader, is what is meant.
+type Recorder struct {
+	cfg RecorderConfig
+	log *zap.Logger
+}
+
+// NewRecorder returns a Recorder. It panics when cfg.Queue is nil, a wiring error.
+func NewRecorder(cfg RecorderConfig) *Recorder {
+	if cfg.Queue == nil {
+		panic("web.NewRecorder: RecorderConfig.Queue is nil")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultSampleInterval
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultSampleRetention
+	}
+	if cfg.PruneBatch <= 0 {
+		cfg.PruneBatch = DefaultPruneBatch
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Recorder{cfg: cfg, log: cfg.Logger}
+}
+
+// Run samples at once and then every Interval until ctx ends, and returns
+// nil then. A failed sample is logged (the first of a run of failures at
+// warn level, the rest at debug, so a database outage does not flood the
+// log) and retried at the next tick.
+func (r *Recorder) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	failures := 0
+	for {
+		_, err := r.Tick(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			failures++
+			lvl := r.log.Debug
+			if failures == 1 {
+				lvl = r.log.Warn
+			}
+			lvl("dashboard samples not recorded", zap.Error(err), zap.Int("consecutive_failures", failures))
+		case failures > 0:
+			r.log.Info("dashboard samples recorded again", zap.Int("failed_before", failures))
+			failures = 0
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Tick records one sample and prunes samples past the retention.
+func (r *Recorder) Tick(ctx context.Context) (jobqueue.SampleReport, error) {
+	rep, err := r.cfg.Queue.RecordSamples(ctx, r.cfg.Interval)
+	if err != nil {
+		return rep, err
+	}
+	_, err = r.cfg.Queue.PruneSamples(ctx, r.cfg.Now().Add(-r.cfg.Retention), r.cfg.PruneBatch)
+	return rep, err
+}

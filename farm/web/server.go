@@ -1,0 +1,328 @@
+package web
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+//go:embed assets
+var assetFiles embed.FS
+
+// Config configures NewServer. Queue is required; every other field has a
+// documented default.
+type Config struct {
+	// Queue is the job queue the API reads and changes.
+	Queue *jobqueue.Queue
+	// Token is the bearer token mutating calls must present
+	// (FARM_API_TOKEN). Empty means mutating calls are refused with 403:
+	// the API is never open by accident.
+	Token string
+	// IsLeader reports whether this producer currently assigns jobs. A
+	// standby serves the dashboard, the read endpoints and /metrics, and
+	// refuses mutating calls with 503 so that one producer acts on the farm.
+	// Nil means this producer is always the leader.
+	IsLeader func() bool
+	// Desired returns the autoscaler's desired node count and whether
+	// autoscaling is on. Nil means it is off.
+	Desired func() (int, bool)
+	// Metrics, when set, is wired to Queue (its queue-derived series) and
+	// to IsLeader (its leader gauge).
+	Metrics *Metrics
+	// Gatherer is what /metrics serves. Nil means /metrics answers 404.
+	Gatherer prometheus.Gatherer
+	// Logger receives request errors. Default: zap.NewNop().
+	Logger *zap.Logger
+	// MaxBodyBytes bounds a request body. Default: 8 MiB (about 40,000
+	// simple specs; a bigger batch goes in several calls).
+	MaxBodyBytes int64
+	// Version is shown on the dashboard and in /api/stats.
+	Version string
+	// ChartWindow is how far back the charts reach by default. Default: 1 h
+	// (the Recorder's default retention).
+	ChartWindow time.Duration
+	// ChartStep is the default bucket width of /api/samples. Default: 10 s.
+	ChartStep time.Duration
+	// StaleAfter is the heartbeat age at which the dashboard flags a node
+	// that is not yet declared lost. Default: 30 s.
+	StaleAfter time.Duration
+	// RecycleJobs and ExitAfterJobs are the consumers' recycling thresholds
+	// the dashboard measures the per-node job counters against.
+	// Defaults: 20 and 80.
+	RecycleJobs   int
+	ExitAfterJobs int
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes  = 8 << 20
+	DefaultChartWindow   = time.Hour
+	DefaultChartStep     = 10 * time.Second
+	DefaultStaleAfter    = 30 * time.Second
+	DefaultRecycleJobs   = 20
+	DefaultExitAfterJobs = 80
+	// maxChartPoints bounds the buckets of one /api/samples series; a wider
+	// window gets wider buckets.
+	maxChartPoints = 2000
+	// dbTimeout bounds the database work of one request.
+	dbTimeout = 15 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ChartWindow <= 0 {
+		c.ChartWindow = DefaultChartWindow
+	}
+	if c.ChartStep <= 0 {
+		c.ChartStep = DefaultChartStep
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.RecycleJobs <= 0 {
+		c.RecycleJobs = DefaultRecycleJobs
+	}
+	if c.ExitAfterJobs <= 0 {
+		c.ExitAfterJobs = DefaultExitAfterJobs
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return c
+}
+
+type server struct {
+	cfg       Config
+	q         *jobqueue.Queue
+	log       *zap.Logger
+	tokenHash [sha256.Size]byte
+}
+
+// NewServer returns the producer's HTTP handler: the dashboard at /, its
+// assets under /assets/, the JSON API under /api/, /metrics, /healthz and
+// /readyz. It panics when cfg.Queue is nil, a wiring error.
+func NewServer(cfg Config) http.Handler {
+	if cfg.Queue == nil {
+		panic("web.NewServer: Config.Queue is nil")
+	}
+	cfg = cfg.withDefaults()
+	s := &server{cfg: cfg, q: cfg.Queue, log: cfg.Logger}
+	if cfg.Token != "" {
+		s.tokenHash = sha256.Sum256([]byte(cfg.Token))
+	}
+	if cfg.Metrics != nil {
+		cfg.Metrics.WatchQueue(cfg.Queue, cfg.Logger)
+		if cfg.IsLeader != nil {
+			cfg.Metrics.SetLeaderFunc(cfg.IsLeader)
+		}
+	}
+
+	mux := http.NewServeMux()
+	assets, err := fs.Sub(assetFiles, "assets")
+	if err != nil {
+		panic("web: embedded assets: " + err.Error())
+	}
+	mux.HandleFunc("GET /{$}", s.dashboard(assets))
+	mux.Handle("GET /assets/", noCache(http.StripPrefix("/assets/", http.FileServerFS(assets))))
+
+	mux.HandleFunc("GET /api/nodes", s.listNodes)
+	mux.HandleFunc("GET /api/stats", s.stats)
+	mux.HandleFunc("GET /api/jobs", s.listJobs)
+	mux.HandleFunc("GET /api/jobs/{id}", s.getJob)
+	mux.HandleFunc("GET /api/jobs/{id}/result", s.getResult)
+	mux.HandleFunc("GET /api/jobs/{id}/screenshot", s.getScreenshot)
+	mux.HandleFunc("GET /api/samples", s.samples)
+	mux.HandleFunc("GET /api/failures", s.failures)
+	mux.HandleFunc("POST /api/jobs", s.mutating(s.submit))
+	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.mutating(s.cancelJob))
+	mux.HandleFunc("POST /api/jobs/{id}/retry", s.mutating(s.retryJob))
+	mux.HandleFunc("POST /api/batches/{id}/cancel", s.mutating(s.cancelBatch))
+	mux.HandleFunc("POST /api/nodes/{id}/drain", s.mutating(s.drainNode))
+	// Anything else under /api/ is a JSON 404, so clients never have to
+	// parse the mux's plain-text answers.
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no API endpoint "+r.Method+" "+r.URL.Path)
+	})
+
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+			ErrorLog:          zap.NewStdLog(cfg.Logger),
+			ErrorHandling:     promhttp.ContinueOnError,
+			EnableOpenMetrics: false,
+		}))
+	}
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	return withHeaders(mux)
+}
+
+// withHeaders sets the headers every response carries.
+func withHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("X-Frame-Options", "DENY")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// noCache makes browsers revalidate the assets, so that a new binary's
+// dashboard is what they run.
+func noCache(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// dashboardCSP allows only the embedded scripts and styles. Inline styles
+// are allowed because uPlot positions its elements with style attributes.
+const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; " +
+	"img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+func (s *server) dashboard(assets fs.FS) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		page, err := fs.ReadFile(assets, "index.html")
+		if err != nil {
+			s.log.Error("dashboard page missing from the embedded assets", zap.Error(err))
+			writeError(w, http.StatusInternalServerError, "dashboard page missing")
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Content-Security-Policy", dashboardCSP)
+		_, _ = w.Write(page)
+	}
+}
+
+// mutating guards a handler that changes the farm: a token must be
+// configured and presented, and this producer must be the leader.
+func (s *server) mutating(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Token == "" {
+			writeError(w, http.StatusForbidden,
+				"mutating API calls are disabled: set FARM_API_TOKEN on the producer and send it as 'Authorization: Bearer <token>'")
+			return
+		}
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm"`)
+			writeError(w, http.StatusUnauthorized, "missing bearer token: send 'Authorization: Bearer <FARM_API_TOKEN>'")
+			return
+		}
+		// Comparing hashes keeps the comparison constant-time in the
+		// token's length too.
+		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, "wrong bearer token")
+			return
+		}
+		if !s.leader() {
+			w.Header().Set("Retry-After", "5")
+			writeError(w, http.StatusServiceUnavailable,
+				"this producer is a standby and serves read-only; send mutating calls to the leader (its /readyz says \"leader\": true)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *server) leader() bool {
+	return s.cfg.IsLeader == nil || s.cfg.IsLeader()
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.q.Ping(ctx); err != nil {
+		s.log.Warn("health check: database does not answer", zap.Error(err))
+		writeError(w, http.StatusServiceUnavailable, "database does not answer")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+// readyz answers 200 while the database answers, and says whether this
+// producer leads; a load balancer that must reach the leader for mutating
+// calls can route on the "leader" field.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	body := map[string]any{"leader": s.leader(), "version": s.cfg.Version}
+	if err := s.q.Ping(ctx); err != nil {
+		body["ready"] = false
+		body["error"] = "database does not answer"
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	body["ready"] = true
+	writeJSON(w, http.StatusOK, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	// The client has gone when this fails; there is nobody to tell.
+	_ = enc.Encode(v)
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Error string `json:"error"`
+	// Index and Field locate a bad spec in a submitted batch.
+	Index *int   `json:"index,omitempty"`
+	Field string `json:"field,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{Error: msg})
+}
+
+// internalError answers 500 without database details (the read endpoints
+// are open to anyone who can reach the port) and logs the cause.
+func (s *server) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		// The client went away; its answer has nowhere to go.
+		return
+	}
+	s.log.Error("api request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+	writeError(w, http.StatusInternalServerError, "internal error (the producer's log has the details)")
+}
+
+// queueError answers for an error from the queue: 404 for ErrNotFound, else 500.
+func (s *server) queueError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, jobqueue.ErrNotFound) {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	s.internalError(w, r, err)
+}

@@ -1,0 +1,388 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Dashboard support: the load samples behind the charts (recorded by the
+// leader producer, pruned by age), recent failures grouped by error class,
+// and recent finishes for the metrics. Tables: migrations/003_dashboard.sql.
+
+// recordLockKey serializes RecordSamples across producers, so that two
+// recorders running at once (a leader change in flight) cannot both write a
+// sample for the same moment.
+const recordLockKey int64 = 0x6266736d706c6573 // "bfsmples"
+
+// SampleSettle is how far a queue sample's count of finished jobs trails the
+// sample's time: a completion whose transaction commits just after the
+// sample read the table, with a finished_at just before it, is counted by
+// the next sample instead of by none.
+const SampleSettle = 2 * time.Second
+
+// QueuePoint is the queue at one sample time, or a bucket of samples.
+type QueuePoint struct {
+	At         time.Time `json:"at"`
+	Pending    int64     `json:"pending"`
+	Queued     int64     `json:"queued"`
+	Processing int64     `json:"processing"`
+	// Completed, Failed and Canceled count the jobs that reached that final
+	// state during the sample's interval (for a bucket: during its samples').
+	Completed int64 `json:"completed"`
+	Failed    int64 `json:"failed"`
+	Canceled  int64 `json:"canceled"`
+}
+
+// NodePoint is one node's load at one sample time, or over a bucket of
+// samples (then the peaks, except CPU, which is the mean).
+type NodePoint struct {
+	At                   time.Time `json:"at"`
+	NodeID               string    `json:"node_id"`
+	Capacity             int       `json:"capacity"`
+	BusySessions         int       `json:"busy_sessions"`
+	CPUPercent           float64   `json:"cpu_percent"`
+	MemUsedBytes         int64     `json:"mem_used_bytes"`
+	ChromePSSBytes       int64     `json:"chrome_pss_bytes"`
+	JobsSinceChromeStart int64     `json:"jobs_since_chrome_start"`
+	ChromeRestarts       int64     `json:"chrome_restarts"`
+}
+
+// SampleReport says what RecordSamples wrote.
+type SampleReport struct {
+	// Skipped is true when another recorder wrote a sample less than half an
+	// interval ago; nothing was written.
+	Skipped bool
+	// Queue is the queue sample written.
+	Queue QueuePoint
+	// Nodes is the number of node samples written (one per active or
+	// draining node).
+	Nodes int64
+}
+
+// Returning the finished counts from the insert lets the report show what
+// was stored without a second read. $3 is the start of the counting window.
+const recordQueueSQL = `
+INSERT INTO queue_samples (at, pending, queued, processing, completed, failed, canceled, counted_until)
+SELECT $1::timestamptz,
+       (SELECT count(*) FROM jobs WHERE state = 'pending'),
+       (SELECT count(*) FROM jobs WHERE state = 'queued'),
+       (SELECT count(*) FROM jobs WHERE state = 'processing'),
+       f.completed, f.failed, f.canceled, $2::timestamptz
+FROM (SELECT count(*) FILTER (WHERE state = 'completed') AS completed,
+             count(*) FILTER (WHERE state = 'failed') AS failed,
+             count(*) FILTER (WHERE state = 'canceled') AS canceled
+      FROM jobs
+      WHERE state IN ('completed', 'failed', 'canceled')
+        AND finished_at > $3::timestamptz AND finished_at <= $2::timestamptz) f
+RETURNING pending, queued, processing, completed, failed, canceled`
+
+const recordNodesSQL = `
+INSERT INTO node_samples (at, node_id, state, capacity, busy_sessions, cpu_percent, mem_used_bytes,
+                          chrome_pss_bytes, jobs_since_chrome_start, chrome_restarts)
+SELECT $1::timestamptz, id, state, capacity, busy_sessions, cpu_percent, mem_used_bytes,
+       chrome_pss_bytes, jobs_since_chrome_start, chrome_restarts
+FROM nodes
+WHERE state IN ('active', 'draining')`
+
+// RecordSamples writes one queue sample (counts by live state, and the jobs
+// finished since the previous sample) and one load sample per active or
+// draining node, in one transaction. interval is the recorder's period: a
+// sample less than interval/2 after the previous one is skipped (two
+// recorders at once write one series, not two interleaved ones), and after
+// a gap — the first sample, or a new leader taking over — finishes are
+// counted over at most two intervals, so a chart of finishes per interval
+// shows a gap rather than one spike holding the whole gap's finishes.
+func (q *Queue) RecordSamples(ctx context.Context, interval time.Duration) (SampleReport, error) {
+	if interval <= 0 {
+		return SampleReport{}, fmt.Errorf("record samples: interval %v must be positive", interval)
+	}
+	var rep SampleReport
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", recordLockKey); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		// clock_timestamp, not now(): the transaction may have waited for
+		// the lock, and the sample is of the moment after it.
+		var at time.Time
+		var prevAt, prevUntil *time.Time
+		err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, clock_timestamp()), max(at), max(counted_until) FROM queue_samples`,
+			q.now()).Scan(&at, &prevAt, &prevUntil)
+		if err != nil {
+			return fmt.Errorf("previous sample: %w", err)
+		}
+		if prevAt != nil && at.Sub(*prevAt) < interval/2 {
+			rep.Skipped = true
+			return nil
+		}
+		until := at.Add(-SampleSettle)
+		from := until.Add(-interval)
+		if prevUntil != nil {
+			from = *prevUntil
+		}
+		if earliest := until.Add(-2 * interval); from.Before(earliest) {
+			from = earliest
+		}
+		if from.After(until) {
+			// The clock went back; count nothing rather than twice.
+			from = until
+		}
+		rep.Queue.At = at
+		if err := tx.QueryRow(ctx, recordQueueSQL, at, until, from).Scan(&rep.Queue.Pending, &rep.Queue.Queued,
+			&rep.Queue.Processing, &rep.Queue.Completed, &rep.Queue.Failed, &rep.Queue.Canceled); err != nil {
+			return fmt.Errorf("queue sample: %w", err)
+		}
+		tag, err := tx.Exec(ctx, recordNodesSQL, at)
+		if err != nil {
+			return fmt.Errorf("node samples: %w", err)
+		}
+		rep.Nodes = tag.RowsAffected()
+		return nil
+	})
+	if err != nil {
+		return SampleReport{}, fmt.Errorf("record samples: %w", err)
+	}
+	return rep, nil
+}
+
+// PruneSamples deletes queue and node samples older than cutoff, at most
+// batchSize rows per statement (default 5000) so that a large backlog of old
+// samples never holds locks for long, and returns how many it deleted.
+func (q *Queue) PruneSamples(ctx context.Context, cutoff time.Time, batchSize int) (int64, error) {
+	if batchSize <= 0 {
+		batchSize = 5000
+	}
+	var total int64
+	for _, sql := range []string{
+		`DELETE FROM node_samples WHERE (at, node_id) IN
+             (SELECT at, node_id FROM node_samples WHERE at < $1 ORDER BY at LIMIT $2)`,
+		`DELETE FROM queue_samples WHERE at IN
+             (SELECT at FROM queue_samples WHERE at < $1 ORDER BY at LIMIT $2)`,
+	} {
+		for {
+			tag, err := q.pool.Exec(ctx, sql, cutoff, batchSize)
+			if err != nil {
+				return total, fmt.Errorf("prune samples: %w", err)
+			}
+			total += tag.RowsAffected()
+			if tag.RowsAffected() < int64(batchSize) {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, nil
+}
+
+// Buckets align to the Unix epoch, so that a client polling with since set
+// to its last bucket gets the same bucket boundaries back and can replace
+// that bucket, which was still filling, with its complete value.
+const queueSamplesSQL = `
+SELECT date_bin(make_interval(secs => $2::float8), at, timestamptz 'epoch') AS b,
+       (array_agg(pending ORDER BY at DESC))[1], (array_agg(queued ORDER BY at DESC))[1],
+       (array_agg(processing ORDER BY at DESC))[1],
+       sum(completed)::bigint, sum(failed)::bigint, sum(canceled)::bigint
+FROM queue_samples
+WHERE at >= $1
+GROUP BY b
+ORDER BY b`
+
+const nodeSamplesSQL = `
+SELECT date_bin(make_interval(secs => $2::float8), at, timestamptz 'epoch') AS b, node_id,
+       max(capacity), max(busy_sessions), avg(cpu_percent), max(mem_used_bytes), max(chrome_pss_bytes),
+       max(jobs_since_chrome_start), max(chrome_restarts)
+FROM node_samples
+WHERE at >= $1
+GROUP BY b, node_id
+ORDER BY b, node_id`
+
+// Samples returns the queue and node samples taken at or after since, in
+// buckets of step (at least one second) aligned to the Unix epoch, oldest
+// first. A queue bucket holds the last live counts of its samples and the
+// sums of their finishes; a node bucket holds the peaks of its samples
+// (peak PSS is what shows the recycling sawtooth) and the mean CPU. Since is
+// rounded down to its bucket's start.
+func (q *Queue) Samples(ctx context.Context, since time.Time, step time.Duration) ([]QueuePoint, []NodePoint, error) {
+	if step < time.Second {
+		step = time.Second
+	}
+	since = bucketStart(since, step)
+	var qp []QueuePoint
+	var np []NodePoint
+	b := &pgx.Batch{}
+	b.Queue(queueSamplesSQL, since, step.Seconds()).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var p QueuePoint
+			if err := rows.Scan(&p.At, &p.Pending, &p.Queued, &p.Processing, &p.Completed, &p.Failed, &p.Canceled); err != nil {
+				return err
+			}
+			qp = append(qp, p)
+		}
+		return rows.Err()
+	})
+	b.Queue(nodeSamplesSQL, since, step.Seconds()).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var p NodePoint
+			if err := rows.Scan(&p.At, &p.NodeID, &p.Capacity, &p.BusySessions, &p.CPUPercent, &p.MemUsedBytes,
+				&p.ChromePSSBytes, &p.JobsSinceChromeStart, &p.ChromeRestarts); err != nil {
+				return err
+			}
+			np = append(np, p)
+		}
+		return rows.Err()
+	})
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, fmt.Errorf("samples since %s: %w", since.Format(time.RFC3339), err)
+	}
+	return qp, np, nil
+}
+
+// bucketStart rounds t down to a multiple of step since the Unix epoch, the
+// origin of the buckets.
+func bucketStart(t time.Time, step time.Duration) time.Time {
+	ns, d := t.UnixNano(), step.Nanoseconds()
+	r := ns % d
+	if r < 0 {
+		r += d
+	}
+	return time.Unix(0, ns-r).In(t.Location())
+}
+
+// Unclassified is the error class shown for a failure recorded without one.
+const Unclassified = "unclassified"
+
+// FailedJob is one failed job as listed under its error class.
+type FailedJob struct {
+	ID         int64     `json:"id"`
+	URL        string    `json:"url"`
+	NodeID     string    `json:"node_id,omitempty"`
+	Attempts   int       `json:"attempts"`
+	Error      string    `json:"error"` // cut to 500 characters
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// FailureGroup is the failures of one error class.
+type FailureGroup struct {
+	ErrorClass string      `json:"error_class"`
+	Count      int64       `json:"count"`
+	LastAt     time.Time   `json:"last_at"`
+	Recent     []FailedJob `json:"recent"` // newest first
+}
+
+// MaxFailureGroups bounds the classes FailureGroups returns.
+const MaxFailureGroups = 50
+
+// The finished index (finished_at, state) covers the filter; the window
+// functions count each class and number its jobs newest first in one pass.
+const failureGroupsSQL = `
+SELECT class, n, last_at, id, url, node_id, attempts, err, finished_at
+FROM (SELECT coalesce(nullif(j.error_class, ''), $3) AS class,
+             count(*) OVER w AS n,
+             max(j.finished_at) OVER w AS last_at,
+             row_number() OVER (PARTITION BY coalesce(nullif(j.error_class, ''), $3)
+                                ORDER BY j.finished_at DESC, j.id DESC) AS rn,
+             j.id, j.spec ->> 'url' AS url, coalesce(j.node_id, '') AS node_id, j.attempts,
+             left(coalesce(j.last_error, ''), 500) AS err, j.finished_at
+      FROM jobs j
+      WHERE j.state IN ('completed', 'failed', 'canceled') AND j.state = 'failed' AND j.finished_at >= $1
+      WINDOW w AS (PARTITION BY coalesce(nullif(j.error_class, ''), $3))) x
+WHERE rn <= $2
+ORDER BY n DESC, class, finished_at DESC, id DESC`
+
+// FailureGroups returns the jobs that failed (for good: attempts exhausted
+// or a permanent error) at or after since, grouped by error class, the
+// largest group first, with up to perClass (1..100, default 5) of each
+// class's newest jobs. At most MaxFailureGroups classes are returned.
+func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int) ([]FailureGroup, error) {
+	if perClass <= 0 {
+		perClass = 5
+	}
+	perClass = min(perClass, 100)
+	rows, err := q.pool.Query(ctx, failureGroupsSQL, since, perClass, Unclassified)
+	if err != nil {
+		return nil, fmt.Errorf("failure groups: %w", err)
+	}
+	defer rows.Close()
+	var groups []FailureGroup
+	for rows.Next() {
+		var class string
+		var n int64
+		var last time.Time
+		var fj FailedJob
+		if err := rows.Scan(&class, &n, &last, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt); err != nil {
+			return nil, fmt.Errorf("failure groups: %w", err)
+		}
+		if len(groups) == 0 || groups[len(groups)-1].ErrorClass != class {
+			if len(groups) == MaxFailureGroups {
+				break
+			}
+			groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: last})
+		}
+		g := &groups[len(groups)-1]
+		g.Recent = append(g.Recent, fj)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("failure groups: %w", err)
+	}
+	return groups, nil
+}
+
+// FinishedCount is how many jobs reached one final state (and, for failed
+// jobs, with one error class) in a window.
+type FinishedCount struct {
+	State      State
+	ErrorClass string // "" unless State is failed; Unclassified when a failure has none
+	Count      int64
+}
+
+// FinishedSince counts the jobs that reached a final state at or after since,
+// by state and, for failed jobs, error class. A completed job keeps the
+// error class of an earlier failed attempt, which is not its outcome, so
+// only failures are split by class.
+func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedCount, error) {
+	rows, err := q.pool.Query(ctx, `
+        SELECT state, CASE WHEN state = 'failed' THEN coalesce(nullif(error_class, ''), $2) ELSE '' END AS class, count(*)
+        FROM jobs
+        WHERE state IN ('completed', 'failed', 'canceled') AND finished_at >= $1
+        GROUP BY 1, 2
+        ORDER BY 1, 2`, since, Unclassified)
+	if err != nil {
+		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedCount, error) {
+		var c FinishedCount
+		err := row.Scan(&c.State, &c.ErrorClass, &c.Count)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
+	}
+	return out, nil
+}
+
+// Ping checks that the database answers.
+func (q *Queue) Ping(ctx context.Context) error {
+	if err := q.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database ping: %w", err)
+	}
+	return nil
+}
+
+// Screenshot returns the PNG of a job's result, without loading the rest of
+// it: nil when the spec asked for none, ErrNotFound when there is no result.
+func (q *Queue) Screenshot(ctx context.Context, jobID int64) ([]byte, error) {
+	var png []byte
+	err := q.pool.QueryRow(ctx, "SELECT screenshot FROM results WHERE job_id = $1", jobID).Scan(&png)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("result of job %d: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("screenshot of job %d: %w", jobID, err)
+	}
+	return png, nil
+}
