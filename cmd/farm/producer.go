@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/farm"
+	"github.com/browserfarm/browserfarm/farm/autoscale"
+	"github.com/browserfarm/browserfarm/farm/web"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// producerOptions are the flags of `farm producer` (and of `farm up`, which
+// runs the same producer in-process).
+type producerOptions struct {
+	listen          string
+	apiToken        string
+	tick            time.Duration
+	staleAfter      time.Duration
+	rescueInterval  time.Duration
+	retention       time.Duration
+	assignBatch     int
+	hostMax         int
+	hostInterval    time.Duration
+	hostRules       multiFlag
+	politenessFile  string
+	recycleJobs     int
+	exitAfterJobs   int
+	scaleDriver     string
+	scaleMin        int
+	scaleMax        int
+	scaleTarget     float64
+	scaleCooldown   time.Duration
+	scaleInterval   time.Duration
+	scaleExec       string
+	awsGroup        string
+	awsRegion       string
+	awsEndpoint     string
+	sampleInterval  time.Duration
+	sampleRetention time.Duration
+}
+
+func (o *producerOptions) register(fs *flagSet) {
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the dashboard, JSON API, /metrics and /healthz (loopback unless told otherwise)")
+	fs.StringVar(&o.apiToken, "api-token", "", "bearer token mutating API calls must present; empty refuses them")
+	fs.DurationVar(&o.tick, "tick", time.Second, "fallback assignment interval (NOTIFY wakes the producer at once)")
+	fs.DurationVar(&o.staleAfter, "stale-after", 15*time.Second, "a node whose heartbeat is older is lost; its jobs go back")
+	fs.DurationVar(&o.rescueInterval, "rescue-interval", 2*time.Second, "how often lost nodes and expired leases are looked for")
+	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "delete finished jobs and results older than this (0 keeps them)")
+	fs.IntVar(&o.assignBatch, "assign-batch", 5000, "most jobs assigned in one round")
+	fs.IntVar(&o.hostMax, "host-max-concurrent", 4, "default politeness: most jobs of one host running at once, farm-wide (0: no limit)")
+	fs.DurationVar(&o.hostInterval, "host-min-interval", 0, "default politeness: least time between two job starts on one host, farm-wide")
+	fs.Var(&o.hostRules, "host-rule", "per-host politeness override HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms or .example.com=8 (repeatable)")
+	fs.StringVar(&o.politenessFile, "politeness-file", "", `JSON politeness config: {"default":{"max_concurrent":4,"min_interval":"250ms"},"hosts":{"shop.example.com":{...}}}`)
+	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", 20, "the consumers' Chrome recycle threshold, shown on the dashboard")
+	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", 80, "the consumers' process recycle threshold, shown on the dashboard")
+	fs.StringVar(&o.scaleDriver, "autoscale", "none", "autoscaling driver: none (report only), aws (EC2 Auto Scaling group), exec (run a command)")
+	fs.IntVar(&o.scaleMin, "autoscale-min", 0, "fewest consumer nodes")
+	fs.IntVar(&o.scaleMax, "autoscale-max", 10, "most consumer nodes")
+	fs.Float64Var(&o.scaleTarget, "autoscale-target", 0.8, "target share of the fleet's slots the work should fill, (0,1]")
+	fs.DurationVar(&o.scaleCooldown, "autoscale-cooldown", 5*time.Minute, "scale in only after the need stayed lower this long")
+	fs.DurationVar(&o.scaleInterval, "autoscale-interval", 15*time.Second, "how often the desired node count is computed")
+	fs.StringVar(&o.scaleExec, "autoscale-exec", "", "with --autoscale exec: shell command run with the count in $FARM_DESIRED_NODES")
+	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "with --autoscale aws: the consumers' Auto Scaling group")
+	fs.StringVar(&o.awsRegion, "aws-region", "", "with --autoscale aws: the group's region (default: the SDK's chain)")
+	fs.StringVar(&o.awsEndpoint, "aws-endpoint", "", "with --autoscale aws: Auto Scaling API endpoint override")
+	fs.DurationVar(&o.sampleInterval, "sample-interval", 5*time.Second, "how often node load and queue samples are recorded for the charts")
+	fs.DurationVar(&o.sampleRetention, "sample-retention", time.Hour, "how long chart samples are kept")
+}
+
+// politeness builds the per-host policy from the flags and the optional file.
+func (o *producerOptions) politeness() (farm.Politeness, error) {
+	if o.hostMax < 0 || o.hostInterval < 0 {
+		return farm.Politeness{}, usagef("--host-max-concurrent and --host-min-interval must not be negative")
+	}
+	p := farm.Politeness{Default: farm.HostPolicy{MaxConcurrent: o.hostMax, MinInterval: o.hostInterval}, Hosts: map[string]farm.HostPolicy{}}
+	if o.politenessFile != "" {
+		var err error
+		if p, err = farm.LoadPoliteness(o.politenessFile, p); err != nil {
+			return p, usagef("--politeness-file: %v", err)
+		}
+	}
+	for _, r := range o.hostRules {
+		host, pol, err := farm.ParseHostRule(r)
+		if err != nil {
+			return p, usagef("--host-rule: %v", err)
+		}
+		p.Hosts[host] = pol
+	}
+	return p, nil
+}
+
+func runProducer(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("producer", "[flags]", env.stderr)
+	var db dbOptions
+	var lo logOptions
+	var po producerOptions
+	db.register(fs)
+	lo.register(fs)
+	po.register(fs)
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	log, err := lo.newLogger(env.stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	pool, err := db.pool(ctx, 16)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", po.listen)
+	if err != nil {
+		return usagef("--listen %s: %v", po.listen, err)
+	}
+	var g run.Group
+	if err := addProducer(ctx, &g, pool, ln, &po, log); err != nil {
+		ln.Close()
+		return err
+	}
+	addContext(ctx, &g)
+	return g.Run()
+}
+
+// addProducer adds the producer's actors to g: the producer itself (leader
+// election, assignment, rescue, retention and the leader-only sample
+// recorder and autoscaler) and the HTTP server on ln.
+func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.Listener, po *producerOptions, log *zap.Logger) error {
+	pol, err := po.politeness()
+	if err != nil {
+		return err
+	}
+	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue")})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := web.NewMetrics(reg)
+
+	scaler, err := newScaler(ctx, po, q, log)
+	if err != nil {
+		return err
+	}
+	recorder := web.NewRecorder(web.RecorderConfig{Queue: q, Interval: po.sampleInterval, Retention: po.sampleRetention,
+		Logger: log.Named("recorder")})
+	leaderActors := []func(context.Context) error{recorder.Run, scaler.Run, func(ctx context.Context) error {
+		// Keep the desired-nodes gauge current while leading.
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			metrics.SetDesiredNodes(scaler.Desired())
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	}}
+	producer, err := farm.NewProducer(farm.ProducerConfig{
+		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, AssignBatch: po.assignBatch,
+		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention,
+		LeaderActors: leaderActors, Logger: log.Named("producer"),
+		OnAssigned: func(rep jobqueue.AssignReport) {
+			now := time.Now()
+			for _, created := range rep.CreatedAt {
+				metrics.ObserveAssignment(now.Sub(created), 1)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	handler := web.NewServer(web.Config{
+		Queue: q, Token: po.apiToken, IsLeader: producer.IsLeader,
+		Desired: func() (int, bool) { return scaler.Desired(), true },
+		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version,
+		RecycleJobs: po.recycleJobs, ExitAfterJobs: po.exitAfterJobs, StaleAfter: po.staleAfter,
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+
+	pctx, stopProducer := context.WithCancel(context.WithoutCancel(ctx))
+	g.Add(func() error { return producer.Run(pctx) }, func(error) { stopProducer() })
+	g.Add(func() error {
+		log.Info("dashboard and API listening", zap.String("url", "http://"+ln.Addr().String()+"/"))
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	}, func(error) {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	return nil
+}
+
+// newScaler builds the autoscaler with the chosen driver. With "none" it
+// still computes and reports the desired count (for HPA/KEDA users).
+func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log *zap.Logger) (*autoscale.Reconciler, error) {
+	dc := autoscale.DriverConfig{Kind: po.scaleDriver}
+	switch po.scaleDriver {
+	case autoscale.DriverNone:
+	case autoscale.DriverAWS:
+		if po.awsGroup == "" {
+			return nil, usagef("--autoscale aws needs --aws-asg-name")
+		}
+		dc.AWS = autoscale.AWSConfig{GroupName: po.awsGroup, Region: po.awsRegion, Endpoint: po.awsEndpoint}
+	case autoscale.DriverExec:
+		if strings.TrimSpace(po.scaleExec) == "" {
+			return nil, usagef("--autoscale exec needs --autoscale-exec")
+		}
+		dc.Exec = autoscale.ExecConfig{Command: []string{"sh", "-c", po.scaleExec}}
+	default:
+		return nil, usagef("--autoscale: %q is not none, aws or exec", po.scaleDriver)
+	}
+	scaling := autoscale.Config{Min: po.scaleMin, Max: po.scaleMax, TargetUtilisation: po.scaleTarget,
+		ScaleInCooldown: po.scaleCooldown}.WithDefaults()
+	if err := scaling.Validate(); err != nil {
+		return nil, usagef("autoscale: %v", err)
+	}
+	drv, err := autoscale.NewDriver(ctx, dc, log.Named("autoscale"))
+	if err != nil {
+		return nil, err
+	}
+	return autoscale.NewReconciler(autoscale.ReconcilerConfig{Scaling: scaling, Interval: po.scaleInterval},
+		farm.ScaleSource(q), drv, log.Named("autoscale"))
+}
+
+// addContext ends the group when ctx ends (SIGINT/SIGTERM from main).
+func addContext(ctx context.Context, g *run.Group) {
+	stop := make(chan struct{})
+	g.Add(func() error {
+		select {
+		case <-ctx.Done():
+		case <-stop:
+		}
+		return nil
+	}, func(error) { close(stop) })
+}

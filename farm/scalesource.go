@@ -1,0 +1,39 @@
+package farm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/browserfarm/browserfarm/farm/autoscale"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// ScaleSource reads the autoscaler's inputs from the queue: the work
+// (pending, queued and processing — running work counts, or a busy fleet
+// would look idle) and the live nodes with what each holds.
+func ScaleSource(q *jobqueue.Queue) autoscale.Source {
+	return autoscale.SourceFunc(func(ctx context.Context) (autoscale.Load, error) {
+		stats, err := q.Stats(ctx)
+		if err != nil {
+			return autoscale.Load{}, fmt.Errorf("scale source: %w", err)
+		}
+		nodes, err := q.ListNodes(ctx)
+		if err != nil {
+			return autoscale.Load{}, fmt.Errorf("scale source: %w", err)
+		}
+		load := autoscale.Load{
+			Pending:    int(stats.Jobs[jobqueue.StatePending]),
+			Queued:     int(stats.Jobs[jobqueue.StateQueued]),
+			Processing: int(stats.Jobs[jobqueue.StateProcessing]),
+		}
+		for _, n := range nodes {
+			switch n.State {
+			case jobqueue.NodeActive, jobqueue.NodeDraining:
+				load.Nodes = append(load.Nodes, autoscale.Node{ID: n.ID, Busy: n.Queued + n.Processing})
+			case jobqueue.NodeLost:
+				load.Lost++
+			}
+		}
+		return load, nil
+	})
+}
