@@ -233,7 +233,7 @@ type simNode struct {
 	id         string
 	launched   int64
 	ready      int64
-	terminated int64 // -1 while running
+	terminated int64 // -1 while running; terminated nodes leave simFarm.nodes
 	slots      []int64
 	idleSince  int64
 }
@@ -245,9 +245,10 @@ func (n *simNode) busy() int { return len(n.slots) }
 type simFarm struct {
 	cfg     SimConfig
 	jobs    []simJob
-	next    int     // next job to submit
-	queue   []int32 // pending job indexes, FIFO
-	nodes   []*simNode
+	next    int        // next job to submit
+	queue   []int32    // pending job indexes, FIFO
+	nodes   []*simNode // running (booting or ready) nodes
+	billed  int64      // node-seconds of terminated nodes
 	desired int
 	now     int64
 	end     int64
@@ -294,7 +295,7 @@ func (d simDriver) SetDesired(_ context.Context, n int) error {
 func (f *simFarm) load(context.Context) (Load, error) {
 	l := Load{Pending: len(f.queue)}
 	for _, n := range f.nodes {
-		if n.terminated >= 0 || n.ready > f.now {
+		if n.ready > f.now {
 			continue
 		}
 		l.Processing += n.busy()
@@ -311,7 +312,7 @@ func (f *simFarm) load(context.Context) (Load, error) {
 func (f *simFarm) launch(ready int64) {
 	at := f.now
 	f.nodes = append(f.nodes, &simNode{
-		id: "n" + strconv.Itoa(len(f.nodes)), launched: at, ready: ready, terminated: -1, idleSince: ready,
+		id: "n" + strconv.Itoa(f.result.Launched), launched: at, ready: ready, terminated: -1, idleSince: ready,
 	})
 	f.result.Launched++
 }
@@ -349,7 +350,7 @@ func (f *simFarm) run() {
 
 func (f *simFarm) complete() {
 	for _, n := range f.nodes {
-		if n.terminated >= 0 || n.busy() == 0 {
+		if n.busy() == 0 {
 			continue
 		}
 		n.slots = slices.DeleteFunc(n.slots, func(end int64) bool { return end <= f.now })
@@ -367,7 +368,7 @@ func (f *simFarm) assign() {
 	for len(f.queue) > 0 {
 		var best *simNode
 		for _, n := range f.nodes {
-			if n.terminated >= 0 || n.ready > f.now || n.busy() >= capacity {
+			if n.ready > f.now || n.busy() >= capacity {
 				continue
 			}
 			if best == nil || (!f.cfg.Spread && n.busy() > best.busy()) || (f.cfg.Spread && n.busy() < best.busy()) {
@@ -393,26 +394,17 @@ func (f *simFarm) assign() {
 // first). Busy nodes are protected from scale-in, so an excess of busy
 // nodes waits until they go idle.
 func (f *simFarm) orchestrate() {
-	var running []*simNode
-	for _, n := range f.nodes {
-		if n.terminated < 0 {
-			running = append(running, n)
-		}
-	}
-	for i := len(running); i < f.desired; i++ {
+	for len(f.nodes) < f.desired {
 		f.launch(f.now + int64(f.cfg.NodeStartup/time.Second))
 	}
-	excess := len(running) - f.desired
-	if excess <= 0 {
-		return
-	}
-	for i := len(running) - 1; i >= 0 && excess > 0; i-- {
-		if running[i].ready > f.now {
-			running[i].terminated = f.now
+	excess := len(f.nodes) - f.desired
+	for i := len(f.nodes) - 1; i >= 0 && excess > 0; i-- {
+		if n := f.nodes[i]; n.ready > f.now {
+			n.terminated = f.now
 			excess--
 		}
 	}
-	for _, n := range running {
+	for _, n := range f.nodes {
 		if excess == 0 {
 			break
 		}
@@ -421,16 +413,18 @@ func (f *simFarm) orchestrate() {
 			excess--
 		}
 	}
+	f.nodes = slices.DeleteFunc(f.nodes, func(n *simNode) bool {
+		if n.terminated < 0 {
+			return false
+		}
+		f.billed += n.terminated - n.launched
+		return true
+	})
 }
 
 // account adds this second to the node-hours and the hour's peak.
 func (f *simFarm) account() {
-	count := 0
-	for _, n := range f.nodes {
-		if n.terminated < 0 {
-			count++
-		}
-	}
+	count := len(f.nodes)
 	f.result.PeakNodes = max(f.result.PeakNodes, count)
 	if h := int(f.now / 3600); h < len(f.hours) {
 		f.hours[h].NodeHours += float64(count) / 3600
@@ -444,13 +438,9 @@ func (f *simFarm) account() {
 // finish closes the books at span seconds: running nodes are billed until
 // then, and wait statistics are computed.
 func (f *simFarm) finish(span int64) {
-	var seconds int64
+	seconds := f.billed
 	for _, n := range f.nodes {
-		stop := n.terminated
-		if stop < 0 || stop > span {
-			stop = span
-		}
-		seconds += stop - n.launched
+		seconds += span - n.launched
 	}
 	f.result.NodeHours = float64(seconds) / 3600
 	if len(f.waits) == 0 {

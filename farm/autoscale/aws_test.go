@@ -1,0 +1,557 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/smithy-go"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+const (
+	testKeyID  = "AKIDFARMTEST"
+	testSecret = "farm-test-secret-must-never-be-logged"
+	testGroup  = "farm-consumers"
+)
+
+// asgCall is one request the fake Auto Scaling endpoint received.
+type asgCall struct {
+	form url.Values
+	auth string
+}
+
+func (c asgCall) get(k string) string { return c.form.Get(k) }
+
+// fakeASG is a local Auto Scaling endpoint speaking the AWS Query protocol.
+// Each request takes the next scripted reply; when the script is empty it
+// succeeds.
+type fakeASG struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	calls []asgCall
+	// replies are (HTTP status, error code, message); status 0 is success.
+	replies []asgReply
+}
+
+type asgReply struct {
+	status  int
+	code    string
+	message string
+}
+
+func newFakeASG(t *testing.T, replies ...asgReply) *fakeASG {
+	f := &fakeASG{replies: replies}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeASG) serve(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.Method != http.MethodPost {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.calls = append(f.calls, asgCall{form: r.PostForm, auth: r.Header.Get("Authorization")})
+	var reply asgReply
+	if len(f.replies) > 0 {
+		reply, f.replies = f.replies[0], f.replies[1:]
+	}
+	f.mu.Unlock()
+
+	action := r.PostForm.Get("Action")
+	w.Header().Set("Content-Type", "text/xml")
+	if reply.status != 0 {
+		w.WriteHeader(reply.status)
+		fmt.Fprintf(w, `<ErrorResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">`+
+			`<Error><Type>Sender</Type><Code>%s</Code><Message>%s</Message></Error>`+
+			`<RequestId>req-err</RequestId></ErrorResponse>`, reply.code, reply.message)
+		return
+	}
+	result := ""
+	if action == "SetInstanceProtection" {
+		result = "<SetInstanceProtectionResult/>"
+	}
+	fmt.Fprintf(w, `<%sResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">%s`+
+		`<ResponseMetadata><RequestId>req-ok</RequestId></ResponseMetadata></%sResponse>`, action, result, action)
+}
+
+func (f *fakeASG) Calls() []asgCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]asgCall(nil), f.calls...)
+}
+
+func (f *fakeASG) script(replies ...asgReply) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.replies = append(f.replies, replies...)
+}
+
+// fakeIMDS is a local IMDSv2: a token from PUT /latest/api/token is
+// required for every metadata GET.
+type fakeIMDS struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	// tokens counts token PUTs, gets authorised GETs, rejected unauthorised
+	// ones.
+	tokens, gets, rejected int
+	refuseTokens           bool
+}
+
+const (
+	imdsToken      = "imds-token-abc"
+	testInstanceID = "i-0123456789abcdef0"
+)
+
+func newFakeIMDS(t *testing.T) *fakeIMDS {
+	f := &fakeIMDS{}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeIMDS) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
+		if f.refuseTokens {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		if r.Header.Get("X-Aws-Ec2-Metadata-Token-Ttl-Seconds") == "" {
+			http.Error(w, "missing ttl", http.StatusBadRequest)
+			return
+		}
+		f.tokens++
+		w.Header().Set("X-Aws-Ec2-Metadata-Token-Ttl-Seconds", "21600")
+		io.WriteString(w, imdsToken)
+	case r.Method == http.MethodGet:
+		if r.Header.Get("X-Aws-Ec2-Metadata-Token") != imdsToken {
+			f.rejected++
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		f.gets++
+		switch r.URL.Path {
+		case "/latest/meta-data/instance-id":
+			io.WriteString(w, testInstanceID)
+		case "/latest/dynamic/instance-identity/document":
+			fmt.Fprintf(w, `{"instanceId":%q,"region":"eu-west-3","availabilityZone":"eu-west-3a"}`, testInstanceID)
+		default:
+			http.NotFound(w, r)
+		}
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+func (f *fakeIMDS) counts() (tokens, gets, rejected int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tokens, f.gets, f.rejected
+}
+
+// staticAWS is an SDK configuration with static test credentials, so the
+// tests never read the machine's AWS configuration.
+func staticAWS(region string) aws.Config {
+	return aws.Config{
+		Region:      region,
+		Credentials: credentials.NewStaticCredentialsProvider(testKeyID, testSecret, ""),
+	}
+}
+
+func testAWSConfig(endpoint string) AWSConfig {
+	return AWSConfig{GroupName: testGroup, Endpoint: endpoint, MaxAttempts: 3, MaxBackoff: 5 * time.Millisecond}
+}
+
+// observed returns a logger recording every entry, and a check that no
+// entry mentions the secret key.
+func observed(t *testing.T) (*zap.Logger, *observer.ObservedLogs) {
+	core, logs := observer.New(zap.DebugLevel)
+	t.Cleanup(func() {
+		for _, e := range logs.All() {
+			line := e.Message
+			for k, v := range e.ContextMap() {
+				line += fmt.Sprintf(" %s=%v", k, v)
+			}
+			if strings.Contains(line, testSecret) {
+				t.Errorf("log entry leaks the secret key: %s", line)
+			}
+		}
+	})
+	return zap.New(core), logs
+}
+
+func TestAWSDriverSetDesiredCapacity(t *testing.T) {
+	asg := newFakeASG(t)
+	log, logs := observed(t)
+	d, err := NewAWSWithConfig(staticAWS("us-east-2"), testAWSConfig(asg.srv.URL), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name() != DriverAWS {
+		t.Fatalf("Name() = %q", d.Name())
+	}
+	for _, n := range []int{7, 0} {
+		if err := d.SetDesired(t.Context(), n); err != nil {
+			t.Fatalf("SetDesired(%d): %v", n, err)
+		}
+	}
+	calls := asg.Calls()
+	if len(calls) != 2 {
+		t.Fatalf("%d calls, want 2", len(calls))
+	}
+	for i, want := range []string{"7", "0"} {
+		c := calls[i]
+		for k, v := range map[string]string{
+			"Action": "SetDesiredCapacity", "Version": "2011-01-01",
+			"AutoScalingGroupName": testGroup, "DesiredCapacity": want, "HonorCooldown": "false",
+		} {
+			if got := c.get(k); got != v {
+				t.Errorf("call %d: %s = %q, want %q (form %v)", i, k, got, v, c.form)
+			}
+		}
+		if len(c.form) != 5 {
+			t.Errorf("call %d sent unexpected parameters: %v", i, c.form)
+		}
+		// Signed with the configured credentials for the configured region.
+		if !strings.Contains(c.auth, "Credential="+testKeyID+"/") || !strings.Contains(c.auth, "/us-east-2/autoscaling/aws4_request") {
+			t.Errorf("call %d Authorization = %q", i, c.auth)
+		}
+	}
+	if n := logs.FilterMessage("desired capacity set").Len(); n != 2 {
+		t.Errorf("%d 'desired capacity set' log entries, want 2", n)
+	}
+	if err := d.SetDesired(t.Context(), -1); err == nil || len(asg.Calls()) != 2 {
+		t.Errorf("SetDesired(-1) = %v after %d calls; want an error and no call", err, len(asg.Calls()))
+	}
+}
+
+func TestAWSDriverErrors(t *testing.T) {
+	throttle := asgReply{400, "Throttling", "Rate exceeded"}
+	tests := []struct {
+		name    string
+		replies []asgReply
+		calls   int      // requests the SDK makes (3 attempts at most)
+		want    []string // substrings of the error; none means success
+	}{
+		{"throttled then succeeds", []asgReply{throttle, throttle}, 3, nil},
+		{"throttled past the attempt limit", []asgReply{throttle, throttle, throttle}, 3,
+			[]string{"SetDesiredCapacity", testGroup, "Throttling", "Rate exceeded"}},
+		{"server error retried", []asgReply{{500, "InternalFailure", "try again"}}, 2, nil},
+		{"contention retried", []asgReply{{400, "ResourceContention", "busy"}}, 2, nil},
+		{"invalid group reported, not retried", []asgReply{{400, "ValidationError", "AutoScalingGroup name not found - AutoScalingGroup '" + testGroup + "' not found"}}, 1,
+			[]string{"ValidationError", "check the group name and region", "not found", `"` + testGroup + `"`}},
+		{"count above group max", []asgReply{{400, "ValidationError", "New SetDesiredCapacity value 12 is above max value 10 for the AutoScalingGroup."}}, 1,
+			[]string{"ValidationError", "min and max size", "above max value 10"}},
+		{"access denied", []asgReply{{403, "AccessDenied", "User is not authorized to perform: autoscaling:SetDesiredCapacity"}}, 1,
+			[]string{"AccessDenied", "lack this autoscaling permission"}},
+		{"activity in progress", []asgReply{{400, "ScalingActivityInProgress", "Scaling activity is in progress"}}, 1,
+			[]string{"ScalingActivityInProgress", "next reconcile retries"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			asg := newFakeASG(t, tc.replies...)
+			log, _ := observed(t)
+			d, err := NewAWSWithConfig(staticAWS("us-east-1"), testAWSConfig(asg.srv.URL), log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = d.SetDesired(t.Context(), 12)
+			calls := asg.Calls()
+			if len(calls) != tc.calls {
+				t.Errorf("%d requests, want %d", len(calls), tc.calls)
+			}
+			for i, c := range calls {
+				if c.get("Action") != "SetDesiredCapacity" || c.get("DesiredCapacity") != "12" || c.get("AutoScalingGroupName") != testGroup {
+					t.Errorf("request %d: %v", i, c.form)
+				}
+			}
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("SetDesired: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("SetDesired succeeded, want an error")
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			var apiErr smithy.APIError
+			if !errors.As(err, &apiErr) || apiErr.ErrorCode() != tc.replies[len(tc.replies)-1].code {
+				t.Errorf("error does not wrap the AWS API error: %v", err)
+			}
+		})
+	}
+}
+
+// TestAWSDriverDefaultChain builds the driver the production way: only the
+// SDK's default credential chain, here fed by the environment.
+func TestAWSDriverDefaultChain(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_ACCESS_KEY_ID", testKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", testSecret)
+	t.Setenv("AWS_REGION", "ap-south-1")
+
+	asg := newFakeASG(t)
+	log, _ := observed(t)
+	drv, err := NewDriver(t.Context(), DriverConfig{Kind: DriverAWS, AWS: testAWSConfig(asg.srv.URL)}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.SetDesired(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	calls := asg.Calls()
+	if len(calls) != 1 || calls[0].get("DesiredCapacity") != "3" {
+		t.Fatalf("calls = %v", calls)
+	}
+	if a := calls[0].auth; !strings.Contains(a, "Credential="+testKeyID+"/") || !strings.Contains(a, "/ap-south-1/autoscaling/") {
+		t.Errorf("Authorization = %q, want the environment's key and region", a)
+	}
+
+	// An explicit region wins over the environment's.
+	cfg := testAWSConfig(asg.srv.URL)
+	cfg.Region = "sa-east-1"
+	drv, err = NewAWS(t.Context(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.SetDesired(t.Context(), 4); err != nil {
+		t.Fatal(err)
+	}
+	if a := asg.Calls()[1].auth; !strings.Contains(a, "/sa-east-1/autoscaling/") {
+		t.Errorf("Authorization = %q, want region sa-east-1", a)
+	}
+
+	if _, err := NewAWS(t.Context(), AWSConfig{}, log); err == nil || !strings.Contains(err.Error(), "group name") {
+		t.Errorf("NewAWS without a group: %v", err)
+	}
+	if _, err := NewAWSWithConfig(staticAWS(""), AWSConfig{GroupName: "g"}, log); err == nil || !strings.Contains(err.Error(), "no region") {
+		t.Errorf("NewAWSWithConfig without a region: %v", err)
+	}
+}
+
+// TestReconcilerSurvivesAWSErrors runs the producer's actor against the real
+// SDK and a failing group: errors are reported in Status and the log, the
+// loop keeps its desired count, and the next tick applies it once AWS
+// accepts.
+func TestReconcilerSurvivesAWSErrors(t *testing.T) {
+	asg := newFakeASG(t,
+		asgReply{400, "ValidationError", "AutoScalingGroup name not found - AutoScalingGroup 'farm-consumers' not found"},
+		asgReply{400, "Throttling", "Rate exceeded"}, asgReply{400, "Throttling", "Rate exceeded"}, asgReply{400, "Throttling", "Rate exceeded"},
+	)
+	log, logs := observed(t)
+	d, err := NewAWSWithConfig(staticAWS("us-east-1"), testAWSConfig(asg.srv.URL), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeClock{t: t0}
+	r, err := NewReconciler(ReconcilerConfig{Now: clock.Now}, SourceFunc(func(context.Context) (Load, error) {
+		return Load{Pending: 20}, nil
+	}), d, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Tick 1: invalid group. Tick 2: throttled on every attempt.
+	for i, want := range []string{"ValidationError", "Throttling"} {
+		dec, err := r.Tick(t.Context())
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("tick %d: err = %v, want %s", i+1, err, want)
+		}
+		st := r.Status()
+		if dec.Desired != 5 || r.Desired() != 5 || st.Applied != -1 || !strings.Contains(st.LastError, want) || st.Errors != i+1 {
+			t.Fatalf("tick %d: decision %+v status %+v", i+1, dec, st)
+		}
+		clock.Advance(15 * time.Second)
+	}
+	if _, err := r.Tick(t.Context()); err != nil {
+		t.Fatalf("tick 3: %v", err)
+	}
+	st := r.Status()
+	if st.Applied != 5 || st.LastError != "" {
+		t.Fatalf("after recovery: %+v", st)
+	}
+	calls := asg.Calls()
+	if len(calls) != 1+3+1 {
+		t.Fatalf("%d requests, want 5 (1 invalid, 3 throttled, 1 ok)", len(calls))
+	}
+	for _, c := range calls {
+		if c.get("DesiredCapacity") != "5" {
+			t.Errorf("request %v", c.form)
+		}
+	}
+	if n := logs.FilterMessage("driver could not apply desired count; retrying next tick").Len(); n != 2 {
+		t.Errorf("%d driver failure log entries, want 2", n)
+	}
+}
+
+func newTestProtector(t *testing.T, asg *fakeASG, md *fakeIMDS, region string) *InstanceProtector {
+	t.Helper()
+	log, _ := observed(t)
+	cfg := ProtectorConfig{AWSConfig: testAWSConfig(asg.srv.URL), IMDSEndpoint: md.srv.URL}
+	p, err := NewInstanceProtectorWithConfig(staticAWS(region), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestInstanceProtector(t *testing.T) {
+	asg := newFakeASG(t)
+	md := newFakeIMDS(t)
+	p := newTestProtector(t, asg, md, "us-west-2")
+	ctx := t.Context()
+
+	if _, known := p.Protected(); known {
+		t.Fatal("protection known before any call")
+	}
+	// busy, busy again (no call), idle, idle again (no call), busy.
+	for _, busy := range []bool{true, true, false, false, true} {
+		if err := p.SetBusy(ctx, busy); err != nil {
+			t.Fatalf("SetBusy(%t): %v", busy, err)
+		}
+		if prot, known := p.Protected(); !known || prot != busy {
+			t.Fatalf("after SetBusy(%t): Protected() = %t, %t", busy, prot, known)
+		}
+	}
+	calls := asg.Calls()
+	if len(calls) != 3 {
+		t.Fatalf("%d SetInstanceProtection calls, want 3 (only on change)", len(calls))
+	}
+	for i, want := range []string{"true", "false", "true"} {
+		c := calls[i]
+		for k, v := range map[string]string{
+			"Action": "SetInstanceProtection", "Version": "2011-01-01", "AutoScalingGroupName": testGroup,
+			"InstanceIds.member.1": testInstanceID, "ProtectedFromScaleIn": want,
+		} {
+			if got := c.get(k); got != v {
+				t.Errorf("call %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+		if len(c.form) != 5 {
+			t.Errorf("call %d sent unexpected parameters: %v", i, c.form)
+		}
+		if !strings.Contains(c.auth, "/us-west-2/autoscaling/") {
+			t.Errorf("call %d Authorization = %q", i, c.auth)
+		}
+	}
+	// The instance id was learned once, through IMDSv2.
+	tokens, gets, rejected := md.counts()
+	if tokens != 1 || gets != 1 || rejected != 0 {
+		t.Errorf("IMDS: %d token PUTs, %d GETs, %d rejected; want 1, 1, 0", tokens, gets, rejected)
+	}
+	if id, err := p.InstanceID(ctx); err != nil || id != testInstanceID {
+		t.Errorf("InstanceID() = %q, %v", id, err)
+	}
+}
+
+func TestInstanceProtectorErrors(t *testing.T) {
+	t.Run("AWS error is returned and retried on the next call", func(t *testing.T) {
+		asg := newFakeASG(t, asgReply{400, "ValidationError", "The instance i-0123456789abcdef0 is not part of Auto Scaling group farm-consumers."})
+		md := newFakeIMDS(t)
+		p := newTestProtector(t, asg, md, "us-west-2")
+		err := p.SetBusy(t.Context(), true)
+		if err == nil || !strings.Contains(err.Error(), "ValidationError") || !strings.Contains(err.Error(), testInstanceID) {
+			t.Fatalf("SetBusy = %v, want a ValidationError naming the instance", err)
+		}
+		if _, known := p.Protected(); known {
+			t.Fatal("failed call marked as applied")
+		}
+		if err := p.SetBusy(t.Context(), true); err != nil {
+			t.Fatalf("second SetBusy: %v", err)
+		}
+		if n := len(asg.Calls()); n != 2 {
+			t.Fatalf("%d calls, want 2 (the same state is retried after a failure)", n)
+		}
+	})
+	t.Run("IMDS refusing tokens is an error, with no fallback to IMDSv1", func(t *testing.T) {
+		asg := newFakeASG(t)
+		md := newFakeIMDS(t)
+		md.refuseTokens = true
+		p := newTestProtector(t, asg, md, "us-west-2")
+		err := p.SetBusy(t.Context(), true)
+		if err == nil || !strings.Contains(err.Error(), "IMDSv2") {
+			t.Fatalf("SetBusy = %v, want an IMDSv2 error", err)
+		}
+		if _, gets, rejected := md.counts(); gets != 0 || rejected != 0 {
+			t.Errorf("metadata read without a token: %d GETs, %d rejected", gets, rejected)
+		}
+		if n := len(asg.Calls()); n != 0 {
+			t.Errorf("%d Auto Scaling calls without an instance id", n)
+		}
+	})
+	t.Run("region from instance metadata", func(t *testing.T) {
+		asg := newFakeASG(t)
+		md := newFakeIMDS(t)
+		p := newTestProtector(t, asg, md, "")
+		if err := p.SetBusy(t.Context(), false); err != nil {
+			t.Fatal(err)
+		}
+		calls := asg.Calls()
+		if len(calls) != 1 || !strings.Contains(calls[0].auth, "/eu-west-3/autoscaling/") || calls[0].get("ProtectedFromScaleIn") != "false" {
+			t.Fatalf("calls = %+v", calls)
+		}
+	})
+	t.Run("configured instance id skips IMDS", func(t *testing.T) {
+		asg := newFakeASG(t)
+		md := newFakeIMDS(t)
+		log, _ := observed(t)
+		p, err := NewInstanceProtectorWithConfig(staticAWS("us-west-2"), ProtectorConfig{
+			AWSConfig: testAWSConfig(asg.srv.URL), IMDSEndpoint: md.srv.URL, InstanceID: "i-fixed",
+		}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.SetBusy(t.Context(), true); err != nil {
+			t.Fatal(err)
+		}
+		if tokens, gets, _ := md.counts(); tokens+gets != 0 {
+			t.Errorf("IMDS used although the instance id was configured")
+		}
+		if c := asg.Calls(); len(c) != 1 || c[0].get("InstanceIds.member.1") != "i-fixed" {
+			t.Errorf("calls = %+v", c)
+		}
+	})
+	t.Run("group name required", func(t *testing.T) {
+		if _, err := NewInstanceProtectorWithConfig(staticAWS("us-west-2"), ProtectorConfig{}, nil); err == nil {
+			t.Fatal("accepted an empty group name")
+		}
+	})
+}
+
+func TestMain(m *testing.M) {
+	// Keep the machine's AWS configuration out of every test in the
+	// package; tests that need the default chain set their own.
+	for _, k := range []string{"AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_EC2_METADATA_SERVICE_ENDPOINT"} {
+		os.Unsetenv(k)
+	}
+	goleak.VerifyTestMain(m)
+}

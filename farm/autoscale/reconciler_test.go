@@ -1,0 +1,245 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// recordingDriver records every SetDesired and fails while err is set.
+type recordingDriver struct {
+	mu   sync.Mutex
+	got  []int
+	fail error
+}
+
+func (*recordingDriver) Name() string { return "recording" }
+
+func (d *recordingDriver) SetDesired(_ context.Context, n int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.got = append(d.got, n)
+	return d.fail
+}
+
+func (d *recordingDriver) calls() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.got)
+}
+
+func (d *recordingDriver) setFail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fail = err
+}
+
+// loadBox is a Source whose load the test changes between ticks.
+type loadBox struct {
+	mu    sync.Mutex
+	load  Load
+	err   error
+	reads int
+}
+
+func (b *loadBox) Load(context.Context) (Load, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reads++
+	return b.load, b.err
+}
+
+func (b *loadBox) set(l Load, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.load, b.err = l, err
+}
+
+func (b *loadBox) readCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reads
+}
+
+func TestReconcilerTick(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	src := &loadBox{}
+	drv := &recordingDriver{}
+	r, err := NewReconciler(ReconcilerConfig{Now: clock.Now, Reapply: 5 * time.Minute}, src, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	tick := func(step string) Decision {
+		t.Helper()
+		d, err := r.Tick(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		clock.Advance(15 * time.Second)
+		return d
+	}
+
+	tick("empty farm") // the first count is always applied
+	src.set(Load{Pending: 10}, nil)
+	tick("burst")
+	tick("unchanged") // no driver call
+	if got := drv.calls(); !slices.Equal(got, []int{0, 3}) {
+		t.Fatalf("driver calls %v, want [0 3]", got)
+	}
+	if r.Desired() != 3 || r.Status().Applied != 3 {
+		t.Fatalf("desired %d, status %+v", r.Desired(), r.Status())
+	}
+
+	// Driver failure: the count stays, and the next tick retries although
+	// the count did not change.
+	drv.setFail(errors.New("orchestrator down"))
+	src.set(Load{Pending: 20}, nil)
+	if _, err := r.Tick(ctx); err == nil || !strings.Contains(err.Error(), "orchestrator down") {
+		t.Fatalf("tick with failing driver: %v", err)
+	}
+	if st := r.Status(); st.Desired != 5 || st.Applied != 3 || st.Errors != 1 || st.LastError == "" {
+		t.Fatalf("status after driver failure: %+v", st)
+	}
+	clock.Advance(15 * time.Second)
+	drv.setFail(nil)
+	tick("retry after failure")
+	if got := drv.calls(); !slices.Equal(got, []int{0, 3, 5, 5}) {
+		t.Fatalf("driver calls %v, want [0 3 5 5]", got)
+	}
+	if st := r.Status(); st.Applied != 5 || st.LastError != "" || st.Errors != 1 {
+		t.Fatalf("status after recovery: %+v", st)
+	}
+
+	// Load failure: desired kept, driver not called.
+	src.set(Load{}, errors.New("database gone"))
+	if _, err := r.Tick(ctx); err == nil || !strings.Contains(err.Error(), "database gone") {
+		t.Fatalf("tick with failing source: %v", err)
+	}
+	if r.Desired() != 5 || len(drv.calls()) != 4 {
+		t.Fatalf("load failure changed desired to %d or called the driver: %v", r.Desired(), drv.calls())
+	}
+
+	// Unchanged count re-applied after the Reapply period.
+	src.set(Load{Pending: 20}, nil)
+	tick("clears the load error") // re-applies: the last tick failed
+	clock.Advance(5 * time.Minute)
+	tick("reapply")
+	if got := drv.calls(); !slices.Equal(got, []int{0, 3, 5, 5, 5, 5}) {
+		t.Fatalf("driver calls %v, want [0 3 5 5 5 5]", got)
+	}
+}
+
+// TestReconcilerTracksIdleNodes feeds nodes without IdleSince, as a producer
+// that knows only busy counts would, and checks that scale-in waits for
+// both the cooldown and the idle grace measured by the reconciler itself.
+func TestReconcilerTracksIdleNodes(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	src := &loadBox{}
+	drv := &recordingDriver{}
+	r, err := NewReconciler(ReconcilerConfig{
+		Now:     clock.Now,
+		Scaling: Config{ScaleInCooldown: time.Minute, IdleGrace: 3 * time.Minute},
+	}, src, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		nodes   []Node
+		want    int
+		scaleIn []string
+	}{
+		{[]Node{{ID: "a", Busy: 4}, {ID: "b", Busy: 4}}, 2, nil},
+		{[]Node{{ID: "a", Busy: 1}, {ID: "b"}}, 2, nil},          // b idle from here (t+1m)
+		{[]Node{{ID: "a", Busy: 1}, {ID: "b"}}, 2, nil},          // cooled down, b idle 1m < 3m
+		{[]Node{{ID: "a", Busy: 1}, {ID: "b", Busy: 1}}, 2, nil}, // b busy again: its idle clock resets
+		{[]Node{{ID: "a", Busy: 1}, {ID: "b"}}, 2, nil},          // b idle from t+4m
+		{[]Node{{ID: "a", Busy: 1}, {ID: "b"}}, 2, nil},
+		{[]Node{{ID: "a", Busy: 1}, {ID: "b"}}, 2, nil},
+		{[]Node{{ID: "a", Busy: 1}, {ID: "b"}}, 1, []string{"b"}}, // t+7m: idle 3m
+	}
+	for i, s := range steps {
+		work := 0
+		for _, n := range s.nodes {
+			work += n.Busy
+		}
+		src.set(Load{Processing: work, Nodes: s.nodes}, nil)
+		d, err := r.Tick(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Desired != s.want || !slices.Equal(d.ScaleIn, s.scaleIn) {
+			t.Fatalf("step %d (t0+%v): desired %d scale-in %v (%s), want %d %v",
+				i, clock.Now().Sub(t0), d.Desired, d.ScaleIn, d.Reason, s.want, s.scaleIn)
+		}
+		clock.Advance(time.Minute)
+	}
+	if got := r.Status().Decision.ScaleIn; !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("status scale-in %v", got)
+	}
+}
+
+func TestReconcilerRun(t *testing.T) {
+	src := &loadBox{load: Load{Pending: 7}}
+	drv := &recordingDriver{}
+	r, err := NewReconciler(ReconcilerConfig{Interval: 5 * time.Millisecond}, src, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for src.readCount() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("Run read the load %d times in 10s", src.readCount())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if got := drv.calls(); !slices.Equal(got, []int{2}) || r.Desired() != 2 {
+		t.Fatalf("driver calls %v, desired %d; want one call with 2", got, r.Desired())
+	}
+}
+
+func TestNewReconcilerRejects(t *testing.T) {
+	if _, err := NewReconciler(ReconcilerConfig{Scaling: Config{Min: 3, Max: 1}}, &loadBox{}, &NoneDriver{}, nil); err == nil {
+		t.Error("accepted max below min")
+	}
+	if _, err := NewReconciler(ReconcilerConfig{}, nil, &NoneDriver{}, nil); err == nil {
+		t.Error("accepted a nil source")
+	}
+	if _, err := NewReconciler(ReconcilerConfig{}, &loadBox{}, nil, nil); err == nil {
+		t.Error("accepted a nil driver")
+	}
+}
