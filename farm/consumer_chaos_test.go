@@ -1,0 +1,195 @@
+package farm
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// runningConsumer is a Consumer run in-process by a test.
+type runningConsumer struct {
+	c      *Consumer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startConsumer runs a node on db with cfg adjusted by the test; the test
+// ends it with stop (or its cleanup does).
+func startConsumer(t *testing.T, db testDB, node, profiles string, adjust func(*ConsumerConfig)) *runningConsumer {
+	t.Helper()
+	cfg := DefaultConsumerConfig(db.q)
+	cfg.NodeID = node
+	cfg.Logger = zaptest.NewLogger(t)
+	cfg.HeartbeatInterval = 300 * time.Millisecond
+	cfg.Supervisor.MemoryInterval = 300 * time.Millisecond
+	cfg.Supervisor.Browser.ProfileRoot = profiles
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	c, err := NewConsumer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := &runningConsumer{c: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { rc.done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-rc.done:
+		case <-time.After(2 * time.Minute):
+			t.Errorf("consumer %s did not stop", node)
+		}
+	})
+	return rc
+}
+
+// stop ends Run like SIGTERM and returns its error.
+func (rc *runningConsumer) stop(t *testing.T, timeout time.Duration) error {
+	t.Helper()
+	rc.cancel()
+	select {
+	case err := <-rc.done:
+		rc.done <- err // for the cleanup
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("consumer did not stop within %v", timeout)
+		return nil
+	}
+}
+
+// TestConsumerChromeKilledMidJob kills the Chrome main process with SIGKILL
+// while six jobs render on it: those jobs fail as retriable ("crashed"),
+// come back after their backoff and complete on the replacement Chrome; the
+// node carries on and reports its load meanwhile.
+func TestConsumerChromeKilledMidJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testsite.StartT(t, testsite.Options{Items: 20})
+	db := newTestDB(t)
+	batch, ids := db.enqueue(t, site.URL, pagePaths(12, "/page/%d?delay=1500"))
+	const node = "node-chrome-kill"
+	profiles := t.TempDir()
+	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	rc := startConsumer(t, db, node, profiles, func(c *ConsumerConfig) {
+		c.Supervisor.ChromeRecycleJobs = 0
+		c.Supervisor.ExitAfterJobs = 0
+	})
+
+	waitFor(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
+	pid := rc.c.SupervisorStats().ChromePID
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 90*time.Second, "all 12 jobs completed", func() bool {
+		return db.counts(t, batch).By[jobqueue.StateCompleted] == 12
+	})
+	st := rc.c.SupervisorStats()
+	if st.ChromeCrashes != 1 || st.ChromeStarts != 2 {
+		t.Errorf("chrome crashes/starts = %d/%d, want 1/2", st.ChromeCrashes, st.ChromeStarts)
+	}
+	crashed := 0
+	for _, id := range ids {
+		j, err := db.q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.ErrorClass == browser.ClassCrashed {
+			crashed++
+			if j.Attempts != 2 {
+				t.Errorf("job %d on the killed Chrome ran %d times, want 2", id, j.Attempts)
+			}
+		}
+	}
+	if crashed != 6 {
+		t.Errorf("%d jobs recorded a crash, want the 6 that ran on the killed Chrome", crashed)
+	}
+	if rows, jobs := db.resultRows(t); rows != 12 || jobs != 12 {
+		t.Errorf("result rows = %d for %d jobs, want 12 for 12", rows, jobs)
+	}
+	waitFor(t, 30*time.Second, "a heartbeat with the Chrome's memory and the restart", func() bool {
+		n, err := db.q.GetNode(context.Background(), node)
+		return err == nil && n.Load.ChromePSSBytes > 0 && n.Load.MemTotalBytes > 0 && n.Load.ChromeRestarts == 1 &&
+			n.Load.JobsSinceProcessStart == 18
+	})
+
+	if err := rc.stop(t, time.Minute); err != nil {
+		t.Fatalf("Run after stop = %v, want nil", err)
+	}
+	if left := chromeProcs(profiles); len(left) > 0 {
+		t.Errorf("Chrome processes left: %v", left)
+	}
+	if ents, _ := os.ReadDir(profiles); len(ents) > 0 {
+		t.Errorf("%d Chrome profile directories left behind", len(ents))
+	}
+}
+
+// TestConsumerDrainOnStop stops a node (SIGTERM) while it renders: with a
+// grace period its in-flight jobs finish and the rest stay pending; with
+// none they are handed back as retriable. Either way the node ends exited
+// with no Chrome left.
+func TestConsumerDrainOnStop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testsite.StartT(t, testsite.Options{Items: 20})
+	for _, tc := range []struct {
+		name      string
+		drain     time.Duration
+		completed int64
+	}{
+		{"grace", time.Minute, 6},
+		{"no grace", -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newTestDB(t)
+			batch, _ := db.enqueue(t, site.URL, pagePaths(9, "/page/%d?delay=1500"))
+			node := "node-drain"
+			profiles := t.TempDir()
+			db.startAssigner(t, node, jobqueue.DefaultCapacity)
+			rc := startConsumer(t, db, node, profiles, func(c *ConsumerConfig) { c.DrainTimeout = tc.drain })
+			waitFor(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
+			if err := rc.stop(t, time.Minute); err != nil {
+				t.Fatalf("Run after stop = %v, want nil", err)
+			}
+			c := db.counts(t, batch)
+			if got := c.By[jobqueue.StateCompleted]; got != tc.completed {
+				t.Errorf("completed = %d, want %d (%v)", got, tc.completed, c.By)
+			}
+			if got := c.By[jobqueue.StatePending]; got != 9-tc.completed {
+				t.Errorf("pending = %d, want %d (%v)", got, 9-tc.completed, c.By)
+			}
+			n, err := db.q.GetNode(context.Background(), node)
+			if err != nil || n.State != jobqueue.NodeExited {
+				t.Errorf("node after stop: %+v, %v; want exited", n, err)
+			}
+			if tc.completed == 0 {
+				page, err := db.q.List(context.Background(), jobqueue.ListFilter{BatchID: batch})
+				if err != nil {
+					t.Fatal(err)
+				}
+				canceled := 0
+				for _, j := range page.Jobs {
+					if j.ErrorClass == browser.ClassCanceled {
+						canceled++
+					}
+				}
+				if canceled != 6 {
+					t.Errorf("%d jobs were handed back as canceled, want 6", canceled)
+				}
+			}
+			if left := chromeProcs(profiles); len(left) > 0 {
+				t.Errorf("Chrome processes left: %v", left)
+			}
+		})
+	}
+}
