@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/oklog/run"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/farm"
+	"github.com/browserfarm/browserfarm/farm/autoscale"
+	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
+)
+
+// consumerOptions are the flags of `farm consumer`.
+type consumerOptions struct {
+	log logOptions
+	db  dbOptions
+
+	nodeID          string
+	capacity        int
+	recycleJobs     int
+	exitAfterJobs   int
+	memoryCeilingMB int
+	heartbeat       time.Duration
+	poll            time.Duration
+	drainTimeout    time.Duration
+	jobTimeout      time.Duration
+	chrome          string
+	chromeFlags     string
+	profileRoot     string
+	healthAddr      string
+
+	awsProtection bool
+	awsGroup      string
+	awsRegion     string
+	awsIdleAfter  time.Duration
+}
+
+func (o *consumerOptions) register(fs *flagSet) {
+	o.log.register(fs)
+	o.db.register(fs)
+	d := supervisor.DefaultConfig()
+	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); a restarted process with the same id takes back its abandoned jobs at once")
+	fs.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions (jobs) on this node")
+	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace Chrome after this many jobs (0: never)")
+	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, "exit with code 75 after this many jobs, to be restarted fresh (0: never)")
+	fs.IntVar(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", 0, "replace Chrome early when its process tree's PSS passes this many MiB (0: off)")
+	fs.DurationVar(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
+	fs.DurationVar(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back")
+	fs.DurationVar(&o.jobTimeout, "job-timeout", farm.DefaultJobTimeout, "timeout of a job whose spec sets no timeout_ms")
+	fs.StringVar(&o.chrome, "chrome", "", "Chrome binary (default: $FARM_CHROME, /usr/lib/chromium/chromium, or chromium/google-chrome on $PATH)")
+	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
+	fs.StringVar(&o.profileRoot, "chrome-profile-root", "", "directory for Chrome's throw-away profile directories (default: the temp dir)")
+	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
+	fs.BoolVar(&o.awsProtection, "aws-instance-protection", false, "protect this EC2 instance from Auto Scaling scale-in while it has jobs (needs --aws-asg-name)")
+	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "the Auto Scaling group of the consumer fleet, for --aws-instance-protection")
+	fs.StringVar(&o.awsRegion, "aws-region", "", "AWS region (default: the SDK's chain, then the instance metadata)")
+	fs.DurationVar(&o.awsIdleAfter, "aws-protection-idle-after", farm.DefaultProtectorIdleAfter, "lift scale-in protection after the node held no job this long")
+}
+
+// check rejects values no consumer can run with, naming the flag.
+func (o *consumerOptions) check() error {
+	var errs []string
+	if o.capacity < 1 || o.capacity > 1000 {
+		errs = append(errs, fmt.Sprintf("--capacity %d: use 1..1000", o.capacity))
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--chrome-recycle-jobs", o.recycleJobs}, {"--exit-after-jobs", o.exitAfterJobs}, {"--chrome-memory-ceiling-mb", o.memoryCeilingMB}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Sprintf("%s %d: must not be negative (0 turns it off)", f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"--heartbeat-interval", o.heartbeat}, {"--poll-interval", o.poll}, {"--job-timeout", o.jobTimeout}} {
+		if f.v <= 0 {
+			errs = append(errs, fmt.Sprintf("%s %v: must be positive", f.name, f.v))
+		}
+	}
+	if o.drainTimeout < 0 {
+		errs = append(errs, fmt.Sprintf("--drain-timeout %v: must not be negative", o.drainTimeout))
+	}
+	if o.nodeID != "" {
+		if err := jobqueue.ValidateNodeID(o.nodeID); err != nil {
+			errs = append(errs, "--node-id: "+err.Error())
+		}
+	}
+	if o.awsProtection && o.awsGroup == "" {
+		errs = append(errs, "--aws-instance-protection needs --aws-asg-name")
+	}
+	if len(errs) > 0 {
+		return usagef("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// supervisorConfig is the node's Chrome policy from the flags.
+func (o *consumerOptions) supervisorConfig(log *zap.Logger) supervisor.Config {
+	cfg := supervisor.DefaultConfig()
+	cfg.Capacity = o.capacity
+	cfg.ChromeRecycleJobs = o.recycleJobs
+	cfg.ExitAfterJobs = o.exitAfterJobs
+	cfg.MemoryCeilingBytes = uint64(o.memoryCeilingMB) << 20
+	cfg.Browser.ExecPath = o.chrome
+	cfg.Browser.ProfileRoot = o.profileRoot
+	cfg.Browser.ExtraFlags = strings.Fields(o.chromeFlags)
+	cfg.Logger = log.Named("supervisor")
+	return cfg
+}
+
+// consumerConfig is the node's configuration from the flags.
+func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) farm.ConsumerConfig {
+	cfg := farm.DefaultConsumerConfig(q)
+	cfg.NodeID = o.nodeID
+	cfg.Version = version
+	cfg.Capacity = o.capacity
+	cfg.Supervisor = o.supervisorConfig(log)
+	cfg.HeartbeatInterval = o.heartbeat
+	cfg.PollInterval = o.poll
+	cfg.DrainTimeout = o.drainTimeout
+	if o.drainTimeout == 0 {
+		cfg.DrainTimeout = -1 // the flag's 0 means no grace, the config's means default
+	}
+	cfg.DefaultJobTimeout = o.jobTimeout
+	cfg.ProtectorIdleAfter = o.awsIdleAfter
+	if o.awsIdleAfter == 0 {
+		cfg.ProtectorIdleAfter = -1
+	}
+	cfg.Logger = log
+	return cfg
+}
+
+// runConsumer is `farm consumer`: one node. It exits 0 after SIGTERM/SIGINT
+// (in-flight jobs finished or handed back), 75 after --exit-after-jobs jobs
+// so that its supervisor (systemd, Docker, Kubernetes, `farm up`) starts a
+// fresh process, and 1 on errors.
+func runConsumer(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("consumer", "[flags]", env.stderr)
+	var o consumerOptions
+	o.register(fs)
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	log, err := o.log.newLogger(env.stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	// Claims, completions, failures and heartbeats run concurrently with
+	// one connection held by the listener.
+	pool, err := o.db.pool(ctx, int32(max(8, o.capacity+4)))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue")})
+
+	cfg := o.consumerConfig(q, log)
+	if o.awsProtection {
+		p, err := autoscale.NewInstanceProtector(ctx, autoscale.ProtectorConfig{
+			AWSConfig: autoscale.AWSConfig{GroupName: o.awsGroup, Region: o.awsRegion},
+		}, log)
+		if err != nil {
+			return fmt.Errorf("--aws-instance-protection: %w", err)
+		}
+		cfg.Protector = p
+	}
+	c, err := farm.NewConsumer(cfg)
+	if err != nil {
+		return err
+	}
+
+	var g run.Group
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g.Add(func() error { return c.Run(cctx) }, func(error) { cancel() })
+	if o.healthAddr != "" {
+		ln, err := net.Listen("tcp", o.healthAddr)
+		if err != nil {
+			return fmt.Errorf("--health-addr: %w", err)
+		}
+		srv := &http.Server{Handler: healthHandler(c.Healthy), ReadHeaderTimeout: 5 * time.Second}
+		g.Add(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("health server: %w", err)
+			}
+			return nil
+		}, func(error) {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		})
+		log.Info("health endpoint listening", zap.String("addr", ln.Addr().String()))
+	}
+	err = g.Run()
+	if errors.Is(err, farm.ErrRecycle) {
+		return fmt.Errorf("%w: %w", errRecycle, err)
+	}
+	return err
+}
+
+// healthHandler answers GET /healthz with 200 while healthy() is nil and 503
+// with the reason otherwise.
+func healthHandler(healthy func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := healthy(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "unhealthy: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}

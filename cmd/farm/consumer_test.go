@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+func TestConsumerFlags(t *testing.T) {
+	parse := func(args []string, env map[string]string) (*consumerOptions, error) {
+		fs := newFlagSet("consumer", "", &bytes.Buffer{})
+		var o consumerOptions
+		o.register(fs)
+		if err := fs.parse(args, func(k string) string { return env[k] }); err != nil {
+			return nil, err
+		}
+		return &o, o.check()
+	}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+	}{
+		{"defaults", nil, nil, ""},
+		{"bad capacity", []string{"--capacity", "0"}, nil, "--capacity 0"},
+		{"negative recycle", nil, map[string]string{"FARM_CHROME_RECYCLE_JOBS": "-1"}, "--chrome-recycle-jobs -1"},
+		{"bad node id", []string{"--node-id", "a b"}, nil, "--node-id"},
+		{"zero heartbeat", []string{"--heartbeat-interval", "0s"}, nil, "--heartbeat-interval"},
+		{"protection without a group", []string{"--aws-instance-protection"}, nil, "needs --aws-asg-name"},
+		{"malformed env", nil, map[string]string{"FARM_CAPACITY": "six"}, "FARM_CAPACITY"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parse(tc.args, tc.env)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			var ue *usageError
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &ue) {
+				t.Fatalf("err = %v, want a usage error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+
+	o, err := parse([]string{"--capacity", "4", "--drain-timeout", "0s", "--chrome-flags", "--a  --b=1"},
+		map[string]string{"FARM_EXIT_AFTER_JOBS": "40", "FARM_CHROME_MEMORY_CEILING_MB": "512", "FARM_NODE_ID": "n-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop())
+	if cfg.NodeID != "n-1" || cfg.Capacity != 4 || cfg.Supervisor.Capacity != 4 || cfg.Supervisor.ExitAfterJobs != 40 ||
+		cfg.Supervisor.ChromeRecycleJobs != 20 || cfg.Supervisor.MemoryCeilingBytes != 512<<20 {
+		t.Errorf("config = %+v", cfg)
+	}
+	if cfg.DrainTimeout >= 0 {
+		t.Errorf("--drain-timeout 0 gave DrainTimeout %v, want negative (no grace)", cfg.DrainTimeout)
+	}
+	if !reflect.DeepEqual(cfg.Supervisor.Browser.ExtraFlags, []string{"--a", "--b=1"}) {
+		t.Errorf("ExtraFlags = %q", cfg.Supervisor.Browser.ExtraFlags)
+	}
+}
+
+func TestHealthCommand(t *testing.T) {
+	var mu sync.Mutex
+	var state error
+	srv := httptest.NewServer(healthHandler(func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return state
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	env := func(out *bytes.Buffer) *environment {
+		return &environment{stdout: out, stderr: out, getenv: func(string) string { return "" }}
+	}
+
+	var out bytes.Buffer
+	if err := runHealth(context.Background(), env(&out), []string{"--addr", addr}); err != nil {
+		t.Fatalf("healthy endpoint: %v", err)
+	}
+	mu.Lock()
+	state = errors.New("no live Chrome")
+	mu.Unlock()
+	err := runHealth(context.Background(), env(&out), []string{"--addr", addr})
+	if err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "no live Chrome") {
+		t.Errorf("unhealthy endpoint: err = %v, want 503 with the reason", err)
+	}
+	// The consumer's own variable configures the check too.
+	err = runHealth(context.Background(), &environment{stdout: &out, stderr: &out,
+		getenv: func(k string) string { return map[string]string{"FARM_HEALTH_ADDR": addr}[k] }}, nil)
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("FARM_HEALTH_ADDR: err = %v, want the endpoint's 503", err)
+	}
+	srv.Close()
+	if err := runHealth(context.Background(), env(&out), []string{"--addr", addr, "--timeout", "2s"}); err == nil {
+		t.Error("a closed endpoint counted as healthy")
+	}
+}
+
+// TestConsumerCommandRecycles runs `farm consumer` in-process with
+// --exit-after-jobs 2: /healthz answers 200 while it works, and it ends with
+// errRecycle (exit code 75) after its two jobs.
+func TestConsumerCommandRecycles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	url, q := migratedDB(t)
+	site := testsite.StartT(t, testsite.Options{Items: 10})
+	_, ids, err := q.Enqueue(context.Background(), []jobqueue.Spec{
+		{URL: site.URL + "/page/1?delay=300", Wait: &jobqueue.Wait{Selector: "#ready"}},
+		{URL: site.URL + "/page/2?delay=300", Wait: &jobqueue.Wait{Selector: "#ready"}},
+		{URL: site.URL + "/page/3", Wait: &jobqueue.Wait{Selector: "#ready"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthAddr := ln.Addr().String()
+	ln.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, _ = q.Assign(ctx, "cmd-node", 2)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runConsumer(ctx, &environment{stdout: &bytes.Buffer{}, stderr: &lockedBuffer{b: &out}, getenv: func(string) string { return "" }},
+			[]string{"--database-url", url, "--node-id", "cmd-node", "--capacity", "2", "--exit-after-jobs", "2",
+				"--health-addr", healthAddr, "--chrome-profile-root", t.TempDir(), "--log-level", "warn"})
+	}()
+
+	healthy := false
+	deadline := time.Now().Add(time.Minute)
+	for !healthy && time.Now().Before(deadline) {
+		select {
+		case err := <-done:
+			t.Fatalf("consumer ended before /healthz answered 200: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + healthAddr + "/healthz")
+		if err == nil {
+			healthy = resp.StatusCode == http.StatusOK
+			resp.Body.Close()
+		}
+		if !healthy {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !healthy {
+		t.Fatal("/healthz never answered 200")
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, errRecycle) {
+			t.Fatalf("runConsumer = %v, want errRecycle", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("consumer did not exit after its 2 jobs")
+	}
+	completed := 0
+	for _, id := range ids {
+		j, err := q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == jobqueue.StateCompleted {
+			completed++
+		}
+	}
+	if completed != 2 {
+		t.Errorf("completed %d jobs, want exactly 2", completed)
+	}
+	if _, err := http.Get("http://" + healthAddr + "/healthz"); err == nil {
+		t.Error("the health endpoint still answers after the consumer exited")
+	}
+}
+
+// lockedBuffer serialises writes from the consumer's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// runHealth is `farm health`: it asks a consumer's health endpoint and exits
+// 0 when it answers 200, 1 otherwise — the Docker HEALTHCHECK command.
+func runHealth(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("health", "[flags]", env.stderr)
+	var addr string
+	var timeout time.Duration
+	// --health-addr is the consumer's own flag, so one FARM_HEALTH_ADDR
+	// configures both the endpoint and its check.
+	fs.StringVar(&addr, "addr", "127.0.0.1:9091", "address of the consumer's health endpoint (as its --health-addr)")
+	fs.StringVar(&addr, "health-addr", "127.0.0.1:9091", "same as --addr")
+	fs.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if addr == "" {
+		return usagef("--addr is required")
+	}
+	if timeout <= 0 {
+		return usagef("--timeout %v: must be positive", timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := "http://" + addr + "/healthz"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return usagef("--addr %q: %v", addr, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("health check: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	msg := strings.TrimSpace(string(body))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health check: %s: %s", resp.Status, msg)
+	}
+	fmt.Fprintln(env.stdout, msg)
+	return nil
+}
