@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/farm"
+	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
+)
+
+// env is what every run shares: the database server, the site, a scratch
+// directory, the logger.
+type env struct {
+	cluster  *pglocal.Cluster
+	site     *testsite.Server
+	dir      string
+	log      *zap.Logger
+	progress func(format string, a ...any)
+}
+
+// withEnv starts the environment, runs f, and tears everything down.
+func withEnv(ctx context.Context, log *zap.Logger, progress func(string, ...any), f func(*env) (any, error)) (out any, err error) {
+	dir, err := os.MkdirTemp("", "benchfarm-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	// The server may run as another account when the harness runs as root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	progress("starting a private PostgreSQL")
+	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dir, "pg"), Ephemeral: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		err = errors.Join(err, cluster.Stop(sctx))
+	}()
+	site, err := testsite.Start(ctx, testsite.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, site.Close()) }()
+	return f(&env{cluster: cluster, site: site, dir: dir, log: log, progress: progress})
+}
+
+// nodeRun describes one run of one node over a fresh database.
+type nodeRun struct {
+	name         string
+	paths        []string // page paths, relative to the site
+	recycleEvery int      // 0: never
+	sampleEvery  time.Duration
+	// sample, if set, is called every sampleEvery while the node runs.
+	sample func(st supervisor.Stats, profiles string)
+}
+
+// runResult is what one run measured.
+type runResult struct {
+	wall        time.Duration // node start to last completion
+	pagesPerSec float64       // between the first and the last completion
+	stats       supervisor.Stats
+}
+
+// run starts a node with the run's recycling, feeds it every job, and waits
+// until all are completed. Any failed job fails the run: a benchmark of
+// failures measures nothing.
+func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
+	pool, cleanup, err := e.freshDB(ctx)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer cleanup()
+	q := jobqueue.New(pool, jobqueue.Config{Logger: e.log.Named("queue")})
+	specs := make([]jobqueue.Spec, len(r.paths))
+	for i, p := range r.paths {
+		specs[i] = jobqueue.Spec{URL: e.site.URL + p, Wait: &jobqueue.Wait{Selector: "#ready"}, MaxAttempts: 1}
+	}
+	batch, _, err := q.Enqueue(ctx, specs)
+	if err != nil {
+		return runResult{}, err
+	}
+
+	profiles, err := os.MkdirTemp(e.dir, "profiles-")
+	if err != nil {
+		return runResult{}, err
+	}
+	cfg := farm.DefaultConsumerConfig(q)
+	cfg.NodeID = "bench-" + r.name
+	cfg.Logger = e.log.Named(r.name)
+	cfg.Supervisor.ChromeRecycleJobs = r.recycleEvery
+	cfg.Supervisor.ExitAfterJobs = 0
+	cfg.Supervisor.Browser.ProfileRoot = profiles
+	if r.sampleEvery > 0 {
+		cfg.Supervisor.MemoryInterval = r.sampleEvery
+	}
+	node, err := farm.NewConsumer(cfg)
+	if err != nil {
+		return runResult{}, err
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop()
+	runErr := make(chan error, 1)
+	t0 := time.Now()
+	wg.Go(func() { runErr <- node.Run(runCtx) })
+	wg.Go(func() { assign(runCtx, q, cfg.NodeID, cfg.Capacity, e.log) })
+	if r.sample != nil {
+		wg.Go(func() {
+			t := time.NewTicker(r.sampleEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-t.C:
+					r.sample(node.SupervisorStats(), profiles)
+				}
+			}
+		})
+	}
+
+	// Completion is polled: the run takes seconds, a poll costs microseconds.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastReport := time.Now()
+	for {
+		c, err := q.BatchCounts(ctx, batch)
+		if err != nil {
+			return runResult{}, err
+		}
+		if n := c.By[jobqueue.StateFailed] + c.By[jobqueue.StateCanceled]; n > 0 {
+			return runResult{}, fmt.Errorf("%s: %d jobs failed", r.name, n)
+		}
+		if c.By[jobqueue.StateCompleted] == int64(len(specs)) {
+			break
+		}
+		if time.Since(lastReport) > 10*time.Second {
+			e.progress("  %s: %d/%d done", r.name, c.By[jobqueue.StateCompleted], len(specs))
+			lastReport = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return runResult{}, ctx.Err()
+		case err := <-runErr:
+			return runResult{}, fmt.Errorf("%s: node stopped early: %v", r.name, err)
+		case <-tick.C:
+		}
+	}
+	wall := time.Since(t0)
+	st := node.SupervisorStats()
+	stop()
+	if err := <-runErr; err != nil {
+		return runResult{}, fmt.Errorf("%s: node: %w", r.name, err)
+	}
+	rate, err := completionRate(ctx, q, batch)
+	if err != nil {
+		return runResult{}, err
+	}
+	return runResult{wall: wall, pagesPerSec: rate, stats: st}, nil
+}
+
+// completionRate is the pages per second between the batch's first and last
+// completion: the first Chrome's boot, the same for every run, is left out.
+func completionRate(ctx context.Context, q *jobqueue.Queue, batch string) (float64, error) {
+	page, err := q.List(ctx, jobqueue.ListFilter{BatchID: batch, States: []jobqueue.State{jobqueue.StateCompleted}, Limit: 1000})
+	if err != nil {
+		return 0, err
+	}
+	if page.Next != 0 || len(page.Jobs) < 2 {
+		return 0, fmt.Errorf("rate: %d jobs in one page; use 2..1000 jobs per run", len(page.Jobs))
+	}
+	var first, last time.Time
+	for _, j := range page.Jobs {
+		if j.FinishedAt == nil {
+			continue
+		}
+		if first.IsZero() || j.FinishedAt.Before(first) {
+			first = *j.FinishedAt
+		}
+		if j.FinishedAt.After(last) {
+			last = *j.FinishedAt
+		}
+	}
+	span := last.Sub(first).Seconds()
+	if span <= 0 {
+		return 0, errors.New("rate: no time between the first and last completion")
+	}
+	return float64(len(page.Jobs)-1) / span, nil
+}
+
+// assign stands in for the producer: it fills the node's free slots whenever
+// the queue reports free slots, and on a short tick.
+func assign(ctx context.Context, q *jobqueue.Queue, node string, capacity int, log *zap.Logger) {
+	l := jobqueue.NewListener(q.Pool(), jobqueue.ListenerConfig{Channels: []string{jobqueue.ChannelProducer}})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _ = l.Run(ctx) })
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := q.Assign(ctx, node, capacity); err != nil && ctx.Err() == nil && !errors.Is(err, jobqueue.ErrNotFound) {
+			log.Warn("assign failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.C():
+		case <-tick.C:
+		}
+	}
+}
+
+// freshDB creates a migrated database of its own for one run.
+func (e *env) freshDB(ctx context.Context) (*pgxpool.Pool, func(), error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, nil, err
+	}
+	name := "bench_" + hex.EncodeToString(b[:])
+	admin, err := pgx.Connect(ctx, e.cluster.ConnString("postgres"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return nil, nil, err
+	}
+	pool, err := pgxpool.New(ctx, e.cluster.ConnString(name))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, pool.Close, nil
+}

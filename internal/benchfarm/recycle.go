@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/browserfarm/browserfarm/browser"
+)
+
+// recycleResult is the recycle mode's JSON line. pages_per_s_* are the
+// CPU-bound workload's, where recycling costs most; the latency-bound ones
+// carry a prefix.
+type recycleResult struct {
+	Bench                     string    `json:"bench"`
+	LatencyOverheadPct        float64   `json:"latency_overhead_pct"`
+	CPUOverheadPct            float64   `json:"cpu_overhead_pct"`
+	ChromeBootCPUMS           float64   `json:"chrome_boot_cpu_ms"`
+	PagesPerSecRecycle        float64   `json:"pages_per_s_recycle"`
+	PagesPerSecNoRecycle      float64   `json:"pages_per_s_norecycle"`
+	LatencyPagesPerSecRecycle float64   `json:"latency_pages_per_s_recycle"`
+	LatencyPagesPerSecNoRecy  float64   `json:"latency_pages_per_s_norecycle"`
+	ChromeBootCPUMSRuns       []float64 `json:"chrome_boot_cpu_ms_runs"`
+	Jobs                      int       `json:"jobs"`
+	Rounds                    int       `json:"rounds"`
+	RecycleEvery              int       `json:"recycle_every"`
+	CPUs                      int       `json:"cpus"`
+	// Runs lists every run's rate, in the order run, for the record.
+	Runs []runRate `json:"runs"`
+}
+
+type runRate struct {
+	Workload    string  `json:"workload"`
+	Recycle     bool    `json:"recycle"`
+	PagesPerSec float64 `json:"pages_per_s"`
+	Chromes     int     `json:"chromes"`
+}
+
+// workload is one kind of page.
+type workload struct {
+	name   string
+	format string // page path with %d for the job number
+}
+
+var workloads = []workload{
+	{"latency", "/page/%d?delay=400"}, // pages wait ~400 ms for their API, like a remote site
+	{"cpu", "/page/%d"},               // no wait: rendering saturates the CPUs
+}
+
+// recycleBench measures one node's throughput with Chrome recycled every
+// recycleEvery jobs against never, alternating the order every round so
+// that drift (caches, thermal, other load) hits both alike.
+func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (recycleResult, error) {
+	res := recycleResult{Bench: "recycle", Jobs: jobs, Rounds: rounds, RecycleEvery: recycleEvery, CPUs: runtime.NumCPU()}
+	boots, err := bootCPU(ctx, e, 5)
+	if err != nil {
+		return res, err
+	}
+	res.ChromeBootCPUMSRuns = boots
+	res.ChromeBootCPUMS = median(boots)
+	e.progress("recycle: Chrome boot costs %.0f CPU-ms in its first second (median of %v)", res.ChromeBootCPUMS, boots)
+
+	rates := map[string]map[bool][]float64{}
+	for _, w := range workloads {
+		rates[w.name] = map[bool][]float64{}
+	}
+	for round := range rounds {
+		for _, w := range workloads {
+			order := []bool{true, false}
+			if round%2 == 1 {
+				order = []bool{false, true}
+			}
+			for _, recycle := range order {
+				every := 0
+				if recycle {
+					every = recycleEvery
+				}
+				paths := make([]string, jobs)
+				for i := range paths {
+					paths[i] = fmt.Sprintf(w.format, i)
+				}
+				name := fmt.Sprintf("%s-%s-%d", w.name, map[bool]string{true: "recycle", false: "norecycle"}[recycle], round)
+				r, err := e.run(ctx, nodeRun{name: name, paths: paths, recycleEvery: every})
+				if err != nil {
+					return res, err
+				}
+				rates[w.name][recycle] = append(rates[w.name][recycle], r.pagesPerSec)
+				res.Runs = append(res.Runs, runRate{Workload: w.name, Recycle: recycle, PagesPerSec: round2(r.pagesPerSec), Chromes: r.stats.ChromeStarts})
+				e.progress("recycle: round %d %-9s recycle=%-5v %.2f pages/s (%d Chromes, %.1f s)",
+					round+1, w.name, recycle, r.pagesPerSec, r.stats.ChromeStarts, r.wall.Seconds())
+			}
+		}
+	}
+	overhead := func(w string) (on, off, pct float64) {
+		on, off = mean(rates[w][true]), mean(rates[w][false])
+		return on, off, round2((1 - on/off) * 100)
+	}
+	var on, off float64
+	on, off, res.LatencyOverheadPct = overhead("latency")
+	res.LatencyPagesPerSecRecycle, res.LatencyPagesPerSecNoRecy = round2(on), round2(off)
+	on, off, res.CPUOverheadPct = overhead("cpu")
+	res.PagesPerSecRecycle, res.PagesPerSecNoRecycle = round2(on), round2(off)
+	return res, nil
+}
+
+// bootCPU launches Chrome n times, one at a time on an idle node, and
+// returns the CPU time (ms) its whole process tree used in its first
+// second: what each recycle costs the machine.
+func bootCPU(ctx context.Context, e *env, n int) ([]float64, error) {
+	root, err := os.MkdirTemp(e.dir, "boot-")
+	if err != nil {
+		return nil, err
+	}
+	var out []float64
+	for range n {
+		t0 := time.Now()
+		b, err := browser.Launch(ctx, browser.Options{ProfileRoot: root, Logger: e.log.Named("boot")})
+		if err != nil {
+			return nil, err
+		}
+		// The rest of the first second: Chrome keeps starting helpers and
+		// services after it answers CDP.
+		if d := time.Until(t0.Add(time.Second)); d > 0 {
+			time.Sleep(d)
+		}
+		var ticks uint64
+		for _, p := range scanProcs(root) {
+			if p.pgrp == b.PID() {
+				ticks += p.cpuTicks
+				if p.pid == b.PID() {
+					ticks += p.childTicks
+				}
+			}
+		}
+		if err := b.Kill(); err != nil {
+			return nil, err
+		}
+		out = append(out, float64(ticks)*1000/userHZ)
+	}
+	return out, nil
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+func itoa(i int) string { return strconv.Itoa(i) }

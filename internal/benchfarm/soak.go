@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/browserfarm/browserfarm/supervisor"
+)
+
+// soakResult is the soak mode's JSON line. The issue's fields come first;
+// the rest say how they were obtained.
+type soakResult struct {
+	Bench                 string  `json:"bench"`
+	PSSMaxMBRecycle       float64 `json:"pss_max_mb_recycle"`   // largest single Chrome tree, recycling on
+	PSSFirstCycleMB       float64 `json:"pss_first_cycle_mb"`   // the first Chrome's largest, recycling on
+	PSSMaxMBNoRecycle     float64 `json:"pss_max_mb_norecycle"` // the one Chrome's largest, recycling off
+	RatioRecycle          float64 `json:"ratio_recycle"`        // pss_max_mb_recycle / pss_first_cycle_mb
+	PSSMaxTotalMBRecycle  float64 `json:"pss_max_total_mb_recycle"`
+	PSSFirstCycleMBNoRecy float64 `json:"pss_first_cycle_mb_norecycle"` // the same Chrome over its first RecycleEvery jobs
+	PSSEndMBNoRecycle     float64 `json:"pss_end_mb_norecycle"`         // over its last RecycleEvery jobs
+	Jobs                  int     `json:"jobs"`
+	RecycleEvery          int     `json:"recycle_every"`
+	ChromeStartsRecycle   int     `json:"chrome_starts_recycle"`
+	SampleMS              int64   `json:"sample_ms"`
+	Samples               int     `json:"samples"`
+	// Curves are the largest tree's PSS (MB) per RecycleEvery jobs finished.
+	CurveRecycle   []float64 `json:"curve_recycle_mb"`
+	CurveNoRecycle []float64 `json:"curve_norecycle_mb"`
+}
+
+// pssTrace records Chrome-tree PSS samples during one run.
+type pssTrace struct {
+	bucket int // jobs per curve point
+
+	mu        sync.Mutex
+	firstMain int
+	firstMax  uint64            // the first Chrome's largest sample
+	treeMax   uint64            // the largest single-tree sample
+	totalMax  uint64            // the largest sum over the live trees
+	curve     map[int]uint64    // bucket → largest tree in it
+	seen      map[int]time.Time // Chrome main pid → first seen
+	samples   int
+}
+
+func newPSSTrace(bucket int) *pssTrace {
+	return &pssTrace{bucket: bucket, curve: map[int]uint64{}, seen: map[int]time.Time{}}
+}
+
+func (p *pssTrace) sample(st supervisor.Stats, profiles string) {
+	trees := chromeTrees(profiles)
+	var total uint64
+	sizes := make(map[int]uint64, len(trees))
+	for main, pids := range trees {
+		sizes[main] = treePSS(pids)
+		total += sizes[main]
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.samples++
+	now := time.Now()
+	for main := range sizes {
+		if _, ok := p.seen[main]; !ok {
+			p.seen[main] = now
+			if p.firstMain == 0 {
+				p.firstMain = main
+			}
+		}
+	}
+	var largest uint64
+	for main, s := range sizes {
+		largest = max(largest, s)
+		if main == p.firstMain {
+			p.firstMax = max(p.firstMax, s)
+		}
+	}
+	p.treeMax = max(p.treeMax, largest)
+	p.totalMax = max(p.totalMax, total)
+	b := st.JobsSinceProcessStart / p.bucket
+	p.curve[b] = max(p.curve[b], largest)
+}
+
+func (p *pssTrace) curveMB(jobs int) []float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := (jobs + p.bucket - 1) / p.bucket
+	out := make([]float64, 0, n)
+	for b := range n {
+		out = append(out, mb(p.curve[b]))
+	}
+	return out
+}
+
+func mb(b uint64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
+
+// soak renders jobs /leak/ pages twice, recycling Chrome every recycleEvery
+// jobs and never, sampling every Chrome tree's PSS from /proc.
+func soak(ctx context.Context, e *env, jobs, recycleEvery int) (soakResult, error) {
+	const every = 250 * time.Millisecond
+	paths := make([]string, jobs)
+	for i := range paths {
+		paths[i] = "/leak/" + itoa(i)
+	}
+	res := soakResult{Bench: "soak", Jobs: jobs, RecycleEvery: recycleEvery, SampleMS: every.Milliseconds()}
+
+	on := newPSSTrace(recycleEvery)
+	e.progress("soak: %d /leak/ jobs, recycling every %d", jobs, recycleEvery)
+	r, err := e.run(ctx, nodeRun{name: "soak-recycle", paths: paths, recycleEvery: recycleEvery, sampleEvery: every, sample: on.sample})
+	if err != nil {
+		return res, err
+	}
+	res.ChromeStartsRecycle = r.stats.ChromeStarts
+	e.progress("soak: recycling on: largest tree %.0f MB, first Chrome %.0f MB (%d Chromes, %.1f s)",
+		mb(on.treeMax), mb(on.firstMax), r.stats.ChromeStarts, r.wall.Seconds())
+
+	off := newPSSTrace(recycleEvery)
+	e.progress("soak: %d /leak/ jobs, never recycling", jobs)
+	r, err = e.run(ctx, nodeRun{name: "soak-norecycle", paths: paths, recycleEvery: 0, sampleEvery: every, sample: off.sample})
+	if err != nil {
+		return res, err
+	}
+	e.progress("soak: recycling off: largest %.0f MB (%.1f s)", mb(off.treeMax), r.wall.Seconds())
+
+	res.PSSMaxMBRecycle = mb(on.treeMax)
+	res.PSSFirstCycleMB = mb(on.firstMax)
+	res.PSSMaxTotalMBRecycle = mb(on.totalMax)
+	res.PSSMaxMBNoRecycle = mb(off.treeMax)
+	if res.PSSFirstCycleMB > 0 {
+		res.RatioRecycle = math.Round(res.PSSMaxMBRecycle/res.PSSFirstCycleMB*100) / 100
+	}
+	res.CurveRecycle = on.curveMB(jobs)
+	res.CurveNoRecycle = off.curveMB(jobs)
+	if len(res.CurveNoRecycle) > 0 {
+		res.PSSFirstCycleMBNoRecy = res.CurveNoRecycle[0]
+		res.PSSEndMBNoRecycle = res.CurveNoRecycle[len(res.CurveNoRecycle)-1]
+	}
+	res.Samples = on.samples + off.samples
+	return res, nil
+}
