@@ -313,7 +313,8 @@ func (p *InstanceProtector) resolve(ctx context.Context) error {
 
 // SetBusy turns scale-in protection on (busy) or off (idle). It calls AWS
 // only when the state differs from the last one applied; after a failure
-// the next call tries again.
+// the next call tries again. It blocks for the API call and the SDK's
+// retries, so callers bound it with ctx and keep it off the job path.
 func (p *InstanceProtector) SetBusy(ctx context.Context, busy bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

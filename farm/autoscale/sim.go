@@ -15,7 +15,7 @@ import (
 // SimConfig describes a simulated day: a diurnal stream of submits plus
 // bursts, consumers that boot for NodeStartup before taking jobs, and a
 // per-slot job time that sets each node's throughput. Zero fields take the
-// defaults in DefaultSimConfig.
+// defaults in DefaultSimConfig().
 type SimConfig struct {
 	// Seed makes the workload reproducible: the same config gives the same
 	// report.
@@ -49,22 +49,24 @@ type SimConfig struct {
 	Spread bool `json:"spread"`
 }
 
-// DefaultSimConfig is the day Simulate runs for zero fields.
-var DefaultSimConfig = SimConfig{
-	Seed:        1,
-	Duration:    24 * time.Hour,
-	Interval:    15 * time.Second,
-	Scaling:     Config{Max: 40},
-	NodeStartup: 3 * time.Minute,
-	JobTime:     20 * time.Second,
-	BaseRate:    10,
-	PeakRate:    120,
-	Bursts:      12,
-	BurstJobs:   1500,
+// DefaultSimConfig returns the day Simulate runs for zero fields.
+func DefaultSimConfig() SimConfig {
+	return SimConfig{
+		Seed:        1,
+		Duration:    24 * time.Hour,
+		Interval:    15 * time.Second,
+		Scaling:     Config{Max: 40},
+		NodeStartup: 3 * time.Minute,
+		JobTime:     20 * time.Second,
+		BaseRate:    10,
+		PeakRate:    120,
+		Bursts:      12,
+		BurstJobs:   1500,
+	}
 }
 
 func (c SimConfig) withDefaults() SimConfig {
-	d := DefaultSimConfig
+	d := DefaultSimConfig()
 	if c.Seed == 0 {
 		c.Seed = d.Seed
 	}

@@ -149,7 +149,7 @@ func TestSimulatePolicies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base
-			cfg.Scaling = DefaultSimConfig.Scaling
+			cfg.Scaling = DefaultSimConfig().Scaling
 			tc.tweak(&cfg)
 			got, err := Simulate(cfg)
 			if err != nil {
