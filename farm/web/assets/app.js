@@ -137,8 +137,8 @@
         el("td", {class: l.busy_sessions > n.capacity ? "bad" : ""}, l.busy_sessions + "/" + n.capacity, meter(l.busy_sessions / n.capacity)),
         el("td", {title: n.queued + " queued, " + n.processing + " processing"}, n.queued + " + " + n.processing),
         el("td", {class: l.cpu_percent >= 90 ? "bad" : ""}, (l.cpu_percent || 0).toFixed(0) + "%"),
-        el("td", {class: memFrac >= 0.9 ? "bad" : ""}, fmtBytes(l.mem_used_bytes) + " / " + fmtBytes(l.mem_total_bytes)),
-        el("td", null, fmtBytes(l.chrome_pss_bytes)),
+        el("td", {class: memFrac >= 0.9 ? "bad" : ""}, l.mem_total_bytes ? fmtBytes(l.mem_used_bytes) + " / " + fmtBytes(l.mem_total_bytes) : "–"),
+        el("td", null, l.chrome_pss_bytes ? fmtBytes(l.chrome_pss_bytes) : "–"),
         el("td", null, l.jobs_since_chrome_start + " / " + rj, meter(l.jobs_since_chrome_start / rj)),
         el("td", null, l.jobs_since_process_start + " / " + xj, meter(l.jobs_since_process_start / xj)),
         el("td", null, String(l.chrome_restarts)),
@@ -219,7 +219,7 @@
       width: size.width, height: size.height,
       scales: {x: {time: true}},
       series: [{}].concat(series),
-      axes: [{}, {size: 64, values: (u, vals) => vals.map(yFmt)}],
+      axes: [{}, {size: 72, values: (u, vals) => vals.map(yFmt)}],
       legend: {live: true},
     };
     $(id).replaceChildren();
@@ -227,7 +227,7 @@
   }
 
   const intFmt = (v) => (v === null || v === undefined ? "" : Math.round(v) === v ? String(v) : v.toFixed(1));
-  const mibFmt = (v) => (v === null || v === undefined ? "" : v >= 1024 ? (v / 1024).toFixed(1) + " GiB" : v.toFixed(0) + " MiB");
+  const mibFmt = (v) => (v === null || v === undefined ? "" : v >= 1000 ? (v / 1024).toFixed(1) + " GiB" : v.toFixed(0) + " MiB");
 
   function renderCharts() {
     const ts = Array.from(state.queueRows.keys()).sort((a, b) => a - b);

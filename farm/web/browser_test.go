@@ -1,0 +1,537 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// findChrome returns the Chrome binary: $FARM_CHROME, Debian's real binary
+// (without the wrapper script's extra shell), or one on $PATH.
+func findChrome(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("FARM_CHROME"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("/usr/lib/chromium/chromium"); err == nil {
+		return "/usr/lib/chromium/chromium"
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chrome or Chromium found (scripts/test.sh installs Debian's chromium); set FARM_CHROME")
+	return ""
+}
+
+// artifactDir is where the browser test saves its screenshots.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("FARM_TEST_ARTIFACTS"); d != "" {
+		d = filepath.Join(d, "web")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// pagePNG is a job screenshot for the detail view: a landscape of stripes.
+func pagePNG(t *testing.T) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 480, 300))
+	for x := range 480 {
+		for y := range 300 {
+			c := color.RGBA{240, 244, 250, 255}
+			switch {
+			case y < 40:
+				c = color.RGBA{29, 35, 48, 255}
+			case (x/60+y/60)%2 == 0:
+				c = color.RGBA{uint8(37 + x/8), 99, 235, 255}
+			}
+			img.Set(x, y, c)
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// consoleError describes an error event of the page, or returns "".
+func consoleError(ev any) string {
+	switch e := ev.(type) {
+	case *runtime.EventExceptionThrown:
+		d := e.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil {
+			msg += " " + d.Exception.Description
+		}
+		return fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber, msg)
+	case *runtime.EventConsoleAPICalled:
+		if e.Type != runtime.ConsoleAPICalledTypeError {
+			return ""
+		}
+		var parts []string
+		for _, a := range e.Args {
+			parts = append(parts, string(a.Value)+a.Description)
+		}
+		return "console.error: " + strings.Join(parts, " ")
+	case *cdplog.EventEntryAdded:
+		if e.Entry.Level != cdplog.EntryLevelError {
+			return ""
+		}
+		return fmt.Sprintf("log (%s): %s %s", e.Entry.Source, e.Entry.Text, e.Entry.URL)
+	}
+	return ""
+}
+
+// chromeLeftovers lists the processes whose command line mentions dir:
+// Chrome's own processes (--user-data-dir) and its crash handler (whose
+// database is under the XDG config dir the test puts in dir).
+func chromeLeftovers(dir string) []int {
+	want := []byte(dir)
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if pid != os.Getpid() && bytes.Contains(cmd, want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// history writes 20 minutes of farm life ending now, sampled every 10 s
+// through a queue whose clock the loop sets: two nodes each finishing a
+// job per sample, their Chrome PSS climbing with every job and dropping at
+// each recycle (every 20 jobs), and some failures.
+func history(t *testing.T, f *fixture, nodes []string) (failedID int64) {
+	t.Helper()
+	ctx := context.Background()
+	var at time.Time
+	q := jobqueue.New(f.pool, jobqueue.Config{Now: func() time.Time { return at }})
+	const steps = 120
+	start := time.Now().Add(-steps * 10 * time.Second)
+	at = start
+	for _, n := range nodes {
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: n, Hostname: "host-" + n, Capacity: 6, Version: "v-test"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for step := range steps {
+		at = start.Add(time.Duration(step) * 10 * time.Second)
+		for i, n := range nodes {
+			jobs := step + 7*i // node 2 is 7 jobs ahead in its cycle
+			since := int64(jobs % 20)
+			load := jobqueue.NodeLoad{
+				CPUPercent: float64(30 + (step*7+i*13)%50), MemUsedBytes: int64(3+i) << 30, MemTotalBytes: 8 << 30,
+				ChromePSSBytes: (220 + since*38 + int64((step*17+i*5)%25)) << 20, BusySessions: 1 + (step+i)%6,
+				JobsSinceChromeStart: since, JobsSinceProcessStart: int64(jobs % 80), ChromeRestarts: int64(jobs%80) / 20,
+			}
+			if _, err := q.Heartbeat(ctx, n, load); err != nil {
+				t.Fatal(err)
+			}
+			// This step's job outranks the backlog, so it is the one the
+			// node takes first; in the second half the nodes also drain
+			// the backlog, two jobs each per step.
+			_, ids, err := q.Enqueue(ctx, []jobqueue.Spec{{URL: fmt.Sprintf("http://shop.test/item/%d/%d", i, step), MaxAttempts: 1, Priority: 10}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			take := 1
+			if step >= steps/2 {
+				take = 3
+			}
+			if _, err := q.Assign(ctx, n, take); err != nil {
+				t.Fatal(err)
+			}
+			claimed, err := q.Claim(ctx, n, take)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range claimed {
+				switch {
+				case j.ID == ids[0] && i == 1 && step%9 == 0:
+					_, err = q.Fail(ctx, j.ID, n, "navigation timeout after 30s waiting for #price", "timeout", false)
+					failedID = j.ID
+				case j.ID == ids[0] && i == 0 && step%23 == 0:
+					_, err = q.Fail(ctx, j.ID, n, "HTTP 503 Service Unavailable", "http_5xx", false)
+				default:
+					_, err = q.Complete(ctx, j.ID, n, jobqueue.Result{FinalURL: j.Spec.URL, Status: 200, Title: "Item"})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if step < steps/2 {
+			backlog := make([]jobqueue.Spec, 3)
+			for k := range backlog {
+				backlog[k] = jobqueue.Spec{URL: fmt.Sprintf("http://shop.test/list/%d/%d", step, k)}
+			}
+			if _, _, err := q.Enqueue(ctx, backlog); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := q.RecordSamples(ctx, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return failedID
+}
+
+// TestDashboardInBrowser opens the dashboard in a real headless Chromium
+// while work goes on (a worker completes and starts jobs and heartbeats, the
+// recorder samples), and checks what an operator sees: the node rows with
+// their busy sessions, live updates, lost and overloaded nodes standing out,
+// sorting, the three charts drawn with data, the failures by class, and a
+// job's detail view with its screenshot.
+func TestDashboardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Chrome")
+	}
+	t.Parallel()
+	chrome := findChrome(t)
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	nodes := []string{"web-node-1", "web-node-2"}
+	failedID := history(t, f, nodes)
+
+	// A lost node, an overloaded one, and a completed job with a screenshot.
+	f.register("web-node-lost", 6)
+	if _, err := f.q.SetNodeState(ctx, "web-node-lost", jobqueue.NodeExited); err != nil {
+		t.Fatal(err)
+	}
+	past := jobqueue.New(f.pool, jobqueue.Config{Now: func() time.Time { return time.Now().Add(-10 * time.Minute) }})
+	if _, _, err := past.Register(ctx, jobqueue.NodeInfo{ID: "web-node-lost", Capacity: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.q.RescueLost(ctx, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	f.register("web-node-hot", 6)
+	if _, err := f.q.Heartbeat(ctx, "web-node-hot", jobqueue.NodeLoad{CPUPercent: 98, MemUsedBytes: 7 << 30, MemTotalBytes: 8 << 30,
+		ChromePSSBytes: 1900 << 20, BusySessions: 6, JobsSinceChromeStart: 19, JobsSinceProcessStart: 79, ChromeRestarts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	shotID := f.runOne("web-node-hot", "http://shop.test/item/42", jobqueue.Result{FinalURL: "http://shop.test/item/42", Status: 200,
+		Title: "Item 42", Data: []byte(`{"price": 19.99, "stock": 3}`), Screenshot: pagePNG(t),
+		Timings: jobqueue.Timings{NavigationMS: 310, WaitMS: 120, ExtractMS: 4, TotalMS: 440}}, "")
+
+	// Live work: a backlog, jobs processing on both nodes, a worker that
+	// finishes one and starts the next, and the recorder.
+	backlog := make([]jobqueue.Spec, 12)
+	for i := range backlog {
+		backlog[i] = jobqueue.Spec{URL: fmt.Sprintf("http://shop.test/live/%d", i)}
+	}
+	f.enqueue(backlog...)
+	f.start("web-node-1", 3)
+	f.start("web-node-2", 5)
+	var busy1 atomic.Int64
+	busy1.Store(3)
+	workCtx, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stopWork()
+		wg.Wait()
+	}()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		rec := NewRecorder(RecorderConfig{Queue: f.q, Interval: time.Second})
+		if err := rec.Run(workCtx); err != nil {
+			t.Errorf("recorder: %v", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for n := int64(0); ; n++ {
+			select {
+			case <-workCtx.Done():
+				return
+			case <-tick.C:
+			}
+			err := func() error {
+				for _, node := range nodes {
+					busy := int64(5)
+					if node == "web-node-1" {
+						busy = busy1.Load()
+					}
+					if _, err := f.q.Heartbeat(workCtx, node, jobqueue.NodeLoad{CPUPercent: 60, MemUsedBytes: 4 << 30, MemTotalBytes: 8 << 30,
+						ChromePSSBytes: (300 + n%20*30) << 20, BusySessions: int(busy), JobsSinceChromeStart: n % 20, JobsSinceProcessStart: n % 80}); err != nil {
+						return err
+					}
+				}
+				page, err := f.q.List(workCtx, jobqueue.ListFilter{NodeID: "web-node-1", States: []jobqueue.State{jobqueue.StateProcessing}, Limit: 1})
+				if err != nil || len(page.Jobs) == 0 {
+					return err
+				}
+				if _, err := f.q.Complete(workCtx, page.Jobs[0].ID, "web-node-1", jobqueue.Result{Status: 200, Title: "live"}); err != nil {
+					return err
+				}
+				if _, _, err := f.q.Enqueue(workCtx, []jobqueue.Spec{{URL: fmt.Sprintf("http://shop.test/more/%d", n)}}); err != nil {
+					return err
+				}
+				if _, err := f.q.Assign(workCtx, "web-node-1", 1); err != nil {
+					return err
+				}
+				_, err = f.q.Claim(workCtx, "web-node-1", 1)
+				return err
+			}()
+			if err != nil && workCtx.Err() == nil {
+				t.Errorf("worker: %v", err)
+				return
+			}
+		}
+	}()
+
+	// Chrome, with a profile directory of our own so that the test can
+	// check that no process of it outlives the test.
+	profile, err := os.MkdirTemp("", "farm-web-test-chrome-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chrome),
+		chromedp.Headless,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(profile),
+		// Chrome's config and crash database go in the profile too, not in $HOME.
+		chromedp.Env("XDG_CONFIG_HOME="+filepath.Join(profile, "xdg-config"), "XDG_CACHE_HOME="+filepath.Join(profile, "xdg-cache")),
+		chromedp.WindowSize(1440, 1000),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("hide-scrollbars", true),
+	)
+	defer func() {
+		cancelAlloc() // kills Chrome and waits for it
+		deadline := time.Now().Add(10 * time.Second)
+		for left := chromeLeftovers(profile); len(left) > 0; left = chromeLeftovers(profile) {
+			if time.Now().After(deadline) {
+				for _, pid := range left {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+				t.Errorf("Chrome processes %v outlived the allocator", left)
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // polling for the kernel to finish the kills
+		}
+		if err := os.RemoveAll(profile); err != nil {
+			t.Errorf("remove the profile: %v", err)
+		}
+	}()
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	defer cancelTimeout()
+
+	// Console errors, uncaught exceptions and browser log errors (a CSP
+	// violation, a failed asset) all fail the test.
+	var consoleErrors []string
+	var consoleMu sync.Mutex
+	err = chromedp.Listen(bctx, func(ev any) {
+		if s := consoleError(ev); s != "" {
+			consoleMu.Lock()
+			consoleErrors = append(consoleErrors, s)
+			consoleMu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatalf("start Chrome: %v", err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdplog.Enable, cdp.Empty{})
+		return err
+	})); err != nil {
+		t.Fatalf("enable the log domain: %v", err)
+	}
+
+	poll := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond),
+			chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			// What the page knows, to tell a slow page from a broken one.
+			state, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`JSON.stringify((() => {
+				const d = window.farmDashboard || {};
+				const c = d.charts || {};
+				return {errors: d.errors, step: d.step, queueRows: d.queueRows && d.queueRows.size,
+					nodeRows: d.nodeRows && d.nodeRows.size, nodes: (d.nodes || []).length,
+					charts: Object.fromEntries(Object.entries(c).map(([k, u]) => [k, u.data.map(s => s.length)]))};
+			})())`))
+			consoleMu.Lock()
+			defer consoleMu.Unlock()
+			t.Fatalf("waiting for %s: %v\npage state: %s\nconsole errors: %q", what, err, state, consoleErrors)
+		}
+	}
+	eval := func(expr string, out any) {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		if err := json.Unmarshal([]byte(v), out); err != nil {
+			t.Fatalf("evaluate %s: %v (%s)", expr, err, v)
+		}
+	}
+	dir := artifactDir(t)
+	shoot := func(name string, full bool) {
+		t.Helper()
+		shot := chromedp.CaptureScreenshot()
+		if full {
+			shot = chromedp.FullScreenshot(100)
+		}
+		png, err := chromedp.Run(bctx, shot)
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
+
+	if err := chromedp.Do(bctx, chromedp.Navigate(f.url+"/")); err != nil {
+		t.Fatalf("open the dashboard: %v", err)
+	}
+	poll("the node rows with busy sessions", `(() => {
+		const r = document.querySelector('tr[data-node="web-node-1"]');
+		const r2 = document.querySelector('tr[data-node="web-node-2"]');
+		return !!r && !!r2 && Number(r.dataset.busy) > 0 && Number(r2.dataset.busy) > 0;
+	})()`)
+	poll("the charts with data", `(() => {
+		const c = window.farmDashboard && window.farmDashboard.charts;
+		return !!c && !!c.throughput && !!c.backlog && !!c.pss &&
+			c.throughput.data[0].length >= 100 && c.throughput.data[1].some(v => v > 0) &&
+			c.backlog.data[1].some(v => v > 0) &&
+			c.pss.series.length === 4 && c.pss.data[1].filter(v => v !== null).length >= 100;
+	})()`)
+	poll("the failures by class", `document.querySelectorAll('#failures .fgroup').length === 2`)
+
+	var rows []struct {
+		Node, State, Busy, Class string
+	}
+	eval(`Array.from(document.querySelectorAll('#nodes tbody tr')).map(r => ({
+		Node: r.dataset.node, State: r.dataset.state, Busy: r.dataset.busy, Class: r.className}))`, &rows)
+	byNode := map[string]string{}
+	for _, r := range rows {
+		byNode[r.Node] = r.State + " busy=" + r.Busy + " class=" + r.Class
+	}
+	if !strings.Contains(byNode["web-node-lost"], "class=lost") {
+		t.Errorf("the lost node does not stand out: %q", byNode["web-node-lost"])
+	}
+	if !strings.Contains(byNode["web-node-hot"], "overloaded") || !strings.Contains(byNode["web-node-hot"], "busy=6") {
+		t.Errorf("the overloaded node does not stand out: %q", byNode["web-node-hot"])
+	}
+	if len(rows) != 4 {
+		t.Errorf("node rows: %v", byNode)
+	}
+
+	// Every chart drew its lines: pixels of each series' stroke colour are
+	// on the canvas (not merely axes and grid).
+	var pixels map[string]int
+	eval(`(() => {
+		const count = (id, rgb) => {
+			const c = document.querySelector('#' + id + ' canvas');
+			const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+			let n = 0;
+			for (let i = 0; i < d.length; i += 4) {
+				if (d[i + 3] > 200 && Math.abs(d[i] - rgb[0]) + Math.abs(d[i + 1] - rgb[1]) + Math.abs(d[i + 2] - rgb[2]) < 60) n++;
+			}
+			return n;
+		};
+		return {
+			completed: count('chart-throughput', [22, 163, 74]),
+			failed: count('chart-throughput', [220, 38, 38]),
+			pending: count('chart-backlog', [234, 88, 12]),
+			pssNode1: count('chart-pss', [37, 99, 235]),
+			pssNode2: count('chart-pss', [220, 38, 38]),
+		};
+	})()`, &pixels)
+	for series, n := range pixels {
+		if n < 50 {
+			t.Errorf("chart series %s drew %d pixels", series, n)
+		}
+	}
+	t.Logf("series pixels: %v", pixels)
+
+	// Live: a heartbeat with more busy sessions shows up without a reload.
+	busy1.Store(6)
+	poll("the live update of busy sessions", `document.querySelector('tr[data-node="web-node-1"]').dataset.busy === "6"`)
+
+	// Sorting: Chrome PSS, largest first, puts the overloaded node on top.
+	if err := chromedp.Do(bctx, chromedp.Click(`th[data-key="pss"]`), chromedp.Click(`th[data-key="pss"]`)); err != nil {
+		t.Fatalf("sort: %v", err)
+	}
+	poll("sorting by Chrome PSS", `document.querySelector('#nodes tbody tr').dataset.node === "web-node-hot" &&
+		document.querySelector('th[data-key="pss"]').classList.contains('desc')`)
+	shoot("dashboard.png", true)
+
+	// A failure links to its job's detail.
+	poll("the failure link", fmt.Sprintf(`!!document.querySelector('#failures a[href="#job/%d"]')`, failedID))
+	if err := chromedp.Do(bctx, chromedp.Click(fmt.Sprintf(`#failures a[href="#job/%d"]`, failedID))); err != nil {
+		t.Fatalf("open a failed job: %v", err)
+	}
+	poll("the failed job's detail", `!document.getElementById('job-view').hidden &&
+		document.getElementById('job-body').textContent.includes('navigation timeout after 30s')`)
+
+	// A completed job's detail shows its result and screenshot.
+	if err := chromedp.Do(bctx, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = "#job/%d"`, shotID))); err != nil {
+		t.Fatal(err)
+	}
+	poll("the completed job's screenshot", `(() => {
+		const img = document.querySelector('#job-body img.shot');
+		const body = document.getElementById('job-body').textContent;
+		return !!img && img.complete && img.naturalWidth === 480 && body.includes('Item 42') && body.includes('19.99');
+	})()`)
+	// The detail is an overlay fixed to the viewport: a viewport
+	// screenshot, tall enough for the whole panel, shows it as a user sees it.
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(1440, 1500)); err != nil {
+		t.Fatal(err)
+	}
+	shoot("job.png", false)
+
+	consoleMu.Lock()
+	defer consoleMu.Unlock()
+	if len(consoleErrors) > 0 {
+		t.Errorf("console errors on the dashboard: %q", consoleErrors)
+	}
+}
