@@ -3,10 +3,11 @@
 -- jobs is the hot table: every job is inserted once and updated three times
 -- (assign, claim, finish). On PostgreSQL 15 a change of state cannot be a HOT
 -- update (state is in the partial index predicates), so every update adds an
--- entry to each index whose predicate the new row version matches. That is why
--- the indexes are few and partial: a row version costs an entry in the primary
--- key plus at most one partial index for its state. Lease renewals touch no
--- indexed column and stay HOT, which the fillfactor leaves room for.
+-- entry to the primary key, the batch index, and each partial index whose
+-- predicate the new row version matches: one state index (they cover
+-- disjoint states), plus the dedup index for jobs of a crawl. That is why the
+-- indexes are few and mostly partial. Lease renewals touch no indexed column and stay HOT, which the
+-- fillfactor leaves room for.
 
 CREATE TABLE nodes (
     id                       text             PRIMARY KEY,
