@@ -1,0 +1,110 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"github.com/browserfarm/browserfarm/browser"
+)
+
+// chromeProc is what the supervisor needs of one Chrome process. It is the
+// seam between the lifecycle machinery and *browser.Browser, so the
+// machinery can be tested on a fake.
+type chromeProc interface {
+	PID() int
+	Done() <-chan struct{}
+	Healthy(ctx context.Context) error
+	Memory(ctx context.Context) (browser.Memory, error)
+	Kill() error
+	NewSession(ctx context.Context) (renderSession, error)
+}
+
+// renderSession is one session of a chromeProc.
+type renderSession interface {
+	Render(ctx context.Context, req browser.Request) (*browser.Result, error)
+	Close() error
+}
+
+// launchFunc boots one Chrome.
+type launchFunc func(ctx context.Context) (chromeProc, error)
+
+// realChrome adapts *browser.Browser to chromeProc.
+type realChrome struct{ *browser.Browser }
+
+func (r realChrome) NewSession(ctx context.Context) (renderSession, error) {
+	s, err := r.Browser.NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// browserLauncher boots real Chromes with opts.
+func browserLauncher(opts browser.Options) launchFunc {
+	return func(ctx context.Context) (chromeProc, error) {
+		b, err := browser.Launch(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return realChrome{b}, nil
+	}
+}
+
+// chromeState is where a Chrome is in its life.
+type chromeState int
+
+const (
+	stateStandby  chromeState = iota // booted, waiting to take over
+	stateCurrent                     // takes new sessions
+	stateRetiring                    // no new sessions; killed once drained
+	stateDead                        // killed by us or exited by itself
+)
+
+// chrome is the supervisor's record of one Chrome process.
+type chrome struct {
+	proc       chromeProc
+	seq        int // 1 for the process's first Chrome
+	pid        int
+	bootedAt   time.Time
+	bootReason string
+
+	// ctx is canceled, with a retriable *browser.Error as its cause, when the
+	// supervisor gives up on this Chrome; sessions running on it end with
+	// that error and its monitor stops.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// Guarded by Supervisor.mu.
+	state        chromeState
+	starts       int // job starts handed out on this Chrome
+	finished     int // of which finished
+	inflight     int // slots held on this Chrome
+	pss          uint64
+	overMemory   bool
+	healthFails  int
+	retiredAt    time.Time
+	retireReason string
+}
+
+// lost returns the retriable error sessions on c fail with once the
+// supervisor gave up on c, or nil while c is usable.
+func (c *chrome) lost() *browser.Error {
+	if c.ctx.Err() == nil {
+		return nil
+	}
+	if be, ok := context.Cause(c.ctx).(*browser.Error); ok {
+		return be
+	}
+	return &browser.Error{Class: browser.ClassCrashed, Retriable: true, Err: context.Cause(c.ctx)}
+}
+
+// gone reports whether the process has exited or lost its CDP connection,
+// whether or not the actor has handled that yet.
+func (c *chrome) gone() bool {
+	select {
+	case <-c.proc.Done():
+		return true
+	default:
+		return false
+	}
+}

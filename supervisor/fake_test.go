@@ -1,0 +1,331 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/browserfarm/browserfarm/browser"
+)
+
+// fakeFleet launches fake Chromes and records what happens to them; it
+// stands in for browser.Launch behind the launchFunc seam.
+type fakeFleet struct {
+	mu        sync.Mutex
+	chromes   []*fakeChrome
+	launches  int
+	failBoots int  // the first failBoots launches fail
+	blockBoot bool // launches wait for their ctx to end
+	// render, if set, runs inside every session's Render; it decides how
+	// long the job takes and whether it fails.
+	render    func(ctx context.Context, c *fakeChrome) error
+	active    int // sessions rendering now, on any Chrome
+	maxActive int
+}
+
+func (f *fakeFleet) launch(ctx context.Context) (chromeProc, error) {
+	f.mu.Lock()
+	f.launches++
+	n, fail, block := f.launches, f.launches <= f.failBoots, f.blockBoot
+	f.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if fail {
+		return nil, fmt.Errorf("fake boot %d failed", n)
+	}
+	c := &fakeChrome{fleet: f, pid: 1000 + n, done: make(chan struct{})}
+	f.mu.Lock()
+	f.chromes = append(f.chromes, c)
+	f.mu.Unlock()
+	return c, nil
+}
+
+// snapshot returns the Chromes launched so far.
+func (f *fakeFleet) snapshot() []*fakeChrome {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*fakeChrome(nil), f.chromes...)
+}
+
+func (f *fakeFleet) peak() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxActive
+}
+
+type fakeChrome struct {
+	fleet *fakeFleet
+	pid   int
+	done  chan struct{}
+	once  sync.Once
+
+	mu        sync.Mutex
+	kills     int
+	renders   int
+	unhealthy bool
+	pss       uint64
+}
+
+func (c *fakeChrome) exit()                    { c.once.Do(func() { close(c.done) }) }
+func (c *fakeChrome) PID() int                 { return c.pid }
+func (c *fakeChrome) Done() <-chan struct{}    { return c.done }
+func (c *fakeChrome) set(fn func(*fakeChrome)) { c.mu.Lock(); fn(c); c.mu.Unlock() }
+
+func (c *fakeChrome) Healthy(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unhealthy {
+		return errors.New("fake: no CDP answer")
+	}
+	return nil
+}
+
+func (c *fakeChrome) Memory(ctx context.Context) (browser.Memory, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return browser.Memory{PSSBytes: c.pss, RSSBytes: 3 * c.pss, Processes: 5}, nil
+}
+
+func (c *fakeChrome) Kill() error {
+	c.mu.Lock()
+	c.kills++
+	c.mu.Unlock()
+	c.exit()
+	return nil
+}
+
+func (c *fakeChrome) killed() bool {
+	select {
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.kills > 0
+	default:
+		return false
+	}
+}
+
+func (c *fakeChrome) renderCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.renders
+}
+
+func (c *fakeChrome) NewSession(ctx context.Context) (renderSession, error) {
+	select {
+	case <-c.done:
+		return nil, errors.New("fake: chrome gone")
+	default:
+		return fakeSession{c}, nil
+	}
+}
+
+type fakeSession struct{ c *fakeChrome }
+
+func (s fakeSession) Render(ctx context.Context, req browser.Request) (*browser.Result, error) {
+	f := s.c.fleet
+	f.mu.Lock()
+	f.active++
+	f.maxActive = max(f.maxActive, f.active)
+	render := f.render
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.active--
+		f.mu.Unlock()
+	}()
+	s.c.mu.Lock()
+	s.c.renders++
+	s.c.mu.Unlock()
+	if render != nil {
+		if err := render(ctx, s.c); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-s.c.done:
+		return nil, errors.New("fake: connection closed")
+	default:
+	}
+	return &browser.Result{FinalURL: req.URL, Status: 200}, nil
+}
+
+func (s fakeSession) Close() error { return nil }
+
+// gate makes fake renders block until released, so a test controls exactly
+// which jobs are in flight and on which Chrome they end.
+type gate struct {
+	started chan *fakeChrome // one value per render that began
+
+	mu      sync.Mutex
+	release map[int]chan struct{} // per Chrome pid: one value lets one render finish
+}
+
+func newGate() *gate {
+	return &gate{started: make(chan *fakeChrome, 64), release: map[int]chan struct{}{}}
+}
+
+func (g *gate) ch(c *fakeChrome) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ch, ok := g.release[c.pid]
+	if !ok {
+		ch = make(chan struct{})
+		g.release[c.pid] = ch
+	}
+	return ch
+}
+
+// finish lets one render running on c complete.
+func (g *gate) finish(t *testing.T, c *fakeChrome) {
+	t.Helper()
+	select {
+	case g.ch(c) <- struct{}{}:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no render waiting on chrome %d", c.pid)
+	}
+}
+
+func (g *gate) render(ctx context.Context, c *fakeChrome) error {
+	g.started <- c
+	select {
+	case <-g.ch(c):
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("fake render: %w", context.Cause(ctx))
+	case <-c.done:
+		return errors.New("fake render: chrome gone")
+	}
+}
+
+// testConfig is a small, fast configuration: health and memory sampling off
+// unless a test turns them on.
+func testConfig() Config {
+	return Config{Capacity: 6, ChromeRecycleJobs: 20, ExitAfterJobs: 80, ReplacementLead: 6,
+		BootBackoff: time.Millisecond, MaxBootFailures: 5}
+}
+
+type harness struct {
+	t     *testing.T
+	s     *Supervisor
+	fleet *fakeFleet
+	logs  *observer.ObservedLogs
+	stop  func() error
+}
+
+// start runs a Supervisor over fleet; Run is stopped at cleanup, and the
+// test fails if any goroutine outlives it.
+func start(t *testing.T, cfg Config, fleet *fakeFleet) *harness {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	cfg.Logger = zap.New(core)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSupervisor(cfg, fleet.launch)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-errc
+		})
+		return runErr
+	}
+	t.Cleanup(func() {
+		stop()
+		goleak.VerifyNone(t)
+	})
+	return &harness{t: t, s: s, fleet: fleet, logs: logs, stop: stop}
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (h *harness) acquire() *Slot {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sl, err := h.s.Acquire(ctx)
+	if err != nil {
+		h.t.Fatalf("acquire: %v", err)
+	}
+	return sl
+}
+
+// renderAsync renders on sl in the background and releases the slot after.
+func renderAsync(sl *Slot) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sl.Render(context.Background(), browser.Request{URL: "http://127.0.0.1/x"})
+		sl.Release()
+		errc <- err
+	}()
+	return errc
+}
+
+func recv(t *testing.T, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("render did not return")
+		return nil
+	}
+}
+
+func (g *gate) waitStarted(t *testing.T) *fakeChrome {
+	t.Helper()
+	select {
+	case c := <-g.started:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("render did not start")
+		return nil
+	}
+}
+
+func (f *fakeFleet) setRender(fn func(ctx context.Context, c *fakeChrome) error) {
+	f.mu.Lock()
+	f.render = fn
+	f.mu.Unlock()
+}
+
+// chrome returns the i-th launched fake Chrome (0-based), waiting for it.
+func (h *harness) chrome(i int) *fakeChrome {
+	h.t.Helper()
+	var c *fakeChrome
+	eventually(h.t, fmt.Sprintf("chrome #%d launched", i+1), func() bool {
+		cs := h.fleet.snapshot()
+		if len(cs) > i {
+			c = cs[i]
+			return true
+		}
+		return false
+	})
+	return c
+}

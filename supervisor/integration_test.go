@@ -1,0 +1,271 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/testsite"
+)
+
+// These tests run the supervisor on real Chromium against the local test
+// site. Each Chrome boot costs about 1.3 CPU-seconds, so they boot few.
+
+// realHarness runs a Supervisor with real Chromes whose profiles live under
+// a directory of the test's own, so leftovers can be found by path.
+type realHarness struct {
+	s           *Supervisor
+	profileRoot string
+	stop        func() error
+}
+
+func startReal(t *testing.T, cfg Config) *realHarness {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real Chromium: skipped in -short mode")
+	}
+	// Short on purpose: Chrome puts a unix socket under the profile, and a
+	// socket path longer than 108 bytes makes it exit at start, which
+	// t.TempDir()'s test-named paths can reach.
+	root, err := os.MkdirTemp("", "sv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	cfg.Logger = zaptest.NewLogger(t)
+	cfg.Browser.ProfileRoot = root
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-errc
+		})
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return &realHarness{s: s, profileRoot: root, stop: stop}
+}
+
+// leftovers lists processes whose command line names the profile root, and
+// entries left in it: after Run returns both must be empty.
+func (h *realHarness) leftovers(t *testing.T) (pids []int, dirs []string) {
+	t.Helper()
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if strings.Contains(string(cmdline), h.profileRoot) {
+			pids = append(pids, pid)
+		}
+	}
+	entries, err := os.ReadDir(h.profileRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		dirs = append(dirs, e.Name())
+	}
+	return pids, dirs
+}
+
+func pageRequest(url string) browser.Request {
+	return browser.Request{
+		URL:     url,
+		Wait:    browser.Wait{Selector: "#ready"},
+		Extract: "document.querySelectorAll('li').length",
+		Timeout: 30 * time.Second,
+	}
+}
+
+// TestRealRecycleAndExit: capacity 6, a new Chrome every 5 jobs, exit after
+// 12: exactly 3 Chromes started and killed, never more than 6 renders at
+// once, every job rendered, and nothing of Chrome left once Run returns.
+func TestRealRecycleAndExit(t *testing.T) {
+	site := testsite.StartT(t, testsite.Options{Items: 50})
+	cfg := DefaultConfig()
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 5, 12
+	h := startReal(t, cfg)
+
+	var running, peak, busyPeak atomic.Int64
+	sampleDone := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			busyPeak.Store(max(busyPeak.Load(), int64(h.s.Stats().Busy)))
+			select {
+			case <-sampleDone:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	var jobs atomic.Int64
+	for w := range 8 {
+		wg.Go(func() {
+			for {
+				sl, err := h.s.Acquire(context.Background())
+				if errors.Is(err, ErrExitDue) {
+					return
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				n := running.Add(1)
+				peak.Store(max(peak.Load(), n))
+				res, err := sl.Render(context.Background(), pageRequest(fmt.Sprintf("%s/page/%d", site.URL, w)))
+				running.Add(-1)
+				sl.Release()
+				jobs.Add(1)
+				if err == nil && string(res.Data) != "50" {
+					err = fmt.Errorf("page rendered %s items, want 50", res.Data)
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(sampleDone)
+	<-sampled
+	if len(errs) > 0 {
+		t.Fatalf("render errors: %v", errs)
+	}
+	select {
+	case <-h.s.ExitDue():
+	case <-time.After(10 * time.Second):
+		t.Fatal("ExitDue not closed")
+	}
+	eventually(t, "last chrome killed", func() bool { return h.s.Stats().ChromeKills == 3 })
+	if err := h.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	st := h.s.Stats()
+	t.Logf("stats: %+v; peak renders %d, peak busy %d", st, peak.Load(), busyPeak.Load())
+	if jobs.Load() != 12 || st.JobsSinceProcessStart != 12 {
+		t.Errorf("jobs = %d (stats %d), want 12", jobs.Load(), st.JobsSinceProcessStart)
+	}
+	if st.ChromeStarts != 3 || st.ChromeKills != 3 || st.ChromeCrashes != 0 || st.Recycles != 2 {
+		t.Errorf("starts=%d kills=%d crashes=%d recycles=%d, want 3 3 0 2", st.ChromeStarts, st.ChromeKills, st.ChromeCrashes, st.Recycles)
+	}
+	if peak.Load() > 6 || busyPeak.Load() > 6 {
+		t.Errorf("peak renders %d, peak busy %d: more than capacity 6", peak.Load(), busyPeak.Load())
+	}
+	if pids, dirs := h.leftovers(t); len(pids) > 0 || len(dirs) > 0 {
+		t.Errorf("left behind: processes %v, profile dirs %v", pids, dirs)
+	}
+}
+
+// TestRealChromeKilledMidJob: kill -9 of Chrome while a job waits on a slow
+// page fails that job as retriable, counts the crash, and the next job runs
+// on a fresh Chrome.
+func TestRealChromeKilledMidJob(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	site := testsite.New(testsite.Options{Items: 20})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/slow/") {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+		}
+		site.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, 0, 0
+	h := startReal(t, cfg)
+
+	sl, err := h.s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := sl.ChromePID()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sl.Render(context.Background(), browser.Request{URL: srv.URL + "/slow/20000", Timeout: 30 * time.Second})
+		sl.Release()
+		errc <- err
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the slow page was never requested")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !browser.IsRetriable(err) || browser.ClassOf(err) != browser.ClassCrashed {
+			t.Fatalf("job on the killed chrome: %v (class %q), want retriable crashed", err, browser.ClassOf(err))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("job on the killed chrome did not return")
+	}
+
+	sl2, err := h.s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sl2.ChromePID() == pid {
+		t.Fatal("next job went to the killed chrome")
+	}
+	res, err := sl2.Render(context.Background(), pageRequest(srv.URL+"/page/1"))
+	sl2.Release()
+	if err != nil || string(res.Data) != "20" {
+		t.Fatalf("job on the fresh chrome: %v, %v", res, err)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := h.s.Stats()
+	if st.ChromeCrashes != 1 || st.ChromeStarts != 2 || st.ChromeKills != 1 {
+		t.Errorf("stats: %+v, want 1 crash, 2 starts, 1 kill", st)
+	}
+	if pids, dirs := h.leftovers(t); len(pids) > 0 || len(dirs) > 0 {
+		t.Errorf("left behind: processes %v, profile dirs %v", pids, dirs)
+	}
+}

@@ -1,0 +1,181 @@
+package supervisor
+
+import "math"
+
+// unlimited stands for "no threshold": a disabled recycle or exit limit
+// leaves an effectively endless budget of job starts.
+const unlimited = math.MaxInt
+
+// view is the snapshot the policy decides on. It holds counters only, no
+// Chrome handles, so the decisions below can be tested as plain tables.
+type view struct {
+	capacity    int // concurrent sessions allowed, across every live Chrome
+	recycleJobs int // job starts per Chrome; 0 = never recycle on count
+	exitAfter   int // job starts per process; 0 = never exit on count
+	lead        int // boot the replacement when the current Chrome has this many starts left
+
+	busy          int  // slots held, on any Chrome
+	processStarts int  // job starts handed out by this process (minus unused slots given back)
+	stopping      bool // Drain was called or Run is ending
+
+	hasCurrent    bool // a Chrome is taking new sessions
+	currentStarts int  // job starts handed out on the current Chrome
+	currentBusy   int  // slots held on the current Chrome
+	overMemory    bool // the current Chrome's tree passed the PSS ceiling
+	standbyReady  bool // a replacement has booted and waits to take over
+	booting       bool // a boot is running or waits out its retry backoff
+}
+
+// processLeft is how many more jobs this process may start.
+func (v view) processLeft() int {
+	if v.exitAfter <= 0 {
+		return unlimited
+	}
+	return max(v.exitAfter-v.processStarts, 0)
+}
+
+// currentLeft is how many more jobs the current Chrome may start.
+func (v view) currentLeft() int {
+	if !v.hasCurrent {
+		return 0
+	}
+	if v.recycleJobs <= 0 {
+		return unlimited
+	}
+	return max(v.recycleJobs-v.currentStarts, 0)
+}
+
+// admission is the answer to "may a session start now?".
+type admission int
+
+const (
+	admitNow       admission = iota // hand out a slot on the current Chrome
+	waitSlot                        // every slot is busy
+	waitChrome                      // no Chrome may take a new session yet (booting, exhausted)
+	refuseExitDue                   // the process has started all the jobs it may start
+	refuseStopping                  // draining or shut down
+)
+
+func (a admission) String() string {
+	switch a {
+	case admitNow:
+		return "admit"
+	case waitSlot:
+		return "wait-slot"
+	case waitChrome:
+		return "wait-chrome"
+	case refuseExitDue:
+		return "exit-due"
+	case refuseStopping:
+		return "stopping"
+	}
+	return "unknown"
+}
+
+// admit decides whether a session may start. The capacity check is global,
+// not per Chrome, which is what keeps the node at Capacity sessions while an
+// old and a new Chrome overlap.
+func admit(v view) admission {
+	switch {
+	case v.stopping:
+		return refuseStopping
+	case v.processLeft() == 0:
+		return refuseExitDue
+	case v.busy >= v.capacity:
+		return waitSlot
+	case v.currentLeft() == 0:
+		return waitChrome
+	}
+	return admitNow
+}
+
+// actionKind is one step the actor takes on the Chrome set.
+type actionKind int
+
+const (
+	actNone          actionKind = iota
+	actBoot                     // start booting a Chrome (first, replacement, or after a loss)
+	actRetireCurrent            // the current Chrome takes no new sessions; it is killed once drained
+	actPromote                  // the booted standby becomes the current Chrome
+	actRetireStandby            // a booted standby is no longer needed
+)
+
+func (k actionKind) String() string {
+	switch k {
+	case actNone:
+		return "none"
+	case actBoot:
+		return "boot"
+	case actRetireCurrent:
+		return "retire-current"
+	case actPromote:
+		return "promote"
+	case actRetireStandby:
+		return "retire-standby"
+	}
+	return "unknown"
+}
+
+// Reasons name why a Chrome was booted or retired; they appear in log lines.
+const (
+	reasonInitial = "initial"      // first Chrome of the process, or after a loss
+	reasonPreboot = "preboot"      // replacement booted ahead of the recycle point
+	reasonJobs    = "recycle"      // the Chrome handed out its ChromeRecycleJobs starts
+	reasonMemory  = "memory"       // the Chrome tree passed MemoryCeilingBytes
+	reasonExit    = "exit-due"     // the process has started its ExitAfterJobs jobs
+	reasonStop    = "stopping"     // Drain or Run ending
+	reasonCrash   = "crashed"      // Chrome exited or lost its CDP connection on its own
+	reasonHang    = "unresponsive" // Chrome failed consecutive health checks
+	reasonDrain   = "drain-timeout"
+)
+
+// action is the policy's answer: one step and why.
+type action struct {
+	kind   actionKind
+	reason string
+}
+
+// decide returns the next step for the actor. The actor applies it, takes a
+// fresh view and asks again until the answer is actNone, so every rule can
+// assume the earlier ones no longer apply.
+func decide(v view) action {
+	processLeft := v.processLeft()
+	currentLeft := v.currentLeft()
+	switch {
+	case v.stopping && v.standbyReady:
+		return action{actRetireStandby, reasonStop}
+	case v.stopping && v.hasCurrent:
+		return action{actRetireCurrent, reasonStop}
+	case v.stopping:
+		return action{actNone, ""}
+
+	// No further job may start here: no replacement is booted (80 jobs at
+	// 20 per Chrome = 4 boots), and the current Chrome is retired once idle.
+	// It stays current until then because a slot released unused hands its
+	// start back, and that start should run here rather than on a new Chrome.
+	case processLeft == 0 && v.standbyReady:
+		return action{actRetireStandby, reasonExit}
+	case processLeft == 0 && v.hasCurrent && v.currentBusy == 0:
+		return action{actRetireCurrent, reasonExit}
+	case processLeft == 0:
+		return action{actNone, ""}
+
+	case v.hasCurrent && currentLeft == 0:
+		return action{actRetireCurrent, reasonJobs}
+	case v.hasCurrent && v.overMemory && v.standbyReady:
+		return action{actRetireCurrent, reasonMemory}
+	case !v.hasCurrent && v.standbyReady:
+		return action{actPromote, ""}
+	case !v.hasCurrent && !v.booting:
+		return action{actBoot, reasonInitial}
+
+	// Boot ahead: the replacement is ready by the time the current Chrome
+	// hands out its last start, unless the process will never need it.
+	case v.hasCurrent && !v.standbyReady && !v.booting && v.overMemory:
+		return action{actBoot, reasonMemory}
+	case v.hasCurrent && !v.standbyReady && !v.booting &&
+		currentLeft <= v.lead && processLeft > currentLeft:
+		return action{actBoot, reasonPreboot}
+	}
+	return action{actNone, ""}
+}

@@ -1,0 +1,382 @@
+// Package supervisor owns the Chrome lifecycle of one consumer node: it hands
+// out at most Capacity render slots at once, counts job starts against the
+// Chrome they run on, boots a replacement Chrome ahead of each recycle point
+// and retires, drains and kills the old one, replaces crashed or hung
+// Chromes at once, recycles early on a memory ceiling, and reports when the
+// process has done its ExitAfterJobs jobs and should exit to be restarted
+// fresh — the field's workaround for browser memory leaks, made explicit.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/browser"
+)
+
+// ErrExitDue is returned by Acquire once the process has started all the
+// jobs it may start (Config.ExitAfterJobs): finish in-flight work, wait for
+// ExitDue and exit.
+var ErrExitDue = errors.New("supervisor: process exit due")
+
+// ErrStopping is returned by Acquire after Drain was called or Run ended.
+var ErrStopping = errors.New("supervisor: stopping")
+
+// Supervisor owns the Chromes of one node. Create it with New, run its actor
+// with Run, and take render slots with Acquire. All methods are safe for
+// concurrent use.
+type Supervisor struct {
+	cfg    Config
+	log    *zap.Logger
+	launch launchFunc
+
+	kick    chan struct{} // wakes the actor after Acquire/Release; capacity 1
+	events  chan event    // from the per-Chrome monitors to the actor
+	exitDue chan struct{}
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every change Acquire/Drain may wait for
+	ran      bool          // Run was called
+	stopping bool
+	fatal    error // why Run gave up, if it did
+	current  *chrome
+	standby  *chrome
+	retiring []*chrome
+	booting  bool // a boot runs or waits out its backoff
+	seq      int
+	busy     int // slots held
+	starts   int // job starts handed out (unused slots given back)
+	finished int // jobs finished
+	exited   bool
+	counts   counters
+}
+
+// counters are the lifetime event counts reported by Stats.
+type counters struct {
+	chromeStarts   int
+	chromeKills    int
+	chromeCrashes  int
+	recycles       int
+	bootFailures   int
+	healthFailures int
+	drainTimeouts  int
+}
+
+// New checks cfg and returns a Supervisor that launches real Chromes with
+// cfg.Browser. Nothing starts until Run.
+func New(cfg Config) (*Supervisor, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newSupervisor(cfg, browserLauncher(cfg.Browser)), nil
+}
+
+// newSupervisor takes a checked cfg and any launcher (tests pass fakes).
+func newSupervisor(cfg Config, launch launchFunc) *Supervisor {
+	return &Supervisor{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		launch:  launch,
+		kick:    make(chan struct{}, 1),
+		events:  make(chan event),
+		exitDue: make(chan struct{}),
+		changed: make(chan struct{}),
+	}
+}
+
+// Acquire blocks until a session may start and returns its slot, counted as
+// one job start against the process and the current Chrome. It returns
+// ErrExitDue once the process may start no more jobs, ErrStopping after
+// Drain or Run's end, or ctx's error. Every slot must be Released.
+func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
+	for {
+		s.mu.Lock()
+		switch adm := admit(s.viewLocked()); {
+		case adm == admitNow && s.current.gone():
+			// Crashed, and its monitor has not told the actor yet; the
+			// replacement is moments away, so wait rather than hand out
+			// a slot that can only fail.
+		case adm == admitNow:
+			c := s.current
+			c.starts++
+			c.inflight++
+			s.busy++
+			s.starts++
+			s.mu.Unlock()
+			s.poke()
+			return &Slot{s: s, c: c}, nil
+		case adm == refuseExitDue:
+			s.mu.Unlock()
+			return nil, ErrExitDue
+		case adm == refuseStopping:
+			err := s.fatal
+			s.mu.Unlock()
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrStopping, err)
+			}
+			return nil, ErrStopping
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("supervisor: acquire: %w", ctx.Err())
+		}
+	}
+}
+
+// release ends a slot. A slot that never rendered gives its start back, so
+// a consumer may acquire first and hand back slots it found no job for.
+func (s *Supervisor) release(c *chrome, used bool) {
+	s.mu.Lock()
+	c.inflight--
+	s.busy--
+	if used {
+		c.finished++
+		s.finished++
+	} else {
+		c.starts--
+		s.starts--
+	}
+	if s.cfg.ExitAfterJobs > 0 && s.finished >= s.cfg.ExitAfterJobs && !s.exited {
+		// starts never exceed ExitAfterJobs, so all of them have finished:
+		// nothing is in flight.
+		s.exited = true
+		close(s.exitDue)
+		s.log.Info("exit due", zap.Int("jobs", s.finished), zap.Int("chrome_starts", s.counts.chromeStarts))
+	}
+	s.broadcastLocked()
+	s.mu.Unlock()
+	s.poke()
+}
+
+// ExitDue is closed once ExitAfterJobs jobs have finished and nothing is in
+// flight: the process should exit (code 75 in farm consumer) to be restarted.
+func (s *Supervisor) ExitDue() <-chan struct{} { return s.exitDue }
+
+// Remaining is how many more jobs this process may start; math.MaxInt when
+// ExitAfterJobs is 0.
+func (s *Supervisor) Remaining() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.viewLocked().processLeft()
+}
+
+// Available is how many jobs the consumer may claim now: free slots, capped
+// by Remaining, 0 while stopping.
+func (s *Supervisor) Available() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.viewLocked()
+	if v.stopping {
+		return 0
+	}
+	return max(min(v.capacity-v.busy, v.processLeft()), 0)
+}
+
+// Drain stops handing out slots (Acquire returns ErrStopping) and waits until
+// every held slot is released, or ctx ends. The running actor then kills
+// the idle Chromes; Run's return guarantees they are gone.
+func (s *Supervisor) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.stopping {
+		s.stopping = true
+		s.log.Info("draining", zap.Int("busy", s.busy))
+		s.broadcastLocked()
+	}
+	s.mu.Unlock()
+	s.poke()
+	for {
+		s.mu.Lock()
+		busy, ch := s.busy, s.changed
+		s.mu.Unlock()
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("supervisor: drain with %d sessions busy: %w", busy, ctx.Err())
+		}
+	}
+}
+
+// Stats is a snapshot of the supervisor's state for heartbeats and metrics.
+type Stats struct {
+	Capacity              int    // configured concurrent sessions
+	Busy                  int    // slots held now, on any Chrome
+	Remaining             int    // job starts left for this process (math.MaxInt: unlimited)
+	JobsSinceChromeStart  int    // jobs finished on the current Chrome
+	JobsSinceProcessStart int    // jobs finished by this process
+	ChromeStarts          int    // Chromes booted
+	ChromeKills           int    // live Chromes killed by the supervisor (retired, stopped, hung)
+	ChromeCrashes         int    // Chromes lost unplanned: exited on their own or hung
+	Recycles              int    // retirements for job count or memory
+	BootFailures          int    // failed boots
+	HealthFailures        int    // failed health checks
+	DrainTimeouts         int    // retiring Chromes killed with sessions still running
+	Chromes               int    // live Chrome processes (current, standby, retiring)
+	ChromePID             int    // the current Chrome's pid, 0 if none
+	ChromePSSBytes        uint64 // last sampled PSS summed over every live Chrome tree
+	ExitDue               bool   // ExitAfterJobs jobs finished
+	Stopping              bool   // Drain was called or Run ended
+}
+
+// Stats returns a snapshot.
+func (s *Supervisor) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{
+		Capacity:              s.cfg.Capacity,
+		Busy:                  s.busy,
+		Remaining:             s.viewLocked().processLeft(),
+		JobsSinceProcessStart: s.finished,
+		ChromeStarts:          s.counts.chromeStarts,
+		ChromeKills:           s.counts.chromeKills,
+		ChromeCrashes:         s.counts.chromeCrashes,
+		Recycles:              s.counts.recycles,
+		BootFailures:          s.counts.bootFailures,
+		HealthFailures:        s.counts.healthFailures,
+		DrainTimeouts:         s.counts.drainTimeouts,
+		ExitDue:               s.exited,
+		Stopping:              s.stopping,
+	}
+	if s.current != nil {
+		st.JobsSinceChromeStart = s.current.finished
+		st.ChromePID = s.current.pid
+	}
+	for _, c := range s.liveLocked() {
+		st.Chromes++
+		st.ChromePSSBytes += c.pss
+	}
+	return st
+}
+
+// viewLocked snapshots the counters for the policy.
+func (s *Supervisor) viewLocked() view {
+	v := view{
+		capacity:      s.cfg.Capacity,
+		recycleJobs:   s.cfg.ChromeRecycleJobs,
+		exitAfter:     s.cfg.ExitAfterJobs,
+		lead:          s.cfg.ReplacementLead,
+		busy:          s.busy,
+		processStarts: s.starts,
+		stopping:      s.stopping,
+		standbyReady:  s.standby != nil,
+		booting:       s.booting,
+	}
+	if c := s.current; c != nil {
+		v.hasCurrent = true
+		v.currentStarts = c.starts
+		v.currentBusy = c.inflight
+		v.overMemory = c.overMemory
+	}
+	return v
+}
+
+// liveLocked lists every Chrome not yet killed.
+func (s *Supervisor) liveLocked() []*chrome {
+	var cs []*chrome
+	if s.current != nil {
+		cs = append(cs, s.current)
+	}
+	if s.standby != nil {
+		cs = append(cs, s.standby)
+	}
+	return append(cs, s.retiring...)
+}
+
+// broadcastLocked wakes every Acquire and Drain waiting for a change.
+func (s *Supervisor) broadcastLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// poke wakes the actor without blocking; one pending wake is enough since
+// the actor rereads all state.
+func (s *Supervisor) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Slot is the right to run one job on a Chrome. Render at most once, then
+// Release. A Slot is used by one goroutine.
+type Slot struct {
+	s        *Supervisor
+	c        *chrome
+	rendered bool
+	released bool
+}
+
+// ChromePID is the pid of the Chrome the slot's job runs on, for logs.
+func (sl *Slot) ChromePID() int { return sl.c.pid }
+
+// errSlotUsed reports a second Render or a Render after Release.
+var errSlotUsed = errors.New("supervisor: slot already used")
+
+// Render runs req in a new session on the slot's Chrome. If that Chrome
+// crashes, hangs or is killed while the job runs, the error is a retriable
+// *browser.Error (class crashed, unresponsive or canceled); other errors,
+// and a result that comes with an error, are the browser's own.
+func (sl *Slot) Render(ctx context.Context, req browser.Request) (*browser.Result, error) {
+	if sl.rendered || sl.released {
+		return nil, errSlotUsed
+	}
+	sl.rendered = true
+	c := sl.c
+	if be := c.lost(); be != nil {
+		return nil, be
+	}
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
+	defer stop()
+
+	sess, err := c.proc.NewSession(rctx)
+	if err != nil {
+		return nil, sl.wrap(fmt.Errorf("new session on chrome %d: %w", c.pid, err))
+	}
+	res, err := sess.Render(rctx, req)
+	if cerr := sess.Close(); cerr != nil {
+		sl.s.log.Debug("session close failed", zap.Int("pid", c.pid), zap.Error(cerr))
+	}
+	if err != nil {
+		// Some failures come with a result (an HTTP error status); keep it.
+		return res, sl.wrap(err)
+	}
+	return res, nil
+}
+
+// wrap turns any error of a session on a lost Chrome into a retriable one:
+// the job did nothing wrong, its Chrome went away under it.
+func (sl *Slot) wrap(err error) error {
+	c := sl.c
+	if be := c.lost(); be != nil {
+		return &browser.Error{Class: be.Class, Retriable: true, Err: fmt.Errorf("%w: %w", be.Err, err)}
+	}
+	select {
+	case <-c.proc.Done():
+		return &browser.Error{Class: browser.ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome %d exited: %w", c.pid, err)}
+	default:
+	}
+	return err
+}
+
+// Release ends the slot and frees it for the next job. A rendered slot counts
+// as one finished job whatever its outcome; an unrendered one hands its start
+// back. Release is idempotent.
+func (sl *Slot) Release() {
+	if sl.released {
+		return
+	}
+	sl.released = true
+	sl.s.release(sl.c, sl.rendered)
+}

@@ -1,0 +1,603 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/browser"
+)
+
+// TestLifecycleCounts works whole process lives through fake Chromes with
+// more workers than slots, and checks every count the consumer relies on.
+func TestLifecycleCounts(t *testing.T) {
+	tests := []struct {
+		name                          string
+		capacity, recycle, exit, lead int
+		wantChromes                   int
+	}{
+		{"defaults: 80 jobs, 20 per chrome", 6, 20, 80, 6, 4},
+		{"issue test shape", 6, 5, 12, 6, 3},
+		{"lead zero, tiny capacity", 2, 3, 10, 0, 4},
+		{"recycling off", 6, 0, 30, 6, 1},
+		{"lead beyond recycle", 3, 7, 50, 20, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fleet := &fakeFleet{}
+			fleet.setRender(func(ctx context.Context, c *fakeChrome) error {
+				runtime.Gosched() // let other workers interleave
+				return nil
+			})
+			cfg := testConfig()
+			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = tt.capacity, tt.recycle, tt.exit, tt.lead
+			h := start(t, cfg, fleet)
+
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var workerErrs []error
+			for range 2 * tt.capacity {
+				wg.Go(func() {
+					for {
+						sl, err := h.s.Acquire(context.Background())
+						if errors.Is(err, ErrExitDue) {
+							return
+						}
+						if err != nil {
+							mu.Lock()
+							workerErrs = append(workerErrs, err)
+							mu.Unlock()
+							return
+						}
+						if _, err := sl.Render(context.Background(), browser.Request{URL: "http://127.0.0.1/p"}); err != nil {
+							mu.Lock()
+							workerErrs = append(workerErrs, err)
+							mu.Unlock()
+						}
+						sl.Release()
+					}
+				})
+			}
+			wg.Wait()
+			if len(workerErrs) > 0 {
+				t.Fatalf("worker errors: %v", workerErrs)
+			}
+			select {
+			case <-h.s.ExitDue():
+			default:
+				t.Fatal("ExitDue not closed after every job finished")
+			}
+			eventually(t, "last chrome killed", func() bool { return h.s.Stats().ChromeKills == tt.wantChromes })
+			if err := h.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+
+			st := h.s.Stats()
+			if st.ChromeStarts != tt.wantChromes || st.ChromeKills != tt.wantChromes || st.ChromeCrashes != 0 {
+				t.Errorf("starts=%d kills=%d crashes=%d, want %d/%d/0", st.ChromeStarts, st.ChromeKills, st.ChromeCrashes, tt.wantChromes, tt.wantChromes)
+			}
+			if st.JobsSinceProcessStart != tt.exit || st.Busy != 0 || !st.ExitDue || st.Remaining != 0 || st.Chromes != 0 {
+				t.Errorf("stats after exit: %+v", st)
+			}
+			if st.Recycles != tt.wantChromes-1 {
+				t.Errorf("recycles = %d, want %d", st.Recycles, tt.wantChromes-1)
+			}
+			cs := fleet.snapshot()
+			if len(cs) != tt.wantChromes {
+				t.Errorf("launched %d chromes, want %d", len(cs), tt.wantChromes)
+			}
+			total := 0
+			for _, c := range cs {
+				if !c.killed() {
+					t.Errorf("chrome %d not killed", c.pid)
+				}
+				n := c.renderCount()
+				total += n
+				if tt.recycle > 0 && n > tt.recycle {
+					t.Errorf("chrome %d ran %d jobs, limit %d", c.pid, n, tt.recycle)
+				}
+			}
+			if total != tt.exit {
+				t.Errorf("rendered %d jobs, want %d", total, tt.exit)
+			}
+			if p := fleet.peak(); p > tt.capacity {
+				t.Errorf("peak concurrent sessions %d > capacity %d", p, tt.capacity)
+			}
+
+			// Every Chrome event is one structured line with its pid.
+			for msg, want := range map[string]int{"chrome started": tt.wantChromes, "chrome retired": tt.wantChromes, "chrome killed": tt.wantChromes} {
+				lines := h.logs.FilterMessage(msg).All()
+				if len(lines) != want {
+					t.Errorf("%d %q lines, want %d", len(lines), msg, want)
+				}
+				for _, l := range lines {
+					f := l.ContextMap()
+					for _, k := range []string{"pid", "chrome", "reason"} {
+						if _, ok := f[k]; !ok {
+							t.Errorf("%q line lacks %q: %v", msg, k, f)
+						}
+					}
+				}
+			}
+			for _, l := range h.logs.FilterMessage("chrome killed").All() {
+				f := l.ContextMap()
+				if _, ok := f["pss_bytes"]; !ok || f["jobs"] == nil {
+					t.Errorf("kill line lacks pss_bytes or jobs: %v", f)
+				}
+			}
+		})
+	}
+}
+
+// TestOverlapKeepsCapacity holds a job on a retiring Chrome while the new
+// one serves: the two together never exceed Capacity, and the old one dies
+// only when its last job is done.
+func TestOverlapKeepsCapacity(t *testing.T) {
+	fleet := &fakeFleet{}
+	g := newGate()
+	fleet.setRender(g.render)
+	cfg := testConfig()
+	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, 2, 0, 0
+	h := start(t, cfg, fleet)
+
+	a, b := h.acquire(), h.acquire()
+	c1 := h.chrome(0)
+	errA, errB := renderAsync(a), renderAsync(b)
+	g.waitStarted(t)
+	g.waitStarted(t)
+	c2 := h.chrome(1) // booted because chrome 1 handed out its last start
+
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	if sl, err := h.s.Acquire(short); err == nil {
+		sl.Release()
+		t.Fatal("acquired a third slot with capacity 2")
+	}
+	cancel()
+
+	g.finish(t, c1)
+	errs := []error{}
+	select {
+	case err := <-errA:
+		errs = append(errs, err)
+	case err := <-errB:
+		errs = append(errs, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no render finished")
+	}
+	c := h.acquire()
+	if c.ChromePID() != c2.pid {
+		t.Fatalf("third job on pid %d, want the new chrome %d", c.ChromePID(), c2.pid)
+	}
+	errC := renderAsync(c)
+	g.waitStarted(t)
+	if st := h.s.Stats(); st.Busy != 2 || st.Chromes != 2 || c1.killed() {
+		t.Fatalf("during overlap: busy=%d chromes=%d old killed=%v", st.Busy, st.Chromes, c1.killed())
+	}
+	g.finish(t, c1)
+	eventually(t, "old chrome killed after its last job", c1.killed)
+	g.finish(t, c2)
+	errs = append(errs, recv(t, errC))
+	select {
+	case err := <-errA:
+		errs = append(errs, err)
+	case err := <-errB:
+		errs = append(errs, err)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("render: %v", err)
+		}
+	}
+	if p := fleet.peak(); p > 2 {
+		t.Errorf("peak sessions %d > 2", p)
+	}
+}
+
+// TestPrebootBeforeLastStart checks that the replacement is up before the
+// current Chrome hands out its last start, so the next job does not wait.
+func TestPrebootBeforeLastStart(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 4, 0, 2
+	h := start(t, cfg, fleet)
+
+	held := []*Slot{h.acquire(), h.acquire()}
+	c1 := h.chrome(0)
+	c2 := h.chrome(1) // booting starts with 2 starts left
+	eventually(t, "replacement booted", func() bool { return h.s.Stats().ChromeStarts == 2 })
+	if pid := h.s.Stats().ChromePID; pid != c1.pid {
+		t.Fatalf("current chrome %d, want %d still serving", pid, c1.pid)
+	}
+	held = append(held, h.acquire(), h.acquire())
+	for _, sl := range held {
+		if sl.ChromePID() != c1.pid {
+			t.Fatalf("start %d went to pid %d, want %d", len(held), sl.ChromePID(), c1.pid)
+		}
+	}
+	next := h.acquire()
+	if next.ChromePID() != c2.pid {
+		t.Fatalf("fifth start on pid %d, want the replacement %d", next.ChromePID(), c2.pid)
+	}
+	for _, sl := range append(held, next) {
+		if _, err := sl.Render(context.Background(), browser.Request{}); err != nil {
+			t.Fatal(err)
+		}
+		sl.Release()
+	}
+	eventually(t, "old chrome killed", c1.killed)
+	if st := h.s.Stats(); st.Recycles != 1 || st.ChromeKills != 1 || st.JobsSinceChromeStart != 1 || st.JobsSinceProcessStart != 5 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// TestChromeLoss covers a Chrome that dies or hangs mid-job: the job fails
+// as retriable with the right class, the loss is counted, and the next job
+// runs on a fresh Chrome.
+func TestChromeLoss(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       func(*Config)
+		lose      func(*fakeChrome)
+		class     string
+		wantKills int
+	}{
+		{"crash", func(*Config) {}, (*fakeChrome).exit, "crashed", 0},
+		{"hang", func(c *Config) { c.HealthInterval = 2 * time.Millisecond },
+			func(c *fakeChrome) { c.set(func(c *fakeChrome) { c.unhealthy = true }) }, "unresponsive", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fleet := &fakeFleet{}
+			g := newGate()
+			fleet.setRender(g.render)
+			cfg := testConfig()
+			tt.cfg(&cfg)
+			h := start(t, cfg, fleet)
+
+			errc := renderAsync(h.acquire())
+			c1 := g.waitStarted(t)
+			tt.lose(c1)
+			err := recv(t, errc)
+			var be *browser.Error
+			if !errors.As(err, &be) || !be.Retriable || be.Class != tt.class {
+				t.Fatalf("render error = %v, want retriable %q", err, tt.class)
+			}
+			eventually(t, "crash counted", func() bool { return h.s.Stats().ChromeCrashes == 1 })
+
+			fleet.setRender(nil)
+			sl := h.acquire()
+			if sl.ChromePID() == c1.pid {
+				t.Fatal("next job went to the lost chrome")
+			}
+			if _, err := sl.Render(context.Background(), browser.Request{}); err != nil {
+				t.Fatalf("render on replacement: %v", err)
+			}
+			sl.Release()
+			c1.mu.Lock()
+			reaped := c1.kills
+			c1.mu.Unlock()
+			if reaped != 1 {
+				t.Errorf("lost chrome Kill called %d times, want 1 (reap and profile cleanup)", reaped)
+			}
+			st := h.s.Stats()
+			if st.ChromeStarts != 2 || st.ChromeKills != tt.wantKills || st.JobsSinceProcessStart != 2 {
+				t.Errorf("stats: %+v", st)
+			}
+			if n := h.logs.FilterMessage("chrome " + tt.class).Len(); n != 1 {
+				t.Errorf("%d loss log lines, want 1", n)
+			}
+		})
+	}
+}
+
+// TestMemoryCeiling retires a Chrome whose tree passed the PSS ceiling once
+// its replacement is up, before its job quota.
+func TestMemoryCeiling(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.MemoryCeilingBytes, cfg.MemoryInterval = 1000, 2*time.Millisecond
+	h := start(t, cfg, fleet)
+
+	held := h.acquire()
+	c1 := h.chrome(0)
+	c1.set(func(c *fakeChrome) { c.pss = 5000 })
+	c2 := h.chrome(1)
+	eventually(t, "replacement serving", func() bool { return h.s.Stats().ChromePID == c2.pid })
+	if c1.killed() {
+		t.Fatal("over-memory chrome killed with a job on it")
+	}
+	if sl := h.acquire(); sl.ChromePID() != c2.pid {
+		t.Fatalf("new job on pid %d, want %d", sl.ChromePID(), c2.pid)
+	} else {
+		sl.Release()
+	}
+	held.Release()
+	eventually(t, "over-memory chrome killed", c1.killed)
+	if st := h.s.Stats(); st.Recycles != 1 || st.ChromeKills != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+	hit := h.logs.FilterMessage("chrome memory ceiling hit").All()
+	if len(hit) != 1 || hit[0].ContextMap()["pss_bytes"] != uint64(5000) {
+		t.Fatalf("ceiling log lines: %v", hit)
+	}
+	eventually(t, "kill logged", func() bool { return h.logs.FilterMessage("chrome killed").Len() == 1 })
+	if kill := h.logs.FilterMessage("chrome killed").All()[0].ContextMap(); kill["reason"] != reasonMemory || kill["pss_bytes"] != uint64(5000) {
+		t.Fatalf("kill line: %v", kill)
+	}
+}
+
+// TestDrainTimeout kills a retiring Chrome whose job outlives DrainTimeout;
+// the job fails as retriable.
+func TestDrainTimeout(t *testing.T) {
+	fleet := &fakeFleet{}
+	g := newGate()
+	fleet.setRender(g.render)
+	cfg := testConfig()
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead, cfg.DrainTimeout = 1, 0, 0, 20*time.Millisecond
+	h := start(t, cfg, fleet)
+
+	errc := renderAsync(h.acquire())
+	c1 := g.waitStarted(t)
+	err := recv(t, errc)
+	if !browser.IsRetriable(err) || !strings.Contains(err.Error(), reasonDrain) {
+		t.Fatalf("render error = %v, want retriable drain timeout", err)
+	}
+	eventually(t, "chrome killed", c1.killed)
+	if st := h.s.Stats(); st.DrainTimeouts != 1 || st.ChromeKills != 1 || st.ChromeCrashes != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// TestDrain is the SIGTERM path: no new slots, in-flight jobs finish, then
+// every Chrome is killed.
+func TestDrain(t *testing.T) {
+	fleet := &fakeFleet{}
+	g := newGate()
+	fleet.setRender(g.render)
+	h := start(t, testConfig(), fleet)
+
+	e1, e2 := renderAsync(h.acquire()), renderAsync(h.acquire())
+	c1 := g.waitStarted(t)
+	g.waitStarted(t)
+	drained := make(chan error, 1)
+	go func() { drained <- h.s.Drain(context.Background()) }()
+	eventually(t, "stopping", func() bool { return h.s.Stats().Stopping })
+	if _, err := h.s.Acquire(context.Background()); !errors.Is(err, ErrStopping) {
+		t.Fatalf("Acquire while draining = %v, want ErrStopping", err)
+	}
+	if n := h.s.Available(); n != 0 {
+		t.Fatalf("Available while draining = %d", n)
+	}
+	g.finish(t, c1)
+	g.finish(t, c1)
+	for _, errc := range []<-chan error{e1, e2, drained} {
+		if err := recv(t, errc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "chrome killed after drain", c1.killed)
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.s.Stats(); st.JobsSinceProcessStart != 2 || st.ChromeKills != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestDrainDeadline(t *testing.T) {
+	fleet := &fakeFleet{}
+	h := start(t, testConfig(), fleet)
+	sl := h.acquire()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := h.s.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain with a held slot = %v, want deadline exceeded", err)
+	}
+	sl.Release()
+}
+
+// TestStopKillsEverything cancels Run with jobs in flight on two Chromes:
+// Run returns only after both are killed, and the jobs fail as retriable.
+func TestStopKillsEverything(t *testing.T) {
+	fleet := &fakeFleet{}
+	g := newGate()
+	fleet.setRender(g.render)
+	cfg := testConfig()
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, 0, 0
+	h := start(t, cfg, fleet)
+
+	var errcs []<-chan error
+	for range 3 {
+		errcs = append(errcs, renderAsync(h.acquire()))
+		g.waitStarted(t)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range fleet.snapshot() {
+		if !c.killed() {
+			t.Errorf("chrome %d alive after Run returned", c.pid)
+		}
+	}
+	for _, errc := range errcs {
+		if err := recv(t, errc); !browser.IsRetriable(err) {
+			t.Errorf("in-flight job error = %v, want retriable", err)
+		}
+	}
+	if _, err := h.s.Acquire(context.Background()); !errors.Is(err, ErrStopping) {
+		t.Fatalf("Acquire after Run = %v, want ErrStopping", err)
+	}
+	if st := h.s.Stats(); st.ChromeStarts != 2 || st.ChromeKills != 2 || st.Busy != 0 || st.Chromes != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestStopDuringBoot(t *testing.T) {
+	fleet := &fakeFleet{blockBoot: true}
+	h := start(t, testConfig(), fleet)
+	eventually(t, "boot started", func() bool {
+		fleet.mu.Lock()
+		defer fleet.mu.Unlock()
+		return fleet.launches == 1
+	})
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.s.Stats(); st.ChromeStarts != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestBootFailures(t *testing.T) {
+	t.Run("retried", func(t *testing.T) {
+		fleet := &fakeFleet{failBoots: 2}
+		h := start(t, testConfig(), fleet)
+		h.acquire().Release()
+		if st := h.s.Stats(); st.BootFailures != 2 || st.ChromeStarts != 1 {
+			t.Fatalf("stats: %+v", st)
+		}
+	})
+	t.Run("fatal", func(t *testing.T) {
+		fleet := &fakeFleet{failBoots: 1000}
+		cfg := testConfig()
+		cfg.MaxBootFailures = 3
+		h := start(t, cfg, fleet)
+		_, err := h.s.Acquire(context.Background())
+		if !errors.Is(err, ErrStopping) || !strings.Contains(err.Error(), "3 times") {
+			t.Fatalf("Acquire = %v, want ErrStopping with the boot failure", err)
+		}
+		if err := h.stop(); err == nil || !strings.Contains(err.Error(), "fake boot 3 failed") {
+			t.Fatalf("Run = %v, want the boot failure", err)
+		}
+	})
+}
+
+// TestUnusedSlotGivesStartBack: a consumer may acquire, find no job, and
+// release; that start does not count against the process.
+func TestUnusedSlotGivesStartBack(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.ExitAfterJobs = 3
+	h := start(t, cfg, fleet)
+
+	slots := []*Slot{h.acquire(), h.acquire(), h.acquire()}
+	if _, err := h.s.Acquire(context.Background()); !errors.Is(err, ErrExitDue) {
+		t.Fatalf("fourth Acquire = %v, want ErrExitDue", err)
+	}
+	if r, a := h.s.Remaining(), h.s.Available(); r != 0 || a != 0 {
+		t.Fatalf("Remaining=%d Available=%d, want 0 0", r, a)
+	}
+	slots[2].Release()
+	if r, a := h.s.Remaining(), h.s.Available(); r != 1 || a != 1 {
+		t.Fatalf("after giving back: Remaining=%d Available=%d, want 1 1", r, a)
+	}
+	slots[2] = h.acquire()
+	for _, sl := range slots {
+		if _, err := sl.Render(context.Background(), browser.Request{}); err != nil {
+			t.Fatal(err)
+		}
+		sl.Release()
+	}
+	select {
+	case <-h.s.ExitDue():
+	default:
+		t.Fatal("ExitDue not closed")
+	}
+	if st := h.s.Stats(); st.JobsSinceProcessStart != 3 || st.ChromeStarts != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestSlotMisuse(t *testing.T) {
+	fleet := &fakeFleet{}
+	h := start(t, testConfig(), fleet)
+	sl := h.acquire()
+	if _, err := sl.Render(context.Background(), browser.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sl.Render(context.Background(), browser.Request{}); !errors.Is(err, errSlotUsed) {
+		t.Fatalf("second Render = %v, want errSlotUsed", err)
+	}
+	sl.Release()
+	sl.Release()
+	if st := h.s.Stats(); st.Busy != 0 || st.JobsSinceProcessStart != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+	if _, err := sl.Render(context.Background(), browser.Request{}); !errors.Is(err, errSlotUsed) {
+		t.Fatalf("Render after Release = %v, want errSlotUsed", err)
+	}
+}
+
+func TestAcquireHonoursContext(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.Capacity = 1
+	h := start(t, cfg, fleet)
+	sl := h.acquire()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.s.Acquire(ctx)
+		errc <- err
+	}()
+	cancel()
+	if err := recv(t, errc); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire = %v, want canceled", err)
+	}
+	sl.Release()
+}
+
+func TestRunTwice(t *testing.T) {
+	h := start(t, testConfig(), &fakeFleet{})
+	h.chrome(0) // the first Run is under way
+	if err := h.s.Run(context.Background()); err == nil {
+		t.Fatal("second Run succeeded")
+	}
+}
+
+func TestConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+		check   func(Config) bool
+	}{
+		{"zero config gets defaults for non-thresholds", Config{}, "", func(c Config) bool {
+			return c.Capacity == 6 && c.HealthTimeout == 10*time.Second && c.HealthFailures == 2 &&
+				c.BootBackoff == time.Second && c.ChromeRecycleJobs == 0 && c.ExitAfterJobs == 0 && c.Logger != nil && c.Browser.Logger != nil
+		}},
+		{"DefaultConfig is valid and unchanged", DefaultConfig(), "", func(c Config) bool {
+			d := DefaultConfig()
+			return c.Capacity == d.Capacity && c.ChromeRecycleJobs == 20 && c.ExitAfterJobs == 80 && c.DrainTimeout == d.DrainTimeout
+		}},
+		{"negative capacity", Config{Capacity: -1}, "Capacity must not be negative", nil},
+		{"negative recycle", Config{ChromeRecycleJobs: -5}, "ChromeRecycleJobs", nil},
+		{"negative drain", Config{DrainTimeout: -time.Second}, "DrainTimeout", nil},
+		{"ceiling without sampling", Config{MemoryCeilingBytes: 1 << 30}, "MemoryInterval", nil},
+		{"ceiling with sampling", Config{MemoryCeilingBytes: 1 << 30, MemoryInterval: time.Second}, "", func(c Config) bool { return true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.cfg.withDefaults()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				if _, err := New(tt.cfg); err == nil {
+					t.Fatal("New accepted an invalid config")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(got) {
+				t.Fatalf("config after defaults: %+v", got)
+			}
+		})
+	}
+}
