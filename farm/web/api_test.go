@@ -274,6 +274,13 @@ func TestJobsRead(t *testing.T) {
 			t.Errorf("GET %s: %q, want it to mention %q", c.path, e.Error, c.msg)
 		}
 	}
+	code, h, body = f.do("DELETE", fmt.Sprintf("/api/jobs/%d", done), testToken, "")
+	if code != http.StatusMethodNotAllowed || h.Get("Allow") != "GET" || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("DELETE a job: %d, Allow %q, %s", code, h.Get("Allow"), body)
+	}
+	if code, h, _ = f.do("GET", "/api/batches/x/cancel", "", ""); code != http.StatusMethodNotAllowed || h.Get("Allow") != "POST" {
+		t.Errorf("GET a batch cancel: %d, Allow %q", code, h.Get("Allow"))
+	}
 	for _, p := range []string{"/api/jobs/abc", "/api/jobs/0/result", "/api/jobs/-3/screenshot"} {
 		f.errorOf("GET", p, "", "", http.StatusBadRequest)
 	}

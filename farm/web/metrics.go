@@ -15,7 +15,8 @@ import (
 // Metrics are the producer's Prometheus collectors: its own observations
 // (assignment latency, desired node count, leadership) and the queue and
 // node series, read from the database at scrape time so that every producer,
-// leader or standby, serves the same farm-wide values.
+// leader or standby, serves the same farm-wide values. The methods of a nil
+// *Metrics do nothing, so a producer can run without metrics.
 type Metrics struct {
 	assignLatency prometheus.Histogram
 	desired       prometheus.Gauge
@@ -72,6 +73,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // together (one observation each, so the histogram counts jobs). jobs < 1
 // records nothing.
 func (m *Metrics) ObserveAssignment(latency time.Duration, jobs int) {
+	if m == nil {
+		return
+	}
 	s := latency.Seconds()
 	for range jobs {
 		m.assignLatency.Observe(s)
@@ -79,16 +83,24 @@ func (m *Metrics) ObserveAssignment(latency time.Duration, jobs int) {
 }
 
 // SetDesiredNodes sets the desired consumer node count.
-func (m *Metrics) SetDesiredNodes(n int) { m.desired.Set(float64(n)) }
+func (m *Metrics) SetDesiredNodes(n int) {
+	if m != nil {
+		m.desired.Set(float64(n))
+	}
+}
 
 // SetLeader sets the leader gauge, for a producer that tracks leadership
 // itself; SetLeaderFunc (which NewServer calls with Config.IsLeader) takes
 // precedence.
-func (m *Metrics) SetLeader(leader bool) { m.leader.Store(leader) }
+func (m *Metrics) SetLeader(leader bool) {
+	if m != nil {
+		m.leader.Store(leader)
+	}
+}
 
 // SetLeaderFunc makes the leader gauge read f at scrape time.
 func (m *Metrics) SetLeaderFunc(f func() bool) {
-	if f != nil {
+	if m != nil && f != nil {
 		m.leaderFn.Store(&f)
 	}
 }
@@ -102,6 +114,9 @@ func (m *Metrics) isLeader() bool {
 
 // WatchQueue makes the queue series read q at scrape time. Errors go to log.
 func (m *Metrics) WatchQueue(q *jobqueue.Queue, log *zap.Logger) {
+	if m == nil {
+		return
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}

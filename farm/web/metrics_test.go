@@ -223,4 +223,12 @@ func TestMetricsWithoutQueue(t *testing.T) {
 	if names["browserfarm_queue_jobs"] || names["browserfarm_queue_scrape_success"] {
 		t.Errorf("queue series without a queue: %v", names)
 	}
+
+	// A nil *Metrics is a valid "no metrics".
+	var none *Metrics
+	none.ObserveAssignment(time.Second, 3)
+	none.SetDesiredNodes(2)
+	none.SetLeader(true)
+	none.SetLeaderFunc(func() bool { return true })
+	none.WatchQueue(nil, nil)
 }

@@ -161,9 +161,22 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("POST /api/jobs/{id}/retry", s.mutating(s.retryJob))
 	mux.HandleFunc("POST /api/batches/{id}/cancel", s.mutating(s.cancelBatch))
 	mux.HandleFunc("POST /api/nodes/{id}/drain", s.mutating(s.drainNode))
-	// Anything else under /api/ is a JSON 404, so clients never have to
-	// parse the mux's plain-text answers.
+	// Anything else under /api/ gets a JSON 405 or 404, so clients never
+	// have to parse the mux's plain-text answers.
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "/api/" && pattern != "" {
+				allowed = append(allowed, m)
+			}
+		}
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, http.StatusMethodNotAllowed, r.Method+" "+r.URL.Path+" is not allowed; use "+strings.Join(allowed, " or "))
+			return
+		}
 		writeError(w, http.StatusNotFound, "no API endpoint "+r.Method+" "+r.URL.Path)
 	})
 
