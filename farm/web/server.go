@@ -121,9 +121,28 @@ type server struct {
 	tokenHash [sha256.Size]byte
 }
 
-// NewServer returns the producer's HTTP handler: the dashboard at /, its
-// assets under /assets/, the JSON API under /api/, /metrics, /healthz and
-// /readyz. It panics when cfg.Queue is nil, a wiring error.
+// NewServer returns the producer's HTTP handler. It panics when cfg.Queue is
+// nil, a wiring error. Answers are JSON; errors are {"error": "..."} with a
+// fitting status (a bad spec adds "index" and "field").
+//
+//	GET  /                           the dashboard (assets under /assets/, embedded)
+//	GET  /api/nodes                  nodes with load, heartbeat age, stale/overloaded flags
+//	GET  /api/stats                  queue counts, leader, desired node count
+//	GET  /api/jobs                   ?state=a,b&node=&batch=&host=&limit=1..1000&after=<next>
+//	GET  /api/jobs/{id}              the job and a summary of its result
+//	GET  /api/jobs/{id}/result       the full result
+//	GET  /api/jobs/{id}/screenshot   image/png
+//	GET  /api/samples                ?since=<RFC 3339 or Unix s>&step=<10s>: chart columns
+//	GET  /api/failures               ?since=&per_class=: failures by error class
+//	POST /api/jobs                   [spec, ...] or {"jobs": [...]}: 201 {batch_id, ids}
+//	POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/batches/{id}/cancel,
+//	     /api/nodes/{id}/drain
+//	GET  /metrics, /healthz, /readyz
+//
+// POST calls need "Authorization: Bearer <Token>" (401 without or with a
+// wrong one, 403 when no token is configured) and the leader (503 on a standby).
+// The caller's http.Server should set ReadHeaderTimeout and IdleTimeout;
+// bodies are bounded here by MaxBodyBytes.
 func NewServer(cfg Config) http.Handler {
 	if cfg.Queue == nil {
 		panic("web.NewServer: Config.Queue is nil")
