@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"image"
+	"image/png"
 	"net"
 	"net/http"
 	"sort"
@@ -89,6 +91,8 @@ func (s *site) routes() {
 	m.HandleFunc("GET /links/{n}", s.links)
 	m.HandleFunc("GET /infinite", s.infinite)
 	m.HandleFunc("GET /form", s.form)
+	m.HandleFunc("GET /images", s.images)
+	m.HandleFunc("GET /img/{name}", s.img)
 	m.HandleFunc("GET /echo", s.echo)
 	m.HandleFunc("GET /storage", s.storage)
 	m.HandleFunc("GET /console", s.console)
@@ -115,6 +119,7 @@ var paths = [][2]string{
 	{"/links/{n}", "links to /page/* and a.next to /links/{n+1}"},
 	{"/infinite", "infinite list: scrolling to the bottom loads 20 more items"},
 	{"/form", "input#q, button#go, button#more (load more), #out"},
+	{"/images", "an image; #ready says whether it loaded or was blocked"},
 	{"/echo", "the request's headers and cookies as JSON in #data"},
 	{"/storage", "counts visits in a cookie and localStorage"},
 	{"/console", "logs console errors and throws an uncaught exception"},
@@ -129,7 +134,7 @@ var paths = [][2]string{
 	{"/hostile/download", "a forced download (Content-Disposition: attachment)"},
 	{"/hostile/autodownload", "a page that starts a download from script"},
 	{"/hostile/loop", "an infinite JavaScript loop after the first paint"},
-	{"/hostile/dom?n=N", "a DOM of N elements (default 200000)"},
+	{"/hostile/dom?n=N", "a DOM of N elements (default 100000)"},
 	{"/hostile/crash", "allocates until the renderer runs out of memory"},
 }
 
@@ -312,7 +317,7 @@ load();
 func (s *site) form(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Form</title></head><body>
 <input id="q" type="text"><button id="go">go</button><div id="out"></div>
-<ul id="list"></ul><button id="more">load more</button>
+<button id="more">load more</button><ul id="list"></ul>
 <script>
 document.getElementById('go').addEventListener('click', function (e) {
   var v = document.getElementById('q').value;
@@ -336,6 +341,30 @@ function pump() {
 }
 document.getElementById('more').addEventListener('click', function () { wanted++; pump(); });
 </script></body></html>`)
+}
+
+func (s *site) images(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Images</title></head><body>
+<img id="img" src="/img/1.png" width="10" height="10">
+<script>
+function done(state) { var d = document.createElement('div'); d.id = 'ready'; d.textContent = state; document.body.appendChild(d); }
+var img = document.getElementById('img');
+if (img.complete && img.naturalWidth > 0) done('loaded');
+else { img.onload = function () { done('loaded'); }; img.onerror = function () { done('blocked'); }; }
+</script></body></html>`)
+}
+
+func (s *site) img(w http.ResponseWriter, r *http.Request) {
+	img := image.NewNRGBA(image.Rect(0, 0, 10, 10))
+	for i := range img.Pix {
+		img.Pix[i] = 0x80
+	}
+	w.Header().Set("Content-Type", "image/png")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := png.Encode(w, img); err != nil {
+		// The client went away; there is nobody to tell.
+		return
+	}
 }
 
 // echo shows what the server received, so that a test can check headers,
@@ -372,7 +401,7 @@ var l = parseInt(localStorage.getItem('visits') || '0', 10) + 1;
 localStorage.setItem('visits', String(l));
 var out = document.getElementById('out');
 out.textContent = 'cookie=' + c + ' local=' + l;
-var d = document.createElement('div'); d.id = 'ready'; document.body.appendChild(d);
+var d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d);
 </script></body></html>`)
 }
 
@@ -382,7 +411,7 @@ func (s *site) console(w http.ResponseWriter, r *http.Request) {
 console.error('boom', 42);
 console.log('not an error');
 setTimeout(function () { throw new Error('kaboom'); }, 0);
-setTimeout(function () { var d = document.createElement('div'); d.id = 'ready'; document.body.appendChild(d); }, 10);
+setTimeout(function () { var d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d); }, 10);
 </script></body></html>`)
 }
 
@@ -502,7 +531,7 @@ func (s *site) hostileLoop(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *site) hostileDOM(w http.ResponseWriter, r *http.Request) {
-	n := 200000
+	n := 100000
 	if v := r.URL.Query().Get("n"); v != "" {
 		x, err := strconv.Atoi(v)
 		if err != nil || x < 0 || x > 5000000 {
@@ -516,19 +545,20 @@ func (s *site) hostileDOM(w http.ResponseWriter, r *http.Request) {
 var root = document.getElementById('root'), frag = document.createDocumentFragment();
 for (var i = 0; i < %d; i++) { var d = document.createElement('div'); d.className = 'n'; d.textContent = 'node ' + i; frag.appendChild(d); }
 root.appendChild(frag);
-var r = document.createElement('div'); r.id = 'ready'; document.body.appendChild(r);
+var r = document.createElement('div'); r.id = 'ready'; r.textContent = 'ready'; document.body.appendChild(r);
 </script></body></html>`, n))
 }
 
-// hostileCrash allocates strings on the V8 heap until V8 gives up, which
-// kills the renderer process (Chrome's "Aw, Snap" out of memory). The
-// strings are distinct and kept, so no engine optimisation can skip them.
+// hostileCrash allocates arrays on the V8 heap until V8 gives up, which
+// kills the renderer process (Chrome's "Aw, Snap" out of memory). How fast
+// that comes depends on the renderer's heap limit: seconds with
+// --js-flags=--max-old-space-size=256, much longer with the default.
 func (s *site) hostileCrash(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Crash</title></head><body><div id="before">before</div>
 <script>
 setTimeout(function () {
   var keep = [];
-  for (var i = 0; ; i++) { keep.push(new Array(1 << 20).fill(i)); }
+  for (var i = 0; ; i++) { keep.push(new Array(1 << 24).fill(i)); }
 }, 0);
 </script></body></html>`)
 }

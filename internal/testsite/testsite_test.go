@@ -51,6 +51,8 @@ func TestRoutes(t *testing.T) {
 		{"/hostile/crash", 200, "", []string{"keep.push"}},
 		{"/infinite", 200, "", []string{"/api/more/"}},
 		{"/form", 200, "", []string{`id="q"`, `id="more"`}},
+		{"/images", 200, "", []string{`src="/img/1.png"`}},
+		{"/img/1.png", 200, "", []string{"PNG"}},
 		{"/storage", 200, "", []string{"localStorage"}},
 		{"/console", 200, "", []string{"console.error", "throw new Error"}},
 		{"/nope", 404, "", nil},

@@ -1,0 +1,177 @@
+package browser
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) {
+	// Every goroutine started by a Browser or Session must end with Kill
+	// and Close: the whole package's tests end with none left.
+	goleak.VerifyTestMain(m)
+}
+
+// testFlags are the extra Chrome flags of the tests' browsers. The heap cap
+// makes /hostile/crash run out of memory in about a second instead of after
+// gigabytes.
+var testFlags = []string{"--js-flags=--max-old-space-size=256"}
+
+// env is one Chrome and one test site shared by a group of tests.
+type env struct {
+	site *testsite.Server
+	b    *Browser
+	root string // profile root of this env's Chrome
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{site: testsite.StartT(t, testsite.Options{}), root: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Launch(ctx, Options{ProfileRoot: e.root, ExtraFlags: testFlags, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.b = b
+	t.Cleanup(func() {
+		if err := b.Kill(); err != nil {
+			t.Errorf("kill: %v", err)
+		}
+	})
+	return e
+}
+
+func (e *env) url(path string) string { return e.site.URL + path }
+
+func (e *env) session(t testing.TB) *Session {
+	t.Helper()
+	s, err := e.b.NewSession(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close session: %v", err)
+		}
+	})
+	return s
+}
+
+// usable checks that Chrome answers and that the session still renders a
+// page with its JavaScript: what must hold after every hostile page.
+func (e *env) usable(t *testing.T, s *Session) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.b.Healthy(ctx); err != nil {
+		t.Fatalf("chrome unhealthy afterwards: %v", err)
+	}
+	res, err := s.Render(ctx, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#ready"}, Extract: "document.querySelectorAll('li.item').length"})
+	if err != nil {
+		t.Fatalf("session unusable afterwards: %v", err)
+	}
+	if string(res.Data) != "200" {
+		t.Fatalf("afterwards /page/1 rendered %s items, want 200", res.Data)
+	}
+}
+
+// render runs one request and returns its result, error and duration.
+func render(t *testing.T, s *Session, req Request) (*Result, error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	res, err := s.Render(context.Background(), req)
+	return res, err, time.Since(start)
+}
+
+func wantClass(t *testing.T, err error, class string, retriable bool) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want class %q", class)
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v is %T, want *Error", err, err)
+	}
+	if e.Class != class || e.Retriable != retriable {
+		t.Fatalf("error %v: class %q retriable %v, want %q retriable %v", err, e.Class, e.Retriable, class, retriable)
+	}
+}
+
+// wantDuration checks a render's duration bounds. The lower bound is a fact
+// (a timeout cannot end early); the upper bound is generous: it catches a
+// render that hangs past its timeout, not a slow machine.
+func wantDuration(t *testing.T, d, lo, hi time.Duration) {
+	t.Helper()
+	if d < lo || d > hi {
+		t.Fatalf("took %v, want between %v and %v", d, lo, hi)
+	}
+}
+
+func unmarshal(t *testing.T, data json.RawMessage, v any) {
+	t.Helper()
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("decoding %s: %v", data, err)
+	}
+}
+
+// testProxy is a forward HTTP proxy that demands basic credentials (when
+// user is set), marks what it forwards with X-Via-Proxy and counts requests.
+type testProxy struct {
+	*httptest.Server
+	served atomic.Int32
+}
+
+func newTestProxy(t *testing.T, user, pass string) *testProxy {
+	p := &testProxy{}
+	transport := &http.Transport{Proxy: nil}
+	t.Cleanup(transport.CloseIdleConnections)
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect || !r.URL.IsAbs() {
+			http.Error(w, "plain HTTP forward proxy only", http.StatusMethodNotAllowed)
+			return
+		}
+		if user != "" && r.Header.Get("Proxy-Authorization") != want {
+			w.Header().Set("Proxy-Authenticate", `Basic realm="farm"`)
+			http.Error(w, "proxy auth required", http.StatusProxyAuthRequired)
+			return
+		}
+		p.served.Add(1)
+		out, err := http.NewRequestWithContext(r.Context(), r.Method, r.URL.String(), r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		out.Header = r.Header.Clone()
+		out.Header.Del("Proxy-Authorization")
+		out.Header.Del("Proxy-Connection")
+		out.Header.Set("X-Via-Proxy", "farm-test")
+		resp, err := transport.RoundTrip(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		// A client that went away ends the copy; nothing to report.
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(p.Server.Close)
+	return p
+}

@@ -1,0 +1,132 @@
+package browser
+
+// The scripts below run in the page with Runtime.evaluate, each as one round
+// trip; they are function expressions called with JSON-quoted arguments.
+
+// jsWaitVisible resolves when the selector matches a visible element: one
+// that is rendered (checkVisibility: not display:none, not
+// visibility:hidden, not in a hidden subtree) and has a width and a height
+// (an empty div is not visible). It looks on
+// every DOM mutation and every 100 ms (styles can change without a
+// mutation). An invalid selector rejects with "bad selector".
+const jsWaitVisible = `function (sel) {
+  return new Promise(function (resolve, reject) {
+    var done = false, mo = null, iv = 0;
+    function stop() {
+      done = true;
+      if (mo) mo.disconnect();
+      if (iv) clearInterval(iv);
+    }
+    function look() {
+      if (done) return true;
+      var el;
+      try { el = document.querySelector(sel); } catch (e) { stop(); reject(new Error('bad selector: ' + sel)); return true; }
+      if (!el) return false;
+      if (typeof el.checkVisibility === 'function') {
+        if (!el.checkVisibility({visibilityProperty: true})) return false;
+      } else {
+        var cs = getComputedStyle(el);
+        if (cs.display === 'none' || cs.visibility === 'hidden') return false;
+      }
+      var r = el.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0) return false;
+      stop();
+      resolve(true);
+      return true;
+    }
+    if (look()) return;
+    mo = new MutationObserver(look);
+    mo.observe(document, {childList: true, subtree: true, attributes: true});
+    iv = setInterval(look, 100);
+  });
+}`
+
+// jsClickPoint waits for the element, scrolls it to the middle of the
+// viewport and returns the viewport coordinates of its centre once the
+// element stands still (same box twice, 20 ms apart) and is what a click
+// there would hit. An element that stays covered (an overlay) or moving for
+// 2 s gets a synthetic el.click() instead, and null is returned.
+const jsClickPoint = `async function (sel) {
+  await (` + jsWaitVisible + `)(sel);
+  var el = document.querySelector(sel);
+  el.scrollIntoView({block: 'center', inline: 'center'});
+  var last = '', deadline = Date.now() + 2000;
+  while (Date.now() < deadline) {
+    el = document.querySelector(sel) || el;
+    var r = el.getBoundingClientRect();
+    var x = r.left + r.width / 2, y = r.top + r.height / 2;
+    if (x < 0 || y < 0 || x >= innerWidth || y >= innerHeight) {
+      el.scrollIntoView({block: 'center', inline: 'center'});
+    } else {
+      var box = [r.left, r.top, r.width, r.height].join(',');
+      var hit = document.elementFromPoint(x, y);
+      if (box === last && hit && (hit === el || el.contains(hit))) return {x: x, y: y};
+      last = box;
+    }
+    await new Promise(function (res) { setTimeout(res, 20); });
+  }
+  el.click();
+  return null;
+}`
+
+// jsFocus waits for the element, focuses it and puts the caret at the end.
+// It returns whether the element takes text.
+const jsFocus = `async function (sel) {
+  await (` + jsWaitVisible + `)(sel);
+  var el = document.querySelector(sel);
+  el.scrollIntoView({block: 'center'});
+  el.focus();
+  if (el.isContentEditable) return document.activeElement === el;
+  if (!('value' in el) || typeof el.setSelectionRange !== 'function') return false;
+  try { el.setSelectionRange(el.value.length, el.value.length); } catch (e) {}
+  return document.activeElement === el;
+}`
+
+// jsScroll scrolls to the bottom times times; after each scroll it waits up
+// to ms for the page to grow (an infinite list loading more) and goes on as
+// soon as it does. It returns the final scroll height.
+const jsScroll = `async function (times, ms) {
+  var se = document.scrollingElement || document.documentElement;
+  for (var i = 0; i < times; i++) {
+    var h = se.scrollHeight;
+    window.scrollTo(0, se.scrollHeight);
+    var until = Date.now() + ms;
+    while (Date.now() < until && se.scrollHeight <= h) {
+      await new Promise(function (r) { setTimeout(r, 25); });
+    }
+  }
+  return se.scrollHeight;
+}`
+
+// jsMeta returns the title, the URL, optionally the outer HTML (cut at cap
+// UTF-16 units) and the followed links: absolute http(s) URLs without
+// fragment, de-duplicated, at most max.
+const jsMeta = `function (wantHTML, cap, follow, max) {
+  var out = {title: document.title, url: location.href};
+  if (wantHTML) {
+    var h = document.documentElement ? document.documentElement.outerHTML : '';
+    if (h.length > cap) { h = h.slice(0, cap); out.truncated = true; }
+    out.html = h;
+  }
+  if (follow !== null) {
+    var els;
+    try { els = document.querySelectorAll(follow); } catch (e) { throw new Error('bad selector: ' + follow); }
+    var seen = new Set(), links = [];
+    for (var i = 0; i < els.length && links.length < max; i++) {
+      var el = els[i], href = el.href;
+      if (typeof href !== 'string') {
+        var raw = el.getAttribute && el.getAttribute('href');
+        if (!raw) continue;
+        try { href = new URL(raw, document.baseURI).href; } catch (e) { continue; }
+      }
+      if (!/^https?:/i.test(href)) continue;
+      var k = href.indexOf('#');
+      if (k >= 0) href = href.slice(0, k);
+      if (seen.has(href)) continue;
+      seen.add(href);
+      links.push(href);
+    }
+    out.links = links;
+  }
+  return out;
+}`

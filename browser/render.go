@@ -1,0 +1,688 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"go.uber.org/zap"
+)
+
+// Result is what a render produced.
+type Result struct {
+	// FinalURL is the page's URL after redirects (location.href).
+	FinalURL string
+	// Status is the HTTP status of the main document; 0 if none was seen.
+	Status int
+	// Title is document.title.
+	Title string
+	// Data is the JSON value of Request.Extract; nil without Extract.
+	Data json.RawMessage
+	// HTML is the outer HTML when asked for, cut at Request.HTMLMaxBytes.
+	HTML string
+	// HTMLTruncated reports that HTML was cut.
+	HTMLTruncated bool
+	// Screenshot is a PNG of the viewport when asked for.
+	Screenshot []byte
+	// ConsoleErrors are console.error/assert messages and uncaught
+	// exceptions, in order, capped.
+	ConsoleErrors []string
+	// Links are the absolute URLs matched by Request.FollowSelector.
+	Links []string
+	// Dialogs is how many JavaScript dialogs were dismissed.
+	Dialogs int
+	// Timings of the render's phases.
+	Timings Timings
+}
+
+// Timings are the durations of a render's phases.
+type Timings struct {
+	// Setup: getting the tab (fresh context) and applying the job's
+	// headers, cookies, user agent, viewport and blocking.
+	Setup time.Duration
+	// Navigation: Page.navigate until the document committed.
+	Navigation time.Duration
+	// Wait: until the wait condition held.
+	Wait time.Duration
+	// Actions: running the actions.
+	Actions time.Duration
+	// Extract: the extract expression, title, HTML, links, screenshot.
+	Extract time.Duration
+	// Total: the whole Render call.
+	Total time.Duration
+}
+
+const (
+	maxConsoleErrors = 50
+	maxConsoleLen    = 1000
+	// healthProbe bounds the check, after a job timed out, of whether
+	// Chrome itself still answers.
+	healthProbe = 2 * time.Second
+)
+
+// Render loads req.URL in the session's tab and returns what the request
+// asks for. Errors are *Error: see the Class constants for which are
+// retriable. With an HTTP error status (class "http") the Result is returned
+// too. The render is bounded by req.Timeout and by ctx.
+func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
+	start := time.Now()
+	j, err := req.prepare()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, &Error{Class: ClassCanceled, Retriable: true, Err: errSessionClosed}
+	}
+	if s.b.gone() {
+		return nil, &Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")}
+	}
+
+	tctx, cancelTimeout := context.WithTimeoutCause(ctx, j.Timeout, errJobTimeout)
+	defer cancelTimeout()
+	jctx, abort := context.WithCancelCause(tctx)
+	defer abort(nil)
+
+	t, err := s.acquire(jctx, j)
+	if err != nil {
+		return nil, s.classify(ctx, jctx, fmt.Errorf("getting a tab: %w", err))
+	}
+	st := newJobState(j, abort)
+	t.beginJob(st)
+	res := &Result{}
+	res.Timings.Setup = time.Since(start)
+	err = s.run(jctx, t, j, st, res)
+	res.ConsoleErrors, res.Dialogs = st.consoleAndDialogs()
+	if err != nil {
+		err = s.classify(ctx, jctx, err)
+		var e *Error
+		if errors.As(err, &e) && !tabSurvives(e.Class) {
+			t.markBroken()
+		}
+	}
+	s.release(t)
+	res.Timings.Total = time.Since(start)
+	if err != nil {
+		s.b.log.Debug("render failed", zap.String("url", j.URL), zap.Error(err))
+		if ClassOf(err) == ClassHTTP {
+			return res, err
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+// errJobTimeout is the cause of a job's context ending at its timeout.
+var errJobTimeout = errors.New("job timeout")
+
+// tabSurvives reports whether a shared tab is still usable after an error of
+// the class: the page answered, it just was not what the job wanted.
+func tabSurvives(class string) bool {
+	switch class {
+	case ClassHTTP, ClassExtract, ClassAction, ClassRedirect, ClassDownload, ClassNetwork, ClassInvalid:
+		return true
+	}
+	return false
+}
+
+// classify turns err into an *Error, looking at why the job's context ended
+// and whether Chrome is still there.
+func (s *Session) classify(parent, jctx context.Context, err error) error {
+	cause := context.Cause(jctx)
+	var e *Error
+	if errors.As(cause, &e) {
+		// The renderer crashed (set by the crash event).
+		return e
+	}
+	if s.b.gone() {
+		return &Error{Class: ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome exited: %w", err)}
+	}
+	if errors.As(err, &e) {
+		return e
+	}
+	if jctx.Err() != nil {
+		if parent.Err() != nil && !errors.Is(context.Cause(parent), context.DeadlineExceeded) {
+			return &Error{Class: ClassCanceled, Retriable: true, Err: err}
+		}
+		// The job ran out of time: a slow or hostile page, or a Chrome that
+		// stopped answering altogether.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(parent), healthProbe)
+		herr := s.b.Healthy(pctx)
+		cancel()
+		if herr != nil {
+			return &Error{Class: ClassUnresponsive, Retriable: true, Err: fmt.Errorf("%w (and chrome did not answer: %v)", err, herr)}
+		}
+		return &Error{Class: ClassTimeout, Retriable: true, Err: err}
+	}
+	return &Error{Class: ClassInternal, Retriable: true, Err: err}
+}
+
+// run does the render on tab t. Every call is bounded by ctx.
+func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Result) error {
+	if err := t.setup(ctx, j); err != nil {
+		return err
+	}
+	mark := time.Now()
+	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: j.URL})
+	if err != nil {
+		return fmt.Errorf("navigating: %w", err)
+	}
+	res.Timings.Navigation = time.Since(mark)
+	if nav.ErrorText != "" {
+		if nav.IsDownload {
+			return newErr(ClassDownload, false, "%s is a download, not a page", j.URL)
+		}
+		if resp := st.doc(nav.LoaderID); resp != nil && resp.Status >= 400 && strings.Contains(nav.ErrorText, "HTTP_RESPONSE_CODE_FAILURE") {
+			// An error status with an empty body: Chrome shows its own
+			// error page. Report the status.
+			res.Status = int(resp.Status)
+			res.FinalURL = resp.URL
+			return newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+		}
+		class, retriable := classifyNetError(nav.ErrorText)
+		return newErr(class, retriable, "loading %s: %s", j.URL, nav.ErrorText)
+	}
+	if resp := st.doc(nav.LoaderID); resp != nil {
+		res.Status = int(resp.Status)
+	}
+
+	httpErr := error(nil)
+	if res.Status >= 400 {
+		// The page answered with an error: do not wait for content that
+		// will not come; report what it shows.
+		httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+	} else {
+		mark = time.Now()
+		if err := s.wait(ctx, t, j, st, nav.LoaderID); err != nil {
+			return err
+		}
+		res.Timings.Wait = time.Since(mark)
+
+		mark = time.Now()
+		for i, a := range j.Actions {
+			if err := t.act(ctx, a); err != nil {
+				return wrapAction(i, a, err)
+			}
+		}
+		res.Timings.Actions = time.Since(mark)
+	}
+
+	mark = time.Now()
+	if j.Extract != "" && httpErr == nil {
+		data, err := t.extract(ctx, j.Extract)
+		if err != nil {
+			return err
+		}
+		res.Data = data
+	}
+	if err := t.meta(ctx, j, res); err != nil {
+		return err
+	}
+	if res.Status == 0 {
+		// No document response was seen (e.g. served from memory); the
+		// page loaded, so it was a success.
+		res.Status = 200
+	}
+	if j.Screenshot {
+		shot, err := cdp.Call(ctx, t.t, page.CaptureScreenshot, page.CaptureScreenshotParams{Format: page.CaptureScreenshotFormatPng})
+		if err != nil {
+			return fmt.Errorf("screenshot: %w", err)
+		}
+		res.Screenshot = shot.Data
+	}
+	res.Timings.Extract = time.Since(mark)
+	return httpErr
+}
+
+func wrapAction(i int, a Action, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Class: e.Class, Retriable: e.Retriable, Err: fmt.Errorf("action %d (%s): %w", i, a.Type, e.Err)}
+	}
+	return fmt.Errorf("action %d (%s): %w", i, a.Type, err)
+}
+
+// setup applies the job's settings to the tab before navigation; on a shared
+// tab it also undoes what the previous job set.
+func (t *tab) setup(ctx context.Context, j *job) error {
+	needFetch := len(j.block) > 0 || (j.proxy != nil && j.proxy.hasAuth)
+	if needFetch {
+		var patterns []*fetch.RequestPattern
+		if j.proxy != nil && j.proxy.hasAuth {
+			patterns = []*fetch.RequestPattern{{URLPattern: "*"}}
+		} else {
+			for _, rt := range j.block {
+				patterns = append(patterns, &fetch.RequestPattern{URLPattern: "*", ResourceType: rt})
+			}
+		}
+		if _, err := cdp.Call(ctx, t.t, fetch.Enable, fetch.EnableParams{Patterns: patterns, HandleAuthRequests: ptr(j.proxy != nil && j.proxy.hasAuth)}); err != nil {
+			return fmt.Errorf("Fetch.enable: %w", err)
+		}
+		t.fetchOn = true
+	} else if t.fetchOn {
+		if _, err := cdp.Call(ctx, t.t, fetch.Disable, cdp.Empty{}); err != nil {
+			return fmt.Errorf("Fetch.disable: %w", err)
+		}
+		t.fetchOn = false
+	}
+	if len(j.Headers) > 0 || t.dirtyHeaders {
+		h := network.Headers{}
+		for k, v := range j.Headers {
+			h[k] = v
+		}
+		if _, err := cdp.Call(ctx, t.t, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: h}); err != nil {
+			return fmt.Errorf("Network.setExtraHTTPHeaders: %w", err)
+		}
+		t.dirtyHeaders = len(j.Headers) > 0
+	}
+	if j.UserAgent != "" || t.dirtyUA {
+		if err := t.setUserAgent(ctx, j.UserAgent); err != nil {
+			return err
+		}
+		t.dirtyUA = j.UserAgent != ""
+	}
+	if j.Viewport != (Viewport{}) || t.dirtyViewport {
+		if err := t.setViewport(ctx, j.Viewport); err != nil {
+			return err
+		}
+		t.dirtyViewport = j.Viewport != (Viewport{})
+	}
+	if len(j.Cookies) > 0 {
+		cookies := make([]*network.CookieParam, 0, len(j.Cookies))
+		for _, c := range j.Cookies {
+			p := &network.CookieParam{Name: c.Name, Value: c.Value, Domain: c.Domain, Path: c.Path, Secure: c.Secure, HTTPOnly: c.HTTPOnly}
+			if c.Domain == "" {
+				p.URL = j.URL
+			}
+			cookies = append(cookies, p)
+		}
+		if _, err := cdp.Call(ctx, t.t, network.SetCookies, network.SetCookiesParams{Cookies: cookies}); err != nil {
+			return newErr(ClassInvalid, false, "cookies: %v", err)
+		}
+	}
+	return nil
+}
+
+// wait blocks until the job's wait condition holds for the navigation.
+func (s *Session) wait(ctx context.Context, t *tab, j *job, st *jobState, loader cdp.LoaderID) error {
+	if j.Wait.Selector != "" {
+		if err := t.waitVisible(ctx, j.Wait.Selector); err != nil {
+			return fmt.Errorf("waiting for %q: %w", j.Wait.Selector, err)
+		}
+	}
+	event := ""
+	switch {
+	case j.Wait.NetworkIdle:
+		event = "networkIdle"
+	case j.Wait.Selector == "":
+		event = "load"
+	}
+	if event != "" {
+		if err := st.waitLifecycle(ctx, loader, event); err != nil {
+			return fmt.Errorf("waiting for %s: %w", event, err)
+		}
+	}
+	return nil
+}
+
+// eval runs a JavaScript expression in the page's main world and returns its
+// JSON value. Exceptions come back as *Error of class extract.
+func (t *tab) eval(ctx context.Context, expr string, userGesture bool) (json.RawMessage, error) {
+	r, err := cdp.Call(ctx, t.t, runtime.Evaluate, runtime.EvaluateParams{
+		Expression:    expr,
+		ReturnByValue: ptr(true),
+		AwaitPromise:  ptr(true),
+		UserGesture:   ptr(userGesture),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.ExceptionDetails != nil {
+		return nil, newErr(ClassExtract, false, "script threw: %s", exceptionText(r.ExceptionDetails))
+	}
+	return remoteValue(r.Result), nil
+}
+
+// remoteValue is the JSON of a by-value remote object: undefined is null,
+// values JSON cannot hold (NaN, Infinity, -0, bigint) are strings.
+func remoteValue(o *runtime.RemoteObject) json.RawMessage {
+	if o == nil {
+		return json.RawMessage("null")
+	}
+	if o.UnserializableValue != "" {
+		return json.RawMessage(jsString(string(o.UnserializableValue)))
+	}
+	if len(o.Value) == 0 {
+		return json.RawMessage("null")
+	}
+	return json.RawMessage(o.Value)
+}
+
+// evalRetry is eval for scripts that wait: if the page navigates meanwhile
+// (a client-side redirect), the script's context dies and it runs again in
+// the new document.
+func (t *tab) evalRetry(ctx context.Context, expr string) (json.RawMessage, error) {
+	for {
+		v, err := t.eval(ctx, expr, false)
+		if err == nil || !contextLost(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func contextLost(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "Execution context was destroyed") ||
+		strings.Contains(s, "Cannot find default execution context") ||
+		strings.Contains(s, "Inspected target navigated or closed")
+}
+
+func (t *tab) waitVisible(ctx context.Context, sel string) error {
+	_, err := t.evalRetry(ctx, "("+jsWaitVisible+")("+jsString(sel)+")")
+	return selectorError(err)
+}
+
+// selectorError turns a script's bad-selector exception into ClassInvalid.
+func selectorError(err error) error {
+	var e *Error
+	if errors.As(err, &e) && e.Class == ClassExtract && strings.Contains(e.Err.Error(), "bad selector") {
+		return &Error{Class: ClassInvalid, Retriable: false, Err: e.Err}
+	}
+	if errors.As(err, &e) && e.Class == ClassExtract {
+		return &Error{Class: ClassAction, Retriable: false, Err: e.Err}
+	}
+	return err
+}
+
+// act performs one action.
+func (t *tab) act(ctx context.Context, a Action) error {
+	times := max(a.Times, 1)
+	switch a.Type {
+	case ActionClick:
+		for range times {
+			if err := t.click(ctx, a.Selector); err != nil {
+				return err
+			}
+			if err := sleep(ctx, time.Duration(a.Ms)*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	case ActionScroll:
+		ms := a.Ms
+		if ms == 0 {
+			ms = defaultScrollWaitMs
+		}
+		_, err := t.eval(ctx, fmt.Sprintf("(%s)(%d, %d)", jsScroll, times, ms), false)
+		return selectorError(err)
+	case ActionType:
+		v, err := t.evalRetry(ctx, "("+jsFocus+")("+jsString(a.Selector)+")")
+		if err != nil {
+			return selectorError(err)
+		}
+		if string(v) != "true" {
+			return newErr(ClassAction, false, "%q is not an element that takes text", a.Selector)
+		}
+		if _, err := cdp.Call(ctx, t.t, input.InsertText, input.InsertTextParams{Text: a.Text}); err != nil {
+			return fmt.Errorf("Input.insertText: %w", err)
+		}
+	case ActionWait:
+		if a.Selector != "" {
+			return t.waitVisible(ctx, a.Selector)
+		}
+		return sleep(ctx, time.Duration(a.Ms)*time.Millisecond)
+	}
+	return nil
+}
+
+// click scrolls the element into view and clicks its centre with real mouse
+// events, which count as a user gesture for the page (popups, beforeunload,
+// isTrusted checks).
+func (t *tab) click(ctx context.Context, sel string) error {
+	v, err := t.evalRetry(ctx, "("+jsClickPoint+")("+jsString(sel)+")")
+	if err != nil {
+		return selectorError(err)
+	}
+	if string(v) == "null" {
+		// Covered or moving: the page got a synthetic click instead.
+		return nil
+	}
+	var pt struct{ X, Y float64 }
+	if err := json.Unmarshal(v, &pt); err != nil {
+		return fmt.Errorf("reading the click point %s: %w", v, err)
+	}
+	for _, typ := range []input.DispatchMouseEventType{input.DispatchMouseEventTypeMouseMoved, input.DispatchMouseEventTypeMousePressed, input.DispatchMouseEventTypeMouseReleased} {
+		p := input.DispatchMouseEventParams{Type: typ, X: pt.X, Y: pt.Y}
+		if typ != input.DispatchMouseEventTypeMouseMoved {
+			p.Button = input.MouseButtonLeft
+			p.ClickCount = 1
+		}
+		if _, err := cdp.Call(ctx, t.t, input.DispatchMouseEvent, p); err != nil {
+			return fmt.Errorf("Input.dispatchMouseEvent: %w", err)
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+func (t *tab) extract(ctx context.Context, expr string) (json.RawMessage, error) {
+	v, err := t.eval(ctx, expr, false)
+	if err != nil {
+		return nil, fmt.Errorf("extract: %w", err)
+	}
+	return v, nil
+}
+
+// meta reads title, final URL, HTML and links in one round trip.
+func (t *tab) meta(ctx context.Context, j *job, res *Result) error {
+	follow := "null"
+	if j.FollowSelector != "" {
+		follow = jsString(j.FollowSelector)
+	}
+	// The HTML is cut in the page (in UTF-16 units, a safe upper bound of
+	// bytes/1) so that a huge DOM does not cross the pipe whole.
+	expr := fmt.Sprintf("(%s)(%t, %d, %s, %d)", jsMeta, j.HTML, j.HTMLMaxBytes, follow, j.FollowMax)
+	v, err := t.eval(ctx, expr, false)
+	if err != nil {
+		return selectorError(err)
+	}
+	var m struct {
+		Title     string   `json:"title"`
+		URL       string   `json:"url"`
+		HTML      string   `json:"html"`
+		Truncated bool     `json:"truncated"`
+		Links     []string `json:"links"`
+	}
+	if err := json.Unmarshal(v, &m); err != nil {
+		return fmt.Errorf("reading the page's metadata: %w", err)
+	}
+	res.Title, res.FinalURL, res.Links = m.Title, m.URL, m.Links
+	if j.HTML {
+		res.HTML, res.HTMLTruncated = m.HTML, m.Truncated
+		if len(res.HTML) > j.HTMLMaxBytes {
+			res.HTML, res.HTMLTruncated = cutUTF8(res.HTML, j.HTMLMaxBytes), true
+		}
+	}
+	return nil
+}
+
+// cutUTF8 cuts s to at most n bytes without splitting a character.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// jobState is what the tab's events tell about the current job.
+type jobState struct {
+	abort func(error)
+	block map[network.ResourceType]bool
+
+	mu      sync.Mutex
+	events  map[cdp.LoaderID]map[string]bool
+	docs    map[cdp.LoaderID]*network.Response
+	console []string
+	dialogs int
+	changed chan struct{}
+}
+
+func newJobState(j *job, abort func(error)) *jobState {
+	st := &jobState{
+		abort:   abort,
+		events:  map[cdp.LoaderID]map[string]bool{},
+		docs:    map[cdp.LoaderID]*network.Response{},
+		changed: make(chan struct{}, 1),
+	}
+	if len(j.block) > 0 {
+		st.block = map[network.ResourceType]bool{}
+		for _, rt := range j.block {
+			st.block[rt] = true
+		}
+	}
+	return st
+}
+
+func (st *jobState) poke() {
+	select {
+	case st.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (st *jobState) lifecycle(loader cdp.LoaderID, name string) {
+	st.mu.Lock()
+	m := st.events[loader]
+	if m == nil {
+		m = map[string]bool{}
+		st.events[loader] = m
+	}
+	m[name] = true
+	st.mu.Unlock()
+	st.poke()
+}
+
+func (st *jobState) response(loader cdp.LoaderID, r *network.Response) {
+	st.mu.Lock()
+	st.docs[loader] = r
+	st.mu.Unlock()
+	st.poke()
+}
+
+func (st *jobState) doc(loader cdp.LoaderID) *network.Response {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.docs[loader]
+}
+
+func (st *jobState) seen(loader cdp.LoaderID, name string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.events[loader][name]
+}
+
+func (st *jobState) waitLifecycle(ctx context.Context, loader cdp.LoaderID, name string) error {
+	for !st.seen(loader, name) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-st.changed:
+		}
+	}
+	return nil
+}
+
+func (st *jobState) blocks(rt network.ResourceType) bool {
+	return st.block[rt]
+}
+
+func (st *jobState) dialog() {
+	st.mu.Lock()
+	st.dialogs++
+	st.mu.Unlock()
+}
+
+func (st *jobState) consoleError(msg string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.console) >= maxConsoleErrors {
+		return
+	}
+	if len(msg) > maxConsoleLen {
+		msg = cutUTF8(msg, maxConsoleLen) + "…"
+	}
+	st.console = append(st.console, msg)
+}
+
+func (st *jobState) consoleAndDialogs() ([]string, int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return append([]string(nil), st.console...), st.dialogs
+}
+
+func consoleText(args []*runtime.RemoteObject) string {
+	parts := make([]string, 0, len(args))
+	for _, a := range args {
+		switch {
+		case a == nil:
+		case a.Type == runtime.RemoteObjectTypeString:
+			var s string
+			if json.Unmarshal(a.Value, &s) == nil {
+				parts = append(parts, s)
+				continue
+			}
+			parts = append(parts, string(a.Value))
+		case len(a.Value) > 0:
+			parts = append(parts, string(a.Value))
+		case a.UnserializableValue != "":
+			parts = append(parts, string(a.UnserializableValue))
+		case a.Description != "":
+			parts = append(parts, a.Description)
+		default:
+			parts = append(parts, string(a.Type))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func exceptionText(d *runtime.ExceptionDetails) string {
+	if d == nil {
+		return "unknown exception"
+	}
+	if d.Exception != nil && d.Exception.Description != "" {
+		return d.Exception.Description
+	}
+	return d.Text
+}

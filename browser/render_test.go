@@ -1,0 +1,583 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
+)
+
+// slack is added to a timeout for the upper bound of a render that must end
+// at its timeout: enough for a loaded 2-core machine, far below "hung".
+const slack = 10 * time.Second
+
+// pageCase is one render against the test site and what must come of it.
+type pageCase struct {
+	name  string
+	req   Request
+	class string // "" means success
+	retry bool   // Retriable, for an error
+	min   time.Duration
+	max   time.Duration // 0 means 30 s
+	check func(t *testing.T, e *env, res *Result)
+}
+
+// TestPages renders every page of the test site on one shared Chrome and
+// checks the outcome, the error class, the time bound, and that the session
+// and Chrome are usable afterwards.
+func TestPages(t *testing.T) {
+	e := newEnv(t)
+	u := e.url
+	cases := []pageCase{
+		{name: "page", req: Request{URL: u("/page/5"), Wait: Wait{Selector: "#ready"},
+			Extract: `({n: document.querySelectorAll('li.item').length, first: document.querySelector('li.item').textContent, h1: document.querySelector('h1').textContent})`},
+			check: func(t *testing.T, e *env, res *Result) {
+				var d struct {
+					N     int
+					First string
+					H1    string
+				}
+				unmarshal(t, res.Data, &d)
+				if d.N != 200 || d.First != "Item 5.0" || d.H1 != "Item 5" {
+					t.Errorf("data %s", res.Data)
+				}
+				if res.Status != 200 || res.Title != "Page 5" || res.FinalURL != e.url("/page/5") {
+					t.Errorf("status %d title %q url %q", res.Status, res.Title, res.FinalURL)
+				}
+				if res.Timings.Navigation <= 0 || res.Timings.Wait <= 0 || res.Timings.Total < res.Timings.Navigation+res.Timings.Wait {
+					t.Errorf("timings %+v", res.Timings)
+				}
+			}},
+		{name: "page/network-idle", req: Request{URL: u("/page/6"), Wait: Wait{NetworkIdle: true}, Extract: `document.querySelectorAll('li.item').length`},
+			// Network idle is 500 ms without requests after the API call.
+			min: 500 * time.Millisecond,
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "200" {
+					t.Errorf("%s items at network idle, want 200", res.Data)
+				}
+			}},
+		{name: "page/api-delay", req: Request{URL: u("/page/7?delay=400"), Wait: Wait{Selector: "#ready"}, Extract: `document.querySelectorAll('li.item').length`},
+			min: 400 * time.Millisecond,
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "200" {
+					t.Errorf("%s items, want 200", res.Data)
+				}
+			}},
+		{name: "page/load-event-only", req: Request{URL: u("/page/8?delay=2000"), Extract: `document.querySelectorAll('li.item').length`},
+			// The default wait is the load event: the API answer comes later.
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "0" {
+					t.Errorf("%s items at the load event, want 0", res.Data)
+				}
+			}},
+		{name: "leak", req: Request{URL: u("/leak/1?mb=4"), Wait: Wait{Selector: "#ready"}, Extract: `window.__leak.length`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "8" {
+					t.Errorf("leak holds %s chunks, want 8", res.Data)
+				}
+			}},
+		{name: "links", req: Request{URL: u("/links/2"), FollowSelector: "a.item"},
+			check: func(t *testing.T, e *env, res *Result) {
+				if len(res.Links) != 11 || res.Links[0] != e.url("/page/20") || !slices.Contains(res.Links, e.url("/page/1000002")) {
+					t.Errorf("links %q", res.Links)
+				}
+			}},
+		{name: "links/max-and-other-host", req: Request{URL: u("/links/2"), FollowSelector: "a.next, a.ext, a.next", FollowMax: 5},
+			check: func(t *testing.T, e *env, res *Result) {
+				want := []string{e.url("/links/3"), "http://other.invalid/x"}
+				if !slices.Equal(res.Links, want) {
+					t.Errorf("links %q, want %q", res.Links, want)
+				}
+			}},
+		{name: "links/capped", req: Request{URL: u("/links/2"), FollowSelector: "a", FollowMax: 3},
+			check: func(t *testing.T, e *env, res *Result) {
+				if len(res.Links) != 3 {
+					t.Errorf("links %q, want 3", res.Links)
+				}
+			}},
+		{name: "slow", req: Request{URL: u("/slow/300"), Wait: Wait{Selector: "#ready"}}, min: 300 * time.Millisecond,
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.Title != "Slow 300" {
+					t.Errorf("title %q", res.Title)
+				}
+			}},
+		{name: "slow/timeout", req: Request{URL: u("/slow/60000"), Timeout: time.Second}, class: ClassTimeout, retry: true,
+			min: time.Second, max: time.Second + slack},
+		{name: "hang", req: Request{URL: u("/hang"), Timeout: time.Second}, class: ClassTimeout, retry: true,
+			min: time.Second, max: time.Second + slack},
+		{name: "hang/selector", req: Request{URL: u("/hang"), Wait: Wait{Selector: "#partial"}, Timeout: 10 * time.Second},
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.Title != "Hang" || res.Status != 200 {
+					t.Errorf("title %q status %d", res.Title, res.Status)
+				}
+			}},
+		{name: "status/404", req: Request{URL: u("/status/404"), Extract: "1"}, class: ClassHTTP, retry: false,
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.Status != 404 || res.Title != "Status 404" || res.Data != nil {
+					t.Errorf("status %d title %q data %s", res.Status, res.Title, res.Data)
+				}
+			}},
+		{name: "status/503", req: Request{URL: u("/status/503"), Wait: Wait{Selector: "#never"}}, class: ClassHTTP, retry: true,
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.Status != 503 {
+					t.Errorf("status %d", res.Status)
+				}
+			}},
+		{name: "status/200", req: Request{URL: u("/status/200")},
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.Status != 200 || res.Title != "Status 200" {
+					t.Errorf("status %d title %q", res.Status, res.Title)
+				}
+			}},
+		{name: "redirect", req: Request{URL: u("/redirect/3"), Wait: Wait{Selector: "#ready"}},
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.FinalURL != e.url("/page/0") || res.Status != 200 || res.Title != "Page 0" {
+					t.Errorf("final %q status %d title %q", res.FinalURL, res.Status, res.Title)
+				}
+			}},
+		{name: "redirect/loop", req: Request{URL: u("/redirect-loop")}, class: ClassRedirect, retry: false},
+		{name: "network/refused", req: Request{URL: closedPort(t)}, class: ClassNetwork, retry: true},
+		{name: "invalid/url", req: Request{URL: "file:///etc/passwd"}, class: ClassInvalid, retry: false},
+		{name: "invalid/selector", req: Request{URL: u("/page/1"), Wait: Wait{Selector: "##"}}, class: ClassInvalid, retry: false},
+		{name: "extract/throws", req: Request{URL: u("/page/1"), Extract: `(() => { throw new Error('nope') })()`}, class: ClassExtract, retry: false},
+		{name: "extract/promise", req: Request{URL: u("/page/1"), Extract: `new Promise(r => setTimeout(() => r({a: [1, "x"]}), 10))`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `{"a":[1,"x"]}` {
+					t.Errorf("data %s", res.Data)
+				}
+			}},
+		{name: "extract/undefined", req: Request{URL: u("/page/1"), Extract: `undefined`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "null" {
+					t.Errorf("data %s", res.Data)
+				}
+			}},
+		{name: "html", req: Request{URL: u("/page/2"), Wait: Wait{Selector: "#ready"}, HTML: true},
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.HTMLTruncated || !strings.HasPrefix(res.HTML, "<html") || !strings.Contains(res.HTML, "Item 2.199") {
+					t.Errorf("html (truncated %v) %.200q", res.HTMLTruncated, res.HTML)
+				}
+			}},
+		{name: "html/capped", req: Request{URL: u("/page/2"), Wait: Wait{Selector: "#ready"}, HTML: true, HTMLMaxBytes: 1000},
+			check: func(t *testing.T, e *env, res *Result) {
+				if !res.HTMLTruncated || len(res.HTML) > 1000 || len(res.HTML) < 900 {
+					t.Errorf("html of %d bytes, truncated %v", len(res.HTML), res.HTMLTruncated)
+				}
+			}},
+		{name: "screenshot", req: Request{URL: u("/page/3"), Wait: Wait{Selector: "#ready"}, Screenshot: true},
+			check: func(t *testing.T, e *env, res *Result) {
+				if !bytes.HasPrefix(res.Screenshot, []byte("\x89PNG\r\n\x1a\n")) || len(res.Screenshot) < 1000 {
+					t.Errorf("screenshot of %d bytes is not a PNG", len(res.Screenshot))
+				}
+			}},
+		{name: "console", req: Request{URL: u("/console"), Wait: Wait{Selector: "#ready"}},
+			check: func(t *testing.T, e *env, res *Result) {
+				joined := strings.Join(res.ConsoleErrors, "\n")
+				if len(res.ConsoleErrors) != 2 || !strings.Contains(joined, "console.error: boom 42") || !strings.Contains(joined, "uncaught: Error: kaboom") {
+					t.Errorf("console errors %q", res.ConsoleErrors)
+				}
+			}},
+		{name: "headers-ua-cookies-viewport", req: Request{URL: u("/echo"),
+			Headers:   map[string]string{"X-Farm": "yes"},
+			UserAgent: "FarmBot/1.0",
+			Cookies:   []Cookie{{Name: "c1", Value: "v1"}, {Name: "c2", Value: "v2", Domain: "127.0.0.1", Path: "/"}},
+			Viewport:  Viewport{Width: 800, Height: 600},
+			Extract:   `({echo: JSON.parse(document.getElementById('data').textContent), vp: document.getElementById('viewport').textContent, ua: navigator.userAgent})`},
+			check: func(t *testing.T, e *env, res *Result) {
+				var d struct {
+					Echo struct {
+						Headers map[string]string
+						Cookies map[string]string
+					}
+					VP, UA string
+				}
+				unmarshal(t, res.Data, &d)
+				if d.Echo.Headers["x-farm"] != "yes" || d.Echo.Headers["user-agent"] != "FarmBot/1.0" || d.UA != "FarmBot/1.0" {
+					t.Errorf("headers %v ua %q", d.Echo.Headers, d.UA)
+				}
+				if d.Echo.Cookies["c1"] != "v1" || d.Echo.Cookies["c2"] != "v2" {
+					t.Errorf("cookies %v", d.Echo.Cookies)
+				}
+				if d.VP != "800x600" {
+					t.Errorf("viewport %q", d.VP)
+				}
+			}},
+		{name: "defaults-ua-viewport", req: Request{URL: u("/echo"),
+			Extract: `({ua: navigator.userAgent, vp: document.getElementById('viewport').textContent})`},
+			check: func(t *testing.T, e *env, res *Result) {
+				var d struct{ UA, VP string }
+				unmarshal(t, res.Data, &d)
+				if strings.Contains(d.UA, "Headless") || !strings.Contains(d.UA, "Chrome/") {
+					t.Errorf("default user agent %q", d.UA)
+				}
+				if d.VP != "1280x800" {
+					t.Errorf("default viewport %q", d.VP)
+				}
+			}},
+		{name: "block/images", req: Request{URL: u("/images"), Block: []string{"image", "font"}, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"blocked"` {
+					t.Errorf("image %s, want blocked", res.Data)
+				}
+			}},
+		{name: "block/none", req: Request{URL: u("/images"), Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"loaded"` {
+					t.Errorf("image %s, want loaded", res.Data)
+				}
+			}},
+		{name: "actions/type-click", req: Request{URL: u("/form"), Actions: []Action{
+			{Type: ActionType, Selector: "#q", Text: "hello"},
+			{Type: ActionClick, Selector: "#go"},
+			{Type: ActionWait, Selector: "#out"},
+		}, Extract: `document.getElementById('out').textContent`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"you typed: hello (trusted)"` {
+					t.Errorf("form says %s", res.Data)
+				}
+			}},
+		{name: "actions/load-more", req: Request{URL: u("/form"), Actions: []Action{
+			{Type: ActionClick, Selector: "#more", Times: 2},
+			{Type: ActionWait, Selector: "#list li:nth-child(40)"},
+		}, Extract: `document.querySelectorAll('#list li').length`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "40" {
+					t.Errorf("%s items after two clicks, want 40", res.Data)
+				}
+			}},
+		{name: "actions/infinite-scroll", req: Request{URL: u("/infinite"), Wait: Wait{Selector: "#list li"}, Actions: []Action{
+			{Type: ActionScroll, Times: 3, Ms: 10000},
+		}, Extract: `document.querySelectorAll('#list li').length`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "80" {
+					t.Errorf("%s items after three scrolls, want 80", res.Data)
+				}
+			}},
+		{name: "actions/wait-ms", req: Request{URL: u("/page/1"), Actions: []Action{{Type: ActionWait, Ms: 300}}},
+			min: 300 * time.Millisecond},
+		{name: "actions/type-into-div", req: Request{URL: u("/page/1?delay=0"), Wait: Wait{Selector: "#ready"}, Actions: []Action{{Type: ActionType, Selector: "#ready", Text: "x"}}},
+			class: ClassAction, retry: false},
+		{name: "actions/missing-element", req: Request{URL: u("/page/1"), Timeout: time.Second, Actions: []Action{{Type: ActionClick, Selector: "#nope"}}},
+			class: ClassTimeout, retry: true, min: time.Second, max: time.Second + slack},
+		{name: "isolation", req: Request{URL: u("/storage"), Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`},
+			// Every job has a fresh context: no earlier visit is seen, though
+			// this page (and the usable check) ran before on the session.
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"cookie=1 local=1"` {
+					t.Errorf("storage %s, want a first visit", res.Data)
+				}
+			}},
+		{name: "hostile/alert", req: Request{URL: u("/hostile/alert"), Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"confirm=false prompt=null"` || res.Dialogs != 3 {
+					t.Errorf("page says %s after %d dialogs", res.Data, res.Dialogs)
+				}
+			}},
+		{name: "hostile/beforeunload", req: Request{URL: u("/hostile/beforeunload"), Actions: []Action{{Type: ActionClick, Selector: "#touch"}}, Extract: `document.getElementById('ready').textContent`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"touched"` {
+					t.Errorf("page says %s", res.Data)
+				}
+			}},
+		{name: "hostile/popup", req: Request{URL: u("/hostile/popup"), Actions: []Action{{Type: ActionClick, Selector: "#open"}}, Extract: `document.getElementById('ready').textContent`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"opened"` {
+					t.Errorf("page says %s", res.Data)
+				}
+				waitNoPopups(t, e)
+			}},
+		{name: "hostile/download", req: Request{URL: u("/hostile/download")}, class: ClassDownload, retry: false},
+		{name: "hostile/autodownload", req: Request{URL: u("/hostile/autodownload"), Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"clicked"` {
+					t.Errorf("page says %s", res.Data)
+				}
+			}},
+		{name: "hostile/loop", req: Request{URL: u("/hostile/loop"), Timeout: 2 * time.Second}, class: ClassTimeout, retry: true,
+			min: 2 * time.Second, max: 2*time.Second + slack},
+		{name: "hostile/loop-selector", req: Request{URL: u("/hostile/loop"), Timeout: 2 * time.Second, Wait: Wait{Selector: "#before"}}, class: ClassTimeout, retry: true,
+			min: 2 * time.Second, max: 2*time.Second + slack},
+		{name: "hostile/dom", req: Request{URL: u("/hostile/dom?n=30000"), Timeout: time.Minute, Wait: Wait{Selector: "#ready"}, HTML: true, HTMLMaxBytes: 50000,
+			Extract: `document.querySelectorAll('div.n').length`},
+			max: time.Minute,
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != "30000" || !res.HTMLTruncated || len(res.HTML) > 50000 {
+					t.Errorf("%s nodes, html %d bytes (truncated %v)", res.Data, len(res.HTML), res.HTMLTruncated)
+				}
+			}},
+		{name: "hostile/crash", req: Request{URL: u("/hostile/crash"), Timeout: time.Minute}, class: ClassCrashed, retry: true,
+			max: time.Minute},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := e.session(t)
+			res, err, took := render(t, s, tc.req)
+			if tc.class == "" {
+				if err != nil {
+					t.Fatalf("render: %v", err)
+				}
+			} else {
+				wantClass(t, err, tc.class, tc.retry)
+				if (res != nil) != (tc.class == ClassHTTP) {
+					t.Fatalf("result %v with a %s error", res, tc.class)
+				}
+			}
+			hi := tc.max
+			if hi == 0 {
+				hi = 30 * time.Second
+			}
+			wantDuration(t, took, tc.min, hi)
+			if tc.check != nil {
+				tc.check(t, e, res)
+			}
+			e.usable(t, s)
+		})
+	}
+	t.Run("no-download-written", func(t *testing.T) {
+		// After the download pages: nothing may have been written where
+		// Chrome saves downloads.
+		t.Parallel()
+		s := e.session(t)
+		if _, err := s.Render(context.Background(), Request{URL: e.url("/hostile/autodownload"), Wait: Wait{Selector: "#ready"}}); err != nil {
+			t.Fatal(err)
+		}
+		home, _ := os.UserHomeDir()
+		for _, dir := range []string{e.root, filepath.Join(home, "Downloads"), "."} {
+			filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+				if err == nil && strings.Contains(d.Name(), testsite.DownloadName) {
+					t.Errorf("download written to %s", path)
+				}
+				return nil
+			})
+		}
+	})
+}
+
+// closedPort returns a URL on a loopback port where nothing listens.
+func closedPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr + "/"
+}
+
+// waitNoPopups polls until no page that a page opened is left.
+func waitNoPopups(t *testing.T, e *env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		res, err := cdp.Call(ctx, e.b.cdpB, target.GetTargets, target.GetTargetsParams{})
+		if err != nil {
+			t.Fatalf("listing targets: %v", err)
+		}
+		var popups []string
+		for _, info := range res.TargetInfos {
+			if info.Type == "page" && info.OpenerID != "" {
+				popups = append(popups, info.URL)
+			}
+		}
+		if len(popups) == 0 {
+			if e.b.janitor.popupsClosed() == 0 {
+				t.Fatal("no popup was ever closed: the page opened none")
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("popups still open: %q", popups)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestSharedContext checks the opt-out of isolation: a session reuses its
+// tab in the default context, so storage persists, and a page with an
+// onbeforeunload prompt does not stop the next job.
+func TestSharedContext(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	visit := func() string {
+		t.Helper()
+		res, err := s.Render(ctx, Request{URL: e.url("/storage"), SharedContext: true, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		unmarshal(t, res.Data, &out)
+		return out
+	}
+	if first, second := visit(), visit(); first != "cookie=1 local=1" || second != "cookie=2 local=2" {
+		t.Fatalf("visits %q then %q, want the second to see the first", first, second)
+	}
+	shared := s.shared
+	// A fresh job in between sees none of it and leaves the shared tab be.
+	res, err := s.Render(ctx, Request{URL: e.url("/storage"), Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
+	if err != nil || string(res.Data) != `"cookie=1 local=1"` {
+		t.Fatalf("fresh job: %v, %s", err, res.Data)
+	}
+	if got := visit(); got != "cookie=3 local=3" || s.shared != shared {
+		t.Fatalf("third shared visit %q (same tab %v)", got, s.shared == shared)
+	}
+
+	// beforeunload: a click gives the page a user gesture, so Chrome would
+	// ask before leaving it; the session answers and the next job runs.
+	if _, err := s.Render(ctx, Request{URL: e.url("/hostile/beforeunload"), SharedContext: true, Actions: []Action{{Type: ActionClick, Selector: "#touch"}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err, took := render(t, s, Request{URL: e.url("/page/4"), SharedContext: true, Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("leaving a beforeunload page: %v", err)
+	}
+	wantDuration(t, took, 0, 20*time.Second)
+	if res.Title != "Page 4" || res.Dialogs != 1 || s.shared != shared {
+		t.Fatalf("title %q after %d dialogs (same tab %v)", res.Title, res.Dialogs, s.shared == shared)
+	}
+
+	// Settings of one job do not leak into the next on the same tab.
+	if _, err := s.Render(ctx, Request{URL: e.url("/echo"), SharedContext: true, UserAgent: "One/1", Headers: map[string]string{"X-One": "1"}, Viewport: Viewport{Width: 500, Height: 500}, Block: []string{"image"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Render(ctx, Request{URL: e.url("/echo"), SharedContext: true,
+		Extract: `({h: JSON.parse(document.getElementById('data').textContent).headers, vp: document.getElementById('viewport').textContent})`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		H  map[string]string
+		VP string
+	}
+	unmarshal(t, res.Data, &d)
+	if d.H["x-one"] != "" || d.H["user-agent"] == "One/1" || d.VP != "1280x800" {
+		t.Fatalf("the previous job's settings leaked: headers %v viewport %q", d.H, d.VP)
+	}
+	res, err = s.Render(ctx, Request{URL: e.url("/images"), SharedContext: true, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`})
+	if err != nil || string(res.Data) != `"loaded"` {
+		t.Fatalf("blocking leaked into the next job: %v %s", err, res.Data)
+	}
+
+	// A timeout leaves the shared tab unusable (the page may still run):
+	// the next shared job gets a new tab, in the same context.
+	_, err = s.Render(ctx, Request{URL: e.url("/hostile/loop"), SharedContext: true, Timeout: time.Second})
+	wantClass(t, err, ClassTimeout, true)
+	if s.shared != nil {
+		t.Fatal("the shared tab is kept after a timeout")
+	}
+	if got := visit(); got != "cookie=4 local=4" {
+		t.Fatalf("after a new shared tab: %q", got)
+	}
+}
+
+// TestProxy runs jobs behind per-job proxies, with and without
+// credentials.
+func TestProxy(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	echo := `JSON.parse(document.getElementById('data').textContent).headers`
+
+	open := newTestProxy(t, "", "")
+	res, err := s.Render(ctx, Request{URL: e.url("/echo"), Proxy: open.URL, Extract: echo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h map[string]string
+	unmarshal(t, res.Data, &h)
+	if h["x-via-proxy"] != "farm-test" || open.served.Load() == 0 {
+		t.Fatalf("not proxied: headers %v, proxy served %d", h, open.served.Load())
+	}
+
+	authed := newTestProxy(t, "farm", "s3cret")
+	u := strings.Replace(authed.URL, "http://", "http://farm:s3cret@", 1)
+	res, err = s.Render(ctx, Request{URL: e.url("/page/2"), Proxy: u, Wait: Wait{Selector: "#ready"}, Extract: `document.querySelectorAll('li.item').length`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Data) != "200" || authed.served.Load() < 2 {
+		t.Fatalf("through the authenticating proxy: %s items, %d requests", res.Data, authed.served.Load())
+	}
+
+	// Wrong credentials: the proxy keeps refusing.
+	bad := strings.Replace(authed.URL, "http://", "http://farm:wrong@", 1)
+	res, err = s.Render(ctx, Request{URL: e.url("/page/2"), Proxy: bad, Timeout: 20 * time.Second})
+	if err == nil {
+		t.Fatalf("wrong proxy credentials rendered %+v", res)
+	}
+	if c := ClassOf(err); c != ClassHTTP && c != ClassNetwork {
+		t.Fatalf("wrong proxy credentials: %v", err)
+	}
+
+	// The proxy is the job's only: the next job goes direct.
+	before := open.served.Load() + authed.served.Load()
+	res, err = s.Render(ctx, Request{URL: e.url("/echo"), Extract: echo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var direct map[string]string
+	unmarshal(t, res.Data, &direct)
+	if direct["x-via-proxy"] != "" || open.served.Load()+authed.served.Load() != before {
+		t.Fatalf("a job without proxy was proxied: %v", direct)
+	}
+}
+
+// TestConcurrentSessions renders on six sessions of one Chrome at once.
+func TestConcurrentSessions(t *testing.T) {
+	e := newEnv(t)
+	const sessions, each = 6, 3
+	errs := make(chan error, sessions*each)
+	results := make(chan json.RawMessage, sessions*each)
+	done := make(chan struct{})
+	for i := range sessions {
+		s := e.session(t)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range each {
+				res, err := s.Render(context.Background(), Request{
+					URL:           e.url("/page/" + strings.Repeat("1", i+1)),
+					Wait:          Wait{Selector: "#ready"},
+					SharedContext: k == 1,
+					Extract:       "document.querySelectorAll('li.item').length",
+				})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				results <- res.Data
+			}
+		}()
+	}
+	for range sessions {
+		<-done
+	}
+	close(errs)
+	close(results)
+	for err := range errs {
+		t.Error(err)
+	}
+	n := 0
+	for d := range results {
+		n++
+		if string(d) != "200" {
+			t.Errorf("rendered %s items, want 200", d)
+		}
+	}
+	if n != sessions*each {
+		t.Fatalf("%d renders succeeded, want %d", n, sessions*each)
+	}
+}

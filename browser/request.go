@@ -1,0 +1,297 @@
+package browser
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+)
+
+// Request is one page to render and what to take from it. It mirrors the
+// job spec of the queue (jobqueue.Spec); the consumer maps one to the other.
+type Request struct {
+	// URL is the page to load; http and https only.
+	URL string
+	// Wait says when the page counts as loaded. With neither field set, the
+	// load event of the page. With a Selector, as soon as it is visible (the
+	// load event is not awaited, so a page that never finishes loading still
+	// renders). With NetworkIdle, when no request has been in flight for
+	// 500 ms. With both, both.
+	Wait Wait
+	// Actions run in order after the wait and before extraction.
+	Actions []Action
+	// Extract is a JavaScript expression; its value, as JSON, is Result.Data.
+	// A promise is awaited. A throw is a permanent error of class "extract".
+	Extract string
+	// HTML asks for the page's outer HTML, capped at HTMLMaxBytes.
+	HTML bool
+	// HTMLMaxBytes caps Result.HTML. 0 means 2 MiB.
+	HTMLMaxBytes int
+	// Screenshot asks for a PNG of the viewport.
+	Screenshot bool
+	// Timeout bounds the whole render: tab, navigation, wait, actions,
+	// extraction. 0 means 30 s.
+	Timeout time.Duration
+	// Block lists resource types not to load: image, font, media,
+	// stylesheet (also: script, xhr, fetch, websocket, texttrack, other).
+	Block []string
+	// Headers are extra HTTP request headers.
+	Headers map[string]string
+	// UserAgent overrides the user agent. "" means Chrome's own, with
+	// "HeadlessChrome" spelled "Chrome".
+	UserAgent string
+	// Viewport sets the window size; the zero value means 1280x800.
+	Viewport Viewport
+	// Cookies are set in the job's browser context before navigation.
+	Cookies []Cookie
+	// Proxy is a proxy for this job only: http://[user:pass@]host:port,
+	// https://…, socks4://host:port or socks5://host:port. The job gets its
+	// own browser context behind it (loopback included); a proxy's
+	// authentication challenge is answered with the URL's credentials.
+	Proxy string
+	// SharedContext opts out of the fresh browser context: the job runs in
+	// Chrome's default context, where cookies, storage and cache persist
+	// between jobs, on a tab the session reuses.
+	SharedContext bool
+	// FollowSelector picks links (elements with an href) whose absolute
+	// http(s) URLs, without fragment and de-duplicated, go to Result.Links.
+	FollowSelector string
+	// FollowMax caps Result.Links. 0 means 100.
+	FollowMax int
+}
+
+// Wait is the load condition of a page.
+type Wait struct {
+	Selector    string
+	NetworkIdle bool
+}
+
+// Action types.
+const (
+	ActionClick  = "click"
+	ActionScroll = "scroll"
+	ActionType   = "type"
+	ActionWait   = "wait"
+)
+
+// Action is one step performed on the page before extraction.
+type Action struct {
+	// Type is click, scroll, type or wait.
+	Type string
+	// Selector is the element to click or type into (it is waited for until
+	// visible), or for wait, the element to wait for.
+	Selector string
+	// Text is what type types.
+	Text string
+	// Times repeats click and scroll; 0 means 1.
+	Times int
+	// Ms: for wait without a selector, the pause. For click, the pause
+	// after each click. For scroll, the longest wait after each scroll for
+	// the page to grow (it ends as soon as it does); 0 means 1000 ms.
+	Ms int
+}
+
+// Viewport is the window size.
+type Viewport struct {
+	Width  int
+	Height int
+	Mobile bool
+}
+
+// Cookie is set before navigation. Domain "" means the URL's host.
+type Cookie struct {
+	Name     string
+	Value    string
+	Domain   string
+	Path     string
+	Secure   bool
+	HTTPOnly bool
+}
+
+const (
+	defaultTimeout      = 30 * time.Second
+	defaultHTMLMaxBytes = 2 << 20
+	defaultFollowMax    = 100
+	maxFollow           = 1000
+	defaultScrollWaitMs = 1000
+	maxTimes            = 1000
+	maxActionMs         = 10 * 60 * 1000
+)
+
+// blockTypes maps the names a spec may use to CDP resource types.
+var blockTypes = map[string]network.ResourceType{
+	"image":      network.ResourceTypeImage,
+	"font":       network.ResourceTypeFont,
+	"media":      network.ResourceTypeMedia,
+	"stylesheet": network.ResourceTypeStylesheet,
+	"script":     network.ResourceTypeScript,
+	"xhr":        network.ResourceTypeXHR,
+	"fetch":      network.ResourceTypeFetch,
+	"websocket":  network.ResourceTypeWebSocket,
+	"texttrack":  network.ResourceTypeTextTrack,
+	"manifest":   network.ResourceTypeManifest,
+	"other":      network.ResourceTypeOther,
+}
+
+// proxySpec is a parsed Request.Proxy.
+type proxySpec struct {
+	server   string // scheme://host:port, as Chrome's proxyServer takes it
+	user     string
+	password string
+	hasAuth  bool
+}
+
+// job is a validated Request with its defaults applied.
+type job struct {
+	Request
+	block []network.ResourceType
+	proxy *proxySpec
+}
+
+func invalid(format string, args ...any) *Error {
+	return newErr(ClassInvalid, false, format, args...)
+}
+
+// prepare validates r and applies the defaults. Its errors name the field.
+func (r Request) prepare() (*job, error) {
+	j := &job{Request: r}
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, invalid("url: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, invalid("url: scheme %q is not http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, invalid("url: no host in %q", r.URL)
+	}
+	if r.Timeout < 0 {
+		return nil, invalid("timeout: negative")
+	}
+	if j.Timeout == 0 {
+		j.Timeout = defaultTimeout
+	}
+	if r.HTMLMaxBytes < 0 {
+		return nil, invalid("html_max_bytes: negative")
+	}
+	if j.HTMLMaxBytes == 0 {
+		j.HTMLMaxBytes = defaultHTMLMaxBytes
+	}
+	for i, a := range r.Actions {
+		if err := a.validate(); err != nil {
+			return nil, invalid("actions[%d]: %v", i, err)
+		}
+	}
+	seen := map[network.ResourceType]bool{}
+	for i, b := range r.Block {
+		rt, ok := blockTypes[strings.ToLower(strings.TrimSpace(b))]
+		if !ok {
+			return nil, invalid("block[%d]: unknown resource type %q", i, b)
+		}
+		if !seen[rt] {
+			seen[rt] = true
+			j.block = append(j.block, rt)
+		}
+	}
+	for k := range r.Headers {
+		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
+			return nil, invalid("headers: bad header name %q", k)
+		}
+	}
+	if strings.ContainsAny(r.UserAgent, "\r\n") {
+		return nil, invalid("user_agent: contains a line break")
+	}
+	if v := r.Viewport; v != (Viewport{}) {
+		if v.Width < 100 || v.Width > 10000 || v.Height < 100 || v.Height > 10000 {
+			return nil, invalid("viewport: %dx%d is outside 100..10000", v.Width, v.Height)
+		}
+	}
+	for i, c := range r.Cookies {
+		if c.Name == "" {
+			return nil, invalid("cookies[%d]: empty name", i)
+		}
+	}
+	if r.Proxy != "" {
+		if r.SharedContext {
+			return nil, invalid("proxy: needs the job's own browser context, not shared_context")
+		}
+		p, err := parseProxy(r.Proxy)
+		if err != nil {
+			return nil, invalid("proxy: %v", err)
+		}
+		j.proxy = p
+	}
+	if r.FollowMax < 0 || r.FollowMax > maxFollow {
+		return nil, invalid("follow max: %d is outside 0..%d", r.FollowMax, maxFollow)
+	}
+	if j.FollowMax == 0 {
+		j.FollowMax = defaultFollowMax
+	}
+	return j, nil
+}
+
+func (a Action) validate() error {
+	if a.Times < 0 || a.Times > maxTimes {
+		return fmt.Errorf("times: %d is outside 0..%d", a.Times, maxTimes)
+	}
+	if a.Ms < 0 || a.Ms > maxActionMs {
+		return fmt.Errorf("ms: %d is outside 0..%d", a.Ms, maxActionMs)
+	}
+	switch a.Type {
+	case ActionClick, ActionType:
+		if a.Selector == "" {
+			return fmt.Errorf("%s needs a selector", a.Type)
+		}
+	case ActionScroll:
+	case ActionWait:
+		if a.Selector == "" && a.Ms == 0 {
+			return fmt.Errorf("wait needs a selector or ms")
+		}
+	default:
+		return fmt.Errorf("unknown type %q (want click, scroll, type or wait)", a.Type)
+	}
+	return nil
+}
+
+func parseProxy(s string) (*proxySpec, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "http", "https", "socks4", "socks5":
+	default:
+		return nil, fmt.Errorf("scheme %q is not http, https, socks4 or socks5", u.Scheme)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil || host == "" || port == "" {
+		return nil, fmt.Errorf("want scheme://host:port, got %q", s)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("unexpected path %q", u.Path)
+	}
+	p := &proxySpec{server: u.Scheme + "://" + u.Host}
+	if u.User != nil {
+		if strings.HasPrefix(u.Scheme, "socks") {
+			return nil, fmt.Errorf("chrome cannot authenticate to a SOCKS proxy")
+		}
+		p.user = u.User.Username()
+		p.password, _ = u.User.Password()
+		p.hasAuth = true
+	}
+	return p, nil
+}
+
+// jsString quotes s as a JavaScript string literal (JSON is a subset).
+func jsString(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		// json.Marshal of a string cannot fail; keep the compiler honest.
+		return `""`
+	}
+	return string(b)
+}

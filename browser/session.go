@@ -1,0 +1,539 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/css"
+	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/inspector"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+	"go.uber.org/zap"
+)
+
+// Session is one tab slot of a Browser: it renders one job at a time. By
+// default every job gets a fresh browser context (its own cookies, storage,
+// cache and renderer process); the session prepares the next one while a job
+// runs, so that isolation costs the job little time. Close it when done;
+// killing the Browser also ends it.
+type Session struct {
+	b *Browser
+
+	// ctx is the session's life: Close or the browser's end cancels it,
+	// and with it every tab and background task.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex // held by Render and Close: one job at a time
+	closed bool
+	shared *tab      // reusable tab in the default context (SharedContext jobs)
+	next   *prepared // the next fresh tab, being prepared or ready
+
+	bg sync.WaitGroup // background preparation and disposal
+}
+
+// prepared is a fresh tab made in the background.
+type prepared struct {
+	done chan struct{}
+	t    *tab
+	err  error
+}
+
+// NewSession opens a tab slot. It is cheap: the first fresh tab is prepared
+// in the background, and Render waits for it only if it is not ready yet.
+func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Class: ClassCanceled, Retriable: true, Err: err}
+	}
+	select {
+	case <-b.done:
+		return nil, &Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")}
+	default:
+	}
+	sctx, cancel := context.WithCancel(b.rootCtx)
+	s := &Session{b: b, ctx: sctx, cancel: cancel}
+	if !b.opts.NoPrepare {
+		s.prepareNext()
+	}
+	return s, nil
+}
+
+// errSessionClosed is returned by Render after Close.
+var errSessionClosed = errors.New("session closed")
+
+// Close ends the session: it waits for a Render in progress, then closes the
+// session's tabs and disposes of their browser contexts. It is idempotent.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	// Canceling first stops a preparation in flight at once.
+	s.cancel()
+	var errs []error
+	if p := s.next; p != nil {
+		s.next = nil
+		<-p.done
+		if p.t != nil {
+			errs = append(errs, p.t.close())
+		}
+	}
+	if s.shared != nil {
+		errs = append(errs, s.shared.close())
+		s.shared = nil
+	}
+	s.bg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		select {
+		case <-s.b.done:
+			// Tear-down errors of a dead Chrome say nothing new.
+			return nil
+		default:
+		}
+		return fmt.Errorf("browser: closing session: %w", err)
+	}
+	return nil
+}
+
+// prepareNext starts making the next fresh tab in the background.
+func (s *Session) prepareNext() {
+	p := &prepared{done: make(chan struct{})}
+	s.next = p
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer close(p.done)
+		ctx, cancel := context.WithTimeout(s.ctx, tabTimeout)
+		defer cancel()
+		p.t, p.err = s.newTab(ctx, nil, false)
+	}()
+}
+
+// tabTimeout bounds making a tab; a healthy Chrome needs well under a second.
+const tabTimeout = 20 * time.Second
+
+// acquire returns the tab for a job.
+func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
+	switch {
+	case j.proxy != nil:
+		return s.newTab(ctx, j.proxy, false)
+	case j.SharedContext:
+		if s.shared != nil && !s.shared.isBroken() {
+			return s.shared, nil
+		}
+		if s.shared != nil {
+			s.disposeLater(s.shared)
+			s.shared = nil
+		}
+		t, err := s.newTab(ctx, nil, true)
+		if err != nil {
+			return nil, err
+		}
+		s.shared = t
+		return t, nil
+	}
+	var t *tab
+	if p := s.next; p != nil {
+		s.next = nil
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			// The preparation goes on; whatever it makes is disposed of.
+			s.bg.Add(1)
+			go func() {
+				defer s.bg.Done()
+				<-p.done
+				if p.t != nil {
+					p.t.close()
+				}
+			}()
+			return nil, ctx.Err()
+		}
+		if p.err == nil && !p.t.isBroken() {
+			t = p.t
+		} else if p.t != nil {
+			s.disposeLater(p.t)
+		}
+	}
+	if !s.b.opts.NoPrepare {
+		s.prepareNext()
+	}
+	if t != nil {
+		return t, nil
+	}
+	return s.newTab(ctx, nil, false)
+}
+
+// release hands a tab back after a job: a fresh tab is disposed of (in the
+// background), the shared tab is kept unless the job left it unusable.
+func (s *Session) release(t *tab) {
+	t.endJob()
+	if t.shared && t == s.shared && !t.isBroken() {
+		return
+	}
+	if t == s.shared {
+		s.shared = nil
+	}
+	s.disposeLater(t)
+}
+
+func (s *Session) disposeLater(t *tab) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		if err := t.close(); err != nil {
+			s.b.log.Debug("disposing of a tab", zap.String("target", string(t.id)), zap.Error(err))
+		}
+	}()
+}
+
+// tab is one page target with its chromedp context, in a browser context of
+// its own (fresh) or in the default one (shared).
+type tab struct {
+	b      *Browser
+	ctx    context.Context // the chromedp tab context
+	cancel context.CancelFunc
+	t      *chromedp.Target
+	id     target.ID
+	bcid   cdp.BrowserContextID // "" for the default context
+	shared bool
+	proxy  *proxySpec
+
+	unwatch func()
+
+	mu      sync.Mutex
+	closing bool
+	broken  bool
+	cur     *jobState
+	wg      sync.WaitGroup // event-driven CDP calls (dialogs, fetch)
+
+	// What the last job changed on a shared tab, to undo for the next one.
+	dirtyHeaders, dirtyUA, dirtyViewport bool
+	fetchOn                              bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// newTab makes a tab: a browser context (unless shared), downloads denied in
+// it, a page target attached with chromedp, and the tab's event listener.
+func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*tab, error) {
+	b := s.b
+	t := &tab{b: b, shared: shared, proxy: proxy}
+	if !shared {
+		params := target.CreateBrowserContextParams{DisposeOnDetach: ptr(true)}
+		if proxy != nil {
+			params.ProxyServer = proxy.server
+			// Chrome bypasses proxies for loopback by default; a job that
+			// asks for a proxy gets it for every host.
+			params.ProxyBypassList = "<-loopback>"
+		}
+		res, err := cdp.Call(ctx, b.cdpB, target.CreateBrowserContext, params)
+		if err != nil {
+			return nil, fmt.Errorf("creating a browser context: %w", err)
+		}
+		t.bcid = res.BrowserContextID
+		if err := denyDownloads(ctx, b.cdpB, t.bcid); err != nil {
+			t.disposeContext()
+			return nil, fmt.Errorf("denying downloads: %w", err)
+		}
+	}
+	opts := []chromedp.ContextOption{chromedp.WithDetachOnCancel()}
+	if t.bcid != "" {
+		opts = append(opts, chromedp.WithExistingBrowserContext(t.bcid))
+	}
+	tctx, tcancel := chromedp.NewContext(s.ctx, opts...)
+	t.ctx, t.cancel = tctx, tcancel
+	// The first Run of a chromedp context binds the tab's event loop to the
+	// context it is given, so it gets tctx itself; ctx bounds it from here.
+	errc := make(chan error, 1)
+	go func() { errc <- chromedp.Do(tctx) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		tcancel()
+		<-errc
+		err = ctx.Err()
+	}
+	if err == nil {
+		if c := chromedp.FromContext(tctx); c != nil && c.Target != nil {
+			t.t = c.Target
+			t.id = c.Target.TargetID
+		} else {
+			err = errors.New("chromedp attached no target")
+		}
+	}
+	if err == nil {
+		err = chromedp.Listen(tctx, t.onEvent)
+	}
+	if err == nil {
+		t.unwatch = b.janitor.watchCrash(t.id, func(status string) { t.crashed("renderer crashed: " + status) })
+		err = t.slim(ctx)
+	}
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("opening a tab: %w", err)
+	}
+	return t, nil
+}
+
+// slim turns off what chromedp enables on attach that the render path does
+// not use: the DOM and CSS agents (chromedp would fetch the document on every
+// navigation), target discovery and auto-attach (every tab would get every
+// target's events); and it sets the default viewport and user agent.
+func (t *tab) slim(ctx context.Context) error {
+	if _, err := cdp.Call(ctx, t.t, css.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("CSS.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, dom.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("DOM.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, target.SetAutoAttach, target.SetAutoAttachParams{AutoAttach: false}); err != nil {
+		return fmt.Errorf("Target.setAutoAttach: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, target.SetDiscoverTargets, target.SetDiscoverTargetsParams{Discover: false}); err != nil {
+		return fmt.Errorf("Target.setDiscoverTargets: %w", err)
+	}
+	if err := t.setViewport(ctx, Viewport{}); err != nil {
+		return err
+	}
+	return t.setUserAgent(ctx, "")
+}
+
+// setViewport sets the page's viewport; the zero Viewport is the default
+// 1280x800 (the window is that size, but its browser UI takes a part).
+func (t *tab) setViewport(ctx context.Context, v Viewport) error {
+	if v == (Viewport{}) {
+		v = Viewport{Width: windowWidth, Height: windowHeight}
+	}
+	_, err := cdp.Call(ctx, t.t, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+		Width: int64(v.Width), Height: int64(v.Height), DeviceScaleFactor: 1, Mobile: v.Mobile,
+	})
+	if err != nil {
+		return fmt.Errorf("Emulation.setDeviceMetricsOverride: %w", err)
+	}
+	return nil
+}
+
+func (t *tab) setUserAgent(ctx context.Context, ua string) error {
+	if ua == "" {
+		ua = t.b.userAgent
+	}
+	if ua == "" {
+		return nil
+	}
+	_, err := cdp.Call(ctx, t.t, emulation.SetUserAgentOverride, emulation.SetUserAgentOverrideParams{UserAgent: ua})
+	if err != nil {
+		return fmt.Errorf("Emulation.setUserAgentOverride: %w", err)
+	}
+	return nil
+}
+
+func (t *tab) isBroken() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.broken
+}
+
+func (t *tab) markBroken() {
+	t.mu.Lock()
+	t.broken = true
+	t.mu.Unlock()
+}
+
+// crashed is called from an event loop when the renderer died.
+func (t *tab) crashed(why string) {
+	t.mu.Lock()
+	t.broken = true
+	j := t.cur
+	t.mu.Unlock()
+	if j != nil {
+		j.abort(&Error{Class: ClassCrashed, Retriable: true, Err: errors.New(why)})
+	}
+}
+
+// spawn runs a CDP call that an event asks for (dialog, paused request) on
+// its own goroutine: event callbacks must not block. The tab owns it.
+func (t *tab) spawn(fn func(ctx context.Context)) {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		return
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithTimeout(t.ctx, closeWait)
+		defer cancel()
+		fn(ctx)
+	}()
+}
+
+// onEvent is the tab's event listener. chromedp calls it on the goroutine
+// that reads the tab's messages, so it must return at once.
+func (t *tab) onEvent(ev any) {
+	switch e := ev.(type) {
+	case *page.EventJavascriptDialogOpening:
+		// Leaving a page is allowed; every other dialog is dismissed.
+		accept := e.Type == page.DialogTypeBeforeunload
+		t.spawn(func(ctx context.Context) {
+			_, err := cdp.Call(ctx, t.t, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept})
+			if err != nil {
+				t.b.log.Debug("dismissing a dialog", zap.Error(err))
+			}
+		})
+		t.withJob(func(j *jobState) { j.dialog() })
+	case *page.EventLifecycleEvent:
+		if e.FrameID != cdp.FrameID(t.id) {
+			return
+		}
+		t.withJob(func(j *jobState) { j.lifecycle(e.LoaderID, e.Name) })
+	case *network.EventResponseReceived:
+		if e.Type != network.ResourceTypeDocument || e.FrameID != cdp.FrameID(t.id) {
+			return
+		}
+		t.withJob(func(j *jobState) { j.response(e.LoaderID, e.Response) })
+	case *runtime.EventConsoleAPICalled:
+		if e.Type != runtime.ConsoleAPICalledTypeError && e.Type != runtime.ConsoleAPICalledTypeAssert {
+			return
+		}
+		msg := consoleText(e.Args)
+		t.withJob(func(j *jobState) { j.consoleError("console." + string(e.Type) + ": " + msg) })
+	case *runtime.EventExceptionThrown:
+		msg := exceptionText(e.ExceptionDetails)
+		t.withJob(func(j *jobState) { j.consoleError("uncaught: " + msg) })
+	case *inspector.EventTargetCrashed:
+		t.crashed("renderer crashed")
+	case *fetch.EventRequestPaused:
+		t.onRequestPaused(e)
+	case *fetch.EventAuthRequired:
+		t.onAuthRequired(e)
+	}
+}
+
+func (t *tab) withJob(fn func(j *jobState)) {
+	t.mu.Lock()
+	j := t.cur
+	t.mu.Unlock()
+	if j != nil {
+		fn(j)
+	}
+}
+
+// onRequestPaused fails blocked resource types and lets the rest through.
+// Requests pause only for the blocked types, unless proxy authentication
+// needs Fetch to see every request.
+func (t *tab) onRequestPaused(e *fetch.EventRequestPaused) {
+	blocked := false
+	t.withJob(func(j *jobState) { blocked = j.blocks(e.ResourceType) })
+	id := e.RequestID
+	t.spawn(func(ctx context.Context) {
+		var err error
+		if blocked {
+			_, err = cdp.Call(ctx, t.t, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonBlockedByClient})
+		} else {
+			_, err = cdp.Call(ctx, t.t, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+		}
+		if err != nil {
+			t.b.log.Debug("answering a paused request", zap.Error(err))
+		}
+	})
+}
+
+// onAuthRequired answers the proxy's challenge with the job's credentials;
+// a site's own challenge is left to Chrome's default (no credentials).
+func (t *tab) onAuthRequired(e *fetch.EventAuthRequired) {
+	resp := &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth}
+	if p := t.proxy; p != nil && p.hasAuth && e.AuthChallenge != nil && e.AuthChallenge.Source == fetch.AuthChallengeSourceProxy {
+		resp = &fetch.AuthChallengeResponse{
+			Response: fetch.AuthChallengeResponseResponseProvideCredentials,
+			Username: p.user,
+			Password: p.password,
+		}
+	}
+	id := e.RequestID
+	t.spawn(func(ctx context.Context) {
+		_, err := cdp.Call(ctx, t.t, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: id, AuthChallengeResponse: resp})
+		if err != nil {
+			t.b.log.Debug("answering an auth challenge", zap.Error(err))
+		}
+	})
+}
+
+func (t *tab) beginJob(j *jobState) {
+	t.mu.Lock()
+	t.cur = j
+	t.mu.Unlock()
+}
+
+func (t *tab) endJob() {
+	t.mu.Lock()
+	t.cur = nil
+	t.mu.Unlock()
+}
+
+// close detaches from the tab, waits for its event-driven calls, and
+// disposes of its browser context (which closes the tab) or, for a shared
+// tab, closes the target. It is idempotent.
+func (t *tab) close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closing = true
+		t.mu.Unlock()
+		if t.unwatch != nil {
+			t.unwatch()
+		}
+		if t.cancel != nil {
+			// Detaches (WithDetachOnCancel); the tab is closed below.
+			t.cancel()
+		}
+		t.wg.Wait()
+		if t.bcid != "" {
+			t.closeErr = t.disposeContext()
+		} else if t.id != "" {
+			ctx, cancel := context.WithTimeout(t.b.ctx, closeWait)
+			_, err := cdp.Call(ctx, t.b.cdpB, target.CloseTarget, target.CloseTargetParams{TargetID: t.id})
+			cancel()
+			if err != nil && !targetGone(err) {
+				t.closeErr = fmt.Errorf("closing tab %s: %w", t.id, err)
+			}
+		}
+	})
+	return t.closeErr
+}
+
+func (t *tab) disposeContext() error {
+	ctx, cancel := context.WithTimeout(t.b.ctx, closeWait)
+	defer cancel()
+	_, err := cdp.Call(ctx, t.b.cdpB, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: t.bcid})
+	if err != nil && !targetGone(err) {
+		return fmt.Errorf("disposing of browser context %s: %w", t.bcid, err)
+	}
+	return nil
+}
+
+// targetGone reports whether a tear-down call failed because there is
+// nothing left to tear down.
+func targetGone(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "No target with given id") ||
+		strings.Contains(s, "Failed to find context") ||
+		strings.Contains(s, "No browser context with given id")
+}
+
+func ptr[T any](v T) *T { return &v }
