@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"go.uber.org/zap"
 )
 
 // Bounds of a Result as stored.
@@ -17,10 +15,6 @@ const (
 	maxConsoleLine  = 4 << 10
 	maxTitle        = 4 << 10
 	maxFinalURL     = 16 << 10
-	// maxCompleteAttempts bounds re-runs of a CompleteMany transaction that
-	// lost a deadlock (two batches completing the same job twice over, or
-	// inserting the same followed links in opposite orders).
-	maxCompleteAttempts = 5
 )
 
 // Completion is one finished render handed to CompleteMany.
@@ -171,34 +165,27 @@ func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]Complet
 		children  int
 	}
 	var rows []row
-	var err error
-	for attempt := 1; ; attempt++ {
+	err := q.retryDeadlocks(ctx, "complete", func() error {
 		rows = rows[:0]
-		err = func() error {
-			r, err := q.pool.Query(ctx, completeSQL,
-				a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
-				a.consoleErrors, a.timings, a.links, q.now(),
-				a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
-				ChannelProducer, PayloadSlots, PayloadSubmitted)
-			if err != nil {
+		r, err := q.pool.Query(ctx, completeSQL,
+			a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
+			a.consoleErrors, a.timings, a.links, q.now(),
+			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
+			ChannelProducer, PayloadSlots, PayloadSubmitted)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var x row
+			var notified int64
+			if err := r.Scan(&x.id, &x.completed, &x.children, &notified); err != nil {
 				return err
 			}
-			defer r.Close()
-			for r.Next() {
-				var x row
-				var notified int64
-				if err := r.Scan(&x.id, &x.completed, &x.children, &notified); err != nil {
-					return err
-				}
-				rows = append(rows, x)
-			}
-			return r.Err()
-		}()
-		if err == nil || !isRetryableTxError(err) || attempt == maxCompleteAttempts || ctx.Err() != nil {
-			break
+			rows = append(rows, x)
 		}
-		q.log.Debug("complete: retrying after a deadlock", zap.Int("attempt", attempt), zap.Error(err))
-	}
+		return r.Err()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(a.jobIDs), err)
 	}

@@ -111,15 +111,16 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 	}
 	var node Node
 	var r Reclaimed
-	b := &pgx.Batch{}
-	b.Queue(registerSQL, info.ID, cleanText(info.Hostname, 255), cleanText(info.Version, 255), info.Capacity, q.now()).
-		QueryRow(func(row pgx.Row) error {
-			var err error
-			node, err = scanNode(row)
-			return err
-		})
-	q.queueReclaim(b, info.ID, "node "+info.ID+" restarted while the job was running", ClassNodeRestarted, &r)
-	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+	err := q.sendBatch(ctx, "register", func(b *pgx.Batch) {
+		b.Queue(registerSQL, info.ID, cleanText(info.Hostname, 255), cleanText(info.Version, 255), info.Capacity, q.now()).
+			QueryRow(func(row pgx.Row) error {
+				var err error
+				node, err = scanNode(row)
+				return err
+			})
+		q.queueReclaim(b, info.ID, "node "+info.ID+" restarted while the job was running", ClassNodeRestarted, &r)
+	})
+	if err != nil {
 		return Node{}, Reclaimed{}, fmt.Errorf("register node %q: %w", info.ID, err)
 	}
 	if r != (Reclaimed{}) {
@@ -134,9 +135,10 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 // with them. Register does this itself.
 func (q *Queue) ReclaimOwn(ctx context.Context, nodeID string) (Reclaimed, error) {
 	var r Reclaimed
-	b := &pgx.Batch{}
-	q.queueReclaim(b, nodeID, "node "+nodeID+" restarted while the job was running", ClassNodeRestarted, &r)
-	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+	err := q.sendBatch(ctx, "reclaim", func(b *pgx.Batch) {
+		q.queueReclaim(b, nodeID, "node "+nodeID+" restarted while the job was running", ClassNodeRestarted, &r)
+	})
+	if err != nil {
 		return Reclaimed{}, fmt.Errorf("reclaim jobs of node %q: %w", nodeID, err)
 	}
 	return r, nil
@@ -201,14 +203,15 @@ func (q *Queue) SetNodeState(ctx context.Context, nodeID string, st NodeState) (
 		return r, nil
 	case NodeExited:
 		found := false
-		b := &pgx.Batch{}
-		b.Queue(`UPDATE nodes SET state = 'exited', state_changed_at = coalesce($2::timestamptz, now()) WHERE id = $1`,
-			nodeID, q.now()).Exec(func(tag pgconn.CommandTag) error {
-			found = tag.RowsAffected() == 1
-			return nil
+		err := q.sendBatch(ctx, "exit", func(b *pgx.Batch) {
+			b.Queue(`UPDATE nodes SET state = 'exited', state_changed_at = coalesce($2::timestamptz, now()) WHERE id = $1`,
+				nodeID, q.now()).Exec(func(tag pgconn.CommandTag) error {
+				found = tag.RowsAffected() == 1
+				return nil
+			})
+			q.queueReclaim(b, nodeID, "node "+nodeID+" exited while the job was running", ClassNodeExited, &r)
 		})
-		q.queueReclaim(b, nodeID, "node "+nodeID+" exited while the job was running", ClassNodeExited, &r)
-		if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		if err != nil {
 			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, err)
 		}
 		if !found {
@@ -330,23 +333,24 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state =
 func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (RescueReport, error) {
 	var rep RescueReport
 	now := q.now()
-	b := &pgx.Batch{}
-	// Each statement of the batch takes its own snapshot after the one
-	// before it finished: marking a node lost waits for an Assign holding
-	// its row, and the next statement then sees what that Assign queued.
-	b.Queue(markLostSQL, now, staleAfter.Seconds()).Query(func(rows pgx.Rows) error {
-		var err error
-		rep.LostNodes, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
+	err := q.sendBatch(ctx, "rescue", func(b *pgx.Batch) {
+		// Each statement of the batch takes its own snapshot after the one
+		// before it finished: marking a node lost waits for an Assign holding
+		// its row, and the next statement then sees what that Assign queued.
+		b.Queue(markLostSQL, now, staleAfter.Seconds()).Query(func(rows pgx.Rows) error {
+			var err error
+			rep.LostNodes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		b.Queue(releaseGoneSQL).Exec(func(tag pgconn.CommandTag) error {
+			rep.Released = tag.RowsAffected()
+			return nil
+		})
+		b.Queue(chargeGoneSQL, now, q.delays()).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&rep.Retried, &rep.Failed)
+		})
 	})
-	b.Queue(releaseGoneSQL).Exec(func(tag pgconn.CommandTag) error {
-		rep.Released = tag.RowsAffected()
-		return nil
-	})
-	b.Queue(chargeGoneSQL, now, q.delays()).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&rep.Retried, &rep.Failed)
-	})
-	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err != nil {
 		return RescueReport{}, fmt.Errorf("rescue lost jobs: %w", err)
 	}
 	if len(rep.LostNodes) > 0 || rep.Released+rep.Retried+rep.Failed > 0 {

@@ -281,8 +281,10 @@ SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
 // job already finished.
 func (q *Queue) Cancel(ctx context.Context, ids ...int64) (int64, error) {
 	var n, notified int64
-	err := q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.id = ANY($1::bigint[])"), ids, q.now(), ChannelProducer, PayloadSlots).
-		Scan(&n, &notified)
+	err := q.retryDeadlocks(ctx, "cancel", func() error {
+		return q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.id = ANY($1::bigint[])"), ids, q.now(), ChannelProducer, PayloadSlots).
+			Scan(&n, &notified)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cancel %d jobs: %w", len(ids), err)
 	}
@@ -295,8 +297,10 @@ func (q *Queue) CancelBatch(ctx context.Context, batchID string) (int64, error) 
 		return 0, err
 	}
 	var n, notified int64
-	err := q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.batch_id = $1::uuid"), batchID, q.now(), ChannelProducer, PayloadSlots).
-		Scan(&n, &notified)
+	err := q.retryDeadlocks(ctx, "cancel batch", func() error {
+		return q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.batch_id = $1::uuid"), batchID, q.now(), ChannelProducer, PayloadSlots).
+			Scan(&n, &notified)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cancel batch %s: %w", batchID, err)
 	}
@@ -307,7 +311,8 @@ func (q *Queue) CancelBatch(ctx context.Context, batchID string) (int64, error) 
 // attempt count reset, and returns how many.
 func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
 	var n, notified int64
-	err := q.pool.QueryRow(ctx, `
+	err := q.retryDeadlocks(ctx, "retry", func() error {
+		return q.pool.QueryRow(ctx, `
         WITH upd AS (
             UPDATE jobs j SET state = 'pending', attempts = 0, node_id = NULL, queued_at = NULL,
                 started_at = NULL, finished_at = NULL, lease_expires_at = NULL,
@@ -318,6 +323,7 @@ func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
             SELECT pg_notify($3, $4) FROM upd HAVING count(*) > 0
         )
         SELECT count(*), (SELECT count(*) FROM woken) FROM upd`, ids, q.now(), ChannelProducer, PayloadSubmitted).Scan(&n, &notified)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("retry %d jobs: %w", len(ids), err)
 	}

@@ -346,7 +346,10 @@ SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
 // charging an attempt — what a draining node does — and returns how many.
 func (q *Queue) Release(ctx context.Context, nodeID string) (int64, error) {
 	var n, notified int64
-	if err := q.pool.QueryRow(ctx, releaseSQL, nodeID, ChannelProducer, PayloadSlots).Scan(&n, &notified); err != nil {
+	err := q.retryDeadlocks(ctx, "release", func() error {
+		return q.pool.QueryRow(ctx, releaseSQL, nodeID, ChannelProducer, PayloadSlots).Scan(&n, &notified)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("release jobs of node %q: %w", nodeID, err)
 	}
 	return n, nil
@@ -369,6 +372,35 @@ func cleanText(s string, maxLen int) string {
 		s = s[:cut]
 	}
 	return s
+}
+
+// maxTxAttempts bounds re-runs of a statement or batch that lost a deadlock.
+const maxTxAttempts = 5
+
+// retryDeadlocks runs f again when it lost a deadlock or a serialization
+// conflict. PostgreSQL rolled the whole statement or batch back, so running
+// it again is safe; f must set its results afresh on each run. Statements
+// that lock many job rows (rescue, reclaim, cancel, batched completion) can
+// meet in opposite orders, and PostgreSQL breaks the tie by failing one.
+func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || !isRetryableTxError(err) || attempt == maxTxAttempts || ctx.Err() != nil {
+			return err
+		}
+		q.log.Debug("retrying after a deadlock", zap.String("op", op), zap.Int("attempt", attempt), zap.Error(err))
+	}
+}
+
+// sendBatch builds a batch with build and sends it as one implicit
+// transaction, again from scratch if it lost a deadlock (a batch object is
+// not reused: its statements may be bound to the first connection).
+func (q *Queue) sendBatch(ctx context.Context, op string, build func(b *pgx.Batch)) error {
+	return q.retryDeadlocks(ctx, op, func() error {
+		b := &pgx.Batch{}
+		build(b)
+		return q.pool.SendBatch(ctx, b).Close()
+	})
 }
 
 // isRetryableTxError reports PostgreSQL errors after which the same
