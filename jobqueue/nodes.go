@@ -98,7 +98,8 @@ func (q *Queue) queueReclaim(b *pgx.Batch, nodeID, why, class string, r *Reclaim
 // before is re-activated with its load counters reset and its process restart
 // count raised, and whatever the previous process left behind is taken back
 // at once, in the same transaction: its queued jobs return to pending free,
-// its processing ones are charged an attempt (see ReclaimOwn).
+// its processing ones are charged an attempt (see ReclaimOwn). So two live
+// processes must never share a node id: each would take the other's jobs.
 func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, error) {
 	if err := ValidateNodeID(info.ID); err != nil {
 		return Node{}, Reclaimed{}, fmt.Errorf("register: %w", err)
