@@ -212,13 +212,13 @@ func (a *actor) startBoot(ctx context.Context, reason string) {
 func (a *actor) booted(ctx context.Context, r bootResult) error {
 	s := a.s
 	if r.err != nil {
+		if ctx.Err() != nil {
+			return nil // the boot was canceled by shutdown, not broken
+		}
 		a.bootFails++
 		s.mu.Lock()
 		s.counts.bootFailures++
 		s.mu.Unlock()
-		if ctx.Err() != nil {
-			return nil // the boot was canceled by shutdown, not broken
-		}
 		if s.cfg.MaxBootFailures > 0 && a.bootFails >= s.cfg.MaxBootFailures {
 			s.log.Error("chrome boot failed, giving up", zap.Int("failures", a.bootFails), zap.Error(r.err))
 			return fmt.Errorf("supervisor: chrome failed to boot %d times in a row: %w", a.bootFails, r.err)
@@ -292,6 +292,17 @@ func (s *Supervisor) monitor(ctx context.Context, c *chrome) {
 		}
 		return false
 	}
+	sampleMemory := func() bool {
+		mctx, cancel := context.WithTimeout(c.ctx, s.cfg.HealthTimeout)
+		m, err := c.proc.Memory(mctx)
+		cancel()
+		return send(event{c: c, kind: evMemory, mem: m, err: err})
+	}
+	// A first sample at once, so Stats shows a new Chrome's footprint
+	// without waiting a whole interval.
+	if memC != nil && !sampleMemory() {
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -309,10 +320,7 @@ func (s *Supervisor) monitor(ctx context.Context, c *chrome) {
 				return
 			}
 		case <-memC:
-			mctx, cancel := context.WithTimeout(c.ctx, s.cfg.HealthTimeout)
-			m, err := c.proc.Memory(mctx)
-			cancel()
-			if !send(event{c: c, kind: evMemory, mem: m, err: err}) {
+			if !sampleMemory() {
 				return
 			}
 		}

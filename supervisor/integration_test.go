@@ -197,75 +197,92 @@ func TestRealRecycleAndExit(t *testing.T) {
 	}
 }
 
-// TestRealChromeKilledMidJob: kill -9 of Chrome while a job waits on a slow
-// page fails that job as retriable, counts the crash, and the next job runs
-// on a fresh Chrome.
-func TestRealChromeKilledMidJob(t *testing.T) {
-	arrived := make(chan struct{}, 1)
-	site := testsite.New(testsite.Options{Items: 20})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/slow/") {
-			select {
-			case arrived <- struct{}{}:
-			default:
+// TestRealChromeLostMidJob: kill -9 of Chrome, or SIGSTOP (a hang the
+// health check must catch), while a job waits on a slow page fails that job
+// as retriable, counts the loss, and the next job runs on a fresh Chrome.
+func TestRealChromeLostMidJob(t *testing.T) {
+	tests := []struct {
+		name      string
+		sig       syscall.Signal
+		class     string
+		wantKills int  // a hung Chrome is killed by the supervisor; a dead one only reaped
+		health    bool // fast health checks (generous timeout: a loaded box is slow, not hung)
+	}{
+		{"kill -9", syscall.SIGKILL, browser.ClassCrashed, 1, false},
+		{"SIGSTOP hang", syscall.SIGSTOP, browser.ClassUnresponsive, 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			arrived := make(chan struct{}, 1)
+			site := testsite.New(testsite.Options{Items: 20})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/slow/") {
+					select {
+					case arrived <- struct{}{}:
+					default:
+					}
+				}
+				site.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+
+			cfg := DefaultConfig()
+			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, 0, 0
+			if tt.health {
+				cfg.HealthInterval, cfg.HealthTimeout = 200*time.Millisecond, 2*time.Second
 			}
-		}
-		site.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+			h := startReal(t, cfg)
 
-	cfg := DefaultConfig()
-	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, 0, 0
-	h := startReal(t, cfg)
+			sl, err := h.s.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := sl.ChromePID()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := sl.Render(context.Background(), browser.Request{URL: srv.URL + "/slow/20000", Timeout: 30 * time.Second})
+				sl.Release()
+				errc <- err
+			}()
+			select {
+			case <-arrived:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the slow page was never requested")
+			}
+			if err := syscall.Kill(pid, tt.sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errc:
+				if !browser.IsRetriable(err) || browser.ClassOf(err) != tt.class {
+					t.Fatalf("job on the lost chrome: %v (class %q), want retriable %q", err, browser.ClassOf(err), tt.class)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("job on the lost chrome did not return")
+			}
 
-	sl, err := h.s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := sl.ChromePID()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := sl.Render(context.Background(), browser.Request{URL: srv.URL + "/slow/20000", Timeout: 30 * time.Second})
-		sl.Release()
-		errc <- err
-	}()
-	select {
-	case <-arrived:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the slow page was never requested")
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-errc:
-		if !browser.IsRetriable(err) || browser.ClassOf(err) != browser.ClassCrashed {
-			t.Fatalf("job on the killed chrome: %v (class %q), want retriable crashed", err, browser.ClassOf(err))
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("job on the killed chrome did not return")
-	}
-
-	sl2, err := h.s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sl2.ChromePID() == pid {
-		t.Fatal("next job went to the killed chrome")
-	}
-	res, err := sl2.Render(context.Background(), pageRequest(srv.URL+"/page/1"))
-	sl2.Release()
-	if err != nil || string(res.Data) != "20" {
-		t.Fatalf("job on the fresh chrome: %v, %v", res, err)
-	}
-	if err := h.stop(); err != nil {
-		t.Fatal(err)
-	}
-	st := h.s.Stats()
-	if st.ChromeCrashes != 1 || st.ChromeStarts != 2 || st.ChromeKills != 1 {
-		t.Errorf("stats: %+v, want 1 crash, 2 starts, 1 kill", st)
-	}
-	if pids, dirs := h.leftovers(t); len(pids) > 0 || len(dirs) > 0 {
-		t.Errorf("left behind: processes %v, profile dirs %v", pids, dirs)
+			sl2, err := h.s.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sl2.ChromePID() == pid {
+				t.Fatal("next job went to the lost chrome")
+			}
+			res, err := sl2.Render(context.Background(), pageRequest(srv.URL+"/page/1"))
+			sl2.Release()
+			if err != nil || string(res.Data) != "20" {
+				t.Fatalf("job on the fresh chrome: %v, %v", res, err)
+			}
+			if err := h.stop(); err != nil {
+				t.Fatal(err)
+			}
+			st := h.s.Stats()
+			if st.ChromeCrashes != 1 || st.ChromeStarts != 2 || st.ChromeKills != tt.wantKills {
+				t.Errorf("stats: %+v, want 1 crash, 2 starts, %d kills", st, tt.wantKills)
+			}
+			if pids, dirs := h.leftovers(t); len(pids) > 0 || len(dirs) > 0 {
+				t.Errorf("left behind: processes %v, profile dirs %v", pids, dirs)
+			}
+		})
 	}
 }
