@@ -17,6 +17,8 @@ var errHelp = errors.New("help printed")
 type flagSet struct {
 	*flag.FlagSet
 	name string
+	// given holds the flags set on the command line or by the environment.
+	given map[string]bool
 }
 
 func newFlagSet(name, synopsis string, out io.Writer) *flagSet {
@@ -50,11 +52,11 @@ func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 		}
 		return &usageError{err.Error()}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { fs.given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
+		if fs.given[f.Name] {
 			return
 		}
 		v := getenv(envName(f.Name))
@@ -64,9 +66,14 @@ func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 		if err := fs.Set(f.Name, v); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
 		}
+		fs.given[f.Name] = true
 	})
 	if len(errs) > 0 {
 		return &usageError{errors.Join(errs...).Error()}
 	}
 	return nil
 }
+
+// isGiven reports whether the flag was set on the command line or by its
+// environment variable (rather than left at its default).
+func (fs *flagSet) isGiven(name string) bool { return fs.given[name] }

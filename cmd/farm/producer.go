@@ -71,7 +71,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.Float64Var(&o.scaleTarget, "autoscale-target", 0.8, "target share of the fleet's slots the work should fill, (0,1]")
 	fs.DurationVar(&o.scaleCooldown, "autoscale-cooldown", 5*time.Minute, "scale in only after the need stayed lower this long")
 	fs.DurationVar(&o.scaleInterval, "autoscale-interval", 15*time.Second, "how often the desired node count is computed")
-	fs.StringVar(&o.scaleExec, "autoscale-exec", "", "with --autoscale exec: shell command run with the count in $FARM_DESIRED_NODES")
+	fs.StringVar(&o.scaleExec, "autoscale-exec", "", "with --autoscale exec: shell command run with the desired count as $1 and $FARM_DESIRED_NODES")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "with --autoscale aws: the consumers' Auto Scaling group")
 	fs.StringVar(&o.awsRegion, "aws-region", "", "with --autoscale aws: the group's region (default: the SDK's chain)")
 	fs.StringVar(&o.awsEndpoint, "aws-endpoint", "", "with --autoscale aws: Auto Scaling API endpoint override")
@@ -223,7 +223,9 @@ func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log 
 		if strings.TrimSpace(po.scaleExec) == "" {
 			return nil, usagef("--autoscale exec needs --autoscale-exec")
 		}
-		dc.Exec = autoscale.ExecConfig{Command: []string{"sh", "-c", po.scaleExec}}
+		// The driver appends the count as the last argument: after the
+		// script and $0, so the script sees it as $1 (and $FARM_DESIRED_NODES).
+		dc.Exec = autoscale.ExecConfig{Command: []string{"sh", "-c", po.scaleExec, "farm-autoscale"}}
 	default:
 		return nil, usagef("--autoscale: %q is not none, aws or exec", po.scaleDriver)
 	}
@@ -232,12 +234,12 @@ func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log 
 	if err := scaling.Validate(); err != nil {
 		return nil, usagef("autoscale: %v", err)
 	}
-	drv, err := autoscale.NewDriver(ctx, dc, log.Named("autoscale"))
+	drv, err := autoscale.NewDriver(ctx, dc, log)
 	if err != nil {
 		return nil, err
 	}
 	return autoscale.NewReconciler(autoscale.ReconcilerConfig{Scaling: scaling, Interval: po.scaleInterval},
-		farm.ScaleSource(q), drv, log.Named("autoscale"))
+		farm.ScaleSource(q), drv, log)
 }
 
 // addContext ends the group when ctx ends (SIGINT/SIGTERM from main).

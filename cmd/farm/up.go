@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/schollz/progressbar/v3"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/farm/fleet"
+	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// upOptions are the flags of `farm up` beyond the producer's.
+type upOptions struct {
+	consumers   int
+	capacity    int
+	dataDir     string
+	chrome      string
+	heartbeat   time.Duration
+	demo        bool
+	demoJobs    int
+	demoDelay   time.Duration
+	keepData    bool
+	consumerLog string
+}
+
+// defaultDataDir is where `farm up` keeps its PostgreSQL cluster and logs:
+// $FARM_DATA_DIR, else /var/lib/browserfarm for root (the server runs as an
+// unprivileged account, which cannot enter /root), else
+// $XDG_STATE_HOME/browserfarm or ~/.local/state/browserfarm.
+func defaultDataDir(getenv func(string) string) string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/browserfarm"
+	}
+	if d := getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "browserfarm")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "browserfarm")
+	}
+	return filepath.Join(os.TempDir(), "browserfarm")
+}
+
+func defaultConsumers() int {
+	return max(1, min(4, runtime.NumCPU()/2))
+}
+
+func runUp(ctx context.Context, env *environment, args []string) error {
+	fs := newFlagSet("up", "[flags]", env.stderr)
+	var db dbOptions
+	var lo logOptions
+	var po producerOptions
+	var uo upOptions
+	db.register(fs)
+	lo.register(fs)
+	po.register(fs)
+	fs.IntVar(&uo.consumers, "consumers", defaultConsumers(), "consumer processes to run and restart (the demo uses 2 unless set)")
+	fs.IntVar(&uo.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions per consumer")
+	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else ~/.local/state/browserfarm; the demo uses a temporary dir)")
+	fs.StringVar(&uo.chrome, "chrome", "", "Chrome binary for the consumers (default: $FARM_CHROME, /usr/lib/chromium/chromium, chromium on $PATH)")
+	fs.DurationVar(&uo.heartbeat, "heartbeat-interval", 0, "consumers' heartbeat interval (default: the consumer's; the demo uses 1s)")
+	fs.BoolVar(&uo.demo, "demo", false, "serve a local JavaScript-heavy test site, render --demo-jobs pages of it with a progress bar, print a summary and exit")
+	fs.IntVar(&uo.demoJobs, "demo-jobs", 300, "with --demo: how many pages to render")
+	fs.DurationVar(&uo.demoDelay, "demo-delay", 0, "with --demo: how long the test site's API takes to answer, to mimic a slow site")
+	fs.BoolVar(&uo.keepData, "keep-data", false, "with --demo: keep the temporary data dir (database and logs) afterwards")
+	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	if uo.demo && !fs.isGiven("consumers") {
+		uo.consumers = 2
+	}
+	if uo.consumers < 1 || uo.capacity < 1 {
+		return usagef("--consumers and --capacity must be at least 1")
+	}
+	if uo.demo && uo.demoJobs < 1 {
+		return usagef("--demo-jobs must be at least 1")
+	}
+	if uo.demo && !fs.isGiven("heartbeat-interval") {
+		uo.heartbeat = time.Second
+	}
+
+	// Where things live.
+	tempData := false
+	if uo.dataDir == "" {
+		if uo.demo {
+			d, err := os.MkdirTemp("", "farm-demo-")
+			if err != nil {
+				return err
+			}
+			uo.dataDir, tempData = d, true
+		} else {
+			uo.dataDir = defaultDataDir(env.getenv)
+		}
+	}
+	if err := os.MkdirAll(uo.dataDir, 0o755); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	// The PostgreSQL account (when we are root) must be able to enter it.
+	_ = os.Chmod(uo.dataDir, 0o755)
+	logDir := filepath.Join(uo.dataDir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return fmt.Errorf("log dir: %w", err)
+	}
+	succeeded := false
+	if tempData {
+		defer func() {
+			if succeeded && !uo.keepData {
+				os.RemoveAll(uo.dataDir)
+			} else {
+				fmt.Fprintf(env.stderr, "data and logs kept in %s\n", uo.dataDir)
+			}
+		}()
+	}
+
+	// Logs: to the terminal, except in the demo, whose screen is the progress bar.
+	logOut := env.stderr
+	if uo.demo {
+		f, err := os.Create(filepath.Join(logDir, "farm-up.log"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logOut = f
+		if lo.format == "auto" {
+			lo.format = "json"
+		}
+	}
+	log, err := lo.newLogger(logOut)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+
+	// The database: the one given, or a private cluster.
+	dbURL := db.url
+	if dbURL == "" {
+		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(uo.dataDir, "pg"), Logger: log.Named("postgres"),
+			Settings: map[string]string{"max_connections": "200"}})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := cluster.Stop(sctx); err != nil {
+				log.Warn("stopping postgres", zap.Error(err))
+			}
+		}()
+		dbURL = cluster.ConnString("postgres")
+	}
+	pool, err := openPool(ctx, dbURL, 24)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		return err
+	}
+
+	var site *testsite.Server
+	if uo.demo {
+		if site, err = testsite.Start(ctx, testsite.Options{}); err != nil {
+			return err
+		}
+		defer site.Close()
+		// The demo's site is ours: no politeness limit towards it.
+		u, _ := url.Parse(site.URL)
+		po.hostRules = append(po.hostRules, u.Host+"=0")
+	}
+
+	ln, err := net.Listen("tcp", po.listen)
+	if err != nil && uo.demo {
+		ln, err = net.Listen("tcp", "127.0.0.1:0") // the demo runs anyway, on a free port
+	}
+	if err != nil {
+		return usagef("--listen %s: %v", po.listen, err)
+	}
+	dashboard := "http://" + ln.Addr().String() + "/"
+	fmt.Fprintf(env.stderr, "browserfarm up: dashboard %s · data %s · %d consumer(s) × %d sessions\n",
+		dashboard, uo.dataDir, uo.consumers, uo.capacity)
+
+	var g run.Group
+	if err := addProducer(ctx, &g, pool, ln, &po, log); err != nil {
+		ln.Close()
+		return err
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this binary to start consumers: %w", err)
+	}
+	hostname, _ := os.Hostname()
+	events := &childEvents{}
+	var logFiles []io.Closer
+	defer func() {
+		for _, f := range logFiles {
+			f.Close()
+		}
+	}()
+	childOut := make([]io.Writer, uo.consumers)
+	for i := range childOut {
+		f, err := os.OpenFile(filepath.Join(logDir, fmt.Sprintf("consumer-%d.log", i+1)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		logFiles = append(logFiles, f)
+		var w io.Writer = f
+		if !uo.demo {
+			w = io.MultiWriter(f, env.stderr)
+		}
+		childOut[i] = events.watch(w)
+	}
+	consumerEnv := consumerEnvironment(os.Environ(), map[string]string{
+		"FARM_DATABASE_URL":        dbURL,
+		"FARM_CAPACITY":            strconv.Itoa(uo.capacity),
+		"FARM_CHROME_RECYCLE_JOBS": strconv.Itoa(po.recycleJobs),
+		"FARM_EXIT_AFTER_JOBS":     strconv.Itoa(po.exitAfterJobs),
+		"FARM_LOG_FORMAT":          "json",
+		"FARM_LOG_LEVEL":           lo.level,
+		"FARM_CHROME":              uo.chrome,
+		"FARM_HEARTBEAT_INTERVAL":  durationOrEmpty(uo.heartbeat),
+	})
+	fl, err := fleet.New(fleet.Config{
+		Count: uo.consumers,
+		Command: func(slot int) *exec.Cmd {
+			cmd := exec.Command(self, "consumer")
+			cmd.Env = append(consumerEnv, "FARM_NODE_ID="+nodeIDFor(hostname, slot))
+			cmd.Stdout, cmd.Stderr = childOut[slot], childOut[slot]
+			return cmd
+		},
+		Logger: log.Named("fleet"),
+	})
+	if err != nil {
+		return err
+	}
+	fctx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
+	g.Add(func() error { return fl.Run(fctx) }, func(error) { stopFleet() })
+
+	errDemoDone := errors.New("demo finished")
+	var demoErr error
+	if uo.demo {
+		dctx, stopDemo := context.WithCancel(ctx)
+		g.Add(func() error {
+			demoErr = runDemo(dctx, env, jobqueue.New(pool, jobqueue.Config{}), site.URL, uo, fl, events, logDir)
+			return errDemoDone
+		}, func(error) { stopDemo() })
+	}
+	addContext(ctx, &g)
+	err = g.Run()
+	if errors.Is(err, errDemoDone) {
+		err = demoErr
+	}
+	if err == nil {
+		succeeded = true
+	}
+	return err
+}
+
+// consumerEnvironment is our environment without any FARM_* setting (the
+// consumers get exactly the settings `farm up` decides), plus set.
+func consumerEnvironment(base []string, set map[string]string) []string {
+	var out []string
+	for _, kv := range base {
+		if !strings.HasPrefix(kv, "FARM_") {
+			out = append(out, kv)
+		}
+	}
+	for k, v := range set {
+		if v != "" {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+func durationOrEmpty(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// nodeIDFor names consumer slot i on this machine; a restarted consumer
+// keeps its slot's id, so it takes back what its predecessor left.
+func nodeIDFor(hostname string, slot int) string {
+	h := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
+			return r
+		}
+		return '-'
+	}, hostname)
+	if h == "" {
+		h = "local"
+	}
+	if len(h) > 40 {
+		h = h[:40]
+	}
+	return fmt.Sprintf("%s-%d", h, slot+1)
+}
+
+// childEvents counts events in the consumers' JSON logs as they stream past
+// — what a log shipper would see — for the demo's live numbers.
+type childEvents struct {
+	chromeRecycles atomic.Int64
+	chromeStarts   atomic.Int64
+}
+
+func (e *childEvents) watch(w io.Writer) io.Writer {
+	return &lineWatcher{w: w, onLine: e.line}
+}
+
+func (e *childEvents) line(b []byte) {
+	if !bytes.Contains(b, []byte(`"chrome `)) {
+		return
+	}
+	var ev struct {
+		Msg    string `json:"msg"`
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(b, &ev) != nil {
+		return
+	}
+	switch {
+	case ev.Msg == "chrome retired" && (ev.Reason == "recycle" || ev.Reason == "memory"):
+		e.chromeRecycles.Add(1)
+	case ev.Msg == "chrome started":
+		e.chromeStarts.Add(1)
+	}
+}
+
+// lineWatcher passes bytes through and calls onLine for each complete line.
+type lineWatcher struct {
+	mu     sync.Mutex
+	w      io.Writer
+	buf    []byte
+	onLine func([]byte)
+}
+
+func (l *lineWatcher) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.onLine(l.buf[:i])
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 1<<20 { // a runaway line: don't hold it
+		l.buf = l.buf[:0]
+	}
+	return l.w.Write(p)
+}
+
+// runDemo submits the demo's pages, shows progress until they are all
+// finished, and prints a summary. It fails if any page failed, or if the
+// consumers cannot start at all (no Chrome, say).
+func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL string, uo upOptions, fl *fleet.Fleet, events *childEvents, logDir string) error {
+	specs := make([]jobqueue.Spec, uo.demoJobs)
+	for i := range specs {
+		u := fmt.Sprintf("%s/page/%d", siteURL, i+1)
+		if uo.demoDelay > 0 {
+			u += fmt.Sprintf("?delay=%d", uo.demoDelay.Milliseconds())
+		}
+		specs[i] = jobqueue.Spec{
+			URL:     u,
+			Wait:    &jobqueue.Wait{Selector: "#ready"},
+			Extract: `({title: document.querySelector('h1').textContent, items: document.querySelectorAll('li.item').length})`,
+		}
+	}
+	batch, ids, err := q.Enqueue(ctx, specs)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	bar := progressbar.NewOptions(len(ids),
+		progressbar.OptionSetWriter(env.stderr),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionFullWidth(),
+	)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var c jobqueue.BatchCounts
+	for {
+		if c, err = q.BatchCounts(ctx, batch); err != nil {
+			return err
+		}
+		nodes, err := q.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		active := 0
+		for _, n := range nodes {
+			if n.State == jobqueue.NodeActive {
+				active++
+			}
+		}
+		fs := fl.Stats()
+		elapsed := time.Since(start).Seconds()
+		bar.Describe(fmt.Sprintf("%.1f pages/s · %d failed · %d nodes · %d Chrome recycles · %d process restarts",
+			float64(c.By[jobqueue.StateCompleted])/max(elapsed, 0.001), c.By[jobqueue.StateFailed], active,
+			events.chromeRecycles.Load(), fs.Recycles+fs.Crashes))
+		_ = bar.Set64(c.Finished())
+		if c.Finished() == c.Total {
+			break
+		}
+		if fs.Crashes >= 3 && c.By[jobqueue.StateCompleted] == 0 {
+			_ = bar.Exit()
+			return fmt.Errorf("the consumers keep crashing before finishing a job (is Chromium installed? see %s)", logDir)
+		}
+		select {
+		case <-ctx.Done():
+			_ = bar.Exit()
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	_ = bar.Finish()
+	took := time.Since(start)
+	fs := fl.Stats()
+	fmt.Fprintf(env.stdout, "\ndemo: %d pages in %s (%.1f pages/s): %d completed, %d failed\n",
+		c.Total, took.Round(10*time.Millisecond), float64(c.By[jobqueue.StateCompleted])/took.Seconds(),
+		c.By[jobqueue.StateCompleted], c.By[jobqueue.StateFailed])
+	fmt.Fprintf(env.stdout, "demo: %d Chrome recycles, %d Chrome starts, %d consumer process restarts (%d recycles by exit 75, %d crashes)\n",
+		events.chromeRecycles.Load(), events.chromeStarts.Load(), fs.Recycles+fs.Crashes, fs.Recycles, fs.Crashes)
+	fmt.Fprintf(env.stdout, "demo: results: farm results --batch %s (while the farm runs); logs: %s\n", batch, logDir)
+	if n := c.By[jobqueue.StateFailed]; n > 0 {
+		return fmt.Errorf("%d of %d demo pages failed", n, c.Total)
+	}
+	return nil
+}

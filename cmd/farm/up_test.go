@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildFarm builds the real binary once for the end-to-end tests.
+func buildFarm(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "farm")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// processesMentioning lists the pids whose command line contains s.
+func processesMentioning(s string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(b, []byte(s)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// `farm up --demo` on a fresh data dir with low recycle thresholds: exit 0,
+// every page completed, Chrome recycled and a consumer restarted, and
+// nothing — no Chrome, no PostgreSQL — left running afterwards.
+func TestUpDemoEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary and runs Chrome")
+	}
+	bin := buildFarm(t)
+	work := t.TempDir()
+	dataDir := filepath.Join(work, "data")
+	tmp := filepath.Join(work, "tmp") // Chrome's profile dirs land here: ours to find
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The PostgreSQL account must be able to enter the data dir's parents.
+	for _, d := range []string{filepath.Dir(work), work} {
+		os.Chmod(d, 0o755)
+	}
+	const jobs = 30
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "up", "--demo", "--demo-jobs", strconv.Itoa(jobs),
+		"--consumers", "2", "--capacity", "3", "--chrome-recycle-jobs", "4", "--exit-after-jobs", "9",
+		"--data-dir", dataDir, "--listen", "127.0.0.1:0")
+	cmd.Env = append(consumerEnvironment(os.Environ(), nil), "TMPDIR="+tmp)
+	// On timeout, stop the farm the way an operator would (Ctrl-C), so the
+	// test still finds out whether everything shuts down cleanly.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 2 * time.Minute
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	logs := func() string {
+		var b strings.Builder
+		matches, _ := filepath.Glob(filepath.Join(dataDir, "logs", "*.log"))
+		for _, m := range matches {
+			data, _ := os.ReadFile(m)
+			lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+			if len(lines) > 15 {
+				lines = lines[len(lines)-15:]
+			}
+			b.WriteString("--- " + m + "\n" + strings.Join(lines, "\n") + "\n")
+		}
+		return b.String()
+	}
+	if err != nil {
+		t.Fatalf("farm up --demo: %v\nstdout:\n%s\nstderr tail:\n%s\n%s", err, stdout.String(), tail(stderr.String(), 2000), logs())
+	}
+	out := stdout.String()
+	t.Logf("summary:\n%s", out)
+	m := regexp.MustCompile(`(\d+) pages in .*: (\d+) completed, (\d+) failed`).FindStringSubmatch(out)
+	if m == nil || m[1] != strconv.Itoa(jobs) || m[2] != strconv.Itoa(jobs) || m[3] != "0" {
+		t.Fatalf("summary does not say all %d pages completed:\n%s", jobs, out)
+	}
+	m = regexp.MustCompile(`(\d+) Chrome recycles, (\d+) Chrome starts, (\d+) consumer process restarts \((\d+) recycles by exit 75`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no recycling summary:\n%s", out)
+	}
+	recycles, _ := strconv.Atoi(m[1])
+	restarts, _ := strconv.Atoi(m[4])
+	if recycles < 1 || restarts < 1 {
+		t.Fatalf("want at least one Chrome recycle and one consumer restart by exit 75; got %d and %d", recycles, restarts)
+	}
+	if pids := processesMentioning(tmp); len(pids) > 0 {
+		t.Errorf("Chrome processes left running: %v", pids)
+	}
+	if pids := processesMentioning(dataDir); len(pids) > 0 {
+		t.Errorf("PostgreSQL (or other) processes left running on the data dir: %v", pids)
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("temporary files left behind: %v", names)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
