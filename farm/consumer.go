@@ -357,8 +357,13 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	base := context.WithoutCancel(ctx)
 	supCtx, stopSup := context.WithCancel(base)
 	defer stopSup()
-	supDone := make(chan error, 1)
-	go func() { supDone <- c.sup.Run(supCtx) }()
+	// supErr is written once, before supExited closes.
+	var supErr error
+	supExited := make(chan struct{})
+	go func() {
+		defer close(supExited)
+		supErr = c.sup.Run(supCtx)
+	}()
 
 	bgCtx, stopBG := context.WithCancel(base)
 	defer stopBG()
@@ -386,7 +391,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	defer cancelJobs(nil)
 	var jobs sync.WaitGroup
 
-	reason, loopErr := c.loop(ctx, listener, supDone, jobsCtx, &jobs)
+	reason := c.loop(ctx, listener, supExited, jobsCtx, &jobs)
 
 	// Drain: take nothing new, hand back what has not started, finish what
 	// runs, then leave.
@@ -421,10 +426,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	// The supervisor kills its Chromes (already retired when the exit was
 	// due) and reaps them before Run returns.
 	stopSup()
-	supErr := <-supDone
-	if reason != stopFatal && supErr != nil {
-		loopErr = errors.Join(loopErr, supErr)
-	}
+	<-supExited
 
 	ectx, cancel := context.WithTimeout(base, shutdownTimeout)
 	left, err := c.q.SetNodeState(ectx, c.node, jobqueue.NodeExited)
@@ -451,16 +453,15 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		zap.Int("chrome_crashes", st.ChromeCrashes),
 		zap.Int64("left_released", left.Released), zap.Int64("left_retried", left.Retried))
 
-	switch reason {
-	case stopExitDue:
-		if loopErr != nil {
-			return loopErr
-		}
+	switch {
+	case supErr != nil:
+		return fmt.Errorf("farm: consumer: %w", supErr)
+	case reason == stopFatal:
+		return errors.New("farm: consumer: the Chrome supervisor stopped")
+	case reason == stopExitDue:
 		return ErrRecycle
-	case stopFatal:
-		return fmt.Errorf("farm: consumer: %w", loopErr)
 	}
-	return loopErr
+	return nil
 }
 
 func (r stopReason) String() string {
@@ -509,39 +510,39 @@ func waitJobs(ctx context.Context, wg *sync.WaitGroup, untilCtx bool, grace time
 // loop claims jobs while slots are free and starts one goroutine per job,
 // until ctx ends, every job the process may start has been claimed, or the
 // supervisor fails.
-func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supDone <-chan error, jobsCtx context.Context, jobs *sync.WaitGroup) (stopReason, error) {
+func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supExited <-chan struct{}, jobsCtx context.Context, jobs *sync.WaitGroup) stopReason {
 	// Jobs assigned before the LISTEN took effect are found by the first
 	// claim, made once listening, so none waits for the poll.
 	select {
 	case <-l.Ready():
 	case <-ctx.Done():
-		return stopSignal, nil
-	case err := <-supDone:
-		return stopFatal, supErrOrStopped(err)
+		return stopSignal
+	case <-supExited:
+		return stopFatal
 	}
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	claimBackoff := time.Duration(0)
 	for {
 		if ctx.Err() != nil {
-			return stopSignal, nil
+			return stopSignal
 		}
 		// Notifications that arrived so far are answered by this claim.
 		drainWakeups(l.C())
 		free, remaining := c.claimable()
 		if remaining == 0 {
-			return stopExitDue, nil
+			return stopExitDue
 		}
 		if free > 0 {
 			claimed, err := c.q.Claim(ctx, c.node, free)
 			switch {
 			case err != nil && ctx.Err() != nil:
-				return stopSignal, nil
+				return stopSignal
 			case err != nil:
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
 				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", claimBackoff))
 				if !sleepCtx(ctx, claimBackoff) {
-					return stopSignal, nil
+					return stopSignal
 				}
 				continue
 			}
@@ -556,21 +557,14 @@ func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supDone <-cha
 		}
 		select {
 		case <-ctx.Done():
-			return stopSignal, nil
-		case err := <-supDone:
-			return stopFatal, supErrOrStopped(err)
+			return stopSignal
+		case <-supExited:
+			return stopFatal
 		case <-l.C():
 		case <-c.jobDone:
 		case <-poll.C:
 		}
 	}
-}
-
-func supErrOrStopped(err error) error {
-	if err == nil {
-		return errors.New("supervisor stopped")
-	}
-	return err
 }
 
 // claimable is how many jobs may be claimed now (free slots) and how many

@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -191,5 +192,41 @@ func TestConsumerDrainOnStop(t *testing.T) {
 				t.Errorf("Chrome processes left: %v", left)
 			}
 		})
+	}
+}
+
+// TestConsumerChromeWillNotBoot gives the node a "Chrome" that exits at
+// once: the supervisor gives up after MaxBootFailures, and the node hands
+// its claimed jobs back as retriable, marks itself exited, and fails.
+func TestConsumerChromeWillNotBoot(t *testing.T) {
+	db := newTestDB(t)
+	batch, _ := db.enqueue(t, "http://127.0.0.1:9", pagePaths(3, "/page/%d"))
+	const node = "node-no-chrome"
+	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	rc := startConsumer(t, db, node, t.TempDir(), func(c *ConsumerConfig) {
+		c.Supervisor.Browser.ExecPath = "/bin/false"
+		c.Supervisor.MaxBootFailures = 2
+		c.Supervisor.BootBackoff = 10 * time.Millisecond
+	})
+	var err error
+	select {
+	case err = <-rc.done:
+		rc.done <- err
+	case <-time.After(time.Minute):
+		t.Fatal("the node did not give up")
+	}
+	if err == nil || !strings.Contains(err.Error(), "boot") {
+		t.Fatalf("Run = %v, want the supervisor's boot failure", err)
+	}
+	c := db.counts(t, batch)
+	if c.By[jobqueue.StatePending] != 3 {
+		t.Errorf("jobs after the failure: %v, want all 3 pending", c.By)
+	}
+	n, err := db.q.GetNode(context.Background(), node)
+	if err != nil || n.State != jobqueue.NodeExited {
+		t.Errorf("node: %+v, %v; want exited", n, err)
+	}
+	if err := rc.c.Healthy(); err == nil {
+		t.Error("a node whose Run failed reports healthy")
 	}
 }
