@@ -42,12 +42,16 @@ type environment struct {
 
 func commands() []command {
 	return []command{
+		{"up", "run a whole farm on this machine (private PostgreSQL, producer, dashboard, consumers)", runUp},
+		{"producer", "assign queued jobs to nodes, rescue lost nodes, serve the dashboard and API", runProducer},
+		{"consumer", "run a consumer node: up to --capacity Chrome sessions, recycled every N jobs", runConsumer},
 		{"submit", "submit jobs: URLs as arguments, from a file or stdin, or JSON-lines specs", runSubmit},
 		{"status", "show nodes and queue counts", runStatus},
 		{"results", "export results as JSON lines or CSV", runResults},
 		{"cancel", "cancel jobs by id or batch", runCancel},
 		{"retry", "retry failed or canceled jobs by id or batch", runRetry},
 		{"migrate", "apply the database schema migrations", runMigrate},
+		{"health", "check a consumer's /healthz (for container health checks)", runHealth},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -1,0 +1,44 @@
+# syntax=docker/dockerfile:1
+# browserfarm: one image, default command `farm consumer`.
+#
+#   docker build -t browserfarm .
+#   docker run -d --restart=always --shm-size=1g \
+#     -e FARM_DATABASE_URL=postgres://farm:secret@db.internal:5432/farm \
+#     -e FARM_NODE_ID=consumer-a browserfarm
+#
+# --restart=always is what makes the consumer's exit code 75 ("recycle me",
+# after --exit-after-jobs jobs) a cheap, clean restart. --shm-size is a
+# safety margin: Chrome is started with --disable-dev-shm-usage, but Docker's
+# default 64 MiB /dev/shm is still too small for some of its allocations.
+
+# ---- build ------------------------------------------------------------------
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG VERSION=dev
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/farm ./cmd/farm
+
+# ---- runtime ----------------------------------------------------------------
+FROM debian:bookworm-slim
+# chromium: the browser; fonts: pages render text the way users see it;
+# tini: PID 1 that reaps the zombies Chrome's helper processes leave behind
+# and forwards SIGTERM so the consumer drains.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      chromium fonts-liberation fonts-noto-color-emoji fonts-noto-cjk ca-certificates tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --create-home --home-dir /home/farm --uid 10001 farm
+COPY --from=build /out/farm /usr/local/bin/farm
+USER farm
+WORKDIR /home/farm
+ENV FARM_CHROME=/usr/lib/chromium/chromium \
+    FARM_HEALTH_ADDR=127.0.0.1:9091
+# The consumer answers /healthz on FARM_HEALTH_ADDR while its loop and Chrome are alive.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["farm", "health", "--addr", "127.0.0.1:9091"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/bin/tini", "--", "farm"]
+CMD ["consumer"]
