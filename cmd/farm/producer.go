@@ -61,10 +61,10 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.IntVar(&o.assignBatch, "assign-batch", 5000, "most jobs assigned in one round")
 	fs.IntVar(&o.hostMax, "host-max-concurrent", 4, "default politeness: most jobs of one host running at once, farm-wide (0: no limit)")
 	fs.DurationVar(&o.hostInterval, "host-min-interval", 0, "default politeness: least time between two job starts on one host, farm-wide")
-	fs.Var(&o.hostRules, "host-rule", "per-host politeness override HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms or .example.com=8 (repeatable)")
+	fs.Var(&o.hostRules, "host-rule", "per-host politeness override HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms or .example.com=8 (repeatable; comma-separated in the environment)")
 	fs.StringVar(&o.politenessFile, "politeness-file", "", `JSON politeness config: {"default":{"max_concurrent":4,"min_interval":"250ms"},"hosts":{"shop.example.com":{...}}}`)
-	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", 20, "the consumers' Chrome recycle threshold, shown on the dashboard")
-	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", 80, "the consumers' process recycle threshold, shown on the dashboard")
+	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", 20, "the consumers' Chrome recycle threshold (the dashboard measures against it; farm up passes it to its consumers)")
+	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", 80, "the consumers' process exit threshold (the dashboard measures against it; farm up passes it to its consumers)")
 	fs.StringVar(&o.scaleDriver, "autoscale", "none", "autoscaling driver: none (report only), aws (EC2 Auto Scaling group), exec (run a command)")
 	fs.IntVar(&o.scaleMin, "autoscale-min", 0, "fewest consumer nodes")
 	fs.IntVar(&o.scaleMax, "autoscale-max", 10, "most consumer nodes")
@@ -91,7 +91,15 @@ func (o *producerOptions) politeness() (farm.Politeness, error) {
 			return p, usagef("--politeness-file: %v", err)
 		}
 	}
+	var rules []string
 	for _, r := range o.hostRules {
+		for _, part := range strings.Split(r, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				rules = append(rules, part)
+			}
+		}
+	}
+	for _, r := range rules {
 		host, pol, err := farm.ParseHostRule(r)
 		if err != nil {
 			return p, usagef("--host-rule: %v", err)

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/farm"
+)
+
+func TestProducerPolitenessFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		host    string
+		want    farm.HostPolicy
+		wantErr string
+	}{
+		{"default", nil, nil, "a.com", farm.HostPolicy{MaxConcurrent: 4}, ""},
+		{"flags", []string{"--host-max-concurrent", "2", "--host-min-interval", "1s"}, nil, "a.com",
+			farm.HostPolicy{MaxConcurrent: 2, MinInterval: time.Second}, ""},
+		{"rule flag", []string{"--host-rule", "a.com=1/250ms", "--host-rule", "b.com=9"}, nil, "a.com",
+			farm.HostPolicy{MaxConcurrent: 1, MinInterval: 250 * time.Millisecond}, ""},
+		{"rules from the environment, comma-separated", nil, map[string]string{"FARM_HOST_RULE": "a.com=1, .b.com=7/2s"}, "x.b.com",
+			farm.HostPolicy{MaxConcurrent: 7, MinInterval: 2 * time.Second}, ""},
+		{"bad rule", []string{"--host-rule", "a.com=lots"}, nil, "", farm.HostPolicy{}, `--host-rule: host rule "a.com=lots"`},
+		{"negative", []string{"--host-max-concurrent", "-1"}, nil, "", farm.HostPolicy{}, "must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFlagSet("producer", "", &bytes.Buffer{})
+			var po producerOptions
+			po.register(fs)
+			if err := fs.parse(tt.args, func(k string) string { return tt.env[k] }); err != nil {
+				t.Fatal(err)
+			}
+			p, err := po.politeness()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.For(tt.host); got != tt.want {
+				t.Errorf("policy for %s = %+v, want %+v", tt.host, got, tt.want)
+			}
+		})
+	}
+}
