@@ -36,9 +36,11 @@ USER farm
 WORKDIR /home/farm
 ENV FARM_CHROME=/usr/lib/chromium/chromium \
     FARM_HEALTH_ADDR=127.0.0.1:9091
-# The consumer answers /healthz on FARM_HEALTH_ADDR while its loop and Chrome are alive.
+# The consumer answers /healthz on FARM_HEALTH_ADDR while its loop and Chrome
+# are alive; `farm health` reads the same variable. For a producer container
+# set FARM_HEALTH_ADDR to its --listen address (it serves /healthz there too).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["farm", "health", "--addr", "127.0.0.1:9091"]
+    CMD ["farm", "health"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--", "farm"]
 CMD ["consumer"]
