@@ -332,6 +332,16 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 	defer cancel()
 	if err := b.handshake(sctx); err != nil {
 		select {
+		case <-cdpB.LostConnection:
+			// The pipe closed: Chrome is exiting; let it finish so that its
+			// output is complete.
+			select {
+			case <-b.exited:
+			case <-time.After(2 * time.Second):
+			}
+		default:
+		}
+		select {
 		case <-b.exited:
 			return fmt.Errorf("browser: chrome exited during start: %w; output: %s", err, b.outputTail())
 		default:

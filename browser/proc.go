@@ -202,15 +202,24 @@ func livingOf(pgid int, pids []int32, profileDir string) []int {
 	return out
 }
 
-// namesProfile reports whether a NUL-separated command line has the
-// profile's --user-data-dir flag or a path inside the profile.
+// namesProfile reports whether a command line has the profile's
+// --user-data-dir flag or a path inside the profile. Arguments are
+// NUL-separated, or space-separated where Chrome rewrote its process title.
 func namesProfile(cmdline, flag, inside []byte) bool {
-	for arg := range bytes.SplitSeq(cmdline, []byte{0}) {
-		if bytes.Equal(arg, flag) || bytes.Contains(arg, inside) {
+	if bytes.Contains(cmdline, inside) {
+		return true
+	}
+	for rest := cmdline; ; {
+		i := bytes.Index(rest, flag)
+		if i < 0 {
+			return false
+		}
+		end := i + len(flag)
+		if end == len(rest) || rest[end] == 0 || rest[end] == ' ' {
 			return true
 		}
+		rest = rest[end:]
 	}
-	return false
 }
 
 // waitGone kills and waits until no live process of the Chrome is left.

@@ -329,7 +329,9 @@ func (s *Session) wait(ctx context.Context, t *tab, j *job, st *jobState, loader
 	case j.Wait.Selector == "":
 		event = "load"
 	}
-	if event != "" {
+	if event != "" && loader != "" {
+		// No loader means a same-document navigation (a fragment change on
+		// a reused tab): the document is loaded already.
 		if err := st.waitLifecycle(ctx, loader, event); err != nil {
 			return fmt.Errorf("waiting for %s: %w", event, err)
 		}
@@ -552,6 +554,7 @@ type jobState struct {
 	block map[network.ResourceType]bool
 
 	mu      sync.Mutex
+	latest  cdp.LoaderID // main-frame loader of the last "init"
 	events  map[cdp.LoaderID]map[string]bool
 	docs    map[cdp.LoaderID]*network.Response
 	console []string
@@ -584,6 +587,9 @@ func (st *jobState) poke() {
 
 func (st *jobState) lifecycle(loader cdp.LoaderID, name string) {
 	st.mu.Lock()
+	if name == "init" {
+		st.latest = loader
+	}
 	m := st.events[loader]
 	if m == nil {
 		m = map[string]bool{}
@@ -607,14 +613,23 @@ func (st *jobState) doc(loader cdp.LoaderID) *network.Response {
 	return st.docs[loader]
 }
 
-func (st *jobState) seen(loader cdp.LoaderID, name string) bool {
+// seen reports whether the main frame's current document has fired the
+// lifecycle event. The current document is the one the job navigated to,
+// or a newer one if the page navigated on (a client-side redirect): a
+// document starts with "init", and this job's navigation is the first one
+// the job's state sees.
+func (st *jobState) seen(nav cdp.LoaderID, name string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.events[loader][name]
+	cur := nav
+	if st.latest != "" {
+		cur = st.latest
+	}
+	return st.events[cur][name]
 }
 
-func (st *jobState) waitLifecycle(ctx context.Context, loader cdp.LoaderID, name string) error {
-	for !st.seen(loader, name) {
+func (st *jobState) waitLifecycle(ctx context.Context, nav cdp.LoaderID, name string) error {
+	for !st.seen(nav, name) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -146,6 +146,13 @@ func TestPages(t *testing.T) {
 					t.Errorf("final %q status %d title %q", res.FinalURL, res.Status, res.Title)
 				}
 			}},
+		{name: "redirect/js", req: Request{URL: u("/js-redirect/9"), Extract: `document.querySelectorAll('li.item').length`},
+			// The load event awaited is the new document's.
+			check: func(t *testing.T, e *env, res *Result) {
+				if res.FinalURL != e.url("/page/9") || res.Title != "Page 9" || res.Status != 200 {
+					t.Errorf("final %q title %q status %d", res.FinalURL, res.Title, res.Status)
+				}
+			}},
 		{name: "redirect/loop", req: Request{URL: u("/redirect-loop")}, class: ClassRedirect, retry: false},
 		{name: "network/refused", req: Request{URL: closedPort(t)}, class: ClassNetwork, retry: true},
 		{name: "invalid/url", req: Request{URL: "file:///etc/passwd"}, class: ClassInvalid, retry: false},

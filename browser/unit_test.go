@@ -317,6 +317,9 @@ func TestNamesProfile(t *testing.T) {
 		{"chromium\x00--user-data-dir=/tmp/bfc-123\x00", false},
 		{"chrome_crashpad_handler\x00--database=/tmp/bfc-123/xdg-config\x00", false},
 		{"bash\x00-c\x00ls\x00", false},
+		{"/usr/lib/chromium/chromium --type=renderer --user-data-dir=/tmp/bfc-12 --lang=en-US", true},
+		{"/usr/lib/chromium/chromium --type=renderer --user-data-dir=/tmp/bfc-12", true},
+		{"/usr/lib/chromium/chromium --type=renderer --user-data-dir=/tmp/bfc-123 --lang=en-US", false},
 	}
 	for _, tc := range tests {
 		if got := namesProfile([]byte(tc.cmdline), flag, inside); got != tc.want {

@@ -101,6 +101,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /status/{code}", s.status)
 	m.HandleFunc("GET /redirect/{n}", s.redirect)
 	m.HandleFunc("GET /redirect-loop", s.redirectLoop)
+	m.HandleFunc("GET /js-redirect/{n}", s.jsRedirect)
 	m.HandleFunc("GET /hostile/alert", s.hostileAlert)
 	m.HandleFunc("GET /hostile/beforeunload", s.hostileBeforeUnload)
 	m.HandleFunc("GET /hostile/popup", s.hostilePopup)
@@ -128,6 +129,7 @@ var paths = [][2]string{
 	{"/status/{code}", "answers with that HTTP status"},
 	{"/redirect/{n}", "n redirects, then /page/0"},
 	{"/redirect-loop", "redirects to itself"},
+	{"/js-redirect/{n}", "a script replaces the location with /page/{n} while loading"},
 	{"/hostile/alert", "alert() and confirm() while loading"},
 	{"/hostile/beforeunload", "an onbeforeunload prompt"},
 	{"/hostile/popup", "window.open on load and on click of #open"},
@@ -463,6 +465,15 @@ func (s *site) redirect(w http.ResponseWriter, r *http.Request) {
 
 func (s *site) redirectLoop(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/redirect-loop", http.StatusFound)
+}
+
+func (s *site) jsRedirect(w http.ResponseWriter, r *http.Request) {
+	n, ok := intParam(w, r, "n", 0, 1<<31-1)
+	if !ok {
+		return
+	}
+	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>JS redirect</title>
+<script>location.replace('/page/%d');</script></head><body>redirecting</body></html>`, n))
 }
 
 func (s *site) hostileAlert(w http.ResponseWriter, r *http.Request) {

@@ -40,6 +40,7 @@ func TestRoutes(t *testing.T) {
 		{"/redirect/2", 302, "/redirect/1", nil},
 		{"/redirect/0", 302, "/page/0", nil},
 		{"/redirect-loop", 302, "/redirect-loop", nil},
+		{"/js-redirect/9", 200, "", []string{"location.replace('/page/9')"}},
 		{"/slow/0", 200, "", []string{"slow 0"}},
 		{"/hostile/alert", 200, "", []string{"alert(", "confirm("}},
 		{"/hostile/beforeunload", 200, "", []string{"beforeunload"}},

@@ -1,0 +1,221 @@
+package browser
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// chromeCPU is the CPU time of Chrome's tree so far, counting the reaped
+// children of each process (renderers of disposed contexts) through
+// cutime/cstime. Clock ticks are 100 per second on Linux.
+func chromeCPU(b *Browser) time.Duration {
+	tree, _ := processTree(context.Background(), int32(b.PID()))
+	var ticks int64
+	for _, pid := range append(tree, int32(b.PID())) {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		// Fields 14-17 of stat (utime stime cutime cstime) are 11-14 here.
+		for _, v := range f[11:15] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// peakPSS samples the PSS of Chrome's tree until stop is closed.
+func peakPSS(b *Browser, stop <-chan struct{}) <-chan uint64 {
+	out := make(chan uint64, 1)
+	go func() {
+		var peak uint64
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if m, err := b.Memory(context.Background()); err == nil && m.PSSBytes > peak {
+				peak = m.PSSBytes
+			}
+			select {
+			case <-stop:
+				out <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
+}
+
+// BenchmarkRender6 is the throughput of one Chrome with six sessions
+// rendering /page/{n} (JavaScript fetches the API, renders 200 items) at
+// once. Variants: a fresh browser context per job (the default), the shared
+// context (tab reuse), and a latency-bound page whose API answers after
+// 400 ms. It also reports the peak PSS of the tree and PSS per session
+// (peak minus the idle Chrome, over six).
+func BenchmarkRender6(b *testing.B) {
+	modes := []struct {
+		name   string
+		shared bool
+		delay  int
+	}{
+		{"isolated", false, 0},
+		{"shared", true, 0},
+		{"isolated-api400ms", false, 400},
+	}
+	for _, mode := range modes {
+		b.Run(mode.name, func(b *testing.B) {
+			e := newEnv(b)
+			ctx := context.Background()
+			idle, err := e.b.Memory(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			const n = 6
+			sessions := make([]*Session, n)
+			for i := range sessions {
+				sessions[i] = e.session(b)
+			}
+			req := func(i int64) Request {
+				return Request{
+					URL:           e.url(fmt.Sprintf("/page/%d?delay=%d", i%1000, mode.delay)),
+					Wait:          Wait{Selector: "#ready"},
+					Extract:       "document.querySelectorAll('li.item').length",
+					SharedContext: mode.shared,
+				}
+			}
+			// Warm up: one render per session, outside the measure.
+			var wg sync.WaitGroup
+			for _, s := range sessions {
+				wg.Go(func() {
+					if _, err := s.Render(ctx, req(0)); err != nil {
+						b.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			stop := make(chan struct{})
+			peak := peakPSS(e.b, stop)
+			cpu0 := chromeCPU(e.b)
+			var next atomic.Int64
+			var failed atomic.Int64
+			b.ResetTimer()
+			for _, s := range sessions {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						res, err := s.Render(ctx, req(i))
+						if err != nil || string(res.Data) != "200" {
+							failed.Add(1)
+							b.Errorf("render %d: %v", i, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			elapsed := b.Elapsed()
+			cpu := chromeCPU(e.b) - cpu0
+			close(stop)
+			p := <-peak
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pages/s")
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "chrome_cpu_ms/page")
+			b.ReportMetric(float64(p)/(1<<20), "peak_pss_MB")
+			if p > idle.PSSBytes {
+				b.ReportMetric(float64(p-idle.PSSBytes)/(1<<20)/n, "pss_MB/session")
+			}
+		})
+	}
+}
+
+// BenchmarkColdStart is Chrome's launch to the first usable session: Launch,
+// NewSession, and a first render of a small page. Kill is not measured.
+func BenchmarkColdStart(b *testing.B) {
+	e := newEnv(b) // only for the site; its Chrome stays idle
+	root := b.TempDir()
+	ctx := context.Background()
+	starts := 0
+	for b.Loop() {
+		starts++
+		br, err := Launch(ctx, Options{ProfileRoot: root})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := br.NewSession(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Render(ctx, Request{URL: e.url("/status/200")}); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		s.Close()
+		if err := br.Kill(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(starts), "ms/start")
+}
+
+// BenchmarkIsolation is the per-job cost of isolation: one session renders
+// a small page back to back, on a reused tab in the shared context, in a
+// fresh browser context prepared while the previous job ran (the default),
+// and in a fresh browser context made when the job starts.
+func BenchmarkIsolation(b *testing.B) {
+	modes := []struct {
+		name      string
+		shared    bool
+		noPrepare bool
+	}{
+		{"shared-tab", true, false},
+		{"fresh-prepared", false, false},
+		{"fresh-unprepared", false, true},
+	}
+	for _, mode := range modes {
+		b.Run(mode.name, func(b *testing.B) {
+			e := newEnv(b)
+			br := e.b
+			if mode.noPrepare {
+				var err error
+				br, err = Launch(context.Background(), Options{ProfileRoot: b.TempDir(), ExtraFlags: testFlags, NoPrepare: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { br.Kill() })
+			}
+			s, err := br.NewSession(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			req := Request{URL: e.url("/status/200"), SharedContext: mode.shared}
+			if _, err := s.Render(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+			var setup time.Duration
+			jobs := 0
+			cpu0 := chromeCPU(br)
+			for b.Loop() {
+				res, err := s.Render(context.Background(), req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				setup += res.Timings.Setup
+				jobs++
+			}
+			cpu := chromeCPU(br) - cpu0
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(jobs), "ms/job")
+			b.ReportMetric(float64(setup.Microseconds())/1000/float64(jobs), "setup_ms/job")
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(jobs), "chrome_cpu_ms/job")
+		})
+	}
+}

@@ -1,0 +1,381 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
+)
+
+// shortTempDir is a temp dir with a short path (Chrome's socket paths are
+// limited), removed at the end of the test.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bft-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// processesUnder lists live processes whose command line has a path under
+// root: every Chrome process of a Browser whose ProfileRoot is root (Chrome's
+// children pass --user-data-dir, its crash handler a database inside it).
+func processesUnder(t *testing.T, root string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := []byte(root + "/")
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if st, err := parseStat(stat); err != nil || st.state == 'Z' || st.state == 'X' {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(cmdline, marker) {
+			out = append(out, e.Name()+": "+string(bytes.ReplaceAll(cmdline[:min(len(cmdline), 120)], []byte{0}, []byte{' '})))
+		}
+	}
+	return out
+}
+
+// settleGoroutines polls until at most want goroutines run, and reports the
+// stacks if they do not settle: goroutines end asynchronously after Kill
+// and Close return (the http server's, chromedp's readers).
+func settleGoroutines(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n := goruntime.NumGoroutine()
+		if n <= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:goruntime.Stack(buf, true)]
+			t.Fatalf("%d goroutines, want at most %d:\n%s", n, want, buf)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLaunchKill30 launches and kills Chrome 30 times with sessions open
+// (one of them mid-preparation, one having rendered), and then finds no
+// Chrome process of ours, no profile directory and no goroutine left over.
+func TestLaunchKill30(t *testing.T) {
+	site := testsite.StartT(t, testsite.Options{})
+	root := shortTempDir(t)
+	ctx := context.Background()
+	settleGoroutines(t, goruntime.NumGoroutine())
+	baseline := goruntime.NumGoroutine()
+
+	var seenPIDs []int
+	for i := range 30 {
+		b, err := Launch(ctx, Options{ProfileRoot: root, ExtraFlags: testFlags})
+		if err != nil {
+			t.Fatalf("launch %d: %v", i, err)
+		}
+		seenPIDs = append(seenPIDs, b.PID())
+		s1, err := b.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s2, err := b.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 0 {
+			if _, err := s1.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"}}); err != nil {
+				t.Fatalf("render on launch %d: %v", i, err)
+			}
+			m, err := b.Memory(ctx)
+			if err != nil || m.Processes < 3 || m.PSSBytes == 0 || m.PSSBytes > m.RSSBytes {
+				t.Fatalf("memory %+v, %v", m, err)
+			}
+		}
+		// Two concurrent Kills: both wait for the one kill and agree.
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for k := range errs {
+			wg.Go(func() { errs[k] = b.Kill() })
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("kill %d: %v / %v", i, errs[0], errs[1])
+		}
+		select {
+		case <-b.Done():
+		default:
+			t.Fatal("Done is open after Kill")
+		}
+		// Sessions of a killed Chrome fail fast and close cleanly.
+		_, err = s2.Render(ctx, Request{URL: site.URL + "/page/1"})
+		wantClass(t, err, ClassCrashed, true)
+		if err := s1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(b.ProfileDir()); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("profile dir %s left: %v", b.ProfileDir(), err)
+		}
+	}
+	if left := processesUnder(t, root); len(left) > 0 {
+		t.Fatalf("chrome processes left:\n%s", strings.Join(left, "\n"))
+	}
+	for _, pid := range seenPIDs {
+		// The main processes were reaped: they are not even zombies.
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			if data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && bytes.Contains(data, []byte(root)) {
+				t.Fatalf("chrome %d still exists", pid)
+			}
+		}
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("profile root holds %d entries (%v)", len(entries), err)
+	}
+	settleGoroutines(t, baseline)
+}
+
+// hangSignal wraps the test site so that a test learns when Chrome has
+// requested /hang, i.e. a render is in flight.
+func hangSignal(t *testing.T) (*httptest.Server, <-chan struct{}) {
+	h := testsite.New(testsite.Options{})
+	requested := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			requested <- struct{}{}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, requested
+}
+
+// TestChromeDies covers a Chrome that stops answering (SIGSTOP) and one
+// that dies in the middle of a render (SIGKILL to the main process).
+func TestChromeDies(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	e.usable(t, s)
+	pid := e.b.PID()
+
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	start := time.Now()
+	err := e.b.Healthy(hctx)
+	cancel()
+	wantClass(t, err, ClassUnresponsive, true)
+	wantDuration(t, time.Since(start), 500*time.Millisecond, 500*time.Millisecond+slack)
+	_, err, took := render(t, s, Request{URL: e.url("/page/1"), Timeout: time.Second})
+	wantClass(t, err, ClassUnresponsive, true)
+	wantDuration(t, took, time.Second, time.Second+healthProbe+slack)
+	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	e.usable(t, s)
+
+	srv, requested := hangSignal(t)
+	type outcome struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		start := time.Now()
+		_, err := s.Render(ctx, Request{URL: srv.URL + "/hang", Timeout: time.Minute})
+		done <- outcome{err, time.Since(start)}
+	}()
+	<-requested
+	killedAt := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("render did not end after chrome died")
+	}
+	wantClass(t, o.err, ClassCrashed, true)
+	wantDuration(t, time.Since(killedAt), 0, slack)
+	select {
+	case <-e.b.Done():
+	case <-time.After(slack):
+		t.Fatal("Done not closed after chrome died")
+	}
+	wantClass(t, e.b.Healthy(ctx), ClassCrashed, true)
+	if _, err := e.b.NewSession(ctx); ClassOf(err) != ClassCrashed {
+		t.Fatalf("NewSession on a dead chrome: %v", err)
+	}
+	if _, err := e.b.Memory(ctx); err == nil {
+		t.Fatal("Memory of a dead chrome succeeded")
+	}
+	// Kill cleans up what the crash left: children in the group, profile.
+	if err := e.b.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if left := processesUnder(t, e.root); len(left) > 0 {
+		t.Fatalf("chrome processes left:\n%s", strings.Join(left, "\n"))
+	}
+	if _, err := os.Stat(e.b.ProfileDir()); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("profile dir left: %v", err)
+	}
+}
+
+// TestSessionsReopen opens, uses and closes sessions many times on one
+// Chrome: no tab, browser context or goroutine may pile up.
+func TestSessionsReopen(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	counts := func() (pages, contexts int) {
+		res, err := cdp.Call(ctx, e.b.cdpB, target.GetTargets, target.GetTargetsParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range res.TargetInfos {
+			if info.Type == "page" {
+				pages++
+			}
+		}
+		bc, err := cdp.Call(ctx, e.b.cdpB, target.GetBrowserContexts, cdp.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pages, len(bc.BrowserContextIDs)
+	}
+	cycle := func() {
+		s, err := e.b.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, shared := range []bool{false, true, false} {
+			if _, err := s.Render(ctx, Request{URL: e.url("/page/2"), SharedContext: shared, Wait: Wait{Selector: "#ready"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	basePages, baseContexts := counts()
+	cycle()
+	settleGoroutines(t, goruntime.NumGoroutine())
+	baseGoroutines := goruntime.NumGoroutine()
+	for range 10 {
+		cycle()
+	}
+	// Chrome answers Target.closeTarget before the target is gone from its
+	// list, so poll.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pages, contexts := counts()
+		if pages == basePages && contexts == baseContexts {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 11 sessions: %d pages and %d browser contexts, want %d and %d", pages, contexts, basePages, baseContexts)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	settleGoroutines(t, baseGoroutines)
+}
+
+func TestLaunchErrors(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	silent := filepath.Join(dir, "silent-chrome")
+	// A "browser" that starts, forks a child into its group and never
+	// answers on the pipe.
+	if err := os.WriteFile(silent, []byte("#!/bin/sh\nsleep 600 &\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		exec    string
+		timeout time.Duration
+		want    string
+	}{
+		{"missing", filepath.Join(dir, "no-such-chrome"), time.Second, "starting"},
+		{"exits", "/bin/false", 30 * time.Second, "exited during start"},
+		{"silent", silent, time.Second, "did not answer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := shortTempDir(t)
+			start := time.Now()
+			b, err := Launch(ctx, Options{ExecPath: tc.exec, ProfileRoot: root, StartTimeout: tc.timeout})
+			if err == nil {
+				b.Kill()
+				t.Fatal("launch succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q, want it to say %q", err, tc.want)
+			}
+			wantDuration(t, time.Since(start), 0, tc.timeout+slack)
+			entries, _ := os.ReadDir(root)
+			if len(entries) != 0 {
+				t.Fatalf("profile root holds %d entries after a failed launch", len(entries))
+			}
+			if left := processesUnder(t, root); len(left) > 0 {
+				t.Fatalf("processes left:\n%s", strings.Join(left, "\n"))
+			}
+		})
+	}
+}
+
+func TestMemoryAndVersion(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	idle, err := e.b.Memory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle.Processes < 3 || idle.PSSBytes == 0 || idle.PSSBytes > idle.RSSBytes {
+		t.Fatalf("idle memory %+v", idle)
+	}
+	if !strings.HasPrefix(e.b.Version(), "Chrome/") && !strings.HasPrefix(e.b.Version(), "HeadlessChrome/") {
+		t.Fatalf("version %q", e.b.Version())
+	}
+	// A page that keeps 64 MB alive shows in the tree while its tab lives.
+	s := e.session(t)
+	if _, err := s.Render(ctx, Request{URL: e.url("/leak/1?mb=64"), SharedContext: true, Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := e.b.Memory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if busy.PSSBytes < idle.PSSBytes+32<<20 {
+		t.Fatalf("PSS %d MB with a 64 MB page, %d MB idle", busy.PSSBytes>>20, idle.PSSBytes>>20)
+	}
+}
