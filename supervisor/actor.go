@@ -428,6 +428,15 @@ func (a *actor) kill(k killOrder, alive bool) {
 	c.cancel(&browser.Error{Class: k.class, Retriable: true,
 		Err: fmt.Errorf("chrome %d %s", c.pid, k.reason)})
 	err := c.proc.Kill()
+	// The sessions died with their Chrome; closing them ends their
+	// background work.
+	s.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	s.mu.Unlock()
+	for _, sess := range idle {
+		_ = sess.Close()
+	}
 	s.mu.Lock()
 	if alive {
 		s.counts.chromeKills++

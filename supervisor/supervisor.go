@@ -322,7 +322,8 @@ func (sl *Slot) ChromePID() int { return sl.c.pid }
 // errSlotUsed reports a second Render or a Render after Release.
 var errSlotUsed = errors.New("supervisor: slot already used")
 
-// Render runs req in a new session on the slot's Chrome. If that Chrome
+// Render runs req in a session on the slot's Chrome (sessions are reused
+// between jobs; each job still gets its fresh browser context). If that Chrome
 // crashes, hangs or is killed while the job runs, the error is a retriable
 // *browser.Error (class crashed, unresponsive or canceled); other errors,
 // and a result that comes with an error, are the browser's own.
@@ -340,19 +341,48 @@ func (sl *Slot) Render(ctx context.Context, req browser.Request) (*browser.Resul
 	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
 	defer stop()
 
-	sess, err := c.proc.NewSession(rctx)
+	sess, err := sl.session(rctx)
 	if err != nil {
 		return nil, sl.wrap(fmt.Errorf("new session on chrome %d: %w", c.pid, err))
 	}
 	res, err := sess.Render(rctx, req)
-	if cerr := sess.Close(); cerr != nil {
-		sl.s.log.Debug("session close failed", zap.Int("pid", c.pid), zap.Error(cerr))
-	}
+	sl.putSession(sess, err == nil)
 	if err != nil {
 		// Some failures come with a result (an HTTP error status); keep it.
 		return res, sl.wrap(err)
 	}
 	return res, nil
+}
+
+// session takes an idle session of the slot's Chrome, or opens one.
+func (sl *Slot) session(ctx context.Context) (renderSession, error) {
+	s, c := sl.s, sl.c
+	s.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		sess := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		s.mu.Unlock()
+		return sess, nil
+	}
+	s.mu.Unlock()
+	return c.proc.NewSession(ctx)
+}
+
+// putSession keeps a session for the Chrome's next job, or closes it when
+// its job failed (the session's state is then unknown) or the Chrome is
+// going away.
+func (sl *Slot) putSession(sess renderSession, ok bool) {
+	s, c := sl.s, sl.c
+	s.mu.Lock()
+	if ok && c.state != stateDead && c.ctx.Err() == nil {
+		c.idle = append(c.idle, sess)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	if err := sess.Close(); err != nil {
+		s.log.Debug("session close failed", zap.Int("pid", c.pid), zap.Error(err))
+	}
 }
 
 // wrap turns any error of a session on a lost Chrome into a retriable one:
