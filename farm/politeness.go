@@ -18,7 +18,9 @@ type HostPolicy = jobqueue.HostPolicy
 
 // Politeness maps hosts to policies: an exact host ("shop.example.com"), a
 // domain suffix (".example.com" matches every subdomain and example.com
-// itself), else Default. The longest matching rule wins.
+// itself), else Default. The longest matching rule wins. A rule picks the
+// policy; the limits then count per host[:port], so ".example.com=4" allows 4
+// jobs on each subdomain, not 4 across the domain.
 type Politeness struct {
 	Default HostPolicy
 	Hosts   map[string]HostPolicy
@@ -85,20 +87,29 @@ type politenessFile struct {
 	Hosts   map[string]filePolicy `json:"hosts"`
 }
 
+// filePolicy is one policy in the file. A field left out inherits from the
+// default policy, so {"min_interval":"1s"} adds an interval without lifting
+// the default concurrency cap.
 type filePolicy struct {
-	MaxConcurrent int    `json:"max_concurrent"`
-	MinInterval   string `json:"min_interval"`
+	MaxConcurrent *int    `json:"max_concurrent"`
+	MinInterval   *string `json:"min_interval"`
 }
 
-func (f filePolicy) policy(where string) (HostPolicy, error) {
-	if f.MaxConcurrent < 0 {
-		return HostPolicy{}, fmt.Errorf("%s: max_concurrent %d is negative", where, f.MaxConcurrent)
+func (f filePolicy) policy(where string, base HostPolicy) (HostPolicy, error) {
+	pol := base
+	if f.MaxConcurrent != nil {
+		if *f.MaxConcurrent < 0 {
+			return HostPolicy{}, fmt.Errorf("%s: max_concurrent %d is negative", where, *f.MaxConcurrent)
+		}
+		pol.MaxConcurrent = *f.MaxConcurrent
 	}
-	pol := HostPolicy{MaxConcurrent: f.MaxConcurrent}
-	if f.MinInterval != "" {
-		d, err := time.ParseDuration(f.MinInterval)
+	if f.MinInterval != nil {
+		d, err := time.ParseDuration(*f.MinInterval)
+		if *f.MinInterval == "0" {
+			d, err = 0, nil
+		}
 		if err != nil || d < 0 {
-			return HostPolicy{}, fmt.Errorf("%s: min_interval %q is not a duration like 500ms or 2s", where, f.MinInterval)
+			return HostPolicy{}, fmt.Errorf("%s: min_interval %q is not a duration like 500ms or 2s", where, *f.MinInterval)
 		}
 		pol.MinInterval = d
 	}
@@ -124,12 +135,12 @@ func LoadPoliteness(path string, base Politeness) (Politeness, error) {
 		out.Hosts[h] = p
 	}
 	if f.Default != nil {
-		if out.Default, err = f.Default.policy(path + ": default"); err != nil {
+		if out.Default, err = f.Default.policy(path+": default", base.Default); err != nil {
 			return base, err
 		}
 	}
 	for h, fp := range f.Hosts {
-		pol, err := fp.policy(fmt.Sprintf("%s: host %q", path, h))
+		pol, err := fp.policy(fmt.Sprintf("%s: host %q", path, h), out.Default)
 		if err != nil {
 			return base, err
 		}

@@ -31,9 +31,9 @@ func TestPolitenessFor(t *testing.T) {
 		{"img.static.example.com", HostPolicy{MaxConcurrent: 10}},
 		{"api.example.com:8443", HostPolicy{MaxConcurrent: 1}},
 		{"api.example.com", HostPolicy{MaxConcurrent: 3}},
-		{"notexample.com", hp(4, 100 * time.Millisecond)},
+		{"notexample.com", hp(4, 100*time.Millisecond)},
 		{"localhost:9000", HostPolicy{MaxConcurrent: 6}},
-		{"other.org", hp(4, 100 * time.Millisecond)},
+		{"other.org", hp(4, 100*time.Millisecond)},
 	}
 	for _, tt := range tests {
 		if got := p.For(tt.host); got != tt.want {
@@ -49,7 +49,7 @@ func TestParseHostRule(t *testing.T) {
 		pol     HostPolicy
 		wantErr string
 	}{
-		{"shop.example.com=2/500ms", "shop.example.com", hp(2, 500 * time.Millisecond), ""},
+		{"shop.example.com=2/500ms", "shop.example.com", hp(2, 500*time.Millisecond), ""},
 		{"Shop.Example.com=2", "shop.example.com", HostPolicy{MaxConcurrent: 2}, ""},
 		{".example.com=4/0", ".example.com", HostPolicy{MaxConcurrent: 4}, ""},
 		{"slow.example.com=/2s", "slow.example.com", HostPolicy{MinInterval: 2 * time.Second}, ""},
@@ -87,7 +87,7 @@ func TestLoadPoliteness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Default != (hp(2, 250 * time.Millisecond)) || got.Hosts["b.com"] != (hp(1, time.Second)) || got.Hosts["a.com"] != (HostPolicy{MaxConcurrent: 1}) {
+	if got.Default != (hp(2, 250*time.Millisecond)) || got.Hosts["b.com"] != (hp(1, time.Second)) || got.Hosts["a.com"] != (HostPolicy{MaxConcurrent: 1}) {
 		t.Errorf("loaded %+v", got)
 	}
 	if base.Hosts["b.com"] != (HostPolicy{}) {

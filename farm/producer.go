@@ -158,8 +158,8 @@ func (p *Producer) assignLoop(ctx context.Context) error {
 				continue // more may be waiting: go again without waiting for a wake-up
 			}
 		}
-		if !rep.NextDue.IsZero() {
-			resetTimer(due, time.Until(rep.NextDue))
+		if rep.NextDueIn > 0 {
+			resetTimer(due, rep.NextDueIn)
 		}
 		select {
 		case <-ctx.Done():

@@ -9,8 +9,11 @@ import (
 )
 
 // ScaleSource reads the autoscaler's inputs from the queue: the work
-// (pending, queued and processing — running work counts, or a busy fleet
-// would look idle) and the live nodes with what each holds.
+// (ready pending, queued and processing — running work counts, or a busy
+// fleet would look idle; jobs waiting out a retry backoff do not, since more
+// nodes would not run them sooner) and the live nodes with what each holds.
+// Jobs held back by per-host politeness still count: a farm-wide cap on one
+// host can make the estimate high, which the Max bound limits.
 func ScaleSource(q *jobqueue.Queue) autoscale.Source {
 	return autoscale.SourceFunc(func(ctx context.Context) (autoscale.Load, error) {
 		stats, err := q.Stats(ctx)
@@ -22,7 +25,7 @@ func ScaleSource(q *jobqueue.Queue) autoscale.Source {
 			return autoscale.Load{}, fmt.Errorf("scale source: %w", err)
 		}
 		load := autoscale.Load{
-			Pending:    int(stats.Jobs[jobqueue.StatePending]),
+			Pending:    int(stats.Ready),
 			Queued:     int(stats.Jobs[jobqueue.StateQueued]),
 			Processing: int(stats.Jobs[jobqueue.StateProcessing]),
 		}

@@ -3,7 +3,6 @@ package jobqueue
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,36 +80,38 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 	}
 }
 
-// tryLock returns a dedicated connection holding the lock, or nil.
+// tryLock returns a dedicated connection holding the lock, or nil. The try
+// runs on a pooled connection, which goes back to the pool when the lock is
+// taken elsewhere: a standby costs no new server session per try.
 func (e *Elector) tryLock(ctx context.Context) (*pgx.Conn, error) {
 	pc, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// The lock belongs to the session: keep this connection out of the pool
-	// for as long as it leads, and close it (dropping the lock) when done.
-	conn := pc.Hijack()
 	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.cfg.Key).Scan(&got); err != nil {
-		_ = conn.Close(context.WithoutCancel(ctx))
+	if err := pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.cfg.Key).Scan(&got); err != nil {
+		// The session's state is unknown: it must not go back to the pool.
+		_ = pc.Hijack().Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("try leader lock: %w", err)
 	}
 	if !got {
-		_ = conn.Close(ctx)
+		pc.Release()
 		return nil, nil
 	}
-	return conn, nil
+	// The lock belongs to the session: keep this connection out of the pool
+	// for as long as it leads, and close it (dropping the lock) when done.
+	return pc.Hijack(), nil
 }
 
-// hold leads until the lock connection fails or ctx ends.
+// hold leads until the lock connection fails, lead returns on its own (a
+// leader that stopped leading must let a standby take over), or ctx ends.
 func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, lead func(context.Context)) {
 	leadCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
+	leadDone := make(chan struct{})
 	e.leader.Store(true)
 	e.log.Info("became leader")
 	go func() {
-		defer wg.Done()
+		defer close(leadDone)
 		lead(leadCtx)
 	}()
 	tick := time.NewTicker(e.cfg.CheckInterval)
@@ -118,6 +119,11 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, lead func(context.Co
 	for leadCtx.Err() == nil {
 		select {
 		case <-leadCtx.Done():
+		case <-leadDone:
+			if ctx.Err() == nil {
+				e.log.Warn("leader work ended on its own; stepping down")
+			}
+			stop()
 		case <-tick.C:
 			pctx, cancel := context.WithTimeout(leadCtx, 2*e.cfg.CheckInterval+time.Second)
 			err := conn.Ping(pctx)
@@ -130,7 +136,7 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, lead func(context.Co
 	}
 	e.leader.Store(false)
 	stop()
-	wg.Wait()
+	<-leadDone
 	// Closing the session releases the lock; an explicit unlock first makes
 	// a clean hand-over immediate even if the close is slow.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

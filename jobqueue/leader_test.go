@@ -106,3 +106,34 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A leader whose work ends on its own (a failed leader actor) gives up the
+// lock, so that a standby takes over instead of the farm having a leader
+// that does nothing.
+func TestElectorStepsDownWhenLeadReturns(t *testing.T) {
+	_, pool := newTestQueue(t, Config{})
+	cfg := ElectorConfig{Key: 4444, RetryInterval: 50 * time.Millisecond, CheckInterval: 20 * time.Millisecond}
+	a, b := NewElector(pool, cfg), NewElector(pool, cfg)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var once sync.Once
+	aLed := make(chan struct{})
+	quit := make(chan struct{})
+	go a.Run(ctx, func(lctx context.Context) {
+		once.Do(func() { close(aLed) })
+		select { // a's work fails at once, every time it leads
+		case <-quit:
+		case <-lctx.Done():
+		}
+	})
+	<-aLed
+	bLeads := make(chan struct{})
+	var bOnce sync.Once
+	go b.Run(ctx, func(lctx context.Context) { bOnce.Do(func() { close(bLeads) }); <-lctx.Done() })
+	close(quit)
+	select {
+	case <-bLeads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the standby never took over from a leader whose work had ended")
+	}
+}

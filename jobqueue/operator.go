@@ -25,6 +25,9 @@ func (c BatchCounts) Finished() int64 {
 // BatchCounts counts the jobs of one batch by state.
 func (q *Queue) BatchCounts(ctx context.Context, batchID string) (BatchCounts, error) {
 	out := BatchCounts{By: map[State]int64{}}
+	if err := checkUUID(batchID); err != nil {
+		return out, err
+	}
 	for _, s := range States() {
 		out.By[s] = 0
 	}
@@ -67,8 +70,12 @@ type ExportRow struct {
 }
 
 // exportPage is how many rows one round trip fetches: big enough to amortise
-// the round trip, small enough that memory stays flat however large the export.
-const exportPage = 500
+// the round trip, small enough that memory stays flat however large the
+// export. With HTML or screenshots (up to megabytes a row) pages are small.
+const (
+	exportPage      = 500
+	exportBlobsPage = 16
+)
 
 // ExportResults streams the selected jobs and their results to fn in job id
 // order, one page at a time (keyset paging, no long-lived transaction or
@@ -88,6 +95,9 @@ func (q *Queue) ExportResults(ctx context.Context, f ExportFilter, fn func(Expor
 	}
 	var batch any
 	if f.BatchID != "" {
+		if err := checkUUID(f.BatchID); err != nil {
+			return err
+		}
 		batch = f.BatchID
 	}
 	var from, to any
@@ -111,13 +121,17 @@ WHERE j.id > $1 AND j.state = ANY($2::text[])
   AND ($5::timestamptz IS NULL OR j.finished_at < $5)
 ORDER BY j.id
 LIMIT $8`
+	pageSize := exportPage
+	if f.WithHTML || f.WithScreenshot {
+		pageSize = exportBlobsPage
+	}
 	var after int64
 	for {
-		rows, err := q.pool.Query(ctx, sql, after, stateArg, batch, from, to, f.WithHTML, f.WithScreenshot, exportPage)
+		rows, err := q.pool.Query(ctx, sql, after, stateArg, batch, from, to, f.WithHTML, f.WithScreenshot, pageSize)
 		if err != nil {
 			return fmt.Errorf("export results: %w", err)
 		}
-		page := make([]ExportRow, 0, exportPage)
+		page := make([]ExportRow, 0, pageSize)
 		for rows.Next() {
 			row, err := scanExportRow(rows)
 			if err != nil {
@@ -135,7 +149,7 @@ LIMIT $8`
 				return err
 			}
 		}
-		if len(page) < exportPage {
+		if len(page) < pageSize {
 			return nil
 		}
 		after = page[len(page)-1].Job.ID
@@ -185,6 +199,9 @@ func jobScanDest(j *Job) []any {
 
 // RetryBatch queues every failed or canceled job of a batch again (see Retry).
 func (q *Queue) RetryBatch(ctx context.Context, batchID string) (int64, error) {
+	if err := checkUUID(batchID); err != nil {
+		return 0, err
+	}
 	rows, err := q.pool.Query(ctx, `SELECT id FROM jobs WHERE batch_id = $1::uuid AND state IN ('failed', 'canceled')`, batchID)
 	if err != nil {
 		return 0, fmt.Errorf("retry batch %s: %w", batchID, err)

@@ -30,9 +30,11 @@ type AssignReport struct {
 	FreeSlots int
 	// Throttled counts hosts that had ready jobs but no budget this round.
 	Throttled int
-	// NextDue is the earliest time a host held back by its minimum interval
-	// may start again (zero if none): the producer's next wake-up.
-	NextDue time.Time
+	// NextDueIn is how long until the earliest host held back by its minimum
+	// interval may start again (0 if none): the producer's next wake-up. It
+	// is measured on the database's clock, so producer clock skew cannot
+	// turn it into a busy loop.
+	NextDueIn time.Duration
 	// CreatedAt holds the creation time of each assigned job, for the
 	// submit-to-assignment latency metric.
 	CreatedAt []time.Time
@@ -126,6 +128,13 @@ func distribute(nodes []nodeSlots, n int) []string {
 
 const lockAssignSQL = `SELECT pg_advisory_xact_lock($1)`
 
+// lockNodesSQL share-locks the active nodes in id order (the order every
+// multi-node locker uses) for the round: a node cannot be declared lost,
+// start draining or re-register with another capacity between the round's
+// reading of its free slots and its assigning to it. Heartbeats wait the
+// few milliseconds a round takes.
+const lockNodesSQL = `SELECT id FROM nodes WHERE state = 'active' ORDER BY id FOR SHARE`
+
 const politeNodesSQL = `
 SELECT n.id, n.capacity, count(h.id)::int
 FROM nodes n
@@ -137,7 +146,11 @@ ORDER BY n.id`
 
 // politeHostsSQL finds the hosts that have pending jobs by a loose index scan
 // (one probe per host, however many jobs each has), with their farm-wide
-// active and queued counts and the time of their last start.
+// active and queued counts and the time of their last start. The clock it
+// returns is read after the statement's snapshot (clock_timestamp, not
+// now()), so "the interval since the last start has passed" is judged at a
+// moment no earlier than what the snapshot saw; and a job assigned now can
+// only start (Claim stamps the clock) after this round commits.
 const politeHostsSQL = `
 WITH RECURSIVE ph AS (
     (SELECT host FROM jobs WHERE state = 'pending' ORDER BY host LIMIT 1)
@@ -149,7 +162,7 @@ WITH RECURSIVE ph AS (
     FROM jobs WHERE state IN ('queued', 'processing') GROUP BY host
 )
 SELECT ph.host, coalesce(a.active, 0), coalesce(a.queued, 0), h.host IS NOT NULL,
-       nullif(h.last_started_at, '-infinity'), coalesce($1::timestamptz, now())
+       nullif(h.last_started_at, '-infinity'), coalesce($1::timestamptz, clock_timestamp())
 FROM ph
 LEFT JOIN active a ON a.host = ph.host
 LEFT JOIN hosts h ON h.host = ph.host
@@ -203,6 +216,9 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		if _, err := tx.Exec(ctx, lockAssignSQL, assignLockKey); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, lockNodesSQL); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, politeNodesSQL)
 		if err != nil {
 			return err
@@ -249,8 +265,8 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 			}
 			if n == 0 {
 				rep.Throttled++
-				if !due.IsZero() && (rep.NextDue.IsZero() || due.Before(rep.NextDue)) {
-					rep.NextDue = due
+				if wait := due.Sub(now); !due.IsZero() && (rep.NextDueIn == 0 || wait < rep.NextDueIn) {
+					rep.NextDueIn = max(wait, time.Millisecond)
 				}
 				continue
 			}

@@ -222,8 +222,11 @@ WITH picked AS (
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
+    -- started_at is the clock when the row changes, not now() (the
+    -- transaction's start, which can precede the snapshot that saw the job
+    -- queued): politeness spaces starts by these stamps.
     UPDATE jobs j SET state = 'processing', attempts = j.attempts + 1,
-        started_at = coalesce($3::timestamptz, now()),
+        started_at = coalesce($3::timestamptz, clock_timestamp()),
         lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8)
     FROM picked
     WHERE j.id = picked.id
@@ -232,8 +235,12 @@ WITH picked AS (
     -- Politeness: a host with a minimum interval between starts has a row in
     -- hosts; its start is recorded in the statement that starts the job, so
     -- the producer spaces starts by what happened, not by what it assigned.
-    UPDATE hosts h SET last_started_at = greatest(h.last_started_at, coalesce($3::timestamptz, now()))
+    -- It also wakes the producer: the host's next job may be assigned once
+    -- the interval from this start has passed. (Identical notifications of
+    -- one transaction are delivered once.)
+    UPDATE hosts h SET last_started_at = greatest(h.last_started_at, coalesce($3::timestamptz, clock_timestamp()))
     WHERE h.host IN (SELECT host FROM claimed)
+    RETURNING pg_notify($5, $6)
 )
 SELECT ` + jobCols + ` FROM claimed j`
 
@@ -244,7 +251,7 @@ func (q *Queue) Claim(ctx context.Context, nodeID string, n int) ([]Job, error) 
 	if n <= 0 {
 		return nil, nil
 	}
-	rows, err := q.pool.Query(ctx, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds())
+	rows, err := q.pool.Query(ctx, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds(), ChannelProducer, PayloadSlots)
 	if err != nil {
 		return nil, fmt.Errorf("claim for node %q: %w", nodeID, err)
 	}
