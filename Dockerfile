@@ -2,12 +2,14 @@
 # browserfarm: one image, default command `farm consumer`.
 #
 #   docker build -t browserfarm .
-#   docker run -d --restart=always --shm-size=1g \
+#   docker run -d --restart=always --shm-size=1g --stop-timeout 90 \
 #     -e FARM_DATABASE_URL=postgres://farm:secret@db.internal:5432/farm \
 #     -e FARM_NODE_ID=consumer-a browserfarm
 #
 # --restart=always is what makes the consumer's exit code 75 ("recycle me",
-# after --exit-after-jobs jobs) a cheap, clean restart. --shm-size is a
+# after --exit-after-jobs jobs) a cheap, clean restart. --stop-timeout 90: on
+# `docker stop` the consumer drains its in-flight jobs (--drain-timeout, 60 s)
+# and hands the rest back; Docker's default 10 s would cut that short. --shm-size is a
 # safety margin: Chrome is started with --disable-dev-shm-usage, but Docker's
 # default 64 MiB /dev/shm is still too small for some of its allocations.
 

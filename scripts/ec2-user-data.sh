@@ -1,16 +1,22 @@
 #!/bin/bash
 # EC2 user-data for a browserfarm consumer (Debian 12 AMI) in an Auto Scaling group.
-# Set FARM_DATABASE_URL (the producer's PostgreSQL) and FARM_BINARY_URL (where
-# your build of `farm` is published, e.g. an S3 presigned URL) in the launch template,
-# or bake the binary into the AMI and leave FARM_BINARY_URL empty.
+#
+# User-data gets no variables from the launch template: edit the values below
+# before pasting this script into it. FARM_ASG_NAME may stay empty when the
+# launch template enables instance metadata tags (the group's
+# aws:autoscaling:groupName tag is then read from IMDS). The instance role
+# needs autoscaling:SetInstanceProtection on the group.
 #
 # The node id is the instance id, so a replaced instance never collides with
 # an old one, and the consumer keeps scale-in protection on while it has work
 # (--aws-instance-protection), so the group only terminates idle instances.
-set -euxo pipefail
+set -euo pipefail # no -x: the database URL holds a password
 
-FARM_DATABASE_URL="${FARM_DATABASE_URL:?set FARM_DATABASE_URL in the launch template}"
-FARM_BINARY_URL="${FARM_BINARY_URL:-}"
+FARM_DATABASE_URL="postgres://farm:CHANGE-ME@db.internal:5432/farm"  # the producer's PostgreSQL
+FARM_BINARY_URL=""   # where your build of `farm` is published (e.g. an S3 presigned URL); empty if baked into the AMI
+FARM_ASG_NAME=""     # the consumers' Auto Scaling group; empty: from the instance's tags
+
+case "$FARM_DATABASE_URL" in *CHANGE-ME*) echo "user-data: set FARM_DATABASE_URL first" >&2; exit 1 ;; esac
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
@@ -24,16 +30,26 @@ test -x /usr/local/bin/farm
 
 id farm >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/farm farm
 
-# IMDSv2: a session token, then the instance id.
+# IMDSv2: a session token, then the instance id (and the group from the tags).
 token=$(curl -fsS -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 300')
-instance_id=$(curl -fsS -H "X-aws-ec2-metadata-token: $token" http://169.254.169.254/latest/meta-data/instance-id)
+imds() { curl -fsS -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/meta-data/$1"; }
+instance_id=$(imds instance-id)
+if [ -z "$FARM_ASG_NAME" ]; then
+  FARM_ASG_NAME=$(imds tags/instance/aws:autoscaling:groupName || true)
+fi
+protection=true
+if [ -z "$FARM_ASG_NAME" ]; then
+  echo "user-data: no Auto Scaling group name (set FARM_ASG_NAME or enable instance metadata tags); running without scale-in protection" >&2
+  protection=false
+fi
 
 install -d -m 0750 -o root -g farm /etc/browserfarm
 cat > /etc/browserfarm/consumer.env <<ENV
 FARM_DATABASE_URL=${FARM_DATABASE_URL}
 FARM_NODE_ID=${instance_id}
 FARM_CHROME=/usr/lib/chromium/chromium
-FARM_AWS_INSTANCE_PROTECTION=true
+FARM_AWS_INSTANCE_PROTECTION=${protection}
+FARM_AWS_ASG_NAME=${FARM_ASG_NAME}
 FARM_LOG_FORMAT=json
 ENV
 chmod 0640 /etc/browserfarm/consumer.env
@@ -56,7 +72,7 @@ RestartSec=2
 SuccessExitStatus=75
 KillSignal=SIGTERM
 TimeoutStopSec=120
-KillMode=control-group
+KillMode=mixed
 LimitNOFILE=65536
 
 [Install]

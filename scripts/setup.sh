@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what browserfarm needs at run time and in its tests when it is
 # missing: Chromium (Debian's package; fonts so pages render as users see
-# them) and the PostgreSQL server binaries (no server is started: the farm
-# and the tests start private clusters). Needs root and apt on Debian/Ubuntu;
+# them) and the PostgreSQL server binaries (the farm and the tests start
+# private clusters; Debian's usual system cluster is not created). Needs root and apt on Debian/Ubuntu;
 # elsewhere it says what to install. Checks that Go is new enough to build.
 set -euo pipefail
 
@@ -11,13 +11,18 @@ if [ -z "${FARM_CHROME:-}" ] && ! [ -x /usr/lib/chromium/chromium ] && ! command
    && ! command -v chromium-browser >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1; then
   missing+=(chromium fonts-liberation)
 fi
-if [ -z "${FARM_DATABASE_URL:-}${FARM_TEST_DATABASE_URL:-}" ] && ! command -v initdb >/dev/null 2>&1 \
+if [ -z "${FARM_TEST_DATABASE_URL:-}" ] && ! command -v initdb >/dev/null 2>&1 \
    && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   missing+=(postgresql)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${missing[*]}" >&2
+    # Only the binaries are wanted: no "main" cluster started as a service.
+    if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+      mkdir -p /etc/postgresql-common
+      echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else

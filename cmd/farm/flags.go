@@ -17,13 +17,29 @@ var errHelp = errors.New("help printed")
 type flagSet struct {
 	*flag.FlagSet
 	name string
-	// given holds the flags set on the command line or by the environment.
-	given map[string]bool
+	// given holds the flags set on the command line or by the environment;
+	// cmdline those set on the command line.
+	given, cmdline map[string]bool
+	// noEnv holds flags read from the command line only: selectors whose
+	// value left in the environment by an earlier command would silently
+	// widen what a destructive command acts on (farm cancel --batch).
+	noEnv map[string]bool
+}
+
+// commandLineOnly exempts flags from the environment.
+func (fs *flagSet) commandLineOnly(names ...string) {
+	if fs.noEnv == nil {
+		fs.noEnv = map[string]bool{}
+	}
+	for _, n := range names {
+		fs.noEnv[n] = true
+	}
 }
 
 func newFlagSet(name, synopsis string, out io.Writer) *flagSet {
 	fs := flag.NewFlagSet("farm "+name, flag.ContinueOnError)
 	fs.SetOutput(out)
+	set := &flagSet{FlagSet: fs, name: name}
 	fs.Usage = func() {
 		fmt.Fprintf(out, "usage: farm %s %s\n\n", name, synopsis)
 		fs.VisitAll(func(f *flag.Flag) {
@@ -31,10 +47,14 @@ func newFlagSet(name, synopsis string, out io.Writer) *flagSet {
 			if def != "" {
 				def = " (default " + def + ")"
 			}
-			fmt.Fprintf(out, "  --%s  [%s]%s\n      %s\n", f.Name, envName(f.Name), def, f.Usage)
+			env := "[" + envName(f.Name) + "]"
+			if set.noEnv[f.Name] {
+				env = "[command line only]"
+			}
+			fmt.Fprintf(out, "  --%s  %s%s\n      %s\n", f.Name, env, def, f.Usage)
 		})
 	}
-	return &flagSet{FlagSet: fs, name: name}
+	return set
 }
 
 // envName maps a flag name to its environment variable: --exit-after-jobs is FARM_EXIT_AFTER_JOBS.
@@ -53,10 +73,11 @@ func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 		return &usageError{err.Error()}
 	}
 	fs.given = map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { fs.given[f.Name] = true })
+	fs.cmdline = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { fs.given[f.Name], fs.cmdline[f.Name] = true, true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if fs.given[f.Name] {
+		if fs.given[f.Name] || fs.noEnv[f.Name] {
 			return
 		}
 		v := getenv(envName(f.Name))
@@ -77,3 +98,6 @@ func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 // isGiven reports whether the flag was set on the command line or by its
 // environment variable (rather than left at its default).
 func (fs *flagSet) isGiven(name string) bool { return fs.given[name] }
+
+// onCommandLine reports whether the flag was given on the command line.
+func (fs *flagSet) onCommandLine(name string) bool { return fs.cmdline[name] }

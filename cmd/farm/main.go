@@ -83,7 +83,7 @@ func realMain(args []string, env *environment) int {
 		usage(env.stderr)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext(env.stderr)
 	defer stop()
 	err := cmd.run(ctx, env, args[2:])
 	switch {
@@ -122,3 +122,34 @@ type usageError struct{ msg string }
 func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+// signalContext is canceled by the first SIGINT or SIGTERM, which starts a
+// graceful stop (consumers drain, which can take a while). A second signal
+// exits at once: children then clean up after themselves (consumers drain
+// on their parent-death signal, Chrome is killed with its consumer,
+// PostgreSQL shuts down fast).
+func signalContext(stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			fmt.Fprintln(stderr, "farm: second signal; exiting now without waiting for the drain")
+			os.Exit(exitError)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -136,21 +137,28 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	}
 	var write func(jobqueue.ExportRow) error
 	var flush func() error
+	out := bufio.NewWriterSize(env.stdout, 64*1024)
 	switch format {
 	case "jsonl":
-		enc := json.NewEncoder(env.stdout)
+		enc := json.NewEncoder(out)
 		write = func(r jobqueue.ExportRow) error { return enc.Encode(exportRecord(r)) }
-		flush = func() error { return nil }
+		flush = out.Flush
 	case "csv":
 		if html || screenshot {
 			return usagef("--html and --screenshot need --format jsonl")
 		}
-		cw := csv.NewWriter(env.stdout)
+		cw := csv.NewWriter(out)
 		if err := cw.Write(csvHeader); err != nil {
 			return err
 		}
 		write = func(r jobqueue.ExportRow) error { return cw.Write(csvRecord(r)) }
-		flush = func() error { cw.Flush(); return cw.Error() }
+		flush = func() error {
+			cw.Flush()
+			if err := cw.Error(); err != nil {
+				return err
+			}
+			return out.Flush()
+		}
 	default:
 		return usagef("--format: %q is not jsonl or csv", format)
 	}
@@ -160,10 +168,12 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	}
 	defer pool.Close()
 	q := jobqueue.New(pool, jobqueue.Config{})
-	if err := q.ExportResults(ctx, f, write); err != nil {
-		return err
+	// What was exported is written out even when the export stops early.
+	err = q.ExportResults(ctx, f, write)
+	if ferr := flush(); err == nil {
+		err = ferr
 	}
-	return flush()
+	return err
 }
 
 // parseWhen reads an absolute time (RFC 3339) or a duration before now.
@@ -248,6 +258,7 @@ func cancelOrRetry(ctx context.Context, env *environment, args []string, verb st
 	var batch string
 	db.register(fs)
 	fs.StringVar(&batch, "batch", "", verb+" every job of this batch")
+	fs.commandLineOnly("batch")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -255,8 +266,8 @@ func cancelOrRetry(ctx context.Context, env *environment, args []string, verb st
 	if err != nil {
 		return err
 	}
-	if len(ids) == 0 && batch == "" {
-		return usagef("give job ids or --batch")
+	if (len(ids) == 0) == (batch == "") {
+		return usagef("give job ids or --batch BATCH_ID, not both")
 	}
 	pool, err := db.pool(ctx, 2)
 	if err != nil {

@@ -183,3 +183,44 @@ func TestParseWhen(t *testing.T) {
 		}
 	}
 }
+
+// A batch id left in the environment must not turn `farm cancel 123` into
+// "cancel the whole batch"; ids and --batch together are refused.
+func TestCancelSelectors(t *testing.T) {
+	ctx := context.Background()
+	url, q := migratedDB(t)
+	batch, ids, err := q.Enqueue(ctx, []jobqueue.Spec{{URL: "https://a.example/1"}, {URL: "https://a.example/2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FARM_DATABASE_URL": url, "FARM_BATCH": batch}
+	if code, out, errOut := farmRun(t, "", env, "cancel", strconv.FormatInt(ids[0], 10)); code != exitOK || !strings.Contains(out, "1 jobs canceled") {
+		t.Fatalf("cancel one id with FARM_BATCH set: %d %q %q", code, out, errOut)
+	}
+	if j, _ := q.Get(ctx, ids[1]); j.State != jobqueue.StatePending {
+		t.Fatalf("the other job of the batch is %s; FARM_BATCH widened the cancel", j.State)
+	}
+	if code, _, errOut := farmRun(t, "", env, "cancel"); code != exitUsage || !strings.Contains(errOut, "give job ids or --batch") {
+		t.Fatalf("bare cancel with FARM_BATCH set: %d %q", code, errOut)
+	}
+	if code, _, errOut := farmRun(t, "", env, "retry", "--batch", batch, strconv.FormatInt(ids[0], 10)); code != exitUsage || !strings.Contains(errOut, "not both") {
+		t.Fatalf("ids and --batch: %d %q", code, errOut)
+	}
+	if code, _, errOut := farmRun(t, "", env, "cancel", "--batch", "not-a-uuid"); code != exitError || !strings.Contains(errOut, "not a UUID") {
+		t.Fatalf("bad batch id: %d %q", code, errOut)
+	}
+}
+
+func TestConsumerEnvironment(t *testing.T) {
+	got := consumerEnvironment([]string{"PATH=/bin", "FARM_NODE_ID=shared", "FARM_HEALTH_ADDR=127.0.0.1:9091",
+		"FARM_CAPACITY=99", "FARM_JOB_TIMEOUT=45s"}, map[string]string{"FARM_CAPACITY": "6", "FARM_CHROME": ""})
+	want := map[string]bool{"PATH=/bin": true, "FARM_JOB_TIMEOUT=45s": true, "FARM_CAPACITY=6": true}
+	if len(got) != len(want) {
+		t.Fatalf("environment %q, want exactly %v", got, want)
+	}
+	for _, kv := range got {
+		if !want[kv] {
+			t.Errorf("unexpected %q in %q", kv, got)
+		}
+	}
+}

@@ -31,6 +31,7 @@ import (
 
 // upOptions are the flags of `farm up` beyond the producer's.
 type upOptions struct {
+	drain       time.Duration
 	consumers   int
 	capacity    int
 	dataDir     string
@@ -82,6 +83,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	fs.IntVar(&uo.demoJobs, "demo-jobs", 300, "with --demo: how many pages to render")
 	fs.DurationVar(&uo.demoDelay, "demo-delay", 0, "with --demo: how long the test site's API takes to answer, to mimic a slow site")
 	fs.BoolVar(&uo.keepData, "keep-data", false, "with --demo: keep the temporary data dir (database and logs) afterwards")
+	fs.DurationVar(&uo.drain, "drain-timeout", time.Minute, "on Ctrl-C, how long the consumers' in-flight jobs may finish before they are handed back")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -93,6 +95,12 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	}
 	if uo.demo && uo.demoJobs < 1 {
 		return usagef("--demo-jobs must be at least 1")
+	}
+	if uo.demo && db.url != "" && !fs.onCommandLine("database-url") {
+		// The demo's jobs point at a site on this machine: never send them to
+		// a farm named by an environment variable that may be production.
+		fmt.Fprintln(env.stderr, "farm up --demo: ignoring FARM_DATABASE_URL; the demo runs its own database (pass --database-url to override)")
+		db.url = ""
 	}
 	if uo.demo && !fs.isGiven("heartbeat-interval") {
 		uo.heartbeat = time.Second
@@ -111,11 +119,14 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 			uo.dataDir = defaultDataDir(env.getenv)
 		}
 	}
-	if err := os.MkdirAll(uo.dataDir, 0o755); err != nil {
-		return fmt.Errorf("--data-dir: %w", err)
+	if _, err := os.Stat(uo.dataDir); err != nil || tempData {
+		if err := os.MkdirAll(uo.dataDir, 0o755); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		// A dir we made: the PostgreSQL account (when we are root) must be
+		// able to enter it. A dir the user gave keeps its mode.
+		_ = os.Chmod(uo.dataDir, 0o755)
 	}
-	// The PostgreSQL account (when we are root) must be able to enter it.
-	_ = os.Chmod(uo.dataDir, 0o755)
 	logDir := filepath.Join(uo.dataDir, "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return fmt.Errorf("log dir: %w", err)
@@ -241,6 +252,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	})
 	fl, err := fleet.New(fleet.Config{
 		Count: uo.consumers,
+		// Past the drain, a consumer still hands its jobs back and marks
+		// itself exited: give it that time before killing it.
+		StopTimeout: uo.drain + 30*time.Second,
 		Command: func(slot int) *exec.Cmd {
 			cmd := exec.Command(self, "consumer")
 			cmd.Env = append(consumerEnv, "FARM_NODE_ID="+nodeIDFor(hostname, slot))
@@ -257,17 +271,22 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 
 	errDemoDone := errors.New("demo finished")
 	var demoErr error
+	demoRan := false
 	if uo.demo {
 		dctx, stopDemo := context.WithCancel(ctx)
 		g.Add(func() error {
 			demoErr = runDemo(dctx, env, jobqueue.New(pool, jobqueue.Config{}), site.URL, uo, fl, events, logDir)
+			demoRan = true
 			return errDemoDone
 		}, func(error) { stopDemo() })
 	}
 	addContext(ctx, &g)
 	err = g.Run()
-	if errors.Is(err, errDemoDone) {
+	switch {
+	case errors.Is(err, errDemoDone) || (uo.demo && demoRan):
 		err = demoErr
+	case uo.demo && err == nil:
+		err = errors.New("demo interrupted before it finished")
 	}
 	if err == nil {
 		succeeded = true
@@ -275,14 +294,19 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	return err
 }
 
-// consumerEnvironment is our environment without any FARM_* setting (the
-// consumers get exactly the settings `farm up` decides), plus set.
+// consumerEnvironment is our environment plus set: the settings `farm up`
+// decides replace any the environment had, and a consumer's identity
+// (node id, health address) is never inherited, since K consumers share it.
+// Other FARM_* settings (FARM_JOB_TIMEOUT, FARM_CHROME_FLAGS, …) reach the
+// consumers as they would a `farm consumer` started by hand.
 func consumerEnvironment(base []string, set map[string]string) []string {
 	var out []string
 	for _, kv := range base {
-		if !strings.HasPrefix(kv, "FARM_") {
-			out = append(out, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		if _, decided := set[name]; decided || name == "FARM_NODE_ID" || name == "FARM_HEALTH_ADDR" {
+			continue
 		}
+		out = append(out, kv)
 	}
 	for k, v := range set {
 		if v != "" {
@@ -435,7 +459,7 @@ func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL s
 		select {
 		case <-ctx.Done():
 			_ = bar.Exit()
-			return ctx.Err()
+			return fmt.Errorf("demo interrupted at %d of %d pages", c.Finished(), c.Total)
 		case <-tick.C:
 		}
 	}

@@ -68,7 +68,7 @@ func TestUpDemoEndToEnd(t *testing.T) {
 	cmd := exec.CommandContext(ctx, bin, "up", "--demo", "--demo-jobs", strconv.Itoa(jobs),
 		"--consumers", "2", "--capacity", "3", "--chrome-recycle-jobs", "4", "--exit-after-jobs", "9",
 		"--data-dir", dataDir, "--listen", "127.0.0.1:0")
-	cmd.Env = append(consumerEnvironment(os.Environ(), nil), "TMPDIR="+tmp)
+	cmd.Env = append(withoutFarmSettings(os.Environ()), "TMPDIR="+tmp)
 	// On timeout, stop the farm the way an operator would (Ctrl-C), so the
 	// test still finds out whether everything shuts down cleanly.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
@@ -127,4 +127,16 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// withoutFarmSettings drops FARM_* from an environment, so the test runs
+// `farm up` with its defaults whatever the developer's shell exports.
+func withoutFarmSettings(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "FARM_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -308,7 +308,9 @@ func (c *Cluster) removeSocketDir() {
 }
 
 // prepareDataDir makes sure DataDir holds an initialised cluster owned by the
-// account the server runs as.
+// account the server runs as. initdb works in a sibling directory that is
+// renamed into place only when it succeeded, so an initdb killed half-way
+// (Ctrl-C, a timeout) leaves nothing that a later start would trip over.
 func prepareDataDir(ctx context.Context, cfg Config, binDir string, cred *syscall.Credential, log *zap.Logger) error {
 	dir := cfg.DataDir
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err == nil {
@@ -317,33 +319,50 @@ func prepareDataDir(ctx context.Context, cfg Config, binDir string, cred *syscal
 	if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
 		return fmt.Errorf("pglocal: data dir %s is not empty and holds no PostgreSQL cluster; refusing to initialise it", dir)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("pglocal: create data dir parent: %w", err)
+	}
+	staging := dir + ".initdb"
+	if err := os.RemoveAll(staging); err != nil { // left by an interrupted attempt
+		return fmt.Errorf("pglocal: clear %s: %w", staging, err)
+	}
+	if err := os.Mkdir(staging, 0o700); err != nil {
 		return fmt.Errorf("pglocal: create data dir: %w", err)
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("pglocal: data dir: %w", err)
-	}
-	if err := chownIfNeeded(dir, cred); err != nil {
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(staging)
+		}
+	}()
+	if err := chownIfNeeded(staging, cred); err != nil {
 		return err
 	}
 	if cred != nil {
-		if err := checkReachable(dir, cred); err != nil {
+		if err := checkReachable(staging, cred); err != nil {
 			return err
 		}
 	}
-	args := []string{"-D", dir, "-U", Superuser, "--auth=trust", "--encoding=UTF8", "--locale=C"}
+	args := []string{"-D", staging, "-U", Superuser, "--auth=trust", "--encoding=UTF8", "--locale=C"}
 	if cfg.Ephemeral {
 		args = append(args, "--no-sync")
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	cmd.Dir = dir
+	cmd.Dir = staging
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("pglocal: initdb %s: %w\n%s", dir, err, out.String())
 	}
+	// An empty dir in the way (made by the caller) goes; anything else stays
+	// and makes the rename fail loudly.
+	_ = os.Remove(dir)
+	if err := os.Rename(staging, dir); err != nil {
+		return fmt.Errorf("pglocal: move the new cluster into %s: %w", dir, err)
+	}
+	ok = true
 	log.Info("postgres cluster initialised", zap.String("data_dir", dir), zap.Duration("took", time.Since(start)))
 	return nil
 }

@@ -199,3 +199,26 @@ func reachableTempDir(t *testing.T) string {
 	}
 	return d
 }
+
+// An initdb interrupted on an earlier start leaves only its staging dir,
+// which the next start clears; the data dir itself is never half-made.
+func TestInterruptedInitdbIsRedone(t *testing.T) {
+	ctx := context.Background()
+	base := reachableTempDir(t)
+	dir := filepath.Join(base, "data")
+	if err := os.MkdirAll(dir+".initdb/base", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir+".initdb", "PG_VERSION"), []byte("15\n"), 0o600)
+	c, err := Start(ctx, Config{DataDir: dir, Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	if _, err := os.Stat(dir + ".initdb"); !os.IsNotExist(err) {
+		t.Errorf("staging dir left behind: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postgresql.conf")); err != nil {
+		t.Errorf("no cluster in the data dir: %v", err)
+	}
+}
