@@ -251,11 +251,17 @@ func (q *Queue) Claim(ctx context.Context, nodeID string, n int) ([]Job, error) 
 	if n <= 0 {
 		return nil, nil
 	}
-	rows, err := q.pool.Query(ctx, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds(), ChannelProducer, PayloadSlots)
-	if err != nil {
-		return nil, fmt.Errorf("claim for node %q: %w", nodeID, err)
-	}
-	jobs, err := collectJobs(rows)
+	// Two claims stamping the same hosts rows in different orders can
+	// deadlock; the loser is rolled back whole and simply runs again.
+	var jobs []Job
+	err := q.retryDeadlocks(ctx, "claim", func() error {
+		rows, err := q.pool.Query(ctx, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds(), ChannelProducer, PayloadSlots)
+		if err != nil {
+			return err
+		}
+		jobs, err = collectJobs(rows)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("claim for node %q: %w", nodeID, err)
 	}
