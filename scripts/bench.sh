@@ -5,6 +5,8 @@
 #
 #   scripts/bench.sh soak      Chrome-tree PSS over 400 /leak/ jobs, recycling every 20 vs never
 #   scripts/bench.sh recycle   one node's pages/s, recycling every 20 vs never, latency- and CPU-bound
+#   scripts/bench.sh go        every Go benchmark (queue, assignment, latency, rendering, dashboard)
+#   scripts/bench.sh autoscale a simulated day: node-hours autoscaled vs a fixed fleet, longest wait
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.
 set -euo pipefail
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 usage() {
   sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
-  echo "usage: scripts/bench.sh soak|recycle [mode flags]" >&2
+  echo "usage: scripts/bench.sh soak|recycle|go|autoscale [mode flags]" >&2
 }
 
 [ $# -ge 1 ] || { usage; exit 2; }
@@ -32,6 +34,42 @@ case "$mode" in
   soak | recycle)
     build internal/benchfarm
     "$tmp/benchfarm" "$mode" "$@"
+    ;;
+  go | autoscale)
+    # Each benchmark with the iteration count that makes it meaningful (they
+    # count jobs, pages or rounds per op), one package at a time: they share
+    # two cores. go test's output (benchstat-compatible) goes to stderr; the
+    # JSON line collects every metric as "Benchmark.unit": value.
+    if [ "$mode" = go ]; then
+      runs=(
+        "./jobqueue BenchmarkEnqueue10k 20x"
+        "./jobqueue BenchmarkLifecycle 20000x"
+        "./farm BenchmarkAssign100Nodes 6000x"
+        "./farm BenchmarkSubmitToStart 300x"
+        "./browser BenchmarkColdStart 5x"
+        "./browser BenchmarkRender6 120x"
+        "./browser BenchmarkIsolation 60x"
+        "./farm/web . 20x"
+      )
+    else
+      runs=("./farm/autoscale BenchmarkSimulateDay 1x")
+    fi
+    out="$tmp/go-bench.txt"
+    : > "$out"
+    for r in "${runs[@]}"; do
+      read -r pkg re bt <<<"$r"
+      go test -run '^$' -bench "$re" -benchtime "$bt" -count 1 "$pkg" "$@" | tee -a "$out" >&2
+    done
+    awk -v mode="$mode" '
+      /^Benchmark/ {
+        name=$1; sub(/-[0-9]+$/, "", name)
+        for (i = 3; i < NF; i += 2) { m[name "." $(i+1)] = $i }
+      }
+      END {
+        printf "{\"bench\":\"%s\"", mode
+        for (k in m) printf ",\"%s\":%s", k, m[k]
+        print "}"
+      }' "$out"
     ;;
   -h | --help | help)
     usage
