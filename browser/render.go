@@ -171,10 +171,12 @@ func (s *Session) classify(parent, jctx context.Context, err error) error {
 
 // run does the render on tab t. Every call is bounded by ctx.
 func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Result) error {
+	mark := time.Now()
 	if err := t.setup(ctx, j); err != nil {
 		return err
 	}
-	mark := time.Now()
+	res.Timings.Setup += time.Since(mark)
+	mark = time.Now()
 	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: j.URL})
 	if err != nil {
 		return fmt.Errorf("navigating: %w", err)
@@ -209,7 +211,15 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			return err
 		}
 		res.Timings.Wait = time.Since(mark)
-
+		if resp := st.doc(nav.LoaderID); res.Status == 0 && resp != nil {
+			// The response event came after Page.navigate's answer.
+			res.Status = int(resp.Status)
+			if res.Status >= 400 {
+				httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+			}
+		}
+	}
+	if httpErr == nil {
 		mark = time.Now()
 		for i, a := range j.Actions {
 			if err := t.act(ctx, a); err != nil {

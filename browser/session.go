@@ -56,10 +56,8 @@ func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Class: ClassCanceled, Retriable: true, Err: err}
 	}
-	select {
-	case <-b.done:
+	if b.gone() {
 		return nil, &Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")}
-	default:
 	}
 	sctx, cancel := context.WithCancel(b.rootCtx)
 	s := &Session{b: b, ctx: sctx, cancel: cancel}
@@ -72,8 +70,10 @@ func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
 // errSessionClosed is returned by Render after Close.
 var errSessionClosed = errors.New("session closed")
 
-// Close ends the session: it waits for a Render in progress, then closes the
-// session's tabs and disposes of their browser contexts. It is idempotent.
+// Close ends the session: it waits for a Render in progress (bounded by that
+// job's timeout), then closes the session's tabs and disposes of their
+// browser contexts. It is idempotent; Render after Close fails with class
+// "canceled".
 func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,11 +97,9 @@ func (s *Session) Close() error {
 	}
 	s.bg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		select {
-		case <-s.b.done:
+		if s.b.gone() {
 			// Tear-down errors of a dead Chrome say nothing new.
 			return nil
-		default:
 		}
 		return fmt.Errorf("browser: closing session: %w", err)
 	}

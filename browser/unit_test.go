@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,6 +325,23 @@ func TestNamesProfile(t *testing.T) {
 	for _, tc := range tests {
 		if got := namesProfile([]byte(tc.cmdline), flag, inside); got != tc.want {
 			t.Errorf("namesProfile(%q) = %v, want %v", tc.cmdline, got, tc.want)
+		}
+	}
+}
+
+func TestMergeFeatureFlags(t *testing.T) {
+	tests := []struct {
+		in, want []string
+	}{
+		{[]string{"--headless", "--disable-features=A,B", "--x"}, []string{"--headless", "--disable-features=A,B", "--x"}},
+		{[]string{"--disable-features=A", "--y", "--disable-features=C", "--enable-features=E", "--enable-features=F"},
+			[]string{"--disable-features=A,C", "--y", "--enable-features=E,F"}},
+		{[]string{"--disable-features=A", "--disable-features="}, []string{"--disable-features=A"}},
+		{[]string{"--disable-features-foo=1", "--disable-features-foo=2"}, []string{"--disable-features-foo=1", "--disable-features-foo=2"}},
+	}
+	for _, tc := range tests {
+		if got := mergeFeatureFlags(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("mergeFeatureFlags(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
