@@ -4,6 +4,7 @@
 # Progress goes to stderr; the result is ONE JSON line on stdout.
 #
 #   scripts/bench.sh soak      Chrome-tree PSS over 400 /leak/ jobs, recycling every 20 vs never
+#                              (-context fresh: a browser context per job instead of the shared one)
 #   scripts/bench.sh recycle   one node's pages/s, recycling every 20 vs never, latency- and CPU-bound
 #   scripts/bench.sh go        every Go benchmark (queue, assignment, latency, rendering, dashboard)
 #   scripts/bench.sh autoscale a simulated day: node-hours autoscaled vs a fixed fleet, longest wait
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
   echo "usage: scripts/bench.sh soak|recycle|go|autoscale [mode flags]" >&2
 }
 

@@ -5,8 +5,8 @@
 // assigning jobs, and measures what recycling Chrome costs and saves. It
 // prints progress on stderr and one JSON line on stdout.
 //
-//	benchfarm soak    [-jobs 400]                 Chrome-tree PSS over time, recycling every 20 vs never, /leak/ pages
-//	benchfarm recycle [-jobs 120] [-rounds 3]     throughput, recycling every 20 vs never, latency- and CPU-bound pages
+//	benchfarm soak    [-jobs 400] [-context shared|fresh]  Chrome-tree PSS over time, recycling every 20 vs never, /leak/ pages
+//	benchfarm recycle [-jobs 120] [-rounds 3]            throughput, recycling every 20 vs never, latency- and CPU-bound pages
 package main
 
 import (
@@ -43,11 +43,16 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	jobs := fs.Int("jobs", 0, "jobs per run (default: soak 400, recycle 120)")
 	rounds := fs.Int("rounds", 3, "recycle: alternating rounds (each runs both modes on both workloads)")
 	recycleEvery := fs.Int("recycle-every", 20, "Chrome recycle interval of the recycling runs")
+	contextMode := fs.String("context", "shared", "soak: where jobs run: shared (shared_context: Chrome's default context, where a page's leak outlives the job, as on sites scraped with a session) or fresh (a browser context per job, which discards the page's leak with it)")
 	verbose := fs.Bool("v", false, "log the nodes' info lines to stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if *contextMode != "shared" && *contextMode != "fresh" {
+		fmt.Fprintf(stderr, "benchfarm: -context %q: use shared or fresh\n", *contextMode)
 		return 2
 	}
 	if *jobs < 0 || *rounds < 1 || *recycleEvery < 1 {
@@ -73,7 +78,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		if n == 0 {
 			n = 400
 		}
-		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) { return soak(ctx, e, n, *recycleEvery) })
+		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) { return soak(ctx, e, n, *recycleEvery, *contextMode == "shared") })
 	case "recycle":
 		n := *jobs
 		if n == 0 {
