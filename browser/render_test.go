@@ -115,7 +115,8 @@ func TestPages(t *testing.T) {
 		{name: "slow/timeout", req: Request{URL: u("/slow/60000"), Timeout: time.Second}, class: ClassTimeout, retry: true,
 			min: time.Second, max: time.Second + slack},
 		{name: "hang", req: Request{URL: u("/hang"), Timeout: time.Second}, class: ClassTimeout, retry: true,
-			min: time.Second, max: time.Second + slack},
+			min: time.Second, max: time.Second + slack,
+			check: func(t *testing.T, e *env, _ *Result) { waitTabGone(t, e, "/hang") }},
 		{name: "hang/selector", req: Request{URL: u("/hang"), Wait: Wait{Selector: "#partial"}, Timeout: 10 * time.Second},
 			check: func(t *testing.T, e *env, res *Result) {
 				if res.Title != "Hang" || res.Status != 200 {
@@ -312,7 +313,8 @@ func TestPages(t *testing.T) {
 				}
 			}},
 		{name: "hostile/loop", req: Request{URL: u("/hostile/loop"), Timeout: 2 * time.Second}, class: ClassTimeout, retry: true,
-			min: 2 * time.Second, max: 2*time.Second + slack},
+			min: 2 * time.Second, max: 2*time.Second + slack,
+			check: func(t *testing.T, e *env, _ *Result) { waitTabGone(t, e, "/hostile/loop") }},
 		{name: "hostile/loop-selector", req: Request{URL: u("/hostile/loop"), Timeout: 2 * time.Second, Wait: Wait{Selector: "#before"}}, class: ClassTimeout, retry: true,
 			min: 2 * time.Second, max: 2*time.Second + slack},
 		{name: "hostile/dom", req: Request{URL: u("/hostile/dom?n=30000"), Timeout: time.Minute, Wait: Wait{Selector: "#ready"}, HTML: true, HTMLMaxBytes: 50000,
@@ -381,6 +383,31 @@ func closedPort(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return "http://" + addr + "/"
+}
+
+// waitTabGone polls until no tab shows a URL ending in path: the tab of a
+// job that timed out is torn down, hung renderer and all.
+func waitTabGone(t *testing.T, e *env, path string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		res, err := cdp.Call(ctx, e.b.cdpB, target.GetTargets, target.GetTargetsParams{})
+		if err != nil {
+			t.Fatalf("listing targets: %v", err)
+		}
+		left := slices.ContainsFunc(res.TargetInfos, func(info *target.Info) bool {
+			return info.Type == "page" && strings.HasSuffix(info.URL, path)
+		})
+		if !left {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the tab of %s is still open", path)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // waitNoPopups polls until no page that a page opened is left.
