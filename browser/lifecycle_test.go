@@ -291,7 +291,7 @@ func TestSessionsReopen(t *testing.T) {
 	cycle()
 	settleGoroutines(t, goruntime.NumGoroutine())
 	baseGoroutines := goruntime.NumGoroutine()
-	for range 10 {
+	for range 6 {
 		cycle()
 	}
 	// Chrome answers Target.closeTarget before the target is gone from its
@@ -303,7 +303,7 @@ func TestSessionsReopen(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 11 sessions: %d pages and %d browser contexts, want %d and %d", pages, contexts, basePages, baseContexts)
+			t.Fatalf("after 7 sessions: %d pages and %d browser contexts, want %d and %d", pages, contexts, basePages, baseContexts)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
