@@ -633,37 +633,24 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
-	defer cancel()
-	n, err := s.q.Cancel(ctx, id)
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	if n == 0 {
-		job, err := s.q.Get(ctx, id)
-		if err != nil {
-			s.queueError(w, r, err)
-			return
-		}
-		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is %s; only pending, queued or processing jobs can be canceled", id, job.State))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": jobqueue.StateCanceled})
+	s.changeJob(w, r, s.q.Cancel, jobqueue.StateCanceled, "only pending, queued or processing jobs can be canceled")
 }
 
 func (s *server) retryJob(w http.ResponseWriter, r *http.Request) {
+	s.changeJob(w, r, s.q.Retry, jobqueue.StatePending, "only failed or canceled jobs can be retried")
+}
+
+// changeJob applies a state change (cancel, retry) to the job in the path,
+// answering 409 with the job's state when it does not apply.
+func (s *server) changeJob(w http.ResponseWriter, r *http.Request,
+	change func(context.Context, ...int64) (int64, error), to jobqueue.State, only string) {
 	id, ok := jobID(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
 	defer cancel()
-	n, err := s.q.Retry(ctx, id)
+	n, err := change(ctx, id)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -674,10 +661,10 @@ func (s *server) retryJob(w http.ResponseWriter, r *http.Request) {
 			s.queueError(w, r, err)
 			return
 		}
-		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is %s; only failed or canceled jobs can be retried", id, job.State))
+		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is %s; %s", id, job.State, only))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": jobqueue.StatePending})
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": to})
 }
 
 func (s *server) cancelBatch(w http.ResponseWriter, r *http.Request) {
