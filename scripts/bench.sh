@@ -8,6 +8,9 @@
 #   scripts/bench.sh recycle   one node's pages/s, recycling every 20 vs never, latency- and CPU-bound
 #   scripts/bench.sh go        every Go benchmark (queue, assignment, latency, rendering, dashboard)
 #   scripts/bench.sh autoscale a simulated day: node-hours autoscaled vs a fixed fleet, longest wait
+#   scripts/bench.sh crawlee   pages/s and CPU-ms/page of browser (fresh and shared context) vs
+#                              Crawlee's PuppeteerCrawler, 6 at once, one Chrome each, CPU- and
+#                              latency-bound /page/ (installs @crawlee/puppeteer from npm into a temp dir)
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.
 set -euo pipefail
@@ -15,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 usage() {
   sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
-  echo "usage: scripts/bench.sh soak|recycle|go|autoscale [mode flags]" >&2
+  echo "usage: scripts/bench.sh soak|recycle|go|autoscale|crawlee [mode flags]" >&2
 }
 
 [ $# -ge 1 ] || { usage; exit 2; }
@@ -71,6 +74,18 @@ case "$mode" in
         for (k in m) printf ",\"%s\":%s", k, m[k]
         print "}"
       }' "$out"
+    ;;
+  crawlee)
+    # Crawlee runs from a temp dir: its packages are installed there at each
+    # run (puppeteer-core, not puppeteer, which would download a browser;
+    # @crawlee/puppeteer, not the crawlee meta-package, whose linkedom part
+    # does not install here) and the driver is copied next to them, where
+    # node resolves its imports.
+    echo "bench.sh: installing @crawlee/puppeteer and puppeteer-core" >&2
+    npm install --no-audit --no-fund --silent --prefix "$tmp/crawlee" @crawlee/puppeteer puppeteer-core >&2
+    cp scripts/crawlee-bench.mjs "$tmp/crawlee/"
+    build internal/benchcrawlee
+    "$tmp/benchcrawlee" -driver "$tmp/crawlee/crawlee-bench.mjs" "$@"
     ;;
   -h | --help | help)
     usage

@@ -1,0 +1,383 @@
+// Command benchcrawlee is the harness behind `scripts/bench.sh crawlee`: it
+// compares the rendering throughput of the farm's browser package with
+// Crawlee's PuppeteerCrawler at the same concurrency, on the same machine,
+// the same Chromium and the same pages (internal/testsite's /page/{n},
+// waited for until #ready, li.item counted). Each run is a child process
+// tree of its own (this binary's farm worker, or node with
+// scripts/crawlee-bench.mjs) with one Chrome; the runs alternate between the
+// sides, the warm-up is outside the measure, and the CPU time of the whole
+// tree (driver and Chrome) is read from /proc around the measured pages. It
+// prints progress on stderr and one JSON line on stdout.
+//
+//	benchcrawlee -driver DIR/crawlee-bench.mjs [-pages 300] [-rounds 2] [-concurrency 6] [-delays 0,400]
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// workerCmd is the hidden first argument that makes this binary the farm
+// side's worker.
+const workerCmd = "farm-worker"
+
+// crawleeFlags are the Chrome flags of the Crawlee side: what every
+// deployment needs (the farm's browser package passes these and more).
+// Puppeteer adds its own defaults, which disable much the same features as
+// the browser package's list.
+var crawleeFlags = []string{
+	"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+	"--disable-background-networking", "--disable-component-update", "--disable-sync",
+	"--no-first-run", "--disable-quic",
+}
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if len(args) == 2 && args[0] == workerCmd {
+		var cfg workerConfig
+		if err := json.Unmarshal([]byte(args[1]), &cfg); err != nil {
+			fmt.Fprintf(stderr, "benchcrawlee %s: config: %v\n", workerCmd, err)
+			return 2
+		}
+		log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.Lock(zapcore.AddSync(stderr)), zapcore.WarnLevel))
+		if err := runFarmWorker(ctx, cfg, stdin, stdout, log); err != nil {
+			fmt.Fprintf(stderr, "benchcrawlee: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+
+	fs := flag.NewFlagSet("benchcrawlee", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pages := fs.Int("pages", 300, "measured pages per run")
+	rounds := fs.Int("rounds", 2, "rounds; each runs every side on every page kind, in an order that rotates")
+	conc := fs.Int("concurrency", 6, "pages rendered at once on both sides")
+	delays := fs.String("delays", "0,400", "API delays in ms of /page/{n}?delay= (0: CPU-bound; 400: latency-bound)")
+	chrome := fs.String("chrome", "/usr/lib/chromium/chromium", "Chrome binary of both sides")
+	node := fs.String("node", "node", "node binary")
+	driver := fs.String("driver", "", "path of crawlee-bench.mjs next to a node_modules with @crawlee/puppeteer and puppeteer-core (bench.sh installs them)")
+	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "bound of one run, Chrome start to exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	ds, err := parseDelays(*delays)
+	if err != nil || *pages < 1 || *rounds < 1 || *conc < 1 || *driver == "" {
+		fmt.Fprintf(stderr, "benchcrawlee: need -driver, -pages, -rounds, -concurrency ≥ 1 and -delays as ms,ms… (%v)\n", err)
+		return 2
+	}
+	b := &bench{
+		pages: *pages, rounds: *rounds, conc: *conc, delays: ds,
+		chrome: *chrome, node: *node, driver: *driver, runTimeout: *runTimeout,
+		progress: func(format string, a ...any) { fmt.Fprintf(stderr, "benchcrawlee: "+format+"\n", a...) },
+		stderr:   stderr,
+	}
+	out, err := b.run(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "benchcrawlee: %v\n", err)
+		return 1
+	}
+	line, err := json.Marshal(out)
+	if err != nil {
+		fmt.Fprintf(stderr, "benchcrawlee: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", line)
+	return 0
+}
+
+func parseDelays(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		d, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("delay %q: want milliseconds ≥ 0", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// side is one contender.
+type side string
+
+const (
+	farmIsolated side = "farm_isolated"
+	farmShared   side = "farm_shared"
+	crawlee      side = "crawlee"
+)
+
+var sides = []side{farmIsolated, crawlee, farmShared}
+
+type bench struct {
+	pages, rounds, conc int
+	delays              []int
+	chrome, node        string
+	driver              string
+	runTimeout          time.Duration
+	progress            func(format string, a ...any)
+	stderr              io.Writer
+}
+
+// runRecord is one run in the output.
+type runRecord struct {
+	Round           int     `json:"round"`
+	Side            side    `json:"side"`
+	DelayMs         int     `json:"delay_ms"`
+	PagesPerS       float64 `json:"pages_per_s"`
+	CPUMsPerPage    float64 `json:"cpu_ms_per_page"`
+	MeanConcurrency float64 `json:"mean_concurrency"`
+	MaxConcurrency  int     `json:"max_concurrency"`
+	Load1           float64 `json:"load1"`
+}
+
+func (b *bench) run(ctx context.Context) (map[string]any, error) {
+	site, err := testsite.Start(ctx, testsite.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer site.Close()
+	storage, err := os.MkdirTemp("", "benchcrawlee-")
+	if err != nil {
+		return nil, fmt.Errorf("crawlee storage dir: %w", err)
+	}
+	defer os.RemoveAll(storage)
+
+	load0 := loadAvg()
+	b.progress("%d pages per run, concurrency %d, %d rounds, delays %v ms; load average %s", b.pages, b.conc, b.rounds, b.delays, load0)
+	var runs []runRecord
+	for r := range b.rounds {
+		// Rotating the order spreads a change of the machine's load over
+		// every side alike.
+		order := append(slices.Clone(sides[r%len(sides):]), sides[:r%len(sides)]...)
+		for _, d := range b.delays {
+			for _, s := range order {
+				cfg := workerConfig{URL: site.URL, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome, Shared: s == farmShared}
+				res, cpu, err := b.runWorker(ctx, s, cfg, storage)
+				if err != nil {
+					return nil, fmt.Errorf("round %d, %s, delay %d ms: %w", r+1, s, d, err)
+				}
+				rec := runRecord{
+					Round: r + 1, Side: s, DelayMs: d,
+					PagesPerS:       float64(res.OK) / (res.ElapsedMs / 1000),
+					CPUMsPerPage:    float64(cpu.Milliseconds()) / float64(b.pages),
+					MeanConcurrency: res.MeanConcurrency,
+					MaxConcurrency:  res.MaxConcurrency,
+					Load1:           load1(),
+				}
+				runs = append(runs, rec)
+				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page, concurrency mean %.2f max %d, load1 %.1f",
+					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1)
+			}
+		}
+	}
+	out := map[string]any{"bench": "crawlee", "pages": b.pages, "concurrency": b.conc, "rounds": b.rounds,
+		"loadavg_start": load0, "loadavg_end": loadAvg(), "runs": runs}
+	for _, d := range b.delays {
+		suffix := ""
+		if d > 0 {
+			suffix = fmt.Sprintf("_api%dms", d)
+		}
+		for _, s := range sides {
+			var pps, cpu, conc []float64
+			for _, r := range runs {
+				if r.Side == s && r.DelayMs == d {
+					pps = append(pps, r.PagesPerS)
+					cpu = append(cpu, r.CPUMsPerPage)
+					conc = append(conc, r.MeanConcurrency)
+				}
+			}
+			out[string(s)+suffix+"_pages_per_s"] = round2(median(pps))
+			out[string(s)+suffix+"_cpu_ms_per_page"] = round2(median(cpu))
+			out[string(s)+suffix+"_mean_concurrency"] = round2(median(conc))
+		}
+	}
+	return out, nil
+}
+
+// runWorker runs one side's worker as a child process and returns its
+// result and the CPU time of its whole process tree over the measured pages.
+func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage string) (workerResult, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.runTimeout)
+	defer cancel()
+	var cmd *exec.Cmd
+	if s == crawlee {
+		cfg.Flags = crawleeFlags
+		arg, err := json.Marshal(cfg)
+		if err != nil {
+			return workerResult{}, 0, err
+		}
+		cmd = exec.CommandContext(ctx, b.node, b.driver, string(arg))
+		cmd.Env = append(os.Environ(), "CRAWLEE_STORAGE_DIR="+storage, "CRAWLEE_PERSIST_STORAGE=false")
+	} else {
+		arg, err := json.Marshal(cfg)
+		if err != nil {
+			return workerResult{}, 0, err
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return workerResult{}, 0, fmt.Errorf("finding this binary: %w", err)
+		}
+		cmd = exec.CommandContext(ctx, self, workerCmd, string(arg))
+	}
+	// Its own process group, so that a Ctrl-C on the terminal reaches the
+	// harness only, which then asks the worker to stop (the workers kill
+	// their Chrome on SIGTERM).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	cmd.Stderr = b.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return workerResult{}, 0, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return workerResult{}, 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return workerResult{}, 0, fmt.Errorf("starting the worker: %w", err)
+	}
+	lines := make(chan string)
+	readDone := make(chan struct{})
+	stopRead := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-stopRead:
+				// Keep draining, so that the worker never blocks on a
+				// full pipe; the pipe closes when it exits.
+			}
+		}
+	}()
+	res, cpu, runErr := b.converse(ctx, cmd.Process.Pid, lines, stdin)
+	close(stopRead)
+	stdin.Close()
+	waitErr := cmd.Wait()
+	<-readDone
+	if runErr != nil {
+		return workerResult{}, 0, errors.Join(runErr, waitErr)
+	}
+	if waitErr != nil {
+		return workerResult{}, 0, fmt.Errorf("worker exit: %w", waitErr)
+	}
+	if res.Failed > 0 {
+		return workerResult{}, 0, fmt.Errorf("%d of %d pages failed: %s", res.Failed, res.Failed+res.OK, strings.Join(res.Errors, "; "))
+	}
+	return res, cpu, nil
+}
+
+// converse drives the workers' line protocol: wait for "ready", read the
+// tree's CPU, say go, read the result line, read the CPU again.
+func (b *bench) converse(ctx context.Context, pid int, lines <-chan string, stdin io.Writer) (workerResult, time.Duration, error) {
+	next := func() (string, error) {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return "", errors.New("the worker ended early (its errors are above)")
+			}
+			return l, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	for {
+		l, err := next()
+		if err != nil {
+			return workerResult{}, 0, err
+		}
+		if l == "ready" {
+			break
+		}
+		fmt.Fprintf(b.stderr, "worker: %s\n", l)
+	}
+	cpu0 := treeCPU(pid)
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		return workerResult{}, 0, fmt.Errorf("telling the worker to go: %w", err)
+	}
+	for {
+		l, err := next()
+		if err != nil {
+			return workerResult{}, 0, err
+		}
+		if !strings.HasPrefix(l, "{") {
+			fmt.Fprintf(b.stderr, "worker: %s\n", l)
+			continue
+		}
+		cpu := treeCPU(pid) - cpu0
+		var res workerResult
+		if err := json.Unmarshal([]byte(l), &res); err != nil {
+			return workerResult{}, 0, fmt.Errorf("worker result %q: %w", l, err)
+		}
+		return res, cpu, nil
+	}
+}
+
+// median of xs; 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func round2(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 2, 64), 64)
+	return v
+}
+
+// loadAvg is the first three fields of /proc/loadavg.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func load1() float64 {
+	f := strings.Fields(loadAvg())
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
