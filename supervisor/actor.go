@@ -231,12 +231,34 @@ func (a *actor) booted(ctx context.Context, r bootResult) error {
 	}
 	a.bootFails = 0
 	c := a.adopt(r)
+	a.prewarm(c)
 	s.mu.Lock()
 	s.standby = c
 	s.booting = false
 	s.mu.Unlock()
 	a.startMonitor(ctx, c)
 	return nil
+}
+
+// prewarm opens Capacity idle sessions on a Chrome that has not served yet.
+// Opening one is cheap, and each prepares its first fresh tab in the
+// background, so the Chrome's first jobs do not wait for their tabs: the
+// standby is ready when it takes over. A failure only means that some
+// first jobs open their session themselves.
+func (a *actor) prewarm(c *chrome) {
+	s := a.s
+	sessions := make([]renderSession, 0, s.cfg.Capacity)
+	for range s.cfg.Capacity {
+		sess, err := c.proc.NewSession(c.ctx)
+		if err != nil {
+			s.log.Debug("prewarming a session failed", zap.Int("pid", c.pid), zap.Error(err))
+			break
+		}
+		sessions = append(sessions, sess)
+	}
+	s.mu.Lock()
+	c.idle = append(c.idle, sessions...)
+	s.mu.Unlock()
 }
 
 // adopt records a freshly booted Chrome and logs its start.

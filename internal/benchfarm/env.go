@@ -77,6 +77,7 @@ type runResult struct {
 	wall        time.Duration // node start to last completion
 	pagesPerSec float64       // between the first and the last completion
 	stats       supervisor.Stats
+	chromeCPU   time.Duration // CPU of every Chrome process tree of the run
 }
 
 // run starts a node with the run's recycling, feeds it every job, and waits
@@ -125,6 +126,11 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	t0 := time.Now()
 	wg.Go(func() { runErr <- node.Run(runCtx) })
 	wg.Go(func() { assign(runCtx, q, cfg.NodeID, cfg.Capacity, e.log) })
+	cpu := &cpuMeter{}
+	cpuCtx, stopCPU := context.WithCancel(ctx)
+	defer stopCPU()
+	var cpuWG sync.WaitGroup
+	cpuWG.Go(func() { cpu.run(cpuCtx, profiles) })
 	if r.sample != nil {
 		wg.Go(func() {
 			t := time.NewTicker(r.sampleEvery)
@@ -173,11 +179,13 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	if err := <-runErr; err != nil {
 		return runResult{}, fmt.Errorf("%s: node: %w", r.name, err)
 	}
+	stopCPU()
+	cpuWG.Wait()
 	rate, err := completionRate(ctx, q, batch)
 	if err != nil {
 		return runResult{}, err
 	}
-	return runResult{wall: wall, pagesPerSec: rate, stats: st}, nil
+	return runResult{wall: wall, pagesPerSec: rate, stats: st, chromeCPU: cpu.total()}, nil
 }
 
 // completionRate is the pages per second between the batch's first and last

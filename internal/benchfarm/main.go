@@ -6,7 +6,7 @@
 // prints progress on stderr and one JSON line on stdout.
 //
 //	benchfarm soak    [-jobs 400] [-context shared|fresh]  Chrome-tree PSS over time, recycling every 20 vs never, /leak/ pages
-//	benchfarm recycle [-jobs 120] [-rounds 3]            throughput, recycling every 20 vs never, latency- and CPU-bound pages
+//	benchfarm recycle [-jobs 120] [-rounds 5]            throughput, recycling every 20 vs never, latency- and CPU-bound pages
 package main
 
 import (
@@ -41,7 +41,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchfarm "+mode, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	jobs := fs.Int("jobs", 0, "jobs per run (default: soak 400, recycle 120)")
-	rounds := fs.Int("rounds", 3, "recycle: alternating rounds (each runs both modes on both workloads)")
+	rounds := fs.Int("rounds", 5, "recycle: alternating rounds (each runs both modes on both workloads)")
 	recycleEvery := fs.Int("recycle-every", 20, "Chrome recycle interval of the recycling runs")
 	contextMode := fs.String("context", "shared", "soak: where jobs run: shared (shared_context: Chrome's default context, where a page's leak outlives the job, as on sites scraped with a session) or fresh (a browser context per job, which discards the page's leak with it)")
 	verbose := fs.Bool("v", false, "log the nodes' info lines to stderr")

@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // userHZ is the unit of the CPU times in /proc/PID/stat: USER_HZ, 100 on
@@ -115,4 +117,51 @@ func treePSS(pids []int) uint64 {
 		sum += pssBytes(pid)
 	}
 	return sum
+}
+
+// cpuMeter adds up the CPU time of every process of every Chrome tree under
+// a profile root, sampling each process's cumulative time until it is gone.
+// What a process does after its last sample (at most one interval's worth,
+// usually nothing: it is idle when killed) is not counted.
+type cpuMeter struct {
+	ticks map[int]uint64 // pid → largest cumulative utime+stime seen
+}
+
+func (m *cpuMeter) run(ctx context.Context, root string) {
+	m.ticks = map[int]uint64{}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		m.sample(root)
+		select {
+		case <-ctx.Done():
+			m.sample(root)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *cpuMeter) sample(root string) {
+	procs := scanProcs(root)
+	mains := map[int]bool{}
+	for _, p := range procs {
+		if p.profile && p.pgrp == p.pid {
+			mains[p.pid] = true
+		}
+	}
+	for _, p := range procs {
+		if mains[p.pgrp] {
+			m.ticks[p.pid] = max(m.ticks[p.pid], p.cpuTicks)
+		}
+	}
+}
+
+// total is the CPU time counted; call it after run returned.
+func (m *cpuMeter) total() time.Duration {
+	var sum uint64
+	for _, t := range m.ticks {
+		sum += t
+	}
+	return time.Duration(sum) * time.Second / userHZ
 }

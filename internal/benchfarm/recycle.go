@@ -15,7 +15,8 @@ import (
 
 // recycleResult is the recycle mode's JSON line. pages_per_s_* are the
 // CPU-bound workload's, where recycling costs most; the latency-bound ones
-// carry a prefix.
+// carry a prefix. Rates are medians over the rounds; an overhead is one
+// minus the median of the rounds' recycle/no-recycle ratios.
 type recycleResult struct {
 	Bench                     string    `json:"bench"`
 	LatencyOverheadPct        float64   `json:"latency_overhead_pct"`
@@ -27,10 +28,17 @@ type recycleResult struct {
 	LatencyPagesPerSecNoRecy  float64   `json:"latency_pages_per_s_norecycle"`
 	ChromeBootCPUMSRuns       []float64 `json:"chrome_boot_cpu_ms_runs"`
 	ChromeBootCPUMS3s         float64   `json:"chrome_boot_cpu_ms_3s"`
-	Jobs                      int       `json:"jobs"`
-	Rounds                    int       `json:"rounds"`
-	RecycleEvery              int       `json:"recycle_every"`
-	CPUs                      int       `json:"cpus"`
+	// ChromeCPUMSPerPage* are Chrome's CPU per CPU-bound page (median of
+	// the rounds), and CPUOverheadByCPUPct the throughput a CPU-bound node
+	// loses to recycling as their ratio predicts it: a measure that other
+	// load on the machine disturbs far less than pages per second.
+	ChromeCPUMSPerPageRecycle   float64 `json:"chrome_cpu_ms_per_page_recycle"`
+	ChromeCPUMSPerPageNoRecycle float64 `json:"chrome_cpu_ms_per_page_norecycle"`
+	CPUOverheadByCPUPct         float64 `json:"cpu_overhead_by_cpu_pct"`
+	Jobs                        int     `json:"jobs"`
+	Rounds                      int     `json:"rounds"`
+	RecycleEvery                int     `json:"recycle_every"`
+	CPUs                        int     `json:"cpus"`
 	// Runs lists every run's rate, in the order run, for the record.
 	Runs []runRate `json:"runs"`
 }
@@ -40,6 +48,7 @@ type runRate struct {
 	Recycle     bool    `json:"recycle"`
 	PagesPerSec float64 `json:"pages_per_s"`
 	Chromes     int     `json:"chromes"`
+	CPUMSPage   float64 `json:"chrome_cpu_ms_per_page"`
 }
 
 // workload is one kind of page.
@@ -69,8 +78,10 @@ func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (
 		res.ChromeBootCPUMS, boots, res.ChromeBootCPUMS3s)
 
 	rates := map[string]map[bool][]float64{}
+	cpuPerPage := map[string]map[bool][]float64{}
 	for _, w := range workloads {
 		rates[w.name] = map[bool][]float64{}
+		cpuPerPage[w.name] = map[bool][]float64{}
 	}
 	for round := range rounds {
 		for _, w := range workloads {
@@ -92,22 +103,36 @@ func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (
 				if err != nil {
 					return res, err
 				}
+				perPage := float64(r.chromeCPU.Milliseconds()) / float64(jobs)
 				rates[w.name][recycle] = append(rates[w.name][recycle], r.pagesPerSec)
-				res.Runs = append(res.Runs, runRate{Workload: w.name, Recycle: recycle, PagesPerSec: round2(r.pagesPerSec), Chromes: r.stats.ChromeStarts})
-				e.progress("recycle: round %d %-9s recycle=%-5v %.2f pages/s (%d Chromes, %.1f s)",
-					round+1, w.name, recycle, r.pagesPerSec, r.stats.ChromeStarts, r.wall.Seconds())
+				cpuPerPage[w.name][recycle] = append(cpuPerPage[w.name][recycle], perPage)
+				res.Runs = append(res.Runs, runRate{Workload: w.name, Recycle: recycle, PagesPerSec: round2(r.pagesPerSec),
+					Chromes: r.stats.ChromeStarts, CPUMSPage: round2(perPage)})
+				e.progress("recycle: round %d %-9s recycle=%-5v %.2f pages/s, Chrome %.0f CPU-ms/page (%d Chromes, %.1f s)",
+					round+1, w.name, recycle, r.pagesPerSec, perPage, r.stats.ChromeStarts, r.wall.Seconds())
 			}
 		}
 	}
+	// Each round's two runs of a workload ran back to back, so their ratio
+	// is what drift on a shared machine disturbs least; the median of the
+	// rounds' ratios then ignores a round that another process spoiled.
 	overhead := func(w string) (on, off, pct float64) {
-		on, off = mean(rates[w][true]), mean(rates[w][false])
-		return on, off, round2((1 - on/off) * 100)
+		var ratios []float64
+		for i := range rates[w][true] {
+			ratios = append(ratios, rates[w][true][i]/rates[w][false][i])
+		}
+		return median(rates[w][true]), median(rates[w][false]), round2((1 - median(ratios)) * 100)
 	}
 	var on, off float64
 	on, off, res.LatencyOverheadPct = overhead("latency")
 	res.LatencyPagesPerSecRecycle, res.LatencyPagesPerSecNoRecy = round2(on), round2(off)
 	on, off, res.CPUOverheadPct = overhead("cpu")
 	res.PagesPerSecRecycle, res.PagesPerSecNoRecycle = round2(on), round2(off)
+	con, coff := median(cpuPerPage["cpu"][true]), median(cpuPerPage["cpu"][false])
+	res.ChromeCPUMSPerPageRecycle, res.ChromeCPUMSPerPageNoRecycle = round2(con), round2(coff)
+	if con > 0 {
+		res.CPUOverheadByCPUPct = round2((1 - coff/con) * 100)
+	}
 	return res, nil
 }
 
