@@ -9,7 +9,7 @@
 #   scripts/bench.sh go        every Go benchmark (queue, assignment, latency, rendering, dashboard)
 #   scripts/bench.sh autoscale a simulated day: node-hours autoscaled vs a fixed fleet, longest wait
 #   scripts/bench.sh crawlee   pages/s and CPU-ms/page of browser (fresh and shared context) vs
-#                              Crawlee's PuppeteerCrawler, 6 at once, one Chrome each, CPU- and
+#                              Crawlee's PuppeteerCrawler (default and incognito pages), 6 at once, CPU- and
 #                              latency-bound /page/ (installs @crawlee/puppeteer from npm into a temp dir)
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.
@@ -80,9 +80,10 @@ case "$mode" in
     # run (puppeteer-core, not puppeteer, which would download a browser;
     # @crawlee/puppeteer, not the crawlee meta-package, whose linkedom part
     # does not install here) and the driver is copied next to them, where
-    # node resolves its imports.
+    # node resolves its imports. Crawlee's incognito pages import
+    # 'puppeteer' itself, hence the alias of it to puppeteer-core.
     echo "bench.sh: installing @crawlee/puppeteer and puppeteer-core" >&2
-    npm install --no-audit --no-fund --silent --prefix "$tmp/crawlee" @crawlee/puppeteer puppeteer-core >&2
+    npm install --no-audit --no-fund --silent --prefix "$tmp/crawlee" @crawlee/puppeteer puppeteer-core puppeteer@npm:puppeteer-core >&2
     cp scripts/crawlee-bench.mjs "$tmp/crawlee/"
     build internal/benchcrawlee
     "$tmp/benchcrawlee" -driver "$tmp/crawlee/crawlee-bench.mjs" "$@"

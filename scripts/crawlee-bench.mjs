@@ -10,7 +10,8 @@
 // renders the measured pages, prints one JSON line with the result, and
 // exits. Its configuration is one JSON argument:
 //   {"url": "http://127.0.0.1:port", "pages": 300, "delay": 0,
-//    "concurrency": 6, "chrome": "/usr/lib/chromium/chromium", "flags": [...]}
+//    "concurrency": 6, "chrome": "/usr/lib/chromium/chromium", "flags": [...],
+//    "incognito": false}
 import { createInterface } from 'node:readline';
 import { PuppeteerCrawler, Configuration, log } from '@crawlee/puppeteer';
 import puppeteer from 'puppeteer-core';
@@ -43,6 +44,10 @@ const crawler = new PuppeteerCrawler({
   launchContext: {
     launcher: puppeteer,
     launchOptions: { executablePath: cfg.chrome, headless: true, args: cfg.flags },
+    // Crawlee's default opens a new tab per request in Chrome's default
+    // context (cookies and cache shared); incognito pages get a browser
+    // context each, like the farm's default isolation.
+    useIncognitoPages: Boolean(cfg.incognito),
   },
   browserPoolOptions: {
     // The farm injects no fingerprints; Crawlee does by default.

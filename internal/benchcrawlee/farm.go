@@ -27,6 +27,9 @@ type workerConfig struct {
 	// Shared runs the farm's jobs in Chrome's default context on reused
 	// tabs (browser.Request.SharedContext) instead of a fresh context each.
 	Shared bool `json:"shared,omitempty"`
+	// Incognito makes Crawlee open each page in a browser context of its
+	// own (launchContext.useIncognitoPages) instead of Chrome's default one.
+	Incognito bool `json:"incognito,omitempty"`
 }
 
 // workerResult is the JSON line a worker prints after the measured pages.

@@ -129,9 +129,13 @@ const (
 	farmIsolated side = "farm_isolated"
 	farmShared   side = "farm_shared"
 	crawlee      side = "crawlee"
+	// crawleeIncognito is Crawlee with useIncognitoPages: a browser
+	// context per page, the isolation the farm gives by default.
+	crawleeIncognito side = "crawlee_incognito"
 )
 
-var sides = []side{farmIsolated, crawlee, farmShared}
+// sides alternate between the farm and Crawlee.
+var sides = []side{farmIsolated, crawlee, farmShared, crawleeIncognito}
 
 type bench struct {
 	pages, rounds, conc int
@@ -176,7 +180,8 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 		order := append(slices.Clone(sides[r%len(sides):]), sides[:r%len(sides)]...)
 		for _, d := range b.delays {
 			for _, s := range order {
-				cfg := workerConfig{URL: site.URL, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome, Shared: s == farmShared}
+				cfg := workerConfig{URL: site.URL, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome,
+					Shared: s == farmShared, Incognito: s == crawleeIncognito}
 				res, cpu, err := b.runWorker(ctx, s, cfg, storage)
 				if err != nil {
 					return nil, fmt.Errorf("round %d, %s, delay %d ms: %w", r+1, s, d, err)
@@ -225,7 +230,7 @@ func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage
 	ctx, cancel := context.WithTimeout(ctx, b.runTimeout)
 	defer cancel()
 	var cmd *exec.Cmd
-	if s == crawlee {
+	if s == crawlee || s == crawleeIncognito {
 		cfg.Flags = crawleeFlags
 		arg, err := json.Marshal(cfg)
 		if err != nil {
