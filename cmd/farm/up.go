@@ -471,7 +471,12 @@ func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL s
 		c.By[jobqueue.StateCompleted], c.By[jobqueue.StateFailed])
 	fmt.Fprintf(env.stdout, "demo: %d Chrome recycles, %d Chrome starts, %d consumer process restarts (%d recycles by exit 75, %d crashes)\n",
 		events.chromeRecycles.Load(), events.chromeStarts.Load(), fs.Recycles+fs.Crashes, fs.Recycles, fs.Crashes)
-	fmt.Fprintf(env.stdout, "demo: results: farm results --batch %s (while the farm runs); logs: %s\n", batch, logDir)
+	if uo.keepData {
+		fmt.Fprintf(env.stdout, "demo: batch %s; the data dir is kept: farm up --data-dir %s, then farm results --batch %s\n",
+			batch, filepath.Dir(logDir), batch)
+	} else {
+		fmt.Fprintf(env.stdout, "demo: batch %s (run with --keep-data to keep the database and export the results)\n", batch)
+	}
 	if n := c.By[jobqueue.StateFailed]; n > 0 {
 		return fmt.Errorf("%d of %d demo pages failed", n, c.Total)
 	}
