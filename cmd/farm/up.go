@@ -472,10 +472,9 @@ func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL s
 	fmt.Fprintf(env.stdout, "demo: %d Chrome recycles, %d Chrome starts, %d consumer process restarts (%d recycles by exit 75, %d crashes)\n",
 		events.chromeRecycles.Load(), events.chromeStarts.Load(), fs.Recycles+fs.Crashes, fs.Recycles, fs.Crashes)
 	if uo.keepData {
-		fmt.Fprintf(env.stdout, "demo: batch %s; the data dir is kept: farm up --data-dir %s, then farm results --batch %s\n",
-			batch, filepath.Dir(logDir), batch)
+		fmt.Fprintf(env.stdout, "demo: batch %s; its database stays in %s/pg (farm up --data-dir reuses it)\n", batch, filepath.Dir(logDir))
 	} else {
-		fmt.Fprintf(env.stdout, "demo: batch %s (run with --keep-data to keep the database and export the results)\n", batch)
+		fmt.Fprintf(env.stdout, "demo: batch %s (with --keep-data the database stays for farm results)\n", batch)
 	}
 	if n := c.By[jobqueue.StateFailed]; n > 0 {
 		return fmt.Errorf("%d of %d demo pages failed", n, c.Total)
