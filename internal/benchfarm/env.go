@@ -67,6 +67,7 @@ type nodeRun struct {
 	paths        []string // page paths, relative to the site
 	recycleEvery int      // 0: never
 	shared       bool     // jobs opt out of their fresh browser context
+	lead         int      // the supervisor's ReplacementLead; negative: its default
 	sampleEvery  time.Duration
 	// sample, if set, is called every sampleEvery while the node runs.
 	sample func(st supervisor.Stats, profiles string)
@@ -109,6 +110,9 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	cfg.Supervisor.ChromeRecycleJobs = r.recycleEvery
 	cfg.Supervisor.ExitAfterJobs = 0
 	cfg.Supervisor.Browser.ProfileRoot = profiles
+	if r.lead >= 0 {
+		cfg.Supervisor.ReplacementLead = r.lead
+	}
 	if r.sampleEvery > 0 {
 		cfg.Supervisor.MemoryInterval = r.sampleEvery
 	}

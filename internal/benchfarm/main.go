@@ -44,6 +44,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 5, "recycle: alternating rounds (each runs both modes on both workloads)")
 	recycleEvery := fs.Int("recycle-every", 20, "Chrome recycle interval of the recycling runs")
 	contextMode := fs.String("context", "shared", "soak: where jobs run: shared (shared_context: Chrome's default context, where a page's leak outlives the job, as on sites scraped with a session) or fresh (a browser context per job, which discards the page's leak with it)")
+	lead := fs.Int("replacement-lead", -1, "recycle: boot the replacement Chrome this many job starts before the recycle point (default: the supervisor's)")
+	only := fs.String("workloads", "latency,cpu", "recycle: comma-separated workloads to run: latency (?delay=400), cpu (no delay), slow (?delay=1500)")
 	verbose := fs.Bool("v", false, "log the nodes' info lines to stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,7 +87,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			n = 120
 		}
 		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) {
-			return recycleBench(ctx, e, n, *rounds, *recycleEvery)
+			return recycleBench(ctx, e, recycleOpts{jobs: n, rounds: *rounds, every: *recycleEvery, lead: *lead, workloads: *only})
 		})
 	default:
 		fmt.Fprintf(stderr, "benchfarm: unknown mode %q\n", mode)

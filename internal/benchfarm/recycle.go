@@ -6,8 +6,10 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
@@ -35,10 +37,19 @@ type recycleResult struct {
 	ChromeCPUMSPerPageRecycle   float64 `json:"chrome_cpu_ms_per_page_recycle"`
 	ChromeCPUMSPerPageNoRecycle float64 `json:"chrome_cpu_ms_per_page_norecycle"`
 	CPUOverheadByCPUPct         float64 `json:"cpu_overhead_by_cpu_pct"`
-	Jobs                        int     `json:"jobs"`
-	Rounds                      int     `json:"rounds"`
-	RecycleEvery                int     `json:"recycle_every"`
-	CPUs                        int     `json:"cpus"`
+	// LatencyCPUUtilNoRecycle is the share of the machine's CPUs Chrome
+	// used in the latency-bound runs without recycling: how far from
+	// saturated that workload is here.
+	LatencyCPUUtilNoRecycle float64 `json:"latency_chrome_cpu_util_norecycle"`
+	// The slow workload's figures, when it was run (-workloads …,slow).
+	SlowOverheadPct        float64 `json:"slow_overhead_pct,omitempty"`
+	SlowPagesPerSecRecycle float64 `json:"slow_pages_per_s_recycle,omitempty"`
+	SlowPagesPerSecNoRecy  float64 `json:"slow_pages_per_s_norecycle,omitempty"`
+	SlowCPUUtilNoRecycle   float64 `json:"slow_chrome_cpu_util_norecycle,omitempty"`
+	Jobs                   int     `json:"jobs"`
+	Rounds                 int     `json:"rounds"`
+	RecycleEvery           int     `json:"recycle_every"`
+	CPUs                   int     `json:"cpus"`
 	// Runs lists every run's rate, in the order run, for the record.
 	Runs []runRate `json:"runs"`
 }
@@ -60,13 +71,33 @@ type workload struct {
 var workloads = []workload{
 	{"latency", "/page/%d?delay=400"}, // pages wait ~400 ms for their API, like a remote site
 	{"cpu", "/page/%d"},               // no wait: rendering saturates the CPUs
+	// Not run by default: slow enough that six sessions leave CPU to spare
+	// on a small machine, which is what hiding the restart needs.
+	{"slow", "/page/%d?delay=1500"},
 }
 
 // recycleBench measures one node's throughput with Chrome recycled every
 // recycleEvery jobs against never, alternating the order every round so
 // that drift (caches, thermal, other load) hits both alike.
-func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (recycleResult, error) {
+// recycleOpts are the recycle mode's knobs.
+type recycleOpts struct {
+	jobs, rounds, every int
+	lead                int    // ReplacementLead; negative: the supervisor's default
+	workloads           string // comma-separated names
+}
+
+func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, error) {
+	jobs, rounds, recycleEvery := o.jobs, o.rounds, o.every
 	res := recycleResult{Bench: "recycle", Jobs: jobs, Rounds: rounds, RecycleEvery: recycleEvery, CPUs: runtime.NumCPU()}
+	var run []workload
+	for _, w := range workloads {
+		if slices.Contains(strings.Split(o.workloads, ","), w.name) {
+			run = append(run, w)
+		}
+	}
+	if len(run) == 0 {
+		return res, fmt.Errorf("-workloads %q: none of latency, cpu, slow", o.workloads)
+	}
 	boots, boots3, err := bootCPU(ctx, e, 5)
 	if err != nil {
 		return res, err
@@ -84,7 +115,7 @@ func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (
 		cpuPerPage[w.name] = map[bool][]float64{}
 	}
 	for round := range rounds {
-		for _, w := range workloads {
+		for _, w := range run {
 			order := []bool{true, false}
 			if round%2 == 1 {
 				order = []bool{false, true}
@@ -99,7 +130,7 @@ func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (
 					paths[i] = fmt.Sprintf(w.format, i)
 				}
 				name := fmt.Sprintf("%s-%s-%d", w.name, map[bool]string{true: "recycle", false: "norecycle"}[recycle], round)
-				r, err := e.run(ctx, nodeRun{name: name, paths: paths, recycleEvery: every})
+				r, err := e.run(ctx, nodeRun{name: name, paths: paths, recycleEvery: every, lead: o.lead})
 				if err != nil {
 					return res, err
 				}
@@ -117,6 +148,9 @@ func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (
 	// is what drift on a shared machine disturbs least; the median of the
 	// rounds' ratios then ignores a round that another process spoiled.
 	overhead := func(w string) (on, off, pct float64) {
+		if len(rates[w][true]) == 0 {
+			return 0, 0, 0
+		}
 		var ratios []float64
 		for i := range rates[w][true] {
 			ratios = append(ratios, rates[w][true][i]/rates[w][false][i])
@@ -128,6 +162,14 @@ func recycleBench(ctx context.Context, e *env, jobs, rounds, recycleEvery int) (
 	res.LatencyPagesPerSecRecycle, res.LatencyPagesPerSecNoRecy = round2(on), round2(off)
 	on, off, res.CPUOverheadPct = overhead("cpu")
 	res.PagesPerSecRecycle, res.PagesPerSecNoRecycle = round2(on), round2(off)
+	on, off, res.SlowOverheadPct = overhead("slow")
+	res.SlowPagesPerSecRecycle, res.SlowPagesPerSecNoRecy = round2(on), round2(off)
+	if l := cpuPerPage["slow"][false]; len(l) > 0 {
+		res.SlowCPUUtilNoRecycle = round2(median(l) / 1000 * median(rates["slow"][false]) / float64(runtime.NumCPU()))
+	}
+	if l := cpuPerPage["latency"][false]; len(l) > 0 {
+		res.LatencyCPUUtilNoRecycle = round2(median(l) / 1000 * median(rates["latency"][false]) / float64(runtime.NumCPU()))
+	}
 	con, coff := median(cpuPerPage["cpu"][true]), median(cpuPerPage["cpu"][false])
 	res.ChromeCPUMSPerPageRecycle, res.ChromeCPUMSPerPageNoRecycle = round2(con), round2(coff)
 	if con > 0 {

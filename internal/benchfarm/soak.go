@@ -107,7 +107,7 @@ func soak(ctx context.Context, e *env, jobs, recycleEvery int, shared bool) (soa
 
 	on := newPSSTrace(recycleEvery)
 	e.progress("soak: %d /leak/ jobs, recycling every %d", jobs, recycleEvery)
-	r, err := e.run(ctx, nodeRun{name: "soak-recycle", paths: paths, recycleEvery: recycleEvery, shared: shared, sampleEvery: every, sample: on.sample})
+	r, err := e.run(ctx, nodeRun{name: "soak-recycle", lead: -1, paths: paths, recycleEvery: recycleEvery, shared: shared, sampleEvery: every, sample: on.sample})
 	if err != nil {
 		return res, err
 	}
@@ -117,7 +117,7 @@ func soak(ctx context.Context, e *env, jobs, recycleEvery int, shared bool) (soa
 
 	off := newPSSTrace(recycleEvery)
 	e.progress("soak: %d /leak/ jobs, never recycling", jobs)
-	r, err = e.run(ctx, nodeRun{name: "soak-norecycle", paths: paths, recycleEvery: 0, shared: shared, sampleEvery: every, sample: off.sample})
+	r, err = e.run(ctx, nodeRun{name: "soak-norecycle", lead: -1, paths: paths, recycleEvery: 0, shared: shared, sampleEvery: every, sample: off.sample})
 	if err != nil {
 		return res, err
 	}
