@@ -231,7 +231,15 @@ func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage
 	defer cancel()
 	var cmd *exec.Cmd
 	if s == crawlee || s == crawleeIncognito {
-		cfg.Flags = crawleeFlags
+		// Puppeteer starts Chrome detached (a session of its own), so a driver
+		// that dies leaves it behind; a profile dir of this run's lets the
+		// sweep below find every process it started.
+		profile, err := os.MkdirTemp(storage, "chrome-")
+		if err != nil {
+			return workerResult{}, 0, err
+		}
+		defer killMentioning(profile)
+		cfg.Flags = append(append([]string(nil), crawleeFlags...), "--user-data-dir="+profile)
 		arg, err := json.Marshal(cfg)
 		if err != nil {
 			return workerResult{}, 0, err
@@ -385,4 +393,35 @@ func load1() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+// killMentioning SIGKILLs every process whose command line contains s and
+// waits (up to 10 s) until none is left.
+func killMentioning(s string) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		pids := pidsMentioning(s)
+		if len(pids) == 0 {
+			return
+		}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func pidsMentioning(s string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), s) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
