@@ -283,3 +283,18 @@ func tail(s string, n int) string {
 	}
 	return "…" + s[len(s)-n:]
 }
+
+// shortProfileRoot is a profile root short enough that Chrome's temp dir
+// fits inside each profile (a t.TempDir path is too deep for Chrome's socket
+// path, and the browser package then puts the temp dir in /tmp). The tests
+// that SIGKILL a consumer leave its Chrome dirs behind by design; under a
+// root of the test's own they go with it.
+func shortProfileRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}

@@ -24,7 +24,7 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	db := newTestDB(t)
 	batch, _ := db.enqueue(t, site.URL, pagePaths(100, "/page/%d"))
 	const node = "node-recycle"
-	profiles := t.TempDir()
+	profiles := shortProfileRoot(t)
 	db.startAssigner(t, node, jobqueue.DefaultCapacity)
 	peakHeld := db.sampleHeld(t, node)
 
@@ -110,7 +110,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 	db := newTestDB(t)
 	batch, ids := db.enqueue(t, site.URL, pagePaths(12, "/page/%d?delay=2000"))
 	const node = "node-killed"
-	profiles := t.TempDir()
+	profiles := shortProfileRoot(t)
 	db.startAssigner(t, node, jobqueue.DefaultCapacity)
 
 	first := startChild(t, db, childOpts{node: node, recycle: 20, profileRoot: profiles})
