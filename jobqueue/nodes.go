@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,24 +56,33 @@ WHERE j.node_id = $1 AND j.state = 'queued'`
 // chargeNodeSQL ends the running attempt of each job processing on a node
 // that will not finish it: pending after a backoff while attempts remain,
 // else failed. $3 holds the delay per attempt number.
-const chargeNodeSQL = `
+var chargeNodeSQL = `
 WITH upd AS (
     UPDATE jobs j SET
-        state       = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
-        node_id     = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.node_id END,
-        queued_at   = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.queued_at END,
-        run_after   = CASE WHEN j.attempts < j.max_attempts
-                           THEN coalesce($2::timestamptz, now())
-                                + make_interval(secs => ($3::float8[])[least(greatest(j.attempts, 1), 20)])
-                           ELSE j.run_after END,
-        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE coalesce($2::timestamptz, now()) END,
-        lease_expires_at = NULL,
+` + chargeAttempt("$2", "$3") + `
         last_error  = $4,
         error_class = $5
     WHERE j.node_id = $1 AND j.state = 'processing'
     RETURNING j.state
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
+
+// chargeAttempt is the SET list that ends a running attempt the node will
+// not finish: back to pending after the backoff while attempts remain, else
+// failed. now and delays name the parameters holding the clock override and
+// the delay per attempt number.
+func chargeAttempt(now, delays string) string {
+	return strings.NewReplacer("$NOW", now, "$DELAYS", delays).Replace(`
+        state       = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+        node_id     = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.node_id END,
+        queued_at   = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.queued_at END,
+        run_after   = CASE WHEN j.attempts < j.max_attempts
+                           THEN coalesce($NOW::timestamptz, now())
+                                + make_interval(secs => ($DELAYS::float8[])[least(greatest(j.attempts, 1), 20)])
+                           ELSE j.run_after END,
+        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE coalesce($NOW::timestamptz, now()) END,
+        lease_expires_at = NULL,`)
+}
 
 // Error classes the queue itself records.
 const (
@@ -302,18 +312,10 @@ UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
 FROM nodes n
 WHERE j.state = 'queued' AND j.node_id = n.id AND n.state IN ('lost', 'exited')`
 
-const chargeGoneSQL = `
+var chargeGoneSQL = `
 WITH upd AS (
     UPDATE jobs j SET
-        state       = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
-        node_id     = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.node_id END,
-        queued_at   = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE j.queued_at END,
-        run_after   = CASE WHEN j.attempts < j.max_attempts
-                           THEN coalesce($1::timestamptz, now())
-                                + make_interval(secs => ($2::float8[])[least(greatest(j.attempts, 1), 20)])
-                           ELSE j.run_after END,
-        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE coalesce($1::timestamptz, now()) END,
-        lease_expires_at = NULL,
+` + chargeAttempt("$1", "$2") + `
         last_error  = CASE WHEN j.lease_expires_at < coalesce($1::timestamptz, now())
                            THEN 'lease expired on node ' || j.node_id
                            ELSE 'node ' || j.node_id || ' was lost while the job was running' END,

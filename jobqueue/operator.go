@@ -189,14 +189,6 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 	return row, nil
 }
 
-// jobScanDest lists the scan targets for jobCols, for queries that select
-// more columns after them.
-func jobScanDest(j *Job) []any {
-	return []any{&j.ID, &j.BatchID, &j.State, &j.Priority, &j.Spec, &j.Host, &j.NodeID,
-		&j.Attempts, &j.MaxAttempts, &j.RunAfter, &j.LeaseExpiresAt, &j.CreatedAt, &j.QueuedAt,
-		&j.StartedAt, &j.FinishedAt, &j.LastError, &j.ErrorClass, &j.ParentID, &j.CrawlID, &j.Depth}
-}
-
 // RetryBatch queues every failed or canceled job of a batch again (see Retry).
 func (q *Queue) RetryBatch(ctx context.Context, batchID string) (int64, error) {
 	if err := checkUUID(batchID); err != nil {

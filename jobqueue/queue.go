@@ -115,10 +115,16 @@ const jobCols = `j.id, j.batch_id::text, j.state, j.priority, j.spec, j.host, co
 
 func scanJob(row pgx.Row) (Job, error) {
 	var j Job
-	err := row.Scan(&j.ID, &j.BatchID, &j.State, &j.Priority, &j.Spec, &j.Host, &j.NodeID,
-		&j.Attempts, &j.MaxAttempts, &j.RunAfter, &j.LeaseExpiresAt, &j.CreatedAt, &j.QueuedAt,
-		&j.StartedAt, &j.FinishedAt, &j.LastError, &j.ErrorClass, &j.ParentID, &j.CrawlID, &j.Depth)
+	err := row.Scan(jobScanDest(&j)...)
 	return j, err
+}
+
+// jobScanDest lists the scan targets for jobCols, in order; queries that
+// select more columns after them append their own.
+func jobScanDest(j *Job) []any {
+	return []any{&j.ID, &j.BatchID, &j.State, &j.Priority, &j.Spec, &j.Host, &j.NodeID,
+		&j.Attempts, &j.MaxAttempts, &j.RunAfter, &j.LeaseExpiresAt, &j.CreatedAt, &j.QueuedAt,
+		&j.StartedAt, &j.FinishedAt, &j.LastError, &j.ErrorClass, &j.ParentID, &j.CrawlID, &j.Depth}
 }
 
 func collectJobs(rows pgx.Rows) ([]Job, error) {
