@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // chromeCPU is the CPU time of Chrome's tree so far, counting the reaped
@@ -64,14 +66,16 @@ func peakPSS(b *Browser, stop <-chan struct{}) <-chan uint64 {
 // (peak minus the idle Chrome, over six).
 func BenchmarkRender6(b *testing.B) {
 	modes := []struct {
-		name   string
-		shared bool
-		delay  int
+		name  string
+		iso   Isolation
+		delay int
 	}{
-		{"isolated", false, 0},
-		{"shared", true, 0},
-		{"isolated-api400ms", false, 400},
+		{"isolated", IsolationWipe, 0},
+		{"context", IsolationContext, 0},
+		{"shared", IsolationShared, 0},
+		{"isolated-api400ms", IsolationWipe, 400},
 	}
+	b.Run("naive-chromedp", benchNaiveChromedp)
 	for _, mode := range modes {
 		b.Run(mode.name, func(b *testing.B) {
 			e := newEnv(b)
@@ -87,10 +91,10 @@ func BenchmarkRender6(b *testing.B) {
 			}
 			req := func(i int64) Request {
 				return Request{
-					URL:           e.url(fmt.Sprintf("/page/%d?delay=%d", i%1000, mode.delay)),
-					Wait:          Wait{Selector: "#ready"},
-					Extract:       "document.querySelectorAll('li.item').length",
-					SharedContext: mode.shared,
+					URL:       e.url(fmt.Sprintf("/page/%d?delay=%d", i%1000, mode.delay)),
+					Wait:      Wait{Selector: "#ready"},
+					Extract:   "document.querySelectorAll('li.item').length",
+					Isolation: mode.iso,
 				}
 			}
 			// Warm up: one render per session, outside the measure.
@@ -172,32 +176,23 @@ func BenchmarkColdStart(b *testing.B) {
 // and in a fresh browser context made when the job starts.
 func BenchmarkIsolation(b *testing.B) {
 	modes := []struct {
-		name      string
-		shared    bool
-		noPrepare bool
+		name string
+		iso  Isolation
 	}{
-		{"shared-tab", true, false},
-		{"fresh-prepared", false, false},
-		{"fresh-unprepared", false, true},
+		{"shared-tab", IsolationShared},
+		{"wipe", IsolationWipe},
+		{"context", IsolationContext},
 	}
 	for _, mode := range modes {
 		b.Run(mode.name, func(b *testing.B) {
 			e := newEnv(b)
 			br := e.b
-			if mode.noPrepare {
-				var err error
-				br, err = Launch(context.Background(), Options{ProfileRoot: b.TempDir(), ExtraFlags: testFlags, NoPrepare: true})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { br.Kill() })
-			}
 			s, err := br.NewSession(context.Background())
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { s.Close() })
-			req := Request{URL: e.url("/status/200"), SharedContext: mode.shared}
+			req := Request{URL: e.url("/status/200"), Isolation: mode.iso}
 			if _, err := s.Render(context.Background(), req); err != nil {
 				b.Fatal(err)
 			}
@@ -218,4 +213,64 @@ func BenchmarkIsolation(b *testing.B) {
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(jobs), "chrome_cpu_ms/job")
 		})
 	}
+}
+
+// benchNaiveChromedp is the baseline of BenchmarkRender6: the plain chromedp
+// loop a scraper would write — one Chrome (the same binary and flags), six
+// tabs reused from page to page, no isolation, no recycling, no result
+// handling beyond the extract — rendering the same pages.
+func benchNaiveChromedp(b *testing.B) {
+	e := newEnv(b)
+	const n = 6
+	tabs := make([]context.Context, n)
+	for i := range tabs {
+		ctx, cancel := chromedp.NewContext(e.b.rootCtx)
+		b.Cleanup(cancel)
+		if err := chromedp.Do(ctx); err != nil {
+			b.Fatal(err)
+		}
+		tabs[i] = ctx
+	}
+	render := func(ctx context.Context, i int64) error {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		err := chromedp.Do(ctx,
+			chromedp.Navigate(e.url(fmt.Sprintf("/page/%d?delay=0", i%1000))),
+			chromedp.WaitVisible("#ready"),
+		)
+		if err != nil {
+			return err
+		}
+		items, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.querySelectorAll('li.item').length"))
+		if err == nil && items != 200 {
+			err = fmt.Errorf("%d items", items)
+		}
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, t := range tabs {
+		wg.Go(func() {
+			if err := render(t, 0); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	cpu0 := chromeCPU(e.b)
+	var next atomic.Int64
+	b.ResetTimer()
+	for _, t := range tabs {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				if err := render(t, i); err != nil {
+					b.Errorf("render %d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu := chromeCPU(e.b) - cpu0
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "chrome_cpu_ms/page")
 }

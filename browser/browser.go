@@ -29,14 +29,16 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Options configures Launch. The zero value launches the first Chrome found,
-// headless, with a profile directory under os.TempDir().
+// Options configures Launch. The zero value launches the headless shell if
+// it is installed (else full Chrome), with a profile directory under
+// os.TempDir().
 type Options struct {
-	// ExecPath is the Chrome binary. "" means $FARM_CHROME, else the first of
-	// /usr/lib/chromium/chromium (Debian's real binary, without the wrapper
-	// script's extra shell), chromium, chromium-browser, google-chrome,
-	// google-chrome-stable on $PATH.
+	// ExecPath is the browser binary. "" means the first binary of Kind
+	// found by FindExec.
 	ExecPath string
+	// Kind is the browser to look for when ExecPath is "": KindShell,
+	// KindChrome, or "" for the shell if installed, else full Chrome.
+	Kind Kind
 	// NoSandbox forces --no-sandbox. It is added anyway when running as
 	// root, where Chrome refuses to start with its sandbox.
 	NoSandbox bool
@@ -51,10 +53,6 @@ type Options struct {
 	// StartTimeout bounds the launch: process start to the first CDP answer.
 	// 0 means 30 s.
 	StartTimeout time.Duration
-	// NoPrepare turns off the preparation of the next fresh browser context
-	// and tab while a job runs. Preparing hides the cost of isolation from
-	// the job at the price of one idle tab per session.
-	NoPrepare bool
 }
 
 const (
@@ -156,9 +154,12 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = defaultStartTimeout
 	}
-	execPath, err := findChrome(opts.ExecPath)
-	if err != nil {
-		return nil, err
+	execPath := opts.ExecPath
+	if execPath == "" {
+		var err error
+		if execPath, err = FindExec(opts.Kind); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp(opts.ProfileRoot, "bfc-")
 	if err != nil {
@@ -560,20 +561,62 @@ func removeAllRetry(dir string) error {
 	return err
 }
 
-func findChrome(explicit string) (string, error) {
-	if explicit != "" {
-		return explicit, nil
+// Kind is a browser binary the farm can drive.
+type Kind string
+
+const (
+	// KindShell is chrome-headless-shell (Debian's chromium-headless-shell):
+	// Chrome's old headless mode, a build without the browser UI that
+	// Puppeteer launches as headless: 'shell'. It renders the same pages
+	// for about half the CPU of full Chrome.
+	KindShell Kind = "shell"
+	// KindChrome is full Chromium or Chrome in its new headless mode: the
+	// whole browser with its UI layers, for sites that tell the shell
+	// apart.
+	KindChrome Kind = "chrome"
+)
+
+// ParseKind checks a browser kind name; "" means the shell if installed,
+// else full Chrome.
+func ParseKind(s string) (Kind, error) {
+	switch k := Kind(s); k {
+	case "", KindShell, KindChrome:
+		return k, nil
 	}
-	if env := os.Getenv("FARM_CHROME"); env != "" {
-		return env, nil
+	return "", fmt.Errorf("unknown browser %q (want shell or chrome)", s)
+}
+
+// FindExec returns the first installed binary of the kind; "" tries the
+// shell first, then full Chrome. It only probes the usual places: Debian's
+// real binaries under /usr/lib/chromium (without the wrapper script's extra
+// shell), then the usual names on $PATH.
+func FindExec(kind Kind) (string, error) {
+	probe := map[Kind][]string{
+		KindShell:  {"/usr/lib/chromium/chromium-headless-shell", "chromium-headless-shell", "chrome-headless-shell"},
+		KindChrome: {"/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"},
 	}
-	if fi, err := os.Stat("/usr/lib/chromium/chromium"); err == nil && !fi.IsDir() {
-		return "/usr/lib/chromium/chromium", nil
+	kinds := []Kind{kind}
+	if kind == "" {
+		kinds = []Kind{KindShell, KindChrome}
 	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, nil
+	for _, k := range kinds {
+		for _, name := range probe[k] {
+			if filepath.IsAbs(name) {
+				if fi, err := os.Stat(name); err == nil && !fi.IsDir() {
+					return name, nil
+				}
+				continue
+			}
+			if p, err := exec.LookPath(name); err == nil {
+				return p, nil
+			}
 		}
 	}
-	return "", errors.New("browser: no Chrome found: set Options.ExecPath or $FARM_CHROME, or install chromium")
+	switch kind {
+	case KindShell:
+		return "", errors.New("browser: no chrome-headless-shell found: install Debian's chromium-headless-shell, or pick full Chrome")
+	case KindChrome:
+		return "", errors.New("browser: no Chrome or Chromium found: install Debian's chromium")
+	}
+	return "", errors.New("browser: no browser found: install Debian's chromium-headless-shell (or chromium), or name the binary")
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,17 @@ func TestMain(m *testing.M) {
 	// Every goroutine started by a Browser or Session must end with Kill
 	// and Close: the whole package's tests end with none left.
 	goleak.VerifyTestMain(m)
+}
+
+// testKind is the browser the tests drive: $FARM_TEST_BROWSER (shell or
+// chrome), else the default discovery (the shell if installed). The test
+// script runs the package once with each.
+func testKind(t testing.TB) Kind {
+	k, err := ParseKind(os.Getenv("FARM_TEST_BROWSER"))
+	if err != nil {
+		t.Fatalf("FARM_TEST_BROWSER: %v", err)
+	}
+	return k
 }
 
 // testFlags are the extra Chrome flags of the tests' browsers. The heap cap
@@ -41,7 +53,7 @@ func newEnv(t testing.TB) *env {
 	e := &env{site: testsite.StartT(t, testsite.Options{}), root: t.TempDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, err := Launch(ctx, Options{ProfileRoot: e.root, ExtraFlags: testFlags, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	b, err := Launch(ctx, Options{Kind: testKind(t), ProfileRoot: e.root, ExtraFlags: testFlags, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
 	if err != nil {
 		t.Fatal(err)
 	}

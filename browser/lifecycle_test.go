@@ -278,8 +278,8 @@ func TestSessionsReopen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, shared := range []bool{false, true, false} {
-			if _, err := s.Render(ctx, Request{URL: e.url("/page/2"), SharedContext: shared, Wait: Wait{Selector: "#ready"}}); err != nil {
+		for _, iso := range []Isolation{"", IsolationShared, IsolationContext, IsolationWipe} {
+			if _, err := s.Render(ctx, Request{URL: e.url("/page/2"), Isolation: iso, Wait: Wait{Selector: "#ready"}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -368,7 +368,7 @@ func TestMemoryAndVersion(t *testing.T) {
 	}
 	// A page that keeps 64 MB alive shows in the tree while its tab lives.
 	s := e.session(t)
-	if _, err := s.Render(ctx, Request{URL: e.url("/leak/1?mb=64"), SharedContext: true, Wait: Wait{Selector: "#ready"}}); err != nil {
+	if _, err := s.Render(ctx, Request{URL: e.url("/leak/1?mb=64"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}}); err != nil {
 		t.Fatal(err)
 	}
 	busy, err := e.b.Memory(ctx)

@@ -66,6 +66,9 @@ type Timings struct {
 const (
 	maxConsoleErrors = 50
 	maxConsoleLen    = 1000
+	// errorPageWait bounds the wait for an HTTP error page to be parsed
+	// before its title is read.
+	errorPageWait = 5 * time.Second
 	// healthProbe bounds the check, after a job timed out, of whether
 	// Chrome itself still answers.
 	healthProbe = 2 * time.Second
@@ -101,6 +104,10 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	}
 	st := newJobState(j, abort)
 	t.beginJob(st)
+	if j.userinfo {
+		// Credentials in the URL end in Chrome's HTTP auth cache.
+		t.taint()
+	}
 	res := &Result{}
 	res.Timings.Setup = time.Since(start)
 	err = s.run(jctx, t, j, st, res)
@@ -203,8 +210,14 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	httpErr := error(nil)
 	if res.Status >= 400 {
 		// The page answered with an error: do not wait for content that
-		// will not come; report what it shows.
+		// will not come; report what it shows, once it is parsed (briefly:
+		// an error page that never finishes is reported as it stands).
 		httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+		if nav.LoaderID != "" {
+			pctx, cancel := context.WithTimeout(ctx, errorPageWait)
+			_ = st.waitLifecycle(pctx, nav.LoaderID, "DOMContentLoaded")
+			cancel()
+		}
 	} else {
 		mark = time.Now()
 		if err := s.wait(ctx, t, j, st, nav.LoaderID); err != nil {

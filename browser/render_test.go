@@ -453,7 +453,7 @@ func TestSharedContext(t *testing.T) {
 	ctx := context.Background()
 	visit := func() string {
 		t.Helper()
-		res, err := s.Render(ctx, Request{URL: e.url("/storage"), SharedContext: true, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
+		res, err := s.Render(ctx, Request{URL: e.url("/storage"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,10 +476,10 @@ func TestSharedContext(t *testing.T) {
 
 	// beforeunload: a click gives the page a user gesture, so Chrome would
 	// ask before leaving it; the session answers and the next job runs.
-	if _, err := s.Render(ctx, Request{URL: e.url("/hostile/beforeunload"), SharedContext: true, Actions: []Action{{Type: ActionClick, Selector: "#touch"}}}); err != nil {
+	if _, err := s.Render(ctx, Request{URL: e.url("/hostile/beforeunload"), Isolation: IsolationShared, Actions: []Action{{Type: ActionClick, Selector: "#touch"}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err, took := render(t, s, Request{URL: e.url("/page/4"), SharedContext: true, Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second})
+	res, err, took := render(t, s, Request{URL: e.url("/page/4"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatalf("leaving a beforeunload page: %v", err)
 	}
@@ -489,10 +489,10 @@ func TestSharedContext(t *testing.T) {
 	}
 
 	// Settings of one job do not leak into the next on the same tab.
-	if _, err := s.Render(ctx, Request{URL: e.url("/echo"), SharedContext: true, UserAgent: "One/1", Headers: map[string]string{"X-One": "1"}, Viewport: Viewport{Width: 500, Height: 500}, Block: []string{"image"}}); err != nil {
+	if _, err := s.Render(ctx, Request{URL: e.url("/echo"), Isolation: IsolationShared, UserAgent: "One/1", Headers: map[string]string{"X-One": "1"}, Viewport: Viewport{Width: 500, Height: 500}, Block: []string{"image"}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err = s.Render(ctx, Request{URL: e.url("/echo"), SharedContext: true,
+	res, err = s.Render(ctx, Request{URL: e.url("/echo"), Isolation: IsolationShared,
 		Extract: `({h: JSON.parse(document.getElementById('data').textContent).headers, vp: document.getElementById('viewport').textContent})`})
 	if err != nil {
 		t.Fatal(err)
@@ -505,14 +505,14 @@ func TestSharedContext(t *testing.T) {
 	if d.H["x-one"] != "" || d.H["user-agent"] == "One/1" || d.VP != "1280x800" {
 		t.Fatalf("the previous job's settings leaked: headers %v viewport %q", d.H, d.VP)
 	}
-	res, err = s.Render(ctx, Request{URL: e.url("/images"), SharedContext: true, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`})
+	res, err = s.Render(ctx, Request{URL: e.url("/images"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`})
 	if err != nil || string(res.Data) != `"loaded"` {
 		t.Fatalf("blocking leaked into the next job: %v %s", err, res.Data)
 	}
 
 	// A timeout leaves the shared tab unusable (the page may still run):
 	// the next shared job gets a new tab, in the same context.
-	_, err = s.Render(ctx, Request{URL: e.url("/hostile/loop"), SharedContext: true, Timeout: time.Second})
+	_, err = s.Render(ctx, Request{URL: e.url("/hostile/loop"), Isolation: IsolationShared, Timeout: time.Second})
 	wantClass(t, err, ClassTimeout, true)
 	if s.shared != nil {
 		t.Fatal("the shared tab is kept after a timeout")
@@ -587,10 +587,10 @@ func TestConcurrentSessions(t *testing.T) {
 			defer func() { done <- struct{}{} }()
 			for k := range each {
 				res, err := s.Render(context.Background(), Request{
-					URL:           e.url("/page/" + strings.Repeat("1", i+1)),
-					Wait:          Wait{Selector: "#ready"},
-					SharedContext: k == 1,
-					Extract:       "document.querySelectorAll('li.item').length",
+					URL:       e.url("/page/" + strings.Repeat("1", i+1)),
+					Wait:      Wait{Selector: "#ready"},
+					Isolation: map[bool]Isolation{true: IsolationShared}[k == 1],
+					Extract:   "document.querySelectorAll('li.item').length",
 				})
 				if err != nil {
 					errs <- err

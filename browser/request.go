@@ -49,19 +49,55 @@ type Request struct {
 	// Cookies are set in the job's browser context before navigation.
 	Cookies []Cookie
 	// Proxy is a proxy for this job only: http://[user:pass@]host:port,
-	// https://…, socks4://host:port or socks5://host:port. The job gets its
-	// own browser context behind it (loopback included); a proxy's
-	// authentication challenge is answered with the URL's credentials.
+	// https://…, socks4://host:port or socks5://host:port. The job gets a
+	// brand-new browser context behind it (loopback included), whatever its
+	// Isolation; a proxy's authentication challenge is answered with the
+	// URL's credentials. It cannot be combined with IsolationShared.
 	Proxy string
-	// SharedContext opts out of the fresh browser context: the job runs in
-	// Chrome's default context, where cookies, storage and cache persist
-	// between jobs, on a tab the session reuses.
-	SharedContext bool
+	// Isolation says what the job may see of the jobs before it on the same
+	// session. "" means IsolationWipe.
+	Isolation Isolation
 	// FollowSelector picks links (elements with an href) whose absolute
 	// http(s) URLs, without fragment and de-duplicated, go to Result.Links.
 	FollowSelector string
 	// FollowMax caps Result.Links. 0 means 100.
 	FollowMax int
+}
+
+// Isolation is how a job is kept apart from the other jobs of a session.
+type Isolation string
+
+const (
+	// IsolationWipe, the default: the job runs on the session's own tab in
+	// the session's own browser context, which is wiped between jobs —
+	// cookies, HTTP cache, local and session storage, IndexedDB, Cache
+	// Storage, service workers, permissions and the tab's history are
+	// cleared, so no state of one job is visible to the next. A job that
+	// met an HTTP authentication challenge leaves its context to be
+	// disposed of (Chrome keeps answered credentials where no CDP call
+	// clears them); the next job gets a brand-new one.
+	IsolationWipe Isolation = "wipe"
+	// IsolationContext gives the job a brand-new browser context (and tab,
+	// and renderer), disposed of after it: the strongest isolation, at the
+	// price of a renderer start per job.
+	IsolationContext Isolation = "context"
+	// IsolationShared opts out: the job runs in Chrome's default context,
+	// on a tab the session reuses, where cookies, storage, cache, service
+	// workers, permissions and HTTP credentials persist between jobs (as in
+	// a scraper's session). Only the job's own settings (headers, user
+	// agent, viewport, blocking) are undone for the next job.
+	IsolationShared Isolation = "shared"
+)
+
+// ParseIsolation checks an isolation name; "" is the default, IsolationWipe.
+func ParseIsolation(s string) (Isolation, error) {
+	switch i := Isolation(s); i {
+	case "":
+		return IsolationWipe, nil
+	case IsolationWipe, IsolationContext, IsolationShared:
+		return i, nil
+	}
+	return "", fmt.Errorf("unknown isolation %q (want wipe, context or shared)", s)
 }
 
 // Wait is the load condition of a page.
@@ -148,8 +184,9 @@ type proxySpec struct {
 // job is a validated Request with its defaults applied.
 type job struct {
 	Request
-	block []network.ResourceType
-	proxy *proxySpec
+	block    []network.ResourceType
+	proxy    *proxySpec
+	userinfo bool // the URL carries credentials
 }
 
 func invalid(format string, args ...any) *Error {
@@ -169,6 +206,7 @@ func (r Request) prepare() (*job, error) {
 	if u.Host == "" {
 		return nil, invalid("url: no host in %q", r.URL)
 	}
+	j.userinfo = u.User != nil
 	if r.Timeout < 0 {
 		return nil, invalid("timeout: negative")
 	}
@@ -215,9 +253,14 @@ func (r Request) prepare() (*job, error) {
 			return nil, invalid("cookies[%d]: empty name", i)
 		}
 	}
+	iso, err := ParseIsolation(string(r.Isolation))
+	if err != nil {
+		return nil, invalid("isolation: %v", err)
+	}
+	j.Isolation = iso
 	if r.Proxy != "" {
-		if r.SharedContext {
-			return nil, invalid("proxy: needs the job's own browser context, not shared_context")
+		if iso == IsolationShared {
+			return nil, invalid("proxy: needs a browser context of the job's own, which isolation shared does not have")
 		}
 		p, err := parseProxy(r.Proxy)
 		if err != nil {

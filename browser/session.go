@@ -23,10 +23,12 @@ import (
 )
 
 // Session is one tab slot of a Browser: it renders one job at a time. By
-// default every job gets a fresh browser context (its own cookies, storage,
-// cache and renderer process); the session prepares the next one while a job
-// runs, so that isolation costs the job little time. Close it when done;
-// killing the Browser also ends it.
+// default (IsolationWipe) a session keeps one tab in a browser context of
+// its own across jobs and wipes that context between them, in the
+// background, so that isolation costs neither a renderer start per job nor
+// the next job's time; IsolationContext jobs get a brand-new context,
+// IsolationShared jobs a tab in Chrome's default context. Close it when
+// done; killing the Browser also ends it.
 type Session struct {
 	b *Browser
 
@@ -37,21 +39,21 @@ type Session struct {
 
 	mu     sync.Mutex // held by Render and Close: one job at a time
 	closed bool
-	shared *tab      // reusable tab in the default context (SharedContext jobs)
-	next   *prepared // the next fresh tab, being prepared or ready
+	shared *tab      // reusable tab in the default context (IsolationShared)
+	own    *prepared // the session's own tab (IsolationWipe): being made or wiped, or ready
 
-	bg sync.WaitGroup // background preparation and disposal
+	bg sync.WaitGroup // background preparation, wiping and disposal
 }
 
-// prepared is a fresh tab made in the background.
+// prepared is a tab made ready in the background.
 type prepared struct {
 	done chan struct{}
 	t    *tab
 	err  error
 }
 
-// NewSession opens a tab slot. It is cheap: the first fresh tab is prepared
-// in the background, and Render waits for it only if it is not ready yet.
+// NewSession opens a tab slot. It is cheap: the session's tab is made in
+// the background, and Render waits for it only if it is not ready yet.
 func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Class: ClassCanceled, Retriable: true, Err: err}
@@ -61,9 +63,7 @@ func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
 	}
 	sctx, cancel := context.WithCancel(b.rootCtx)
 	s := &Session{b: b, ctx: sctx, cancel: cancel}
-	if !b.opts.NoPrepare {
-		s.prepareNext()
-	}
+	s.own = s.background(s.newOwnTab)
 	return s, nil
 }
 
@@ -84,8 +84,8 @@ func (s *Session) Close() error {
 	// Canceling first stops a preparation in flight at once.
 	s.cancel()
 	var errs []error
-	if p := s.next; p != nil {
-		s.next = nil
+	if p := s.own; p != nil {
+		s.own = nil
 		<-p.done
 		if p.t != nil {
 			errs = append(errs, p.t.close())
@@ -106,29 +106,42 @@ func (s *Session) Close() error {
 	return nil
 }
 
-// prepareNext starts making the next fresh tab in the background.
-func (s *Session) prepareNext() {
+// background runs fn on a goroutine the session owns, bounded by
+// tabTimeout and the session's life.
+func (s *Session) background(fn func(ctx context.Context) (*tab, error)) *prepared {
 	p := &prepared{done: make(chan struct{})}
-	s.next = p
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(s.ctx, tabTimeout)
 		defer cancel()
-		p.t, p.err = s.newTab(ctx, nil, false)
+		p.t, p.err = fn(ctx)
 	}()
+	return p
 }
 
-// tabTimeout bounds making a tab; a healthy Chrome needs well under a second.
+// tabTimeout bounds making or wiping a tab; a healthy Chrome needs well
+// under a second.
 const tabTimeout = 20 * time.Second
+
+// newOwnTab makes the session's own tab: a browser context of its own that
+// IsolationWipe jobs share one after another, wiped in between.
+func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
+	t, err := s.newTab(ctx, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	t.own = true
+	return t, nil
+}
 
 // acquire returns the tab for a job.
 func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 	switch {
-	case j.proxy != nil:
+	case j.proxy != nil || j.Isolation == IsolationContext:
 		return s.newTab(ctx, j.proxy, false)
-	case j.SharedContext:
+	case j.Isolation == IsolationShared:
 		if s.shared != nil && !s.shared.isBroken() {
 			return s.shared, nil
 		}
@@ -143,9 +156,9 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 		s.shared = t
 		return t, nil
 	}
-	var t *tab
-	if p := s.next; p != nil {
-		s.next = nil
+	p := s.own
+	s.own = nil
+	if p != nil {
 		select {
 		case <-p.done:
 		case <-ctx.Done():
@@ -161,31 +174,53 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 			return nil, ctx.Err()
 		}
 		if p.err == nil && !p.t.isBroken() {
-			t = p.t
-		} else if p.t != nil {
+			return p.t, nil
+		}
+		if p.t != nil {
 			s.disposeLater(p.t)
 		}
+		if p.err != nil {
+			s.b.log.Debug("preparing the session's tab", zap.Error(p.err))
+		}
 	}
-	if !s.b.opts.NoPrepare {
-		s.prepareNext()
-	}
-	if t != nil {
-		return t, nil
-	}
-	return s.newTab(ctx, nil, false)
+	return s.newOwnTab(ctx)
 }
 
-// release hands a tab back after a job: a fresh tab is disposed of (in the
-// background), the shared tab is kept unless the job left it unusable.
+// release hands a tab back after a job. The session's own tab is wiped in
+// the background for the next job, or replaced by a new one if the job left
+// it unusable or left state in it that no wipe reaches; the shared tab is
+// kept unless broken; a brand-new context is disposed of.
 func (s *Session) release(t *tab) {
 	t.endJob()
-	if t.shared && t == s.shared && !t.isBroken() {
-		return
+	switch {
+	case t.own:
+		if !t.isBroken() && !t.isTainted() && !s.closed {
+			s.own = s.background(func(ctx context.Context) (*tab, error) {
+				if err := t.wipe(ctx); err != nil {
+					t.close()
+					if ctx.Err() != nil {
+						// The session is closing: no replacement (a context
+						// created under a canceled call would be lost).
+						return nil, err
+					}
+					s.b.log.Debug("wiping a browser context failed; replacing it", zap.Error(err))
+					return s.newOwnTab(ctx)
+				}
+				return t, nil
+			})
+			return
+		}
+		s.disposeLater(t)
+		if !s.closed {
+			s.own = s.background(s.newOwnTab)
+		}
+	case t.shared && t == s.shared && !t.isBroken():
+	default:
+		if t == s.shared {
+			s.shared = nil
+		}
+		s.disposeLater(t)
 	}
-	if t == s.shared {
-		s.shared = nil
-	}
-	s.disposeLater(t)
 }
 
 func (s *Session) disposeLater(t *tab) {
@@ -208,6 +243,7 @@ type tab struct {
 	id     target.ID
 	bcid   cdp.BrowserContextID // "" for the default context
 	shared bool
+	own    bool // the session's reused tab of IsolationWipe
 	proxy  *proxySpec
 
 	unwatch func()
@@ -217,6 +253,12 @@ type tab struct {
 	broken  bool
 	cur     *jobState
 	wg      sync.WaitGroup // event-driven CDP calls (dialogs, fetch)
+
+	// What pages did to the context since the last wipe: the origins of
+	// its documents (whose storage the wipe clears) and whether any of it
+	// is out of the wipe's reach (tainted).
+	origins map[string]bool
+	tainted bool
 
 	// What the last job changed on a shared tab, to undo for the next one.
 	dirtyHeaders, dirtyUA, dirtyViewport bool
@@ -401,7 +443,36 @@ func (t *tab) onEvent(ev any) {
 			return
 		}
 		t.withJob(func(j *jobState) { j.lifecycle(e.LoaderID, e.Name) })
+	case *page.EventFrameNavigated:
+		if e.Frame != nil {
+			t.noteOrigin(e.Frame.SecurityOrigin)
+		}
+	case *page.EventFrameDetached:
+		// A frame that moved to another renderer (a cross-site iframe under
+		// site isolation) stores its data where this tab's agents do not
+		// see it: the wipe cannot vouch for it.
+		if e.Reason == page.FrameDetachedReasonSwap {
+			t.taint()
+		}
+	case *network.EventResponseReceivedExtraInfo:
+		// Chrome caches answered HTTP credentials per context, and no CDP
+		// call clears that cache: a challenge (even one the network stack
+		// answered itself, from URL credentials, which no responseReceived
+		// reports) or credentials on the wire leave the context tainted.
+		if e.StatusCode == 401 || e.StatusCode == 407 {
+			t.taint()
+		}
+	case *network.EventRequestWillBeSentExtraInfo:
+		for k := range e.Headers {
+			if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {
+				t.taint()
+				break
+			}
+		}
 	case *network.EventResponseReceived:
+		if e.Response != nil && (e.Response.Status == 401 || e.Response.Status == 407) {
+			t.taint()
+		}
 		if e.Type != network.ResourceTypeDocument || e.FrameID != cdp.FrameID(t.id) {
 			return
 		}

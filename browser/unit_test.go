@@ -60,7 +60,7 @@ func TestRequestPrepare(t *testing.T) {
 				t.Errorf("proxy %+v", j.proxy)
 			}
 		}},
-		{name: "proxy with shared context", req: Request{URL: ok, Proxy: "http://127.0.0.1:3128", SharedContext: true}, wantErr: "proxy: needs"},
+		{name: "proxy with shared context", req: Request{URL: ok, Proxy: "http://127.0.0.1:3128", Isolation: IsolationShared}, wantErr: "proxy: needs"},
 		{name: "bad proxy", req: Request{URL: ok, Proxy: "127.0.0.1:3128"}, wantErr: "proxy:"},
 		{name: "follow max", req: Request{URL: ok, FollowSelector: "a", FollowMax: maxFollow + 1}, wantErr: "follow max"},
 		{name: "html cap", req: Request{URL: ok, HTMLMaxBytes: -1}, wantErr: "html_max_bytes"},

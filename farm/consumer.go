@@ -909,16 +909,16 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // was validated at submit; a timeout of 0 becomes defaultTimeout.
 func SpecRequest(s jobqueue.Spec, defaultTimeout time.Duration) browser.Request {
 	req := browser.Request{
-		URL:           s.URL,
-		Extract:       s.Extract,
-		HTML:          s.HTML,
-		Screenshot:    s.Screenshot,
-		Timeout:       time.Duration(s.TimeoutMS) * time.Millisecond,
-		Block:         s.Block,
-		Headers:       s.Headers,
-		UserAgent:     s.UserAgent,
-		Proxy:         s.Proxy,
-		SharedContext: s.SharedContext,
+		URL:        s.URL,
+		Extract:    s.Extract,
+		HTML:       s.HTML,
+		Screenshot: s.Screenshot,
+		Timeout:    time.Duration(s.TimeoutMS) * time.Millisecond,
+		Block:      s.Block,
+		Headers:    s.Headers,
+		UserAgent:  s.UserAgent,
+		Proxy:      s.Proxy,
+		Isolation:  browser.Isolation(s.EffectiveIsolation()),
 	}
 	if req.Timeout <= 0 {
 		req.Timeout = defaultTimeout

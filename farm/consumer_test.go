@@ -116,7 +116,7 @@ func TestSpecRequest(t *testing.T) {
 	}{
 		{"every field", full, func(t *testing.T, r browser.Request) {
 			if r.URL != full.URL || r.Extract != full.Extract || !r.HTML || !r.Screenshot || r.UserAgent != "bot" ||
-				r.Proxy != full.Proxy || r.SharedContext {
+				r.Proxy != full.Proxy || r.Isolation != browser.IsolationWipe {
 				t.Errorf("scalars not carried over: %+v", r)
 			}
 			if r.Timeout != 5*time.Second {
@@ -149,8 +149,8 @@ func TestSpecRequest(t *testing.T) {
 			if r.Wait != (browser.Wait{}) || r.Actions != nil || r.Cookies != nil || r.FollowSelector != "" || r.FollowMax != 0 {
 				t.Errorf("unset fields were filled: %+v", r)
 			}
-			if !r.SharedContext {
-				t.Error("SharedContext not carried over")
+			if r.Isolation != browser.IsolationShared {
+				t.Errorf("shared_context carried over as isolation %q, want shared", r.Isolation)
 			}
 		}},
 		{"follow with a large link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1, MaxLinks: 1000}},

@@ -30,10 +30,20 @@ type Spec struct {
 	// Cookies are set before navigation.
 	Cookies []Cookie `json:"cookies,omitempty"`
 	// Proxy is a proxy server URL for this job only (http://user:pass@host:port,
-	// socks5://host:port). It needs the job's own browser context.
+	// socks5://host:port). The job gets a brand-new browser context behind
+	// it; it cannot be combined with isolation "shared".
 	Proxy string `json:"proxy,omitempty"`
-	// SharedContext opts out of the fresh browser context each job gets by
-	// default (cookies, storage and cache then persist between jobs on a Chrome).
+	// Isolation is what the job may see of the jobs that ran before it on
+	// the same browser session:
+	//   "wipe" (the default, also ""): a browser context reused between jobs
+	//     and wiped in between — no cookie, storage, cache, service worker,
+	//     permission, credential or history of another job is visible;
+	//   "context": a brand-new browser context for this job alone;
+	//   "shared": none — Chrome's default context, where cookies, storage,
+	//     cache and credentials persist between jobs (a scraping session).
+	Isolation string `json:"isolation,omitempty"`
+	// SharedContext is the older spelling of isolation "shared", still
+	// accepted.
 	SharedContext bool `json:"shared_context,omitempty"`
 	// Priority: higher runs first. Range -1000..1000.
 	Priority int `json:"priority,omitempty"`
@@ -41,6 +51,25 @@ type Spec struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Follow enqueues links found on the page as child jobs.
 	Follow *Follow `json:"follow,omitempty"`
+}
+
+// Isolation values of Spec.Isolation; "" means IsolationWipe.
+const (
+	IsolationWipe    = "wipe"
+	IsolationContext = "context"
+	IsolationShared  = "shared"
+)
+
+// EffectiveIsolation is the spec's isolation with the default applied and
+// shared_context folded in.
+func (s Spec) EffectiveIsolation() string {
+	switch {
+	case s.SharedContext:
+		return IsolationShared
+	case s.Isolation == "":
+		return IsolationWipe
+	}
+	return s.Isolation
 }
 
 // Wait is the load condition of a page.

@@ -128,12 +128,23 @@ func (s *Spec) validate() *SpecError {
 			return e
 		}
 	}
+	switch s.Isolation {
+	case "", IsolationWipe, IsolationContext, IsolationShared:
+	default:
+		return specErr("isolation", "unknown value %q (want %s, %s or %s)", s.Isolation, IsolationWipe, IsolationContext, IsolationShared)
+	}
+	if s.SharedContext && s.Isolation != "" && s.Isolation != IsolationShared {
+		return specErr("isolation", "%q contradicts shared_context (the older spelling of isolation %q): drop one", s.Isolation, IsolationShared)
+	}
 	if s.Proxy != "" {
 		if e := validateProxy(s.Proxy); e != nil {
 			return e
 		}
 		if s.SharedContext {
 			return specErr("proxy", "a per-job proxy needs the job's own browser context; drop shared_context")
+		}
+		if s.Isolation == IsolationShared {
+			return specErr("proxy", "a per-job proxy needs the job's own browser context, which isolation %q does not have", IsolationShared)
 		}
 	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Installs what browserfarm needs at run time and in its tests when it is
-# missing: Chromium (Debian's package; fonts so pages render as users see
-# them) and the PostgreSQL server binaries (the farm and the tests start
+# missing: the headless shell and full Chromium (Debian's packages; fonts so
+# pages render as users see them) and the PostgreSQL server binaries (the farm and the tests start
 # private clusters; Debian's usual system cluster is not created). Needs root and apt on Debian/Ubuntu;
 # elsewhere it says what to install. Checks that Go is new enough to build.
 set -euo pipefail
 
 missing=()
-if [ -z "${FARM_CHROME:-}" ] && ! [ -x /usr/lib/chromium/chromium ] && ! command -v chromium >/dev/null 2>&1 \
+# The farm's default browser is the headless shell; full Chromium is the
+# other supported one, and the tests run the browser package on both.
+if ! [ -x /usr/lib/chromium/chromium-headless-shell ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
+   && ! command -v chrome-headless-shell >/dev/null 2>&1; then
+  missing+=(chromium-headless-shell fonts-liberation)
+fi
+if ! [ -x /usr/lib/chromium/chromium ] && ! command -v chromium >/dev/null 2>&1 \
    && ! command -v chromium-browser >/dev/null 2>&1 && ! command -v google-chrome >/dev/null 2>&1; then
   missing+=(chromium fonts-liberation)
 fi

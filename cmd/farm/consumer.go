@@ -12,6 +12,7 @@ import (
 	"github.com/oklog/run"
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/autoscale"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -33,6 +34,7 @@ type consumerOptions struct {
 	drainTimeout    time.Duration
 	jobTimeout      time.Duration
 	chrome          string
+	browser         string
 	chromeFlags     string
 	profileRoot     string
 	healthAddr      string
@@ -56,7 +58,8 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.DurationVar(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back")
 	fs.DurationVar(&o.jobTimeout, "job-timeout", farm.DefaultJobTimeout, "timeout of a job whose spec sets no timeout_ms")
-	fs.StringVar(&o.chrome, "chrome", "", "Chrome binary (default: $FARM_CHROME, /usr/lib/chromium/chromium, or chromium/google-chrome on $PATH)")
+	fs.StringVar(&o.chrome, "chrome", "", "browser binary; overrides --browser")
+	fs.StringVar(&o.browser, "browser", "", browserHelp)
 	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
 	fs.StringVar(&o.profileRoot, "chrome-profile-root", "", "directory for Chrome's throw-away profile directories (default: the temp dir)")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
@@ -65,6 +68,10 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.awsRegion, "aws-region", "", "AWS region (default: the SDK's chain, then the instance metadata)")
 	fs.DurationVar(&o.awsIdleAfter, "aws-protection-idle-after", farm.DefaultProtectorIdleAfter, "lift scale-in protection after the node held no job this long")
 }
+
+// browserHelp is the help of --browser, the same for every command that
+// starts consumers.
+const browserHelp = "browser to find when --chrome is not given: shell (chrome-headless-shell, Chrome's old headless mode: about half the CPU per page) or chrome (full Chromium in its new headless mode, for sites that tell the shell apart); default: shell if installed, else chrome"
 
 // check rejects values no consumer can run with, naming the flag.
 func (o *consumerOptions) check() error {
@@ -96,6 +103,9 @@ func (o *consumerOptions) check() error {
 			errs = append(errs, "--node-id: "+err.Error())
 		}
 	}
+	if _, err := browser.ParseKind(o.browser); err != nil {
+		errs = append(errs, "--browser: "+err.Error())
+	}
 	if o.awsProtection && o.awsGroup == "" {
 		errs = append(errs, "--aws-instance-protection needs --aws-asg-name")
 	}
@@ -113,6 +123,7 @@ func (o *consumerOptions) supervisorConfig(log *zap.Logger) supervisor.Config {
 	cfg.ExitAfterJobs = o.exitAfterJobs
 	cfg.MemoryCeilingBytes = uint64(o.memoryCeilingMB) << 20
 	cfg.Browser.ExecPath = o.chrome
+	cfg.Browser.Kind = browser.Kind(o.browser)
 	cfg.Browser.ProfileRoot = o.profileRoot
 	cfg.Browser.ExtraFlags = strings.Fields(o.chromeFlags)
 	cfg.Logger = log.Named("supervisor")

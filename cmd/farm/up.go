@@ -23,6 +23,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/farm/fleet"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/testsite"
@@ -36,6 +37,7 @@ type upOptions struct {
 	capacity    int
 	dataDir     string
 	chrome      string
+	browser     string
 	heartbeat   time.Duration
 	demo        bool
 	demoJobs    int
@@ -77,7 +79,8 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	fs.IntVar(&uo.consumers, "consumers", defaultConsumers(), "consumer processes to run and restart (the demo uses 2 unless set)")
 	fs.IntVar(&uo.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions per consumer")
 	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else ~/.local/state/browserfarm; the demo uses a temporary dir)")
-	fs.StringVar(&uo.chrome, "chrome", "", "Chrome binary for the consumers (default: $FARM_CHROME, /usr/lib/chromium/chromium, chromium on $PATH)")
+	fs.StringVar(&uo.chrome, "chrome", "", "browser binary for the consumers; overrides --browser")
+	fs.StringVar(&uo.browser, "browser", "", browserHelp)
 	fs.DurationVar(&uo.heartbeat, "heartbeat-interval", 0, "consumers' heartbeat interval (default: the consumer's; the demo uses 1s)")
 	fs.BoolVar(&uo.demo, "demo", false, "serve a local JavaScript-heavy test site, render --demo-jobs pages of it with a progress bar, print a summary and exit")
 	fs.IntVar(&uo.demoJobs, "demo-jobs", 300, "with --demo: how many pages to render")
@@ -95,6 +98,17 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	}
 	if uo.demo && uo.demoJobs < 1 {
 		return usagef("--demo-jobs must be at least 1")
+	}
+	kind, err := browser.ParseKind(uo.browser)
+	if err != nil {
+		return usagef("--browser: %v", err)
+	}
+	if uo.chrome == "" {
+		// Found once here, so that every consumer runs the same binary and
+		// the summary can name it.
+		if uo.chrome, err = browser.FindExec(kind); err != nil {
+			return err
+		}
 	}
 	if uo.demo && db.url != "" && !fs.onCommandLine("database-url") {
 		// The demo's jobs point at a site on this machine: never send them to
@@ -206,8 +220,8 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		return usagef("--listen %s: %v", po.listen, err)
 	}
 	dashboard := "http://" + ln.Addr().String() + "/"
-	fmt.Fprintf(env.stderr, "browserfarm up: dashboard %s · data %s · %d consumer(s) × %d sessions\n",
-		dashboard, uo.dataDir, uo.consumers, uo.capacity)
+	fmt.Fprintf(env.stderr, "browserfarm up: dashboard %s · data %s · %d consumer(s) × %d sessions · browser %s\n",
+		dashboard, uo.dataDir, uo.consumers, uo.capacity, uo.chrome)
 
 	var g run.Group
 	if err := addProducer(ctx, &g, pool, ln, &po, log); err != nil {
@@ -469,6 +483,7 @@ func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL s
 	fmt.Fprintf(env.stdout, "\ndemo: %d pages in %s (%.1f pages/s): %d completed, %d failed\n",
 		c.Total, took.Round(10*time.Millisecond), float64(c.By[jobqueue.StateCompleted])/took.Seconds(),
 		c.By[jobqueue.StateCompleted], c.By[jobqueue.StateFailed])
+	fmt.Fprintf(env.stdout, "demo: browser %s\n", uo.chrome)
 	fmt.Fprintf(env.stdout, "demo: %d Chrome recycles, %d Chrome starts, %d consumer process restarts (%d recycles by exit 75, %d crashes)\n",
 		events.chromeRecycles.Load(), events.chromeStarts.Load(), fs.Recycles+fs.Crashes, fs.Recycles, fs.Crashes)
 	if uo.keepData {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/supervisor"
 	"go.uber.org/zap"
 )
 
@@ -24,9 +25,17 @@ type workerConfig struct {
 	Concurrency int      `json:"concurrency"`
 	Chrome      string   `json:"chrome"`
 	Flags       []string `json:"flags,omitempty"`
-	// Shared runs the farm's jobs in Chrome's default context on reused
-	// tabs (browser.Request.SharedContext) instead of a fresh context each.
+	// Shared runs the farm's jobs with isolation "shared" (Chrome's default
+	// context, reused tabs) instead of the default wiped context.
 	Shared bool `json:"shared,omitempty"`
+	// Context runs them with isolation "context": a brand-new browser
+	// context per job.
+	Context bool `json:"context,omitempty"`
+	// RecycleJobs and ExitAfterJobs are the farm side's recycling: a new
+	// Chrome every RecycleJobs jobs, a new node (supervisor and Chromes, as
+	// after the process's exit 75) every ExitAfterJobs; 0 is off.
+	RecycleJobs   int `json:"recycle_jobs,omitempty"`
+	ExitAfterJobs int `json:"exit_after_jobs,omitempty"`
 	// Incognito makes Crawlee open each page in a browser context of its
 	// own (launchContext.useIncognitoPages) instead of Chrome's default one.
 	Incognito bool `json:"incognito,omitempty"`
@@ -40,6 +49,9 @@ type workerResult struct {
 	Errors          []string `json:"errors,omitempty"`
 	MeanConcurrency float64  `json:"mean_concurrency"`
 	MaxConcurrency  int      `json:"max_concurrency"`
+	// Restarts is how many times the farm side's node was replaced (its
+	// process exits).
+	Restarts int `json:"restarts,omitempty"`
 }
 
 const wantItems = "200"
@@ -49,50 +61,71 @@ func pageURL(base string, n, delay int) string {
 	return fmt.Sprintf("%s/page/%d?delay=%d", base, n, delay)
 }
 
-// runFarmWorker is the farm side: one Chrome launched by the browser
-// package, cfg.Concurrency sessions rendering at once, as in
-// browser.BenchmarkRender6. It speaks the workers' line protocol: "ready"
-// after the warm-up, then the measured pages once a line arrives on in, then
-// one JSON line.
+// runFarmWorker is the farm side: a node's supervisor (the consumer's
+// rendering path without the queue) with cfg.Concurrency sessions, recycling
+// Chrome every cfg.RecycleJobs jobs and, every cfg.ExitAfterJobs jobs,
+// draining and replacing the whole supervisor as the process exit and
+// restart would. It speaks the workers' line protocol: "ready" after the
+// warm-up, then the measured pages once a line arrives on in, then one JSON
+// line.
 func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.Writer, log *zap.Logger) (err error) {
-	br, err := browser.Launch(ctx, browser.Options{ExecPath: cfg.Chrome, Logger: log})
+	iso := browser.IsolationWipe
+	switch {
+	case cfg.Shared:
+		iso = browser.IsolationShared
+	case cfg.Context:
+		iso = browser.IsolationContext
+	}
+	scfg := supervisor.DefaultConfig()
+	scfg.Capacity = cfg.Concurrency
+	scfg.ChromeRecycleJobs = cfg.RecycleJobs
+	scfg.ExitAfterJobs = cfg.ExitAfterJobs
+	scfg.Browser = browser.Options{ExecPath: cfg.Chrome, Logger: log}
+	scfg.Logger = log
+	nodes, err := startNodes(ctx, scfg)
 	if err != nil {
-		return fmt.Errorf("farm worker: launching chrome: %w", err)
+		return fmt.Errorf("farm worker: %w", err)
 	}
-	defer func() { err = errors.Join(err, br.Kill()) }()
+	defer func() { err = errors.Join(err, nodes.stop()) }()
 
-	sessions := make([]*browser.Session, cfg.Concurrency)
-	for i := range sessions {
-		s, err := br.NewSession(ctx)
-		if err != nil {
-			return fmt.Errorf("farm worker: session %d: %w", i, err)
+	render := func(n int) error {
+		for {
+			g := nodes.current()
+			slot, err := g.sup.Acquire(ctx)
+			if errors.Is(err, supervisor.ErrExitDue) {
+				// The "process" is due to exit: wait for its successor.
+				if err := nodes.waitNext(ctx, g); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("page %d: %w", n, err)
+			}
+			res, err := slot.Render(ctx, browser.Request{
+				URL:       pageURL(cfg.URL, n, cfg.Delay),
+				Wait:      browser.Wait{Selector: "#ready"},
+				Extract:   "document.querySelectorAll('li.item').length",
+				Timeout:   30 * time.Second,
+				Isolation: iso,
+			})
+			slot.Release()
+			if err != nil {
+				return fmt.Errorf("page %d: %w", n, err)
+			}
+			if string(res.Data) != wantItems {
+				return fmt.Errorf("page %d: li.item: %s, want %s", n, res.Data, wantItems)
+			}
+			return nil
 		}
-		defer func() { err = errors.Join(err, s.Close()) }()
-		sessions[i] = s
-	}
-	render := func(s *browser.Session, n int) error {
-		res, err := s.Render(ctx, browser.Request{
-			URL:           pageURL(cfg.URL, n, cfg.Delay),
-			Wait:          browser.Wait{Selector: "#ready"},
-			Extract:       "document.querySelectorAll('li.item').length",
-			Timeout:       30 * time.Second,
-			SharedContext: cfg.Shared,
-		})
-		if err != nil {
-			return fmt.Errorf("page %d: %w", n, err)
-		}
-		if string(res.Data) != wantItems {
-			return fmt.Errorf("page %d: li.item: %s, want %s", n, res.Data, wantItems)
-		}
-		return nil
 	}
 
 	// Warm-up: one page per session, outside the measure, with the same
 	// page numbers as the Crawlee side's warm-up.
 	var wg sync.WaitGroup
-	warm := make([]error, len(sessions))
-	for i, s := range sessions {
-		wg.Go(func() { warm[i] = render(s, 100_000+i) })
+	warm := make([]error, cfg.Concurrency)
+	for i := range warm {
+		wg.Go(func() { warm[i] = render(100_000 + i) })
 	}
 	wg.Wait()
 	if err := errors.Join(warm...); err != nil {
@@ -107,16 +140,16 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 
 	var (
 		next   atomic.Int64
-		busy   atomic.Int64 // nanoseconds spent inside Render, all sessions
+		busy   atomic.Int64 // nanoseconds spent inside render, all sessions
 		mu     sync.Mutex
 		result workerResult
 	)
 	start := time.Now()
-	for _, s := range sessions {
+	for range cfg.Concurrency {
 		wg.Go(func() {
 			for n := next.Add(1); n <= int64(cfg.Pages); n = next.Add(1) {
 				t := time.Now()
-				err := render(s, int(n))
+				err := render(int(n))
 				busy.Add(int64(time.Since(t)))
 				mu.Lock()
 				if err != nil {
@@ -138,6 +171,7 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	// number of pages in flight.
 	result.MeanConcurrency = float64(busy.Load()) / float64(elapsed)
 	result.MaxConcurrency = cfg.Concurrency
+	result.Restarts = nodes.restarts()
 	line, err := json.Marshal(result)
 	if err != nil {
 		return fmt.Errorf("farm worker: %w", err)
@@ -146,4 +180,125 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 		return fmt.Errorf("farm worker: %w", err)
 	}
 	return nil
+}
+
+// node is one life of the node's process: a supervisor and its Run.
+type node struct {
+	sup  *supervisor.Supervisor
+	stop context.CancelFunc
+	done chan error
+}
+
+// nodes keeps one node running: when the current one's ExitDue fires it is
+// drained and stopped, and a new one started, as the consumer's exit 75 and
+// its restart would.
+type nodes struct {
+	cfg supervisor.Config
+
+	mu      sync.Mutex
+	cur     *node
+	changed chan struct{} // closed when cur is replaced
+	lives   int
+	err     error
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startNode(ctx context.Context, cfg supervisor.Config) (*node, error) {
+	sup, err := supervisor.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	n := &node{sup: sup, stop: cancel, done: make(chan error, 1)}
+	go func() { n.done <- sup.Run(rctx) }()
+	return n, nil
+}
+
+func startNodes(ctx context.Context, cfg supervisor.Config) (*nodes, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	n, err := startNode(ctx, cfg)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	ns := &nodes{cfg: cfg, cur: n, changed: make(chan struct{}), lives: 1, cancel: cancel}
+	ns.wg.Go(func() { ns.keep(ctx) })
+	return ns, nil
+}
+
+func (ns *nodes) keep(ctx context.Context) {
+	for {
+		ns.mu.Lock()
+		cur := ns.cur
+		ns.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-cur.sup.ExitDue():
+		}
+		err := cur.sup.Drain(ctx)
+		cur.stop()
+		err = errors.Join(err, <-cur.done)
+		next, nerr := startNode(ctx, ns.cfg)
+		ns.mu.Lock()
+		if err != nil || nerr != nil {
+			ns.err = errors.Join(ns.err, err, nerr)
+		}
+		if next != nil {
+			ns.cur = next
+			ns.lives++
+		}
+		close(ns.changed)
+		ns.changed = make(chan struct{})
+		ns.mu.Unlock()
+		if nerr != nil {
+			return
+		}
+	}
+}
+
+func (ns *nodes) current() *node {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.cur
+}
+
+// waitNext waits until the node after g runs.
+func (ns *nodes) waitNext(ctx context.Context, g *node) error {
+	for {
+		ns.mu.Lock()
+		cur, ch, err := ns.cur, ns.changed, ns.err
+		ns.mu.Unlock()
+		if cur != g {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (ns *nodes) restarts() int {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.lives - 1
+}
+
+// stop ends the keeper and the current node, killing its Chromes.
+func (ns *nodes) stop() error {
+	ns.cancel()
+	ns.wg.Wait()
+	ns.mu.Lock()
+	cur := ns.cur
+	err := ns.err
+	ns.mu.Unlock()
+	cur.stop()
+	return errors.Join(err, <-cur.done)
 }

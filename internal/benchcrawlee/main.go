@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -75,7 +76,11 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 2, "rounds; each runs every side on every page kind, in an order that rotates")
 	conc := fs.Int("concurrency", 6, "pages rendered at once on both sides")
 	delays := fs.String("delays", "0,400", "API delays in ms of /page/{n}?delay= (0: CPU-bound; 400: latency-bound)")
-	chrome := fs.String("chrome", "/usr/lib/chromium/chromium", "Chrome binary of both sides")
+	chrome := fs.String("chrome", "", "browser binary of the farm sides (default: the farm's own default, the headless shell if installed)")
+	crawleeChrome := fs.String("crawlee-chrome", "/usr/lib/chromium/chromium", "browser binary of the Crawlee sides (default: full Chromium, what Puppeteer's default headless mode runs)")
+	recycle := fs.Int("recycle", 20, "farm sides: a new Chrome every N jobs (0: never)")
+	exitAfter := fs.Int("exit-after", 80, "farm sides: a new node, as after the process's exit 75, every N jobs (0: never)")
+	sideList := fs.String("sides", "farm,crawlee,farm_shared", "sides to run, alternating: farm (default isolation), farm_shared, farm_context, crawlee, crawlee_incognito")
 	node := fs.String("node", "node", "node binary")
 	driver := fs.String("driver", "", "path of crawlee-bench.mjs next to a node_modules with @crawlee/puppeteer and puppeteer-core (bench.sh installs them)")
 	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "bound of one run, Chrome start to exit")
@@ -86,13 +91,26 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ds, err := parseDelays(*delays)
-	if err != nil || *pages < 1 || *rounds < 1 || *conc < 1 || *driver == "" {
-		fmt.Fprintf(stderr, "benchcrawlee: need -driver, -pages, -rounds, -concurrency ≥ 1 and -delays as ms,ms… (%v)\n", err)
+	if err != nil || *pages < 1 || *rounds < 1 || *conc < 1 || *driver == "" || *recycle < 0 || *exitAfter < 0 {
+		fmt.Fprintf(stderr, "benchcrawlee: need -driver, -pages, -rounds, -concurrency ≥ 1, -recycle and -exit-after ≥ 0 and -delays as ms,ms… (%v)\n", err)
 		return 2
 	}
+	ss, err := parseSides(*sideList)
+	if err != nil {
+		fmt.Fprintf(stderr, "benchcrawlee: -sides: %v\n", err)
+		return 2
+	}
+	farmChrome := *chrome
+	if farmChrome == "" {
+		if farmChrome, err = browser.FindExec(""); err != nil {
+			fmt.Fprintf(stderr, "benchcrawlee: %v\n", err)
+			return 1
+		}
+	}
 	b := &bench{
-		pages: *pages, rounds: *rounds, conc: *conc, delays: ds,
-		chrome: *chrome, node: *node, driver: *driver, runTimeout: *runTimeout,
+		pages: *pages, rounds: *rounds, conc: *conc, delays: ds, sides: ss,
+		chrome: farmChrome, crawleeChrome: *crawleeChrome, recycle: *recycle, exitAfter: *exitAfter,
+		node: *node, driver: *driver, runTimeout: *runTimeout,
 		progress: func(format string, a ...any) { fmt.Fprintf(stderr, "benchcrawlee: "+format+"\n", a...) },
 		stderr:   stderr,
 	}
@@ -126,21 +144,36 @@ func parseDelays(s string) ([]int, error) {
 type side string
 
 const (
-	farmIsolated side = "farm_isolated"
-	farmShared   side = "farm_shared"
-	crawlee      side = "crawlee"
+	// farm is the farm's default: isolation wipe.
+	farm        side = "farm"
+	farmShared  side = "farm_shared"
+	farmContext side = "farm_context"
+	crawlee     side = "crawlee"
 	// crawleeIncognito is Crawlee with useIncognitoPages: a browser
-	// context per page, the isolation the farm gives by default.
+	// context per page.
 	crawleeIncognito side = "crawlee_incognito"
 )
 
-// sides alternate between the farm and Crawlee.
-var sides = []side{farmIsolated, crawlee, farmShared, crawleeIncognito}
+func parseSides(s string) ([]side, error) {
+	var out []side
+	for f := range strings.SplitSeq(s, ",") {
+		switch sd := side(strings.TrimSpace(f)); sd {
+		case farm, farmShared, farmContext, crawlee, crawleeIncognito:
+			out = append(out, sd)
+		default:
+			return nil, fmt.Errorf("unknown side %q", f)
+		}
+	}
+	return out, nil
+}
 
 type bench struct {
 	pages, rounds, conc int
 	delays              []int
+	sides               []side
 	chrome, node        string
+	crawleeChrome       string
+	recycle, exitAfter  int
 	driver              string
 	runTimeout          time.Duration
 	progress            func(format string, a ...any)
@@ -177,11 +210,15 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 	for r := range b.rounds {
 		// Rotating the order spreads a change of the machine's load over
 		// every side alike.
-		order := append(slices.Clone(sides[r%len(sides):]), sides[:r%len(sides)]...)
+		order := append(slices.Clone(b.sides[r%len(b.sides):]), b.sides[:r%len(b.sides)]...)
 		for _, d := range b.delays {
 			for _, s := range order {
 				cfg := workerConfig{URL: site.URL, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome,
-					Shared: s == farmShared, Incognito: s == crawleeIncognito}
+					Shared: s == farmShared, Context: s == farmContext, Incognito: s == crawleeIncognito,
+					RecycleJobs: b.recycle, ExitAfterJobs: b.exitAfter}
+				if s == crawlee || s == crawleeIncognito {
+					cfg.Chrome = b.crawleeChrome
+				}
 				res, cpu, err := b.runWorker(ctx, s, cfg, storage)
 				if err != nil {
 					return nil, fmt.Errorf("round %d, %s, delay %d ms: %w", r+1, s, d, err)
@@ -201,13 +238,14 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 		}
 	}
 	out := map[string]any{"bench": "crawlee", "pages": b.pages, "concurrency": b.conc, "rounds": b.rounds,
+		"farm_chrome": b.chrome, "crawlee_chrome": b.crawleeChrome, "farm_recycle_jobs": b.recycle, "farm_exit_after_jobs": b.exitAfter,
 		"loadavg_start": load0, "loadavg_end": loadAvg(), "runs": runs}
 	for _, d := range b.delays {
 		suffix := ""
 		if d > 0 {
 			suffix = fmt.Sprintf("_api%dms", d)
 		}
-		for _, s := range sides {
+		for _, s := range b.sides {
 			var pps, cpu, conc []float64
 			for _, r := range runs {
 				if r.Side == s && r.DelayMs == d {

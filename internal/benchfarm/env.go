@@ -66,7 +66,7 @@ type nodeRun struct {
 	name         string
 	paths        []string // page paths, relative to the site
 	recycleEvery int      // 0: never
-	shared       bool     // jobs opt out of their fresh browser context
+	isolation    string   // the jobs' spec isolation ("" = the default, wipe)
 	lead         int      // the supervisor's ReplacementLead; negative: its default
 	sampleEvery  time.Duration
 	// sample, if set, is called every sampleEvery while the node runs.
@@ -93,7 +93,7 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	q := jobqueue.New(pool, jobqueue.Config{Logger: e.log.Named("queue")})
 	specs := make([]jobqueue.Spec, len(r.paths))
 	for i, p := range r.paths {
-		specs[i] = jobqueue.Spec{URL: e.site.URL + p, Wait: &jobqueue.Wait{Selector: "#ready"}, MaxAttempts: 1, SharedContext: r.shared}
+		specs[i] = jobqueue.Spec{URL: e.site.URL + p, Wait: &jobqueue.Wait{Selector: "#ready"}, MaxAttempts: 1, Isolation: r.isolation}
 	}
 	batch, _, err := q.Enqueue(ctx, specs)
 	if err != nil {

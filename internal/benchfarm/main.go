@@ -5,7 +5,7 @@
 // assigning jobs, and measures what recycling Chrome costs and saves. It
 // prints progress on stderr and one JSON line on stdout.
 //
-//	benchfarm soak    [-jobs 400] [-context shared|fresh]  Chrome-tree PSS over time, recycling every 20 vs never, /leak/ pages
+//	benchfarm soak    [-jobs 400] [-isolation wipe|context|shared]  Chrome-tree PSS over time, recycling every 20 vs never, /leak/ pages
 //	benchfarm recycle [-jobs 120] [-rounds 5]            throughput, recycling every 20 vs never, latency- and CPU-bound pages
 package main
 
@@ -22,6 +22,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 func main() {
@@ -43,7 +45,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	jobs := fs.Int("jobs", 0, "jobs per run (default: soak 400, recycle 120)")
 	rounds := fs.Int("rounds", 5, "recycle: alternating rounds (each runs both modes on both workloads)")
 	recycleEvery := fs.Int("recycle-every", 20, "Chrome recycle interval of the recycling runs")
-	contextMode := fs.String("context", "shared", "soak: where jobs run: shared (shared_context: Chrome's default context, where a page's leak outlives the job, as on sites scraped with a session) or fresh (a browser context per job, which discards the page's leak with it)")
+	isolation := fs.String("isolation", "wipe", "soak: the jobs' isolation: wipe (the default: a context reused and wiped between jobs, so a leak that survives the wipe lives until the Chrome is recycled), context (a brand-new context per job, which discards the page's leak with it) or shared (Chrome's default context, where a page's leak outlives the job, as on sites scraped with a session)")
 	lead := fs.Int("replacement-lead", -1, "recycle: boot the replacement Chrome this many job starts before the recycle point (default: the supervisor's)")
 	only := fs.String("workloads", "latency,cpu", "recycle: comma-separated workloads to run: latency (?delay=400), cpu (no delay), slow (?delay=1500)")
 	verbose := fs.Bool("v", false, "log the nodes' info lines to stderr")
@@ -53,8 +55,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if *contextMode != "shared" && *contextMode != "fresh" {
-		fmt.Fprintf(stderr, "benchfarm: -context %q: use shared or fresh\n", *contextMode)
+	if *isolation != jobqueue.IsolationWipe && *isolation != jobqueue.IsolationContext && *isolation != jobqueue.IsolationShared {
+		fmt.Fprintf(stderr, "benchfarm: -isolation %q: use wipe, context or shared\n", *isolation)
 		return 2
 	}
 	if *jobs < 0 || *rounds < 1 || *recycleEvery < 1 {
@@ -80,7 +82,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		if n == 0 {
 			n = 400
 		}
-		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) { return soak(ctx, e, n, *recycleEvery, *contextMode == "shared") })
+		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) { return soak(ctx, e, n, *recycleEvery, *isolation) })
 	case "recycle":
 		n := *jobs
 		if n == 0 {

@@ -22,7 +22,7 @@ type soakResult struct {
 	PSSEndMBNoRecycle     float64 `json:"pss_end_mb_norecycle"`         // over its last RecycleEvery jobs
 	Jobs                  int     `json:"jobs"`
 	RecycleEvery          int     `json:"recycle_every"`
-	SharedContext         bool    `json:"shared_context"` // jobs ran in Chrome's default context
+	Isolation             string  `json:"isolation"` // the jobs' isolation
 	ChromeStartsRecycle   int     `json:"chrome_starts_recycle"`
 	SampleMS              int64   `json:"sample_ms"`
 	Samples               int     `json:"samples"`
@@ -97,17 +97,17 @@ func mb(b uint64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
 
 // soak renders jobs /leak/ pages twice, recycling Chrome every recycleEvery
 // jobs and never, sampling every Chrome tree's PSS from /proc.
-func soak(ctx context.Context, e *env, jobs, recycleEvery int, shared bool) (soakResult, error) {
+func soak(ctx context.Context, e *env, jobs, recycleEvery int, isolation string) (soakResult, error) {
 	const every = 250 * time.Millisecond
 	paths := make([]string, jobs)
 	for i := range paths {
 		paths[i] = "/leak/" + itoa(i)
 	}
-	res := soakResult{Bench: "soak", Jobs: jobs, RecycleEvery: recycleEvery, SampleMS: every.Milliseconds(), SharedContext: shared}
+	res := soakResult{Bench: "soak", Jobs: jobs, RecycleEvery: recycleEvery, SampleMS: every.Milliseconds(), Isolation: isolation}
 
 	on := newPSSTrace(recycleEvery)
 	e.progress("soak: %d /leak/ jobs, recycling every %d", jobs, recycleEvery)
-	r, err := e.run(ctx, nodeRun{name: "soak-recycle", lead: -1, paths: paths, recycleEvery: recycleEvery, shared: shared, sampleEvery: every, sample: on.sample})
+	r, err := e.run(ctx, nodeRun{name: "soak-recycle", lead: -1, paths: paths, recycleEvery: recycleEvery, isolation: isolation, sampleEvery: every, sample: on.sample})
 	if err != nil {
 		return res, err
 	}
@@ -117,7 +117,7 @@ func soak(ctx context.Context, e *env, jobs, recycleEvery int, shared bool) (soa
 
 	off := newPSSTrace(recycleEvery)
 	e.progress("soak: %d /leak/ jobs, never recycling", jobs)
-	r, err = e.run(ctx, nodeRun{name: "soak-norecycle", lead: -1, paths: paths, recycleEvery: 0, shared: shared, sampleEvery: every, sample: off.sample})
+	r, err = e.run(ctx, nodeRun{name: "soak-norecycle", lead: -1, paths: paths, recycleEvery: 0, isolation: isolation, sampleEvery: every, sample: off.sample})
 	if err != nil {
 		return res, err
 	}

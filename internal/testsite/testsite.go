@@ -95,6 +95,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /img/{name}", s.img)
 	m.HandleFunc("GET /echo", s.echo)
 	m.HandleFunc("GET /storage", s.storage)
+	s.isolationRoutes()
 	m.HandleFunc("GET /console", s.console)
 	m.HandleFunc("GET /slow/{ms}", s.slow)
 	m.HandleFunc("GET /hang", s.hang)
@@ -123,6 +124,9 @@ var paths = [][2]string{
 	{"/images", "an image; #ready says whether it loaded or was blocked"},
 	{"/echo", "the request's headers and cookies as JSON in #data"},
 	{"/storage", "counts visits in a cookie and localStorage"},
+	{"/isolation/set", "leaves cookies (one HttpOnly), local and session storage, IndexedDB, Cache Storage and a service worker"},
+	{"/isolation/get", "window.__state: the state /isolation/set leaves, as this context sees it"},
+	{"/isolation/auth", "needs HTTP basic authentication (testsite.AuthUser, AuthPassword)"},
 	{"/console", "logs console errors and throws an uncaught exception"},
 	{"/slow/{ms}", "answers after ms milliseconds"},
 	{"/hang", "sends part of a page and never finishes"},

@@ -1,0 +1,190 @@
+package browser
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+)
+
+// isoState is what /isolation/get reports.
+type isoState struct {
+	ServerCookies  []string `json:"server_cookies"`
+	ScriptCookies  string   `json:"script_cookies"`
+	Local          []string `json:"local"`
+	Session        []string `json:"session"`
+	IndexedDB      []string `json:"indexeddb"`
+	Caches         []string `json:"caches"`
+	ServiceWorkers int      `json:"service_workers"`
+	Geolocation    string   `json:"geolocation"`
+	History        int      `json:"history"`
+}
+
+// empty reports whether the state holds nothing a job left.
+func (s isoState) empty() bool {
+	return len(s.ServerCookies) == 0 && s.ScriptCookies == "" && len(s.Local) == 0 && len(s.Session) == 0 &&
+		len(s.IndexedDB) == 0 && len(s.Caches) == 0 && s.ServiceWorkers == 0 && s.Geolocation == "prompt"
+}
+
+// withHost is u with its host name replaced, port kept: "localhost" is the
+// same server as 127.0.0.1 but another site to the browser.
+func withHost(t *testing.T, u, host string) string {
+	t.Helper()
+	p, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Host = host + ":" + p.Port()
+	return p.String()
+}
+
+// TestIsolationModes proves what crosses from one job to the next on the
+// same session in each isolation mode. Job A leaves cookies (one
+// HttpOnly), local and session storage, IndexedDB, Cache Storage, a service
+// worker and a granted permission; a later job reads them back on the same
+// host and on another one. Then a job answers an HTTP auth prompt, and a
+// later job on the same host must meet the prompt again. In wipe and
+// context mode nothing crosses; in shared mode the same host sees all of it
+// and another host none (cookies and storage are per host and origin).
+func TestIsolationModes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	origin := e.site.URL
+	other := withHost(t, origin, "localhost")
+	for _, iso := range []Isolation{IsolationWipe, IsolationContext, IsolationShared} {
+		t.Run(string(iso), func(t *testing.T) {
+			s := e.session(t)
+			get := func(base string) isoState {
+				t.Helper()
+				res, err := s.Render(ctx, Request{URL: base + "/isolation/get", Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var st isoState
+				unmarshal(t, res.Data, &st)
+				return st
+			}
+			// A permission is granted to the context job A will run in; a
+			// brand-new context per job has none to grant it to.
+			switch iso {
+			case IsolationWipe:
+				p := s.own
+				<-p.done
+				if p.err != nil {
+					t.Fatal(p.err)
+				}
+				grantGeolocation(t, e, p.t.bcid, origin)
+			case IsolationShared:
+				grantGeolocation(t, e, "", origin)
+			}
+			res, err := s.Render(ctx, Request{URL: origin + "/isolation/set", Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
+			if err != nil || string(res.Data) != `"set"` {
+				t.Fatalf("job A: %v, %s", err, resData(res))
+			}
+
+			same, otherHost := get(origin), get(other)
+			switch iso {
+			case IsolationShared:
+				want := isoState{ServerCookies: []string{"ho", "js"}, ScriptCookies: "js=1", Local: []string{"ls"}, Session: []string{"ss"},
+					IndexedDB: []string{"bfdb"}, Caches: []string{"bfcache"}, ServiceWorkers: 1, Geolocation: "granted"}
+				slices.Sort(same.ServerCookies)
+				same.History = 0
+				if !equalState(same, want) {
+					t.Errorf("shared, same host: %+v, want %+v", same, want)
+				}
+			default:
+				if !same.empty() {
+					t.Errorf("%s, same host sees job A's state: %+v", iso, same)
+				}
+				if same.History > 2 {
+					t.Errorf("%s: history.length %d: job A's pages are reachable with history.back()", iso, same.History)
+				}
+			}
+			if !otherHost.empty() {
+				t.Errorf("%s, other host sees job A's state: %+v", iso, otherHost)
+			}
+
+			// HTTP authentication: the credentials of one job's URL.
+			authed := strings.Replace(origin, "://", "://"+testsite.AuthUser+":"+testsite.AuthPassword+"@", 1) + "/isolation/auth"
+			res, err = s.Render(ctx, Request{URL: authed, Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
+			if err != nil || string(res.Data) != `"authed"` {
+				t.Fatalf("job with credentials: %v, %s", err, resData(res))
+			}
+			res, err = s.Render(ctx, Request{URL: origin + "/isolation/auth", Isolation: iso, Timeout: 10 * time.Second})
+			switch iso {
+			case IsolationShared:
+				if err != nil || res.Status != 200 {
+					t.Errorf("shared: a later job did not reuse the answered credentials: %v, %s", err, resData(res))
+				}
+			default:
+				if ClassOf(err) != ClassHTTP || res == nil || res.Status != 401 {
+					t.Errorf("%s: a later job got past the auth prompt without credentials: %v, %s", iso, err, resData(res))
+				}
+			}
+			// And the session goes on rendering.
+			if st := get(origin); iso != IsolationShared && !st.empty() {
+				t.Errorf("%s: after the auth jobs: %+v", iso, st)
+			}
+		})
+	}
+}
+
+func equalState(a, b isoState) bool {
+	return slices.Equal(a.ServerCookies, b.ServerCookies) && a.ScriptCookies == b.ScriptCookies &&
+		slices.Equal(a.Local, b.Local) && slices.Equal(a.Session, b.Session) && slices.Equal(a.IndexedDB, b.IndexedDB) &&
+		slices.Equal(a.Caches, b.Caches) && a.ServiceWorkers == b.ServiceWorkers && a.Geolocation == b.Geolocation
+}
+
+func resData(res *Result) string {
+	if res == nil {
+		return "no result"
+	}
+	return string(res.Data)
+}
+
+func grantGeolocation(t *testing.T, e *env, bcid cdp.BrowserContextID, origin string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cdp.Call(ctx, e.b.cdpB, browser.SetPermission, browser.SetPermissionParams{
+		Permission: &browser.PermissionDescriptor{Name: "geolocation"}, Setting: browser.PermissionSettingGranted,
+		Origin: origin, BrowserContextID: bcid,
+	}); err != nil {
+		t.Fatalf("granting geolocation: %v", err)
+	}
+}
+
+// TestHostileInEveryIsolation: hostile pages end in a terminal state in
+// every isolation mode, and the session renders the next page.
+func TestHostileInEveryIsolation(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, iso := range []Isolation{IsolationWipe, IsolationContext, IsolationShared} {
+		t.Run(string(iso), func(t *testing.T) {
+			s := e.session(t)
+			for _, req := range []Request{
+				{URL: e.url("/hostile/alert")},
+				{URL: e.url("/hostile/beforeunload"), Actions: []Action{{Type: ActionClick, Selector: "#touch"}}},
+				{URL: e.url("/hostile/popup")},
+				{URL: e.url("/hostile/loop"), Timeout: time.Second},
+				{URL: e.url("/hostile/crash"), Timeout: time.Minute},
+			} {
+				req.Isolation = iso
+				if _, err := s.Render(ctx, req); err != nil && !slices.Contains([]string{ClassTimeout, ClassCrashed}, ClassOf(err)) {
+					t.Errorf("%s: %v", req.URL, err)
+				}
+				res, err := s.Render(ctx, Request{URL: e.url("/page/3"), Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "document.querySelectorAll('li.item').length", Timeout: 30 * time.Second})
+				if err != nil || string(res.Data) != "200" {
+					t.Fatalf("after %s: %v %s", req.URL, err, resData(res))
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,109 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/domstorage"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/storage"
+)
+
+// noteOrigin records a document origin of the tab's context, whose storage
+// the next wipe clears. Opaque origins ("null") store nothing.
+func (t *tab) noteOrigin(origin string) {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return
+	}
+	t.mu.Lock()
+	if t.origins == nil {
+		t.origins = map[string]bool{}
+	}
+	t.origins[u.Scheme+"://"+u.Host] = true
+	t.mu.Unlock()
+}
+
+// taint marks the tab's context as holding state a wipe cannot clear: it is
+// disposed of after the job instead of reused.
+func (t *tab) taint() {
+	t.mu.Lock()
+	t.tainted = true
+	t.mu.Unlock()
+}
+
+func (t *tab) isTainted() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tainted
+}
+
+// wipeStorageTypes is every kind of origin-keyed storage Chrome's
+// Storage.clearDataForOrigin knows: local storage, IndexedDB, Cache
+// Storage, service worker registrations, file systems, shared storage,
+// storage buckets and the origin's cookies.
+const wipeStorageTypes = "all"
+
+// wipe makes the tab's browser context as a brand-new one would be for the
+// next job: no cookie, storage, cache, service worker, permission or history
+// of the jobs before it is left. It runs between jobs, off the next job's
+// time. An error means the context could not be vouched for: the caller
+// disposes of it.
+func (t *tab) wipe(ctx context.Context) error {
+	t.mu.Lock()
+	origins := make([]string, 0, len(t.origins))
+	for o := range t.origins {
+		origins = append(origins, o)
+	}
+	t.origins = nil
+	tainted := t.tainted
+	t.mu.Unlock()
+	if tainted {
+		return errors.New("the context holds state no wipe reaches")
+	}
+	sort.Strings(origins)
+
+	// Session storage belongs to the tab, not to the origin's storage that
+	// clearDataForOrigin clears, and only a live frame of the origin can
+	// clear it: before leaving the page. An origin whose frames are gone
+	// (the page navigated away from it) cannot be vouched for.
+	for _, o := range origins {
+		_, err := cdp.Call(ctx, t.t, domstorage.Clear, domstorage.ClearParams{StorageID: &domstorage.StorageID{SecurityOrigin: o, IsLocalStorage: false}})
+		if err != nil {
+			return fmt.Errorf("clearing the session storage of %s: %w", o, err)
+		}
+	}
+	// Leaving the page stops its scripts, timers, workers and connections.
+	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: "about:blank"})
+	if err != nil {
+		return fmt.Errorf("navigating to about:blank: %w", err)
+	}
+	if nav.ErrorText != "" {
+		return fmt.Errorf("navigating to about:blank: %s", nav.ErrorText)
+	}
+	if _, err := cdp.Call(ctx, t.b.cdpB, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: t.bcid}); err != nil {
+		return fmt.Errorf("Storage.clearCookies: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, network.ClearBrowserCache, cdp.Empty{}); err != nil {
+		return fmt.Errorf("Network.clearBrowserCache: %w", err)
+	}
+	for _, o := range origins {
+		if _, err := cdp.Call(ctx, t.t, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes}); err != nil {
+			return fmt.Errorf("Storage.clearDataForOrigin %s: %w", o, err)
+		}
+	}
+	if _, err := cdp.Call(ctx, t.b.cdpB, browser.ResetPermissions, browser.ResetPermissionsParams{BrowserContextID: t.bcid}); err != nil {
+		return fmt.Errorf("Browser.resetPermissions: %w", err)
+	}
+	// The next job must not reach this one's pages through history.back().
+	if _, err := cdp.Call(ctx, t.t, page.ResetNavigationHistory, cdp.Empty{}); err != nil {
+		return fmt.Errorf("Page.resetNavigationHistory: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package testsite
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// The isolation pages let a test leave every kind of state a page can leave
+// in a browser context, and read it back from a later job.
+
+// Basic-auth credentials of /isolation/auth.
+const (
+	AuthUser     = "farm"
+	AuthPassword = "s3cret"
+)
+
+func (s *site) isolationRoutes() {
+	m := s.mux
+	m.HandleFunc("GET /isolation/set", s.isolationSet)
+	m.HandleFunc("GET /isolation/get", s.isolationGet)
+	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
+	m.HandleFunc("GET /isolation/auth", s.isolationAuth)
+}
+
+// isolationSet sets an HttpOnly cookie (in its response) and, from its
+// script, a cookie, localStorage, sessionStorage, an IndexedDB database, a
+// Cache Storage entry and a service worker; #ready appears when all are in
+// place.
+func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: "ho", Value: "1", Path: "/", HttpOnly: true, MaxAge: 3600})
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Set state</title></head><body>
+<script>
+(async () => {
+  document.cookie = 'js=1; path=/; max-age=3600';
+  localStorage.setItem('ls', '1');
+  sessionStorage.setItem('ss', '1');
+  await new Promise((ok, fail) => {
+    const req = indexedDB.open('bfdb', 1);
+    req.onupgradeneeded = () => req.result.createObjectStore('s');
+    req.onsuccess = () => { const tx = req.result.transaction('s', 'readwrite'); tx.objectStore('s').put('v', 'k'); tx.oncomplete = () => { req.result.close(); ok(); }; tx.onerror = fail; };
+    req.onerror = fail;
+  });
+  const c = await caches.open('bfcache');
+  await c.put('/isolation/cached', new Response('x'));
+  await navigator.serviceWorker.register('/isolation/sw.js');
+  await navigator.serviceWorker.ready;
+  const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'set'; document.body.appendChild(d);
+})().catch(e => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'error: ' + e; document.body.appendChild(d); });
+</script></body></html>`)
+}
+
+// isolationGet reports, as the JSON value of window.__state, what the
+// context holds: cookies the server saw (HttpOnly ones included) and the
+// script sees, storage of every kind, service workers, the geolocation
+// permission and the tab's history length.
+func (s *site) isolationGet(w http.ResponseWriter, r *http.Request) {
+	var names []string
+	for _, c := range r.Cookies() {
+		names = append(names, c.Name)
+	}
+	server, err := json.Marshal(names)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Get state</title></head><body>
+<script>
+window.__state = (async () => {
+  const dbs = indexedDB.databases ? (await indexedDB.databases()).map(d => d.name) : [];
+  const regs = await navigator.serviceWorker.getRegistrations();
+  let perm = 'unknown';
+  try { perm = (await navigator.permissions.query({name: 'geolocation'})).state; } catch (e) { perm = 'error: ' + e; }
+  const st = {
+    server_cookies: `+string(server)+` || [],
+    script_cookies: document.cookie,
+    local: Object.keys(localStorage),
+    session: Object.keys(sessionStorage),
+    indexeddb: dbs,
+    caches: await caches.keys(),
+    service_workers: regs.length,
+    controlled: !!navigator.serviceWorker.controller,
+    geolocation: perm,
+    history: history.length,
+  };
+  const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'got'; document.body.appendChild(d);
+  return st;
+})();
+</script></body></html>`)
+}
+
+func (s *site) isolationSW(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/javascript")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(`self.addEventListener('install', e => self.skipWaiting());
+self.addEventListener('activate', e => e.waitUntil(self.clients.claim()));
+self.addEventListener('fetch', () => {});
+`))
+}
+
+// isolationAuth needs HTTP basic authentication as AuthUser/AuthPassword.
+func (s *site) isolationAuth(w http.ResponseWriter, r *http.Request) {
+	if u, p, ok := r.BasicAuth(); !ok || u != AuthUser || p != AuthPassword {
+		w.Header().Set("WWW-Authenticate", `Basic realm="browserfarm"`)
+		writeHTML(w, http.StatusUnauthorized, `<!doctype html><title>401</title><p>authentication required</p>`)
+		return
+	}
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><title>Authed</title></head><body><div id="ready">authed</div></body></html>`)
+}
