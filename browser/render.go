@@ -200,6 +200,13 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.FinalURL = resp.URL
 			return newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
 		}
+		if strings.Contains(nav.ErrorText, "ERR_INVALID_AUTH_CREDENTIALS") {
+			// The site asked for credentials the job did not give (full
+			// Chrome cancels the prompt instead of showing the 401 page).
+			res.Status = 401
+			res.FinalURL = j.URL
+			return newErr(ClassHTTP, false, "HTTP 401: %s asks for credentials", j.URL)
+		}
 		class, retriable := classifyNetError(nav.ErrorText)
 		return newErr(class, retriable, "loading %s: %s", j.URL, nav.ErrorText)
 	}
