@@ -28,8 +28,9 @@ pkgs=("$@")
 go test -race -count=1 -timeout 30m "${pkgs[@]}"
 
 # The suite above runs the default browser (the headless shell); the browser
-# package runs again on full Chromium, the other supported binary.
+# package and the supervisor's real-Chromium tests run again on full
+# Chromium, the other supported binary.
 if [ $# -eq 0 ]; then
-  printf '\n== go test -race ./browser on full Chromium (FARM_TEST_BROWSER=chrome)\n'
-  FARM_TEST_BROWSER=chrome go test -race -count=1 -timeout 20m ./browser
+  printf '\n== go test -race ./browser ./supervisor on full Chromium (FARM_TEST_BROWSER=chrome)\n'
+  FARM_TEST_BROWSER=chrome go test -race -count=1 -timeout 20m ./browser ./supervisor
 fi

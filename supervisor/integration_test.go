@@ -48,6 +48,13 @@ func startReal(t *testing.T, cfg Config) *realHarness {
 	t.Cleanup(func() { os.RemoveAll(root) })
 	cfg.Logger = zaptest.NewLogger(t)
 	cfg.Browser.ProfileRoot = root
+	// $FARM_TEST_BROWSER (shell or chrome) picks the binary, as in the
+	// browser package's tests; the default is the farm's.
+	kind, err := browser.ParseKind(os.Getenv("FARM_TEST_BROWSER"))
+	if err != nil {
+		t.Fatalf("FARM_TEST_BROWSER: %v", err)
+	}
+	cfg.Browser.Kind = kind
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,8 @@ type recycleResult struct {
 	LatencyPagesPerSecNoRecy  float64   `json:"latency_pages_per_s_norecycle"`
 	ChromeBootCPUMSRuns       []float64 `json:"chrome_boot_cpu_ms_runs"`
 	ChromeBootCPUMS3s         float64   `json:"chrome_boot_cpu_ms_3s"`
+	// BootByBrowser is the boot cost of each installed binary.
+	BootByBrowser []bootCost `json:"boot_by_browser,omitempty"`
 	// ChromeCPUMSPerPage* are Chrome's CPU per CPU-bound page (median of
 	// the rounds), and CPUOverheadByCPUPct the throughput a CPU-bound node
 	// loses to recycling as their ratio predicts it: a measure that other
@@ -52,6 +54,12 @@ type recycleResult struct {
 	CPUs                   int     `json:"cpus"`
 	// Runs lists every run's rate, in the order run, for the record.
 	Runs []runRate `json:"runs"`
+}
+
+type bootCost struct {
+	Browser           string  `json:"browser"`
+	FirstSecondCPUMS  float64 `json:"first_second_cpu_ms"`
+	ThreeSecondsCPUMS float64 `json:"three_seconds_cpu_ms"`
 }
 
 type runRate struct {
@@ -98,7 +106,7 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 	if len(run) == 0 {
 		return res, fmt.Errorf("-workloads %q: none of latency, cpu, slow", o.workloads)
 	}
-	boots, boots3, err := bootCPU(ctx, e, 5)
+	boots, boots3, err := bootCPU(ctx, e, 5, "")
 	if err != nil {
 		return res, err
 	}
@@ -107,6 +115,18 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 	res.ChromeBootCPUMS3s = median(boots3)
 	e.progress("recycle: Chrome boot costs %.0f CPU-ms in its first second (median of %v), %.0f in its first 3 s",
 		res.ChromeBootCPUMS, boots, res.ChromeBootCPUMS3s)
+	// The other binary's boot, for the record: the nodes run the default.
+	for _, k := range []browser.Kind{browser.KindShell, browser.KindChrome} {
+		if _, err := browser.FindExec(k); err != nil {
+			continue
+		}
+		b1, b3, err := bootCPU(ctx, e, 5, k)
+		if err != nil {
+			return res, err
+		}
+		res.BootByBrowser = append(res.BootByBrowser, bootCost{Browser: string(k), FirstSecondCPUMS: median(b1), ThreeSecondsCPUMS: median(b3)})
+		e.progress("recycle: %s boot costs %.0f CPU-ms in its first second (median of %v), %.0f in its first 3 s", k, median(b1), b1, median(b3))
+	}
 
 	rates := map[string]map[bool][]float64{}
 	cpuPerPage := map[string]map[bool][]float64{}
@@ -182,7 +202,7 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 // returns the CPU time (ms) its whole process tree used in its first second
 // — what each recycle costs the machine — and in its first three seconds,
 // which shows whether the boot really was over after one.
-func bootCPU(ctx context.Context, e *env, n int) (first, three []float64, err error) {
+func bootCPU(ctx context.Context, e *env, n int, kind browser.Kind) (first, three []float64, err error) {
 	root, err := os.MkdirTemp(e.dir, "boot-")
 	if err != nil {
 		return nil, nil, err
@@ -201,7 +221,7 @@ func bootCPU(ctx context.Context, e *env, n int) (first, three []float64, err er
 	}
 	for range n {
 		t0 := time.Now()
-		b, err := browser.Launch(ctx, browser.Options{ProfileRoot: root, Logger: e.log.Named("boot")})
+		b, err := browser.Launch(ctx, browser.Options{Kind: kind, ProfileRoot: root, Logger: e.log.Named("boot")})
 		if err != nil {
 			return nil, nil, err
 		}
