@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
@@ -87,23 +89,64 @@ func (t *tab) wipe(ctx context.Context) error {
 	if nav.ErrorText != "" {
 		return fmt.Errorf("navigating to about:blank: %s", nav.ErrorText)
 	}
-	if _, err := cdp.Call(ctx, t.b.cdpB, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: t.bcid}); err != nil {
-		return fmt.Errorf("Storage.clearCookies: %w", err)
-	}
-	if _, err := cdp.Call(ctx, t.t, network.ClearBrowserCache, cdp.Empty{}); err != nil {
-		return fmt.Errorf("Network.clearBrowserCache: %w", err)
+	// The rest is independent: one round trip's time rather than six.
+	steps := []func() error{
+		func() error {
+			_, err := cdp.Call(ctx, t.b.cdpB, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: t.bcid})
+			return wrapStep("Storage.clearCookies", err)
+		},
+		func() error {
+			_, err := cdp.Call(ctx, t.t, network.ClearBrowserCache, cdp.Empty{})
+			return wrapStep("Network.clearBrowserCache", err)
+		},
+		func() error {
+			_, err := cdp.Call(ctx, t.b.cdpB, browser.ResetPermissions, browser.ResetPermissionsParams{BrowserContextID: t.bcid})
+			return wrapStep("Browser.resetPermissions", err)
+		},
+		func() error {
+			// The next job must not reach this one's pages through
+			// history.back().
+			return wrapStep("resetting the history", t.resetHistory(ctx))
+		},
 	}
 	for _, o := range origins {
-		if _, err := cdp.Call(ctx, t.t, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes}); err != nil {
-			return fmt.Errorf("Storage.clearDataForOrigin %s: %w", o, err)
-		}
+		steps = append(steps, func() error {
+			_, err := cdp.Call(ctx, t.t, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes})
+			return wrapStep("Storage.clearDataForOrigin "+o, err)
+		})
 	}
-	if _, err := cdp.Call(ctx, t.b.cdpB, browser.ResetPermissions, browser.ResetPermissionsParams{BrowserContextID: t.bcid}); err != nil {
-		return fmt.Errorf("Browser.resetPermissions: %w", err)
+	errs := make([]error, len(steps))
+	var wg sync.WaitGroup
+	for i, step := range steps {
+		wg.Go(func() { errs[i] = step() })
 	}
-	// The next job must not reach this one's pages through history.back().
-	if _, err := cdp.Call(ctx, t.t, page.ResetNavigationHistory, cdp.Empty{}); err != nil {
-		return fmt.Errorf("Page.resetNavigationHistory: %w", err)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func wrapStep(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// resetHistory waits until about:blank is the tab's current history entry
+// (Page.navigate can answer before the entry is committed) and drops every
+// other entry.
+func (t *tab) resetHistory(ctx context.Context) error {
+	for {
+		h, err := cdp.Call(ctx, t.t, page.GetNavigationHistory, cdp.Empty{})
+		if err != nil {
+			return err
+		}
+		if i := int(h.CurrentIndex); i >= 0 && i < len(h.Entries) && h.Entries[i].URL == "about:blank" {
+			break
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	_, err := cdp.Call(ctx, t.t, page.ResetNavigationHistory, cdp.Empty{})
+	return err
 }

@@ -270,20 +270,22 @@ func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage
 	var cmd *exec.Cmd
 	if s == crawlee || s == crawleeIncognito {
 		// Puppeteer starts Chrome detached (a session of its own), so a driver
-		// that dies leaves it behind; a profile dir of this run's lets the
-		// sweep below find every process it started.
+		// that dies leaves it behind. Its profile dirs go into a temp dir of
+		// this run's (a fixed --user-data-dir would clash when Crawlee
+		// starts its next browser before the retired one has exited),
+		// which lets the sweep below find every process it started.
 		profile, err := os.MkdirTemp(storage, "chrome-")
 		if err != nil {
 			return workerResult{}, 0, err
 		}
 		defer killMentioning(profile)
-		cfg.Flags = append(append([]string(nil), crawleeFlags...), "--user-data-dir="+profile)
+		cfg.Flags = append([]string(nil), crawleeFlags...)
 		arg, err := json.Marshal(cfg)
 		if err != nil {
 			return workerResult{}, 0, err
 		}
 		cmd = exec.CommandContext(ctx, b.node, b.driver, string(arg))
-		cmd.Env = append(os.Environ(), "CRAWLEE_STORAGE_DIR="+storage, "CRAWLEE_PERSIST_STORAGE=false")
+		cmd.Env = append(os.Environ(), "CRAWLEE_STORAGE_DIR="+storage, "CRAWLEE_PERSIST_STORAGE=false", "TMPDIR="+profile)
 	} else {
 		arg, err := json.Marshal(cfg)
 		if err != nil {
