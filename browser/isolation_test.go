@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 // isoState is what /isolation/get reports.
 type isoState struct {
+	HTTPCacheCount int      `json:"http_cache_count"`
 	ServerCookies  []string `json:"server_cookies"`
 	ScriptCookies  string   `json:"script_cookies"`
 	Local          []string `json:"local"`
@@ -28,8 +30,10 @@ type isoState struct {
 }
 
 // empty reports whether the state holds nothing a job left.
+// The key the reading job asks /isolation/cached/ for was fetched by job A:
+// a count of 1 means the answer came from A's HTTP cache.
 func (s isoState) empty() bool {
-	return len(s.ServerCookies) == 0 && s.ScriptCookies == "" && len(s.Local) == 0 && len(s.Session) == 0 &&
+	return s.HTTPCacheCount > 1 && len(s.ServerCookies) == 0 && s.ScriptCookies == "" && len(s.Local) == 0 && len(s.Session) == 0 &&
 		len(s.IndexedDB) == 0 && len(s.Caches) == 0 && s.ServiceWorkers == 0 && s.Geolocation == "prompt"
 }
 
@@ -61,9 +65,9 @@ func TestIsolationModes(t *testing.T) {
 	for _, iso := range []Isolation{IsolationWipe, IsolationContext, IsolationShared} {
 		t.Run(string(iso), func(t *testing.T) {
 			s := e.session(t)
-			get := func(base string) isoState {
+			get := func(base, key string) isoState {
 				t.Helper()
-				res, err := s.Render(ctx, Request{URL: base + "/isolation/get", Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+				res, err := s.Render(ctx, Request{URL: base + "/isolation/get?key=" + key, Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,49 +75,70 @@ func TestIsolationModes(t *testing.T) {
 				unmarshal(t, res.Data, &st)
 				return st
 			}
-			// A permission is granted to the context job A will run in; a
-			// brand-new context per job has none to grant it to.
-			switch iso {
-			case IsolationWipe:
+			ownTab := func() *tab {
+				t.Helper()
 				p := s.own
 				<-p.done
 				if p.err != nil {
 					t.Fatal(p.err)
 				}
-				grantGeolocation(t, e, p.t.bcid, origin)
-			case IsolationShared:
-				grantGeolocation(t, e, "", origin)
+				return p.t
 			}
-			res, err := s.Render(ctx, Request{URL: origin + "/isolation/set", Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
-			if err != nil || string(res.Data) != `"set"` {
-				t.Fatalf("job A: %v, %s", err, resData(res))
-			}
+			// Job A leaves its state twice: without a service worker (the
+			// wipe itself must clear it all, keeping the context), then
+			// with one (its context is then not reused).
+			for _, sw := range []bool{false, true} {
+				key := fmt.Sprintf("%s-%t", iso, sw)
+				// A permission is granted to the context job A will run in;
+				// a brand-new context per job has none to grant it to.
+				var before *tab
+				switch iso {
+				case IsolationWipe:
+					before = ownTab()
+					grantGeolocation(t, e, before.bcid, origin)
+				case IsolationShared:
+					grantGeolocation(t, e, "", origin)
+				}
+				set := origin + "/isolation/set?key=" + key
+				if !sw {
+					set += "&sw=0"
+				}
+				res, err := s.Render(ctx, Request{URL: set, Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
+				if err != nil || string(res.Data) != `"set"` {
+					t.Fatalf("job A: %v, %s", err, resData(res))
+				}
 
-			same, otherHost := get(origin), get(other)
-			switch iso {
-			case IsolationShared:
-				want := isoState{ServerCookies: []string{"ho", "js"}, ScriptCookies: "js=1", Local: []string{"ls"}, Session: []string{"ss"},
-					IndexedDB: []string{"bfdb"}, Caches: []string{"bfcache"}, ServiceWorkers: 1, Geolocation: "granted"}
-				slices.Sort(same.ServerCookies)
-				same.History = 0
-				if !equalState(same, want) {
-					t.Errorf("shared, same host: %+v, want %+v", same, want)
+				same, otherHost := get(origin, key), get(other, key)
+				switch iso {
+				case IsolationShared:
+					want := isoState{HTTPCacheCount: 1, ServerCookies: []string{"ho", "js"}, ScriptCookies: "js=1", Local: []string{"ls"}, Session: []string{"ss"},
+						IndexedDB: []string{"bfdb"}, Caches: []string{"bfcache"}, ServiceWorkers: 1, Geolocation: "granted"}
+					if !sw {
+						want.ServiceWorkers = 0
+					}
+					slices.Sort(same.ServerCookies)
+					if !equalState(same, want) {
+						t.Errorf("shared, same host: %+v, want %+v", same, want)
+					}
+				default:
+					if !same.empty() {
+						t.Errorf("%s (service worker %t), same host sees job A's state: %+v", iso, sw, same)
+					}
+					if same.History > 2 {
+						t.Errorf("%s: history.length %d: job A's pages are reachable with history.back()", iso, same.History)
+					}
 				}
-			default:
-				if !same.empty() {
-					t.Errorf("%s, same host sees job A's state: %+v", iso, same)
+				if !otherHost.empty() {
+					t.Errorf("%s, other host sees job A's state: %+v", iso, otherHost)
 				}
-				if same.History > 2 {
-					t.Errorf("%s: history.length %d: job A's pages are reachable with history.back()", iso, same.History)
+				if iso == IsolationWipe && !sw && ownTab() != before {
+					t.Errorf("wipe: a job without a service worker or credentials cost its context; want it wiped and reused")
 				}
-			}
-			if !otherHost.empty() {
-				t.Errorf("%s, other host sees job A's state: %+v", iso, otherHost)
 			}
 
 			// HTTP authentication: the credentials of one job's URL.
 			authed := strings.Replace(origin, "://", "://"+testsite.AuthUser+":"+testsite.AuthPassword+"@", 1) + "/isolation/auth"
-			res, err = s.Render(ctx, Request{URL: authed, Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
+			res, err := s.Render(ctx, Request{URL: authed, Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
 			if err != nil || string(res.Data) != `"authed"` {
 				t.Fatalf("job with credentials: %v, %s", err, resData(res))
 			}
@@ -129,7 +154,7 @@ func TestIsolationModes(t *testing.T) {
 				}
 			}
 			// And the session goes on rendering.
-			if st := get(origin); iso != IsolationShared && !st.empty() {
+			if st := get(origin, string(iso)+"-true"); iso != IsolationShared && !st.empty() {
 				t.Errorf("%s: after the auth jobs: %+v", iso, st)
 			}
 		})
@@ -137,7 +162,7 @@ func TestIsolationModes(t *testing.T) {
 }
 
 func equalState(a, b isoState) bool {
-	return slices.Equal(a.ServerCookies, b.ServerCookies) && a.ScriptCookies == b.ScriptCookies &&
+	return a.HTTPCacheCount == b.HTTPCacheCount && slices.Equal(a.ServerCookies, b.ServerCookies) && a.ScriptCookies == b.ScriptCookies &&
 		slices.Equal(a.Local, b.Local) && slices.Equal(a.Session, b.Session) && slices.Equal(a.IndexedDB, b.IndexedDB) &&
 		slices.Equal(a.Caches, b.Caches) && a.ServiceWorkers == b.ServiceWorkers && a.Geolocation == b.Geolocation
 }

@@ -20,18 +20,28 @@ type janitor struct {
 	mu      sync.Mutex
 	queue   []target.ID
 	crashes map[target.ID]func(status string)
+	workers map[cdp.BrowserContextID]func() // called when a context gets a service or shared worker
 	closed  int
 	wake    chan struct{}
 }
 
 func newJanitor(b *Browser) *janitor {
-	return &janitor{b: b, crashes: map[target.ID]func(string){}, wake: make(chan struct{}, 1)}
+	return &janitor{b: b, crashes: map[target.ID]func(string){}, workers: map[cdp.BrowserContextID]func(){}, wake: make(chan struct{}, 1)}
 }
 
 func (j *janitor) onEvent(ev any) {
 	switch ev := ev.(type) {
 	case *target.EventTargetCreated:
 		info := ev.TargetInfo
+		if info != nil && (info.Type == "service_worker" || info.Type == "shared_worker") {
+			j.mu.Lock()
+			fn := j.workers[info.BrowserContextID]
+			j.mu.Unlock()
+			if fn != nil {
+				fn()
+			}
+			return
+		}
 		if info == nil || info.Type != "page" || (info.OpenerID == "" && info.OpenerFrameID == "") {
 			return
 		}
@@ -61,6 +71,20 @@ func (j *janitor) watchCrash(id target.ID, fn func(status string)) func() {
 	return func() {
 		j.mu.Lock()
 		delete(j.crashes, id)
+		j.mu.Unlock()
+	}
+}
+
+// watchWorkers registers fn to be called (from the event loop: it must not
+// block) when a service worker or shared worker starts in the browser
+// context. The returned func unregisters.
+func (j *janitor) watchWorkers(id cdp.BrowserContextID, fn func()) func() {
+	j.mu.Lock()
+	j.workers[id] = fn
+	j.mu.Unlock()
+	return func() {
+		j.mu.Lock()
+		delete(j.workers, id)
 		j.mu.Unlock()
 	}
 }

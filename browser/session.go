@@ -133,6 +133,19 @@ func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
 		return nil, err
 	}
 	t.own = true
+	// The tab's requests never read the HTTP cache, so a job finds none of
+	// an earlier job's responses there (as in a brand-new context), and the
+	// wipe need not clear it: clearing took more Chrome time than any other
+	// step. Service and shared workers fetch past the tab's setting: a
+	// context that had one is not reused.
+	unwatch := s.b.janitor.watchWorkers(t.bcid, t.taint)
+	t.mu.Lock()
+	t.unwatchWorkers = unwatch
+	t.mu.Unlock()
+	if _, err := cdp.Call(ctx, t.t, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {
+		t.close()
+		return nil, fmt.Errorf("Network.setCacheDisabled: %w", err)
+	}
 	return t, nil
 }
 
@@ -259,6 +272,8 @@ type tab struct {
 	// is out of the wipe's reach (tainted).
 	origins map[string]bool
 	tainted bool
+
+	unwatchWorkers func() // set for the session's own tab
 
 	// What the last job changed on a shared tab, to undo for the next one.
 	dirtyHeaders, dirtyUA, dirtyViewport bool
@@ -566,6 +581,12 @@ func (t *tab) close() error {
 		t.mu.Unlock()
 		if t.unwatch != nil {
 			t.unwatch()
+		}
+		t.mu.Lock()
+		unwatchWorkers := t.unwatchWorkers
+		t.mu.Unlock()
+		if unwatchWorkers != nil {
+			unwatchWorkers()
 		}
 		if t.cancel != nil {
 			// Detaches (WithDetachOnCancel); the tab is closed below.

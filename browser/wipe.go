@@ -12,7 +12,6 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/domstorage"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/storage"
 )
@@ -53,8 +52,8 @@ func (t *tab) isTainted() bool {
 const wipeStorageTypes = "all"
 
 // wipe makes the tab's browser context as a brand-new one would be for the
-// next job: no cookie, storage, cache, service worker, permission or history
-// of the jobs before it is left. It runs between jobs, off the next job's
+// next job: no cookie, storage, service worker, permission or history of the
+// jobs before it is left (the tab never reads the HTTP cache: newOwnTab). It runs between jobs, off the next job's
 // time. An error means the context could not be vouched for: the caller
 // disposes of it.
 func (t *tab) wipe(ctx context.Context) error {
@@ -94,10 +93,6 @@ func (t *tab) wipe(ctx context.Context) error {
 		func() error {
 			_, err := cdp.Call(ctx, t.b.cdpB, storage.ClearCookies, storage.ClearCookiesParams{BrowserContextID: t.bcid})
 			return wrapStep("Storage.clearCookies", err)
-		},
-		func() error {
-			_, err := cdp.Call(ctx, t.t, network.ClearBrowserCache, cdp.Empty{})
-			return wrapStep("Network.clearBrowserCache", err)
 		},
 		func() error {
 			_, err := cdp.Call(ctx, t.b.cdpB, browser.ResetPermissions, browser.ResetPermissionsParams{BrowserContextID: t.bcid})

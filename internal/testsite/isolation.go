@@ -3,6 +3,7 @@ package testsite
 import (
 	"encoding/json"
 	"net/http"
+	"sync"
 )
 
 // The isolation pages let a test leave every kind of state a page can leave
@@ -20,12 +21,23 @@ func (s *site) isolationRoutes() {
 	m.HandleFunc("GET /isolation/get", s.isolationGet)
 	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
 	m.HandleFunc("GET /isolation/auth", s.isolationAuth)
+	m.HandleFunc("GET /isolation/cached/{key}", s.isolationCached)
+}
+
+// isolationCached answers with how many times it was asked for this key,
+// cacheable for an hour: a browser that answers from its HTTP cache shows an
+// older count.
+func (s *site) isolationCached(w http.ResponseWriter, r *http.Request) {
+	n := s.hits.Add(r.PathValue("key"))
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	_ = json.NewEncoder(w).Encode(map[string]int{"n": n})
 }
 
 // isolationSet sets an HttpOnly cookie (in its response) and, from its
 // script, a cookie, localStorage, sessionStorage, an IndexedDB database, a
-// Cache Storage entry and a service worker; #ready appears when all are in
-// place.
+// Cache Storage entry, an HTTP cache entry (/isolation/cached/{key}) and,
+// unless ?sw=0, a service worker; #ready appears when all are in place.
 func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: "ho", Value: "1", Path: "/", HttpOnly: true, MaxAge: 3600})
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Set state</title></head><body>
@@ -42,8 +54,11 @@ func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
   });
   const c = await caches.open('bfcache');
   await c.put('/isolation/cached', new Response('x'));
-  await navigator.serviceWorker.register('/isolation/sw.js');
-  await navigator.serviceWorker.ready;
+  await fetch('/isolation/cached/' + new URLSearchParams(location.search).get('key'));
+  if (new URLSearchParams(location.search).get('sw') !== '0') {
+    await navigator.serviceWorker.register('/isolation/sw.js');
+    await navigator.serviceWorker.ready;
+  }
   const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'set'; document.body.appendChild(d);
 })().catch(e => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'error: ' + e; document.body.appendChild(d); });
 </script></body></html>`)
@@ -52,7 +67,9 @@ func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
 // isolationGet reports, as the JSON value of window.__state, what the
 // context holds: cookies the server saw (HttpOnly ones included) and the
 // script sees, storage of every kind, service workers, the geolocation
-// permission and the tab's history length.
+// permission, the tab's history length and, with ?key=, the count
+// /isolation/cached/{key} answers (1: from the HTTP cache of an earlier
+// fetch).
 func (s *site) isolationGet(w http.ResponseWriter, r *http.Request) {
 	var names []string
 	for _, c := range r.Cookies() {
@@ -70,7 +87,10 @@ window.__state = (async () => {
   const regs = await navigator.serviceWorker.getRegistrations();
   let perm = 'unknown';
   try { perm = (await navigator.permissions.query({name: 'geolocation'})).state; } catch (e) { perm = 'error: ' + e; }
+  const key = new URLSearchParams(location.search).get('key');
+  const cached = key ? (await (await fetch('/isolation/cached/' + key)).json()).n : 0;
   const st = {
+    http_cache_count: cached,
     server_cookies: `+string(server)+` || [],
     script_cookies: document.cookie,
     local: Object.keys(localStorage),
@@ -105,4 +125,20 @@ func (s *site) isolationAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><title>Authed</title></head><body><div id="ready">authed</div></body></html>`)
+}
+
+// counter counts by key; its zero value is ready.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) Add(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[key]++
+	return c.n[key]
 }

@@ -63,6 +63,7 @@ type site struct {
 	opts Options
 	mux  *http.ServeMux
 	stop <-chan struct{}
+	hits counter // /isolation/cached/{key}
 }
 
 // New returns the site's handler. Requests that wait (/hang, /slow, delayed API
