@@ -32,5 +32,5 @@ go test -race -count=1 -timeout 30m "${pkgs[@]}"
 # Chromium, the other supported binary.
 if [ $# -eq 0 ]; then
   printf '\n== go test -race ./browser ./supervisor on full Chromium (FARM_TEST_BROWSER=chrome)\n'
-  FARM_TEST_BROWSER=chrome go test -race -count=1 -timeout 20m ./browser ./supervisor
+  FARM_TEST_BROWSER=chrome go test -race -count=1 -p 1 -timeout 20m ./browser ./supervisor
 fi
