@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -53,28 +54,19 @@ const wipeStorageTypes = "all"
 
 // wipe makes the tab's browser context as a brand-new one would be for the
 // next job: no cookie, storage, service worker, permission or history of the
-// jobs before it is left (the tab never reads the HTTP cache: newOwnTab). It runs between jobs, off the next job's
-// time. An error means the context could not be vouched for: the caller
-// disposes of it.
+// jobs before it is left (the tab never reads the HTTP cache: newOwnTab). It
+// runs between jobs, off the next job's time. An error means the context
+// could not be vouched for: the caller disposes of it.
 func (t *tab) wipe(ctx context.Context) error {
-	t.mu.Lock()
-	origins := make([]string, 0, len(t.origins))
-	for o := range t.origins {
-		origins = append(origins, o)
-	}
-	t.origins = nil
-	tainted := t.tainted
-	t.mu.Unlock()
-	if tainted {
+	if t.isTainted() {
 		return errors.New("the context holds state no wipe reaches")
 	}
-	sort.Strings(origins)
-
 	// Session storage belongs to the tab, not to the origin's storage that
 	// clearDataForOrigin clears, and only a live frame of the origin can
 	// clear it: before leaving the page. An origin whose frames are gone
 	// (the page navigated away from it) cannot be vouched for.
-	for _, o := range origins {
+	live := t.takeOrigins()
+	for _, o := range live {
 		_, err := cdp.Call(ctx, t.t, domstorage.Clear, domstorage.ClearParams{StorageID: &domstorage.StorageID{SecurityOrigin: o, IsLocalStorage: false}})
 		if err != nil {
 			return fmt.Errorf("clearing the session storage of %s: %w", o, err)
@@ -87,6 +79,14 @@ func (t *tab) wipe(ctx context.Context) error {
 	}
 	if nav.ErrorText != "" {
 		return fmt.Errorf("navigating to about:blank: %s", nav.ErrorText)
+	}
+	// A frame the page opened on a new origin while the above ran had its
+	// session storage left alone.
+	origins := live
+	for _, o := range t.takeOrigins() {
+		if !slices.Contains(live, o) {
+			return fmt.Errorf("the page reached %s while it was being wiped", o)
+		}
 	}
 	// The rest is independent: one round trip's time rather than six.
 	steps := []func() error{
@@ -117,6 +117,19 @@ func (t *tab) wipe(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// takeOrigins returns the recorded origins, sorted, and forgets them.
+func (t *tab) takeOrigins() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.origins))
+	for o := range t.origins {
+		out = append(out, o)
+	}
+	t.origins = nil
+	sort.Strings(out)
+	return out
 }
 
 func wrapStep(what string, err error) error {
