@@ -19,11 +19,13 @@ import (
 // workerConfig is the JSON argument of both sides' workers (the farm worker
 // here, scripts/crawlee-bench.mjs for Crawlee).
 type workerConfig struct {
-	URL         string   `json:"url"`
-	Pages       int      `json:"pages"`
-	Delay       int      `json:"delay"`
-	Concurrency int      `json:"concurrency"`
-	Chrome      string   `json:"chrome"`
+	URL         string `json:"url"`
+	Pages       int    `json:"pages"`
+	Delay       int    `json:"delay"`
+	Concurrency int    `json:"concurrency"`
+	Chrome      string `json:"chrome"`
+	// ProfileRoot is where the farm side's Chromes keep their profiles.
+	ProfileRoot string   `json:"profile_root,omitempty"`
 	Flags       []string `json:"flags,omitempty"`
 	// Shared runs the farm's jobs with isolation "shared" (Chrome's default
 	// context, reused tabs) instead of the default wiped context.
@@ -80,7 +82,7 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	scfg.Capacity = cfg.Concurrency
 	scfg.ChromeRecycleJobs = cfg.RecycleJobs
 	scfg.ExitAfterJobs = cfg.ExitAfterJobs
-	scfg.Browser = browser.Options{ExecPath: cfg.Chrome, Logger: log}
+	scfg.Browser = browser.Options{ExecPath: cfg.Chrome, ProfileRoot: cfg.ProfileRoot, Logger: log}
 	scfg.Logger = log
 	nodes, err := startNodes(ctx, scfg)
 	if err != nil {

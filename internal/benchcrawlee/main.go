@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -267,6 +268,14 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage string) (workerResult, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.runTimeout)
 	defer cancel()
+	// Every Chrome of the run keeps its profile under this dir: the CPU
+	// meter finds them by it, also after they left the worker's tree.
+	profile, err := os.MkdirTemp(storage, "chrome-")
+	if err != nil {
+		return workerResult{}, 0, err
+	}
+	defer killMentioning(profile)
+	cfg.ProfileRoot = profile
 	var cmd *exec.Cmd
 	if s == crawlee || s == crawleeIncognito {
 		// Puppeteer starts Chrome detached (a session of its own), so a driver
@@ -274,11 +283,6 @@ func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage
 		// this run's (a fixed --user-data-dir would clash when Crawlee
 		// starts its next browser before the retired one has exited),
 		// which lets the sweep below find every process it started.
-		profile, err := os.MkdirTemp(storage, "chrome-")
-		if err != nil {
-			return workerResult{}, 0, err
-		}
-		defer killMentioning(profile)
 		cfg.Flags = append([]string(nil), crawleeFlags...)
 		arg, err := json.Marshal(cfg)
 		if err != nil {
@@ -332,7 +336,7 @@ func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage
 			}
 		}
 	}()
-	res, cpu, runErr := b.converse(ctx, cmd.Process.Pid, lines, stdin)
+	res, cpu, runErr := b.converse(ctx, cmd.Process.Pid, profile, lines, stdin)
 	close(stopRead)
 	stdin.Close()
 	waitErr := cmd.Wait()
@@ -349,9 +353,10 @@ func (b *bench) runWorker(ctx context.Context, s side, cfg workerConfig, storage
 	return res, cpu, nil
 }
 
-// converse drives the workers' line protocol: wait for "ready", read the
-// tree's CPU, say go, read the result line, read the CPU again.
-func (b *bench) converse(ctx context.Context, pid int, lines <-chan string, stdin io.Writer) (workerResult, time.Duration, error) {
+// converse drives the workers' line protocol: wait for "ready", start
+// metering the CPU of the worker's tree and of every Chrome with a profile
+// under profile, say go, read the result line, stop metering.
+func (b *bench) converse(ctx context.Context, pid int, profile string, lines <-chan string, stdin io.Writer) (workerResult, time.Duration, error) {
 	next := func() (string, error) {
 		select {
 		case l, ok := <-lines:
@@ -373,7 +378,17 @@ func (b *bench) converse(ctx context.Context, pid int, lines <-chan string, stdi
 		}
 		fmt.Fprintf(b.stderr, "worker: %s\n", l)
 	}
-	cpu0 := treeCPU(pid)
+	meter := &procstat.Meter{Root: pid, Marker: procstat.ProfileMarker(profile)}
+	mctx, stopMeter := context.WithCancel(ctx)
+	metered := make(chan struct{})
+	go func() {
+		defer close(metered)
+		meter.Run(mctx)
+	}()
+	defer func() {
+		stopMeter()
+		<-metered
+	}()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return workerResult{}, 0, fmt.Errorf("telling the worker to go: %w", err)
 	}
@@ -386,7 +401,9 @@ func (b *bench) converse(ctx context.Context, pid int, lines <-chan string, stdi
 			fmt.Fprintf(b.stderr, "worker: %s\n", l)
 			continue
 		}
-		cpu := treeCPU(pid) - cpu0
+		stopMeter()
+		<-metered
+		cpu := meter.Total()
 		var res workerResult
 		if err := json.Unmarshal([]byte(l), &res); err != nil {
 			return workerResult{}, 0, fmt.Errorf("worker result %q: %w", l, err)

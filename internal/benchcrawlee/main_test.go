@@ -5,45 +5,6 @@ import (
 	"testing"
 )
 
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		name    string
-		in      string
-		want    statCPU
-		wantErr bool
-	}{
-		{"plain", "42 (node) S 7 42 42 0 -1 0 0 0 0 0 150 30 5 2 20 0 1 0", statCPU{ppid: 7, ticks: 187}, false},
-		{"name with spaces and parens", "9 (a) b (c) R 1 9 9 0 -1 0 0 0 0 0 1 2 3 4 20", statCPU{ppid: 1, ticks: 10}, false},
-		{"short", "9 (x) R 1 9", statCPU{}, true},
-		{"no name", "garbage", statCPU{}, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseStat([]byte(tt.in))
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Fatalf("parseStat(%q) = %+v, %v; want %+v, error %v", tt.in, got, err, tt.want, tt.wantErr)
-			}
-		})
-	}
-}
-
-func TestSumTree(t *testing.T) {
-	// 1 ─ 10 ─ 11 ─ 12, 10 ─ 13; 20 is another tree.
-	procs := map[int]statCPU{
-		1: {ppid: 0, ticks: 1000}, 10: {ppid: 1, ticks: 1}, 11: {ppid: 10, ticks: 2},
-		12: {ppid: 11, ticks: 4}, 13: {ppid: 10, ticks: 8}, 20: {ppid: 1, ticks: 16},
-	}
-	tests := []struct {
-		root int
-		want uint64
-	}{{10, 15}, {11, 6}, {20, 16}, {99, 0}}
-	for _, tt := range tests {
-		if got := sumTree(procs, tt.root); got != tt.want {
-			t.Errorf("sumTree(root %d) = %d, want %d", tt.root, got, tt.want)
-		}
-	}
-}
-
 func TestMedian(t *testing.T) {
 	tests := []struct {
 		in   []float64

@@ -17,6 +17,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
@@ -130,11 +131,11 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	t0 := time.Now()
 	wg.Go(func() { runErr <- node.Run(runCtx) })
 	wg.Go(func() { assign(runCtx, q, cfg.NodeID, cfg.Capacity, e.log) })
-	cpu := &cpuMeter{}
+	cpu := &procstat.Meter{Marker: procstat.ProfileMarker(profiles), Interval: 100 * time.Millisecond}
 	cpuCtx, stopCPU := context.WithCancel(ctx)
 	defer stopCPU()
 	var cpuWG sync.WaitGroup
-	cpuWG.Go(func() { cpu.run(cpuCtx, profiles) })
+	cpuWG.Go(func() { cpu.Run(cpuCtx) })
 	if r.sample != nil {
 		wg.Go(func() {
 			t := time.NewTicker(r.sampleEvery)
@@ -189,7 +190,7 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	if err != nil {
 		return runResult{}, err
 	}
-	return runResult{wall: wall, pagesPerSec: rate, stats: st, chromeCPU: cpu.total()}, nil
+	return runResult{wall: wall, pagesPerSec: rate, stats: st, chromeCPU: cpu.Total()}, nil
 }
 
 // completionRate is the pages per second between the batch's first and last

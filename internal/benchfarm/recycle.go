@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/procstat"
 )
 
 // recycleResult is the recycle mode's JSON line. pages_per_s_* are the
@@ -209,15 +210,15 @@ func bootCPU(ctx context.Context, e *env, n int, kind browser.Kind) (first, thre
 	}
 	treeMS := func(pid int) float64 {
 		var ticks uint64
-		for _, p := range scanProcs(root) {
-			if p.pgrp == pid {
-				ticks += p.cpuTicks
-				if p.pid == pid {
-					ticks += p.childTicks
+		for _, p := range procstat.Scan("") {
+			if p.PGRP == pid {
+				ticks += p.CPU
+				if p.PID == pid {
+					ticks += p.ChildCPU
 				}
 			}
 		}
-		return float64(ticks) * 1000 / userHZ
+		return float64(procstat.Ticks(ticks).Microseconds()) / 1000
 	}
 	for range n {
 		t0 := time.Now()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
 
@@ -50,11 +51,11 @@ func newPSSTrace(bucket int) *pssTrace {
 }
 
 func (p *pssTrace) sample(st supervisor.Stats, profiles string) {
-	trees := chromeTrees(profiles)
+	trees := procstat.ChromeTrees(profiles)
 	var total uint64
 	sizes := make(map[int]uint64, len(trees))
 	for main, pids := range trees {
-		sizes[main] = treePSS(pids)
+		sizes[main] = procstat.TreePSS(pids)
 		total += sizes[main]
 	}
 	p.mu.Lock()

@@ -1,0 +1,70 @@
+package procstat
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestParseStat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Proc
+		wantErr bool
+	}{
+		{"plain", "42 (node) S 7 42 42 0 -1 0 0 0 0 0 150 30 5 2 20 0 1 0", Proc{PID: 42, PPID: 7, PGRP: 42, CPU: 180, ChildCPU: 7}, false},
+		{"name with spaces and parens", "9 (a) b (c) R 1 9 9 0 -1 0 0 0 0 0 1 2 3 4 20", Proc{PID: 9, PPID: 1, PGRP: 9, CPU: 3, ChildCPU: 7}, false},
+		{"zombie", "9 (x) Z 1 9 9 0 -1 0 0 0 0 0 1 2 3 4 20", Proc{}, true},
+		{"short", "9 (x) R 1 9", Proc{}, true},
+		{"no name", "garbage", Proc{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseStat(tt.want.PID, []byte(tt.in))
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("ParseStat(%q) = %+v, want an error", tt.in, got)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseStat(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSelect(t *testing.T) {
+	// 1 ─ 10 ─ 11 ─ 12, 10 ─ 13; 20 is another tree. 30 leads a marked
+	// group (a Chrome) whose member 31 lost its parent to init (1), and 32
+	// is its member's child in another group; 40 is marked but no leader.
+	procs := []Proc{
+		{PID: 1, PPID: 0, PGRP: 1}, {PID: 10, PPID: 1, PGRP: 10}, {PID: 11, PPID: 10, PGRP: 10},
+		{PID: 12, PPID: 11, PGRP: 10}, {PID: 13, PPID: 10, PGRP: 10}, {PID: 20, PPID: 1, PGRP: 20},
+		{PID: 30, PPID: 10, PGRP: 30, Marked: true}, {PID: 31, PPID: 1, PGRP: 30}, {PID: 32, PPID: 31, PGRP: 32},
+		{PID: 40, PPID: 1, PGRP: 20, Marked: true},
+	}
+	pids := func(ps []Proc) []int {
+		var out []int
+		for _, p := range ps {
+			out = append(out, p.PID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	tests := []struct {
+		root int
+		want []int
+	}{
+		{10, []int{10, 11, 12, 13, 30, 31, 32}},
+		{11, []int{11, 12, 30, 31, 32}},
+		{20, []int{20, 30, 31, 32}},
+		{0, []int{30, 31, 32}},
+		{99, []int{30, 31, 32}},
+	}
+	for _, tt := range tests {
+		if got := pids(Select(procs, tt.root)); !slices.Equal(got, tt.want) {
+			t.Errorf("Select(root %d) = %v, want %v", tt.root, got, tt.want)
+		}
+	}
+}
