@@ -175,7 +175,6 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 // outside letters, digits, '.', '_', ':' and '-' become '-', and the result
 // is cut to the allowed length. An empty or unusable name gives "node".
 func NodeIDFromHostname(host string) string {
-	const maxLen = 46
 	var b strings.Builder
 	for _, r := range host {
 		switch {
@@ -186,8 +185,8 @@ func NodeIDFromHostname(host string) string {
 		}
 	}
 	id := strings.TrimLeft(b.String(), ".-_:")
-	if len(id) > maxLen {
-		id = id[:maxLen]
+	if len(id) > jobqueue.MaxNodeIDLength {
+		id = id[:jobqueue.MaxNodeIDLength]
 	}
 	if id == "" {
 		return "node"

@@ -457,13 +457,16 @@ func contains(list []string, v string) bool {
 
 // nodeIDRE bounds node ids so that a node's NOTIFY channel name
 // ("browserfarm_node." + id) fits PostgreSQL's 63-byte identifier limit.
-var nodeIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,45}$`)
+var nodeIDRE = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,%d}$`, MaxNodeIDLength-1))
 
-// ValidateNodeID checks a node id: 1..46 characters of letters, digits and
-// ". _ : -", starting with a letter or digit.
+// MaxNodeIDLength is the longest node id.
+const MaxNodeIDLength = 46
+
+// ValidateNodeID checks a node id: 1..MaxNodeIDLength characters of letters,
+// digits and ". _ : -", starting with a letter or digit.
 func ValidateNodeID(id string) error {
 	if !nodeIDRE.MatchString(id) {
-		return fmt.Errorf("%w %q: use 1..46 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", ErrBadNodeID, id)
+		return fmt.Errorf("%w %q: use 1..%d letters, digits, '.', '_', ':' or '-', starting with a letter or digit", ErrBadNodeID, id, MaxNodeIDLength)
 	}
 	return nil
 }
