@@ -153,10 +153,10 @@ func TestSpecRequest(t *testing.T) {
 				t.Errorf("shared_context carried over as isolation %q, want shared", r.Isolation)
 			}
 		}},
-		{"follow with a large link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1, MaxLinks: 1000}},
+		{"follow with the largest link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1, MaxLinks: jobqueue.MaxFollowLinks}},
 			func(t *testing.T, r browser.Request) {
-				if r.FollowMax != 1000 {
-					t.Errorf("FollowMax = %d, want the browser's limit 1000", r.FollowMax)
+				if r.FollowMax != jobqueue.MaxCollectedLinks {
+					t.Errorf("FollowMax = %d, want %d", r.FollowMax, jobqueue.MaxCollectedLinks)
 				}
 			}},
 		{"follow without a link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1}},

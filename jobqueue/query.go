@@ -25,13 +25,13 @@ func (q *Queue) Get(ctx context.Context, id int64) (Job, error) {
 }
 
 const resultCols = `r.job_id, r.node_id, r.final_url, r.status, r.title, r.data, coalesce(r.html, ''),
-    r.screenshot, r.console_errors, r.timings, r.links, r.created_at`
+    r.screenshot, r.console_errors, r.timings, r.links, r.links_over_limit, r.created_at`
 
 func scanResult(row pgx.Row) (Result, error) {
 	var r Result
 	var data []byte
 	err := row.Scan(&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML,
-		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.CreatedAt)
+		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.LinksOverLimit, &r.CreatedAt)
 	if len(data) > 0 {
 		r.Data = data
 	}

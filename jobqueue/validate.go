@@ -37,8 +37,19 @@ const (
 	MaxViewportWidth  = 7680
 	MaxViewportHeight = 4320
 	MaxFollowDepth    = 10
-	MaxFollowLinks    = 1000
-	DefaultMaxLinks   = 100
+	// MaxFollowLinks bounds follow.max_links: the children one page may
+	// enqueue, all in the transaction that completes it.
+	MaxFollowLinks = 10_000
+	// DefaultMaxLinks is follow.max_links when a spec leaves it 0: the one
+	// default of the spec, the CLI (--follow-max-links) and the API.
+	DefaultMaxLinks = 100
+	// LinksAskedPerFollowed is how many links a page is asked for per link
+	// it may follow, so that the host and duplicate filters still leave
+	// max_links to follow.
+	LinksAskedPerFollowed = 4
+	// MaxCollectedLinks is the most links taken from one page: the browser
+	// is asked for no more, and the result keeps no more.
+	MaxCollectedLinks = LinksAskedPerFollowed * MaxFollowLinks
 )
 
 // BlockTypes returns the resource types a spec may block.
@@ -84,6 +95,9 @@ func (s *Spec) validate() *SpecError {
 	if s.Wait != nil {
 		if e := checkText("wait.selector", s.Wait.Selector, MaxSelectorLength); e != nil {
 			return e
+		}
+		if s.Wait.Visible && strings.TrimSpace(s.Wait.Selector) == "" {
+			return specErr("wait.visible", "needs wait.selector: the element that must be visible")
 		}
 	}
 	if len(s.Actions) > MaxActions {

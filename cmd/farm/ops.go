@@ -204,6 +204,7 @@ type exportedJob struct {
 	ParentID   int64            `json:"parent_id,omitempty"`
 	Depth      int              `json:"depth,omitempty"`
 	CreatedAt  time.Time        `json:"created_at"`
+	StartedAt  *time.Time       `json:"started_at,omitempty"`
 	FinishedAt *time.Time       `json:"finished_at,omitempty"`
 	Result     *jobqueue.Result `json:"result,omitempty"`
 }
@@ -211,22 +212,26 @@ type exportedJob struct {
 func exportRecord(r jobqueue.ExportRow) exportedJob {
 	return exportedJob{ID: r.Job.ID, BatchID: r.Job.BatchID, State: r.Job.State, URL: r.Job.Spec.URL,
 		Attempts: r.Job.Attempts, NodeID: r.Job.NodeID, Error: r.Job.LastError, ErrorClass: r.Job.ErrorClass,
-		ParentID: r.Job.ParentID, Depth: r.Job.Depth, CreatedAt: r.Job.CreatedAt, FinishedAt: r.Job.FinishedAt,
+		ParentID: r.Job.ParentID, Depth: r.Job.Depth, CreatedAt: r.Job.CreatedAt, StartedAt: r.Job.StartedAt, FinishedAt: r.Job.FinishedAt,
 		Result: r.Result}
 }
 
-var csvHeader = []string{"id", "batch_id", "state", "url", "final_url", "status", "title", "data", "error_class", "error", "attempts", "node_id", "created_at", "finished_at", "total_ms"}
+var csvHeader = []string{"id", "batch_id", "state", "url", "final_url", "status", "title", "data", "error_class", "error", "attempts", "node_id", "created_at", "finished_at", "total_ms", "links_over_limit", "started_at"}
 
 func csvRecord(r jobqueue.ExportRow) []string {
 	j := r.Job
 	rec := []string{strconv.FormatInt(j.ID, 10), j.BatchID, string(j.State), j.Spec.URL, "", "", "", "",
-		j.ErrorClass, j.LastError, strconv.Itoa(j.Attempts), j.NodeID, j.CreatedAt.UTC().Format(time.RFC3339Nano), "", ""}
+		j.ErrorClass, j.LastError, strconv.Itoa(j.Attempts), j.NodeID, j.CreatedAt.UTC().Format(time.RFC3339Nano), "", "", "", ""}
 	if j.FinishedAt != nil {
 		rec[13] = j.FinishedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if j.StartedAt != nil {
+		rec[16] = j.StartedAt.UTC().Format(time.RFC3339Nano)
 	}
 	if res := r.Result; res != nil {
 		rec[4], rec[5], rec[6], rec[7] = res.FinalURL, strconv.Itoa(res.Status), res.Title, string(res.Data)
 		rec[14] = strconv.FormatInt(res.Timings.TotalMS, 10)
+		rec[15] = strconv.Itoa(res.LinksOverLimit)
 	}
 	return rec
 }

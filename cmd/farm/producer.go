@@ -55,7 +55,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the dashboard, JSON API, /metrics and /healthz (loopback unless told otherwise)")
 	fs.StringVar(&o.apiToken, "api-token", "", "bearer token mutating API calls must present; empty refuses them")
 	fs.DurationVar(&o.tick, "tick", time.Second, "fallback assignment interval (NOTIFY wakes the producer at once)")
-	fs.DurationVar(&o.staleAfter, "stale-after", 15*time.Second, "a node whose heartbeat is older is lost; its jobs go back")
+	fs.DurationVar(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.DurationVar(&o.rescueInterval, "rescue-interval", 2*time.Second, "how often lost nodes and expired leases are looked for")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "delete finished jobs and results older than this (0 keeps them)")
 	fs.IntVar(&o.assignBatch, "assign-batch", 5000, "most jobs assigned in one round")

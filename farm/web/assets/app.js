@@ -379,6 +379,7 @@
           ", actions " + t.actions_ms + ", extract " + t.extract_ms + ")"],
         ["HTML", r.html_bytes ? fmtBytes(r.html_bytes) : null],
         ["Links found", r.links ? String(r.links) : null],
+        ["Links over the limit", r.links_over_limit ? r.links_over_limit + " not followed (follow.max_links)" : null],
         ["Full result", el("a", {href: "/api/jobs/" + j.id + "/result", target: "_blank"}, "JSON")],
       ]));
       if (r.data !== undefined) parts.push(el("h4", null, "Extracted data"), el("pre", null, JSON.stringify(r.data, null, 2)));
