@@ -917,6 +917,9 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 		JobsSinceChromeStart:  int64(st.JobsSinceChromeStart),
 		JobsSinceProcessStart: int64(st.JobsSinceProcessStart),
 		ChromeRestarts:        int64(max(st.ChromeStarts-1, 0)),
+		ChromeRecycles:        int64(st.Recycles - st.MemoryRecycles),
+		ChromeMemoryRecycles:  int64(st.MemoryRecycles),
+		ChromeCrashes:         int64(st.ChromeCrashes),
 	}
 	m, err := c.cfg.Load(ctx)
 	if err != nil {

@@ -74,7 +74,9 @@ WITH input AS (
         finished_at = coalesce($12::timestamptz, now()), lease_expires_at = NULL
     FROM locked l, input i
     WHERE j.id = l.id AND i.job_id = l.id
-    RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth
+    RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_completed", "SELECT d.node_id, count(*) FROM done d GROUP BY d.node_id ORDER BY d.node_id") + `
 ), found AS (
     SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[])
         AS f(job_id, url, host, dedup_key, ord)

@@ -52,7 +52,8 @@ ON CONFLICT (id) DO UPDATE SET
     started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at,
     state_changed_at = EXCLUDED.state_changed_at,
     cpu_percent = 0, mem_used_bytes = 0, mem_total_bytes = 0, chrome_pss_bytes = 0, busy_sessions = 0,
-    jobs_since_chrome_start = 0, jobs_since_process_start = 0, chrome_restarts = 0
+    jobs_since_chrome_start = 0, jobs_since_process_start = 0, chrome_restarts = 0,
+    chrome_recycles = 0, chrome_memory_recycles = 0, chrome_crashes = 0
 WHERE n.state IN ('exited', 'lost') OR n.incarnation = $8
    OR n.heartbeat_at < coalesce($5::timestamptz, now()) - make_interval(secs => $7::float8)
 RETURNING ` + nodeCols
@@ -81,6 +82,8 @@ WITH upd AS (
         error_class = $5
     WHERE j.node_id = $1 AND j.state = 'processing' AND ` + fence("$1", "$6") + `
     RETURNING j.state
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $1, count(*) FROM upd WHERE state = 'failed' HAVING count(*) > 0") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 
@@ -150,7 +153,16 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 	err := q.retryDeadlocks(ctx, "register", func() error {
 		r = Reclaimed{}
 		return pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
-			var err error
+			// How the previous incarnation ended decides which restart
+			// counter this registration raises.
+			var prevState NodeState
+			var prevReason string
+			err := tx.QueryRow(ctx, "SELECT state, exit_reason FROM nodes WHERE id = $1 FOR UPDATE", info.ID).
+				Scan(&prevState, &prevReason)
+			first := errors.Is(err, pgx.ErrNoRows)
+			if err != nil && !first {
+				return err
+			}
 			node, err = scanNode(tx.QueryRow(ctx, registerSQL, info.ID, cleanText(info.Hostname, 255),
 				cleanText(info.Version, 255), info.Capacity, q.now(), info.PID, q.cfg.StaleAfter.Seconds(), info.Replaces))
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -160,6 +172,11 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 				return err
 			}
 			b := &pgx.Batch{}
+			if first {
+				b.Queue("INSERT INTO node_counters (node_id) VALUES ($1) ON CONFLICT (node_id) DO NOTHING", info.ID)
+			} else {
+				b.Queue(bumpNodeCounterSQL(restartColumn(prevState, prevReason), "VALUES ($1, 1)"), info.ID)
+			}
 			q.queueReclaim(b, info.ID, 0, "node "+info.ID+" restarted while the job was running", ClassNodeRestarted, &r)
 			return tx.SendBatch(ctx, b).Close()
 		})
@@ -210,10 +227,23 @@ func (q *Queue) ReclaimOwn(ctx context.Context, nodeID string) (Reclaimed, error
 // again (its jobs were taken back; it simply gets new ones).
 const heartbeatSQL = `
 WITH prev AS (
-    SELECT id, state FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR UPDATE
+    SELECT id, state, chrome_recycles, chrome_memory_recycles, chrome_crashes
+    FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR UPDATE
+), counted AS (
+    -- What the process counted since its last heartbeat joins the lifetime.
+    UPDATE node_counters c SET
+        chrome_recycles        = c.chrome_recycles + greatest($12::bigint - p.chrome_recycles, 0),
+        chrome_memory_recycles = c.chrome_memory_recycles + greatest($13::bigint - p.chrome_memory_recycles, 0),
+        chrome_crashes         = c.chrome_crashes + greatest($14::bigint - p.chrome_crashes, 0)
+    FROM prev p
+    WHERE c.node_id = p.id
+      AND ($12::bigint > p.chrome_recycles OR $13::bigint > p.chrome_memory_recycles OR $14::bigint > p.chrome_crashes)
 ), upd AS (
     UPDATE nodes n SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
         busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
+        chrome_recycles = greatest(p.chrome_recycles, $12::bigint),
+        chrome_memory_recycles = greatest(p.chrome_memory_recycles, $13::bigint),
+        chrome_crashes = greatest(p.chrome_crashes, $14::bigint),
         heartbeat_at = coalesce($10::timestamptz, now()),
         state = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited') THEN 'active' ELSE p.state END,
         state_changed_at = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited')
@@ -236,7 +266,8 @@ func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load No
 	var before, st NodeState
 	b := &pgx.Batch{}
 	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
-		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc).
+		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
+		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
 	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc)
 	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -364,8 +395,9 @@ func (q *Queue) ListNodes(ctx context.Context) ([]Node, error) {
 
 func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Node, error) {
 	rows, err := q.pool.Query(ctx, `
-        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0)
+        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0), `+lifetimeCols+`
         FROM nodes n
+        LEFT JOIN node_counters c ON c.node_id = n.id
         LEFT JOIN (SELECT node_id,
                           count(*) FILTER (WHERE state = 'queued') AS queued,
                           count(*) FILTER (WHERE state = 'processing') AS processing
@@ -380,7 +412,9 @@ func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Nod
 	var nodes []Node
 	for rows.Next() {
 		var queued, processing int64
-		n, err := scanNode(rows, &queued, &processing)
+		var life Counters
+		n, err := scanNode(rows, append([]any{&queued, &processing}, counterDest(&life)...)...)
+		n.Lifetime = life
 		if err != nil {
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}
@@ -435,7 +469,10 @@ WITH upd AS (
     WHERE j.state = 'processing'
       AND (j.lease_expires_at < coalesce($1::timestamptz, now())
            OR j.node_id IN (SELECT id FROM nodes WHERE state IN ('lost', 'exited')))
-    RETURNING j.state
+    RETURNING j.state, j.node_id
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_failed",
+	"SELECT node_id, count(*) FROM upd WHERE state = 'failed' GROUP BY node_id ORDER BY node_id") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 
@@ -482,12 +519,18 @@ func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (Rescu
 // DeleteGoneNodes deletes exited and lost nodes that hold no job and whose
 // state changed before cutoff, and returns how many.
 func (q *Queue) DeleteGoneNodes(ctx context.Context, cutoff time.Time) (int64, error) {
-	tag, err := q.pool.Exec(ctx, `
-        DELETE FROM nodes n
-        WHERE n.state IN ('exited', 'lost') AND n.state_changed_at < $1
-          AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('queued', 'processing'))`, cutoff)
+	// Their lifetime counters move into the farm's, in the same statement.
+	var n int64
+	err := q.pool.QueryRow(ctx, `
+        WITH gone AS (
+            DELETE FROM nodes n
+            WHERE n.state IN ('exited', 'lost') AND n.state_changed_at < $1
+              AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('queued', 'processing'))
+            RETURNING n.id
+        `+foldGoneCountersSQL+`
+        SELECT count(*), (SELECT count(*) FROM folded) FROM gone`, cutoff).Scan(&n, new(int64))
 	if err != nil {
 		return 0, fmt.Errorf("delete gone nodes: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

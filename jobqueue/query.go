@@ -212,6 +212,9 @@ type Stats struct {
 	// CompletedLastMinute and FailedLastMinute measure recent throughput.
 	CompletedLastMinute int64 `json:"completed_last_minute"`
 	FailedLastMinute    int64 `json:"failed_last_minute"`
+	// Lifetime is the farm's lifetime counters (FarmCounters): unlike
+	// Jobs, they do not drop when retention deletes finished jobs.
+	Lifetime Counters `json:"lifetime"`
 }
 
 // Stats counts jobs by state and per node, in one round trip. Every count
@@ -260,6 +263,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
              FROM jobs WHERE state IN ('completed', 'failed', 'canceled')
                AND finished_at > coalesce($1::timestamptz, now()) - interval '1 minute'`, now).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&s.CompletedLastMinute, &s.FailedLastMinute) })
+	b.Queue(farmCountersSQL).QueryRow(func(row pgx.Row) error { return row.Scan(counterDest(&s.Lifetime)...) })
 	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}

@@ -330,6 +330,8 @@ WITH upd AS (
         error_class = $7
     WHERE j.id = $1 AND j.state = 'processing' AND j.node_id = $2 AND ` + fence("$2", "$10") + `
     RETURNING j.state
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $2, 1 FROM upd WHERE state = 'failed'") + `
 ), woken AS (
     SELECT pg_notify($8, $9) FROM upd HAVING count(*) > 0
 )

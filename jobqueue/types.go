@@ -221,6 +221,11 @@ type NodeLoad struct {
 	JobsSinceChromeStart  int64   `json:"jobs_since_chrome_start"`
 	JobsSinceProcessStart int64   `json:"jobs_since_process_start"`
 	ChromeRestarts        int64   `json:"chrome_restarts"`
+	// Chrome retirements and losses of the current process so far, which
+	// the queue adds into the node's lifetime counters as they grow.
+	ChromeRecycles       int64 `json:"chrome_recycles"`
+	ChromeMemoryRecycles int64 `json:"chrome_memory_recycles"`
+	ChromeCrashes        int64 `json:"chrome_crashes"`
 }
 
 // Node is a consumer node as the queue sees it.
@@ -243,6 +248,8 @@ type Node struct {
 	// Queued and Processing count the jobs the node holds now (filled by ListNodes).
 	Queued     int `json:"queued"`
 	Processing int `json:"processing"`
+	// Lifetime counts the node id's events across its process restarts.
+	Lifetime Counters `json:"lifetime"`
 }
 
 // Free is the node's free capacity: how many more jobs it may be assigned.

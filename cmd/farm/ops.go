@@ -75,12 +75,17 @@ func runStatus(ctx context.Context, env *environment, args []string) error {
 // writeStatus prints the nodes table and the queue counts.
 func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tCHROME RESTARTS\tPROCESS RESTARTS\tHEARTBEAT")
+	// The counters left of HEARTBEAT are the node id's lifetime totals,
+	// across its process restarts.
+	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tDONE/FAILED\tCHROME RECYCLES (MEMORY)/CRASHES\tRESTARTS RECYCLE/STOP/CRASH\tHEARTBEAT")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d\t%d\t%s ago\n",
+		l := n.Lifetime
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d/%d\t%d (%d)/%d\t%d/%d/%d\t%s ago\n",
 			n.ID, n.State, n.Load.BusySessions, n.Capacity, n.Queued, n.Load.CPUPercent,
 			mib(n.Load.MemUsedBytes), mib(n.Load.MemTotalBytes), mib(n.Load.ChromePSSBytes),
-			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, n.Load.ChromeRestarts, n.ProcessRestarts,
+			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, l.JobsCompleted, l.JobsFailed,
+			l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
+			l.RestartsRecycle, l.RestartsStop, l.RestartsCrash,
 			now.Sub(n.HeartbeatAt).Round(time.Second))
 	}
 	if len(nodes) == 0 {
@@ -95,6 +100,10 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, now t
 		stats.Jobs[jobqueue.StateCompleted], stats.Jobs[jobqueue.StateFailed], stats.Jobs[jobqueue.StateCanceled],
 		stats.CompletedLastMinute, stats.FailedLastMinute)
 	tw.Flush()
+	l := stats.Lifetime
+	fmt.Fprintf(w, "\nlifetime (all nodes, all time): %d completed, %d failed; %d Chrome recycles (%d for memory), %d Chrome crashes; process restarts: %d recycle, %d stop, %d crash\n",
+		l.JobsCompleted, l.JobsFailed, l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
+		l.RestartsRecycle, l.RestartsStop, l.RestartsCrash)
 }
 
 func mib(b int64) string {

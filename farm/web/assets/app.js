@@ -110,11 +110,27 @@
       case "pss": return l.chrome_pss_bytes;
       case "sinceChrome": return l.jobs_since_chrome_start;
       case "sinceProcess": return l.jobs_since_process_start;
-      case "chromeRestarts": return l.chrome_restarts;
+      case "chromeRestarts": return lifeRecycles(n.lifetime || {});
       case "processRestarts": return n.process_restarts;
       case "age": return n.heartbeat_age_seconds;
     }
     return 0;
+  }
+
+  // A node id's lifetime counters (all time, across its process restarts).
+  function lifeRecycles(lt) { return (lt.chrome_recycles || 0) + (lt.chrome_memory_recycles || 0); }
+  function lifeRecycleText(lt) {
+    let s = String(lifeRecycles(lt));
+    if (lt.chrome_memory_recycles) s += " (" + lt.chrome_memory_recycles + " memory)";
+    if (lt.chrome_crashes) s += " · " + lt.chrome_crashes + " crashed";
+    return s;
+  }
+  function lifeRestartText(lt, total) {
+    const parts = [];
+    if (lt.restarts_recycle) parts.push(lt.restarts_recycle + " recycle");
+    if (lt.restarts_stop) parts.push(lt.restarts_stop + " stop");
+    if (lt.restarts_crash) parts.push(lt.restarts_crash + " crash");
+    return String(total) + (parts.length ? " (" + parts.join(", ") + ")" : "");
   }
 
   function renderNodes() {
@@ -141,8 +157,10 @@
         el("td", null, l.chrome_pss_bytes ? fmtBytes(l.chrome_pss_bytes) : "–"),
         el("td", null, l.jobs_since_chrome_start + " / " + rj, meter(l.jobs_since_chrome_start / rj)),
         el("td", null, l.jobs_since_process_start + " / " + xj, meter(l.jobs_since_process_start / xj)),
-        el("td", null, String(l.chrome_restarts)),
-        el("td", null, String(n.process_restarts)),
+        el("td", {class: "life-recycles", title: "all time, across process restarts; the current process: " + l.chrome_restarts + " Chrome restarts"},
+          lifeRecycleText(n.lifetime || {})),
+        el("td", {class: "life-restarts", title: "process restarts after exit 75 (recycle), a stop, or a crash/kill/loss"},
+          lifeRestartText(n.lifetime || {}, n.process_restarts)),
         el("td", {class: n.stale ? "bad" : ""}, fmtAge(n.heartbeat_age_seconds) + " ago"));
     });
     $("nodes").tBodies[0].replaceChildren(...rows);
@@ -180,8 +198,8 @@
       tile("processing", j.processing),
       tile("completed / min", s.completed_last_minute),
       tile("failed / min", s.failed_last_minute, s.failed_last_minute > 0),
-      tile("completed", j.completed),
-      tile("failed", j.failed, j.failed > 0),
+      tile("completed (all time)", s.lifetime.jobs_completed),
+      tile("failed (all time)", s.lifetime.jobs_failed, s.lifetime.jobs_failed > 0),
       tile("canceled", j.canceled),
       tile("oldest pending", oldest),
       tile("sessions busy", busy + "/" + cap),
