@@ -116,7 +116,7 @@ func mib(b int64) string {
 func runResults(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet("results", "[flags]", env.stderr)
 	var db dbOptions
-	var format, states, batch, since, until string
+	var format, states, batch, since, until, columns string
 	var html, screenshot bool
 	db.register(fs)
 	fs.StringVar(&format, "format", "jsonl", "output format: jsonl or csv")
@@ -126,6 +126,7 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	fs.StringVar(&until, "until", "", "only jobs finished before this time (RFC 3339, or a duration ago)")
 	fs.BoolVar(&html, "html", false, "include the page HTML (jsonl only)")
 	fs.BoolVar(&screenshot, "screenshot", false, "include screenshots, base64 (jsonl only)")
+	fs.StringVar(&columns, "columns", defaultCSVColumns, "with --format csv: the columns, comma-separated; data.<field>[.<field>…] picks a field of the extracted data")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -156,11 +157,28 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 		if html || screenshot {
 			return usagef("--html and --screenshot need --format jsonl")
 		}
-		cw := csv.NewWriter(out)
-		if err := cw.Write(csvHeader); err != nil {
+	}
+	if fs.isGiven("columns") && format != "csv" {
+		return usagef("--columns needs --format csv")
+	}
+	switch format {
+	case "jsonl":
+	case "csv":
+		names, cols, err := parseCSVColumns(columns)
+		if err != nil {
 			return err
 		}
-		write = func(r jobqueue.ExportRow) error { return cw.Write(csvRecord(r)) }
+		cw := csv.NewWriter(out)
+		if err := cw.Write(names); err != nil {
+			return err
+		}
+		rec := make([]string, len(cols))
+		write = func(r jobqueue.ExportRow) error {
+			for i, col := range cols {
+				rec[i] = col(r)
+			}
+			return cw.Write(rec)
+		}
 		flush = func() error {
 			cw.Flush()
 			if err := cw.Error(); err != nil {
@@ -223,26 +241,6 @@ func exportRecord(r jobqueue.ExportRow) exportedJob {
 		Attempts: r.Job.Attempts, NodeID: r.Job.NodeID, Error: r.Job.LastError, ErrorClass: r.Job.ErrorClass,
 		ParentID: r.Job.ParentID, Depth: r.Job.Depth, CreatedAt: r.Job.CreatedAt, StartedAt: r.Job.StartedAt, FinishedAt: r.Job.FinishedAt,
 		Result: r.Result}
-}
-
-var csvHeader = []string{"id", "batch_id", "state", "url", "final_url", "status", "title", "data", "error_class", "error", "attempts", "node_id", "created_at", "finished_at", "total_ms", "links_over_limit", "started_at"}
-
-func csvRecord(r jobqueue.ExportRow) []string {
-	j := r.Job
-	rec := []string{strconv.FormatInt(j.ID, 10), j.BatchID, string(j.State), j.Spec.URL, "", "", "", "",
-		j.ErrorClass, j.LastError, strconv.Itoa(j.Attempts), j.NodeID, j.CreatedAt.UTC().Format(time.RFC3339Nano), "", "", "", ""}
-	if j.FinishedAt != nil {
-		rec[13] = j.FinishedAt.UTC().Format(time.RFC3339Nano)
-	}
-	if j.StartedAt != nil {
-		rec[16] = j.StartedAt.UTC().Format(time.RFC3339Nano)
-	}
-	if res := r.Result; res != nil {
-		rec[4], rec[5], rec[6], rec[7] = res.FinalURL, strconv.Itoa(res.Status), res.Title, string(res.Data)
-		rec[14] = strconv.FormatInt(res.Timings.TotalMS, 10)
-		rec[15] = strconv.Itoa(res.LinksOverLimit)
-	}
-	return rec
 }
 
 // idArgs parses job ids from arguments.

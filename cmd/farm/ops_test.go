@@ -182,6 +182,25 @@ func TestSubmitStatusResultsCancelRetry(t *testing.T) {
 	if code != exitOK || err != nil || len(recs) != 2 || recs[1][6] != `A, "quoted"` || recs[1][7] != `{"k": [1, 2]}` {
 		t.Fatalf("csv export: code %d err %v records %q", code, err, recs)
 	}
+	// Chosen columns, fields of the extracted data among them.
+	code, out, errOut = farmRun(t, "", env, "results", "--format", "csv", "--state", "completed",
+		"--columns", "url,data.k,data.k.1,data.missing,title,started_at,finished_at")
+	recs, err = csv.NewReader(strings.NewReader(out)).ReadAll()
+	if code != exitOK || err != nil || len(recs) != 2 {
+		t.Fatalf("csv --columns: code %d err %v stderr %q records %q", code, err, errOut, recs)
+	}
+	if got := recs[0]; strings.Join(got, ",") != "url,data.k,data.k.1,data.missing,title,started_at,finished_at" {
+		t.Fatalf("csv --columns header %q", got)
+	}
+	if r := recs[1]; r[0] != "https://example.com/a" || r[1] != "[1,2]" || r[2] != "2" || r[3] != "" || r[4] != `A, "quoted"` ||
+		r[5] == "" || r[6] == "" || r[5] > r[6] {
+		t.Fatalf("csv --columns row %q", r)
+	}
+	for _, bad := range [][]string{{"--format", "csv", "--columns", "url,nope"}, {"--format", "csv", "--columns", "data."}, {"--columns", "url"}} {
+		if code, _, errOut := farmRun(t, "", env, append([]string{"results"}, bad...)...); code != exitUsage || !strings.Contains(errOut, "--columns") {
+			t.Fatalf("results %v: %d %q, want a usage error naming --columns", bad, code, errOut)
+		}
+	}
 	if code, _, errOut := farmRun(t, "", env, "results", "--state", "done"); code != exitUsage || !strings.Contains(errOut, `"done" is not a job state`) {
 		t.Fatalf("bad --state: %d %q", code, errOut)
 	}
