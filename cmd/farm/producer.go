@@ -194,7 +194,9 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	}
 	handler := web.NewServer(web.Config{
 		Queue: q, Token: po.apiToken, IsLeader: producer.IsLeader,
-		Desired: func() (int, bool) { return scaler.Desired(), true },
+		// The desired node count is shown where a driver acts on it; with
+		// none it is only a Prometheus gauge (browserfarm_desired_nodes).
+		Desired: func() (int, bool) { return scaler.Desired(), po.scaleDriver != "none" },
 		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version,
 		RecycleJobs: po.recycleJobs, ExitAfterJobs: po.exitAfterJobs, StaleAfter: po.staleAfter,
 	})

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,6 +224,10 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	dashboard := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(env.stderr, "browserfarm up: dashboard %s · data %s · %d consumer(s) × %d sessions · browser %s\n",
 		dashboard, uo.dataDir, uo.consumers, uo.capacity, uo.chrome)
+	if pol, err := po.politeness(); err == nil {
+		// A crawl capped by the per-host default should not be a mystery.
+		fmt.Fprintln(env.stderr, politenessSummary(pol))
+	}
 
 	var g run.Group
 	if err := addProducer(ctx, &g, pool, ln, &po, log); err != nil {
@@ -331,6 +336,32 @@ func durationOrEmpty(d time.Duration) string {
 		return ""
 	}
 	return d.String()
+}
+
+// politenessSummary says, in one line, the per-host limits the producer
+// applies and the flags that change them.
+func politenessSummary(p farm.Politeness) string {
+	limit := func(hp farm.HostPolicy) string {
+		conc := "no limit on jobs at once"
+		if hp.MaxConcurrent > 0 {
+			conc = fmt.Sprintf("at most %d jobs at once", hp.MaxConcurrent)
+		}
+		gap := "no minimum interval between starts"
+		if hp.MinInterval > 0 {
+			gap = fmt.Sprintf("at least %s between starts", hp.MinInterval)
+		}
+		return conc + ", " + gap
+	}
+	s := "politeness per host, farm-wide: " + limit(p.Default) + " (--host-max-concurrent, --host-min-interval)"
+	rules := make([]string, 0, len(p.Hosts))
+	for h := range p.Hosts {
+		rules = append(rules, h)
+	}
+	slices.Sort(rules)
+	for _, h := range rules {
+		s += "; " + h + ": " + limit(p.Hosts[h])
+	}
+	return s
 }
 
 // consumerCommand builds the command of consumer slot i for the fleet,

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/fleet"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -114,5 +116,21 @@ func TestNodeIDForFollowsTheConsumersRule(t *testing.T) {
 		if err := jobqueue.ValidateNodeID(got); err != nil {
 			t.Errorf("nodeIDFor(%q, %d): %v", tc.host, tc.slot, err)
 		}
+	}
+}
+
+func TestPolitenessSummary(t *testing.T) {
+	got := politenessSummary(farm.Politeness{
+		Default: farm.HostPolicy{MaxConcurrent: 4},
+		Hosts: map[string]farm.HostPolicy{
+			"shop.example.com": {MaxConcurrent: 2, MinInterval: 500 * time.Millisecond},
+			"127.0.0.1:8080":   {},
+		},
+	})
+	want := "politeness per host, farm-wide: at most 4 jobs at once, no minimum interval between starts " +
+		"(--host-max-concurrent, --host-min-interval); 127.0.0.1:8080: no limit on jobs at once, no minimum interval " +
+		"between starts; shop.example.com: at most 2 jobs at once, at least 500ms between starts"
+	if got != want {
+		t.Fatalf("summary\n got %q\nwant %q", got, want)
 	}
 }
