@@ -94,7 +94,9 @@ type ConsumerConfig struct {
 	// Protector is told it is idle, so that protection does not flap
 	// between jobs. Default 30 s; negative means at once.
 	ProtectorIdleAfter time.Duration
-	// Load samples the machine for heartbeats. Default: a LoadSampler.
+	// Load samples the node's load for heartbeats. Default: a
+	// ProcessLoadSampler (this process and its Chromes, not the machine,
+	// which several nodes may share); MemUsedBytes gets the Chromes' PSS added.
 	Load func(ctx context.Context) (MachineLoad, error)
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
@@ -169,7 +171,7 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		c.ProtectorIdleAfter = 0
 	}
 	if c.Load == nil {
-		c.Load = new(LoadSampler).Sample
+		c.Load = new(ProcessLoadSampler).Sample
 	}
 	return c, nil
 }
@@ -927,7 +929,7 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 		return l
 	}
 	l.CPUPercent = m.CPUPercent
-	l.MemUsedBytes = int64(m.MemUsedBytes)
+	l.MemUsedBytes = int64(m.MemUsedBytes) + l.ChromePSSBytes
 	l.MemTotalBytes = int64(m.MemTotalBytes)
 	return l
 }
