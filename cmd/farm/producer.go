@@ -199,6 +199,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		Desired: func() (int, bool) { return scaler.Desired(), po.scaleDriver != "none" },
 		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version,
 		RecycleJobs: po.recycleJobs, ExitAfterJobs: po.exitAfterJobs, StaleAfter: po.staleAfter,
+		HostPolicy: pol.For,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 

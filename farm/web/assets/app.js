@@ -21,6 +21,10 @@
     charts: {}, pssNodes: "", errors: {},
   };
   window.farmDashboard = state;
+  // The helpers other views of the dashboard (jobs.js) build on; they may
+  // set ext.jobActions to add controls to the job detail.
+  const ext = {};
+  window.farmDashboardUI = ext;
 
   // ---- helpers ----
   function el(tag, attrs, ...children) {
@@ -408,6 +412,7 @@
         parts.push(el("h4", null, "Screenshot"), el("img", {class: "shot", src: "/api/jobs/" + j.id + "/screenshot", alt: "screenshot of job " + j.id}));
       }
     }
+    if (ext.jobActions) parts.push(ext.jobActions(j, () => showJob(id)));
     body.replaceChildren(...parts);
   }
 
@@ -416,6 +421,8 @@
     if (m) showJob(m[1]);
     else $("job-view").hidden = true;
   }
+
+  Object.assign(ext, {el, $, getJSON, jobLink, fmtTime, fmtAge, poll});
 
   // ---- wiring ----
   function init() {
