@@ -174,9 +174,13 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 			return nil, err
 		}
 	}
-	dir, err := os.MkdirTemp(opts.ProfileRoot, "bfc-")
+	dir, err := os.MkdirTemp(opts.ProfileRoot, dirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("browser: creating the profile directory: %w", err)
+	}
+	if err := markOwner(dir); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
 
 	b := &Browser{
@@ -236,9 +240,13 @@ func (b *Browser) makeTmpDir() (string, error) {
 		}
 		return dir, nil
 	}
-	dir, err := os.MkdirTemp("", "bfc-tmp-")
+	dir, err := os.MkdirTemp("", dirPrefix+"tmp-")
 	if err != nil {
 		return "", fmt.Errorf("browser: creating chrome's temp dir: %w", err)
+	}
+	if err := markOwner(dir); err != nil {
+		os.Remove(dir)
+		return "", err
 	}
 	if len(dir) > maxTmpDirLen {
 		os.Remove(dir)

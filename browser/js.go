@@ -3,13 +3,39 @@ package browser
 // The scripts below run in the page with Runtime.evaluate, each as one round
 // trip; they are function expressions called with JSON-quoted arguments.
 
-// jsWaitVisible resolves when the selector matches a visible element: one
-// that is rendered (checkVisibility: not display:none, not
-// visibility:hidden, not in a hidden subtree) and has a width and a height
-// (an empty div is not visible). It looks on
-// every DOM mutation and every 100 ms (styles can change without a
-// mutation). An invalid selector rejects with "bad selector".
-const jsWaitVisible = `function (sel) {
+// jsWhyHidden says why an element is not visible (empty when it is): hidden
+// by style, or rendered without a width or a height.
+const jsWhyHidden = `function (el) {
+  if (typeof el.checkVisibility === 'function') {
+    if (!el.checkVisibility({visibilityProperty: true})) return 'hidden (display:none or visibility:hidden, itself or an ancestor)';
+  } else {
+    var cs = getComputedStyle(el);
+    if (cs.display === 'none') return 'hidden (display:none)';
+    if (cs.visibility === 'hidden') return 'hidden (visibility:hidden)';
+  }
+  var r = el.getBoundingClientRect();
+  if (r.width === 0 || r.height === 0) return 'has zero size (' + r.width + 'x' + r.height + ')';
+  return '';
+}`
+
+// jsDescribeWait says what a page has for a wait selector, for the error of
+// a wait that timed out: not in the DOM, or present but why it is not visible.
+const jsDescribeWait = `function (sel) {
+  var el, n;
+  try { el = document.querySelector(sel); n = document.querySelectorAll(sel).length; } catch (e) { return 'the selector is invalid'; }
+  if (!el) return 'no element matches it (document.readyState ' + document.readyState + ')';
+  var why = (` + jsWhyHidden + `)(el);
+  var what = n > 1 ? n + ' elements match; the first is present' : 'it is present';
+  return why === '' ? what + ' and visible' : what + ' but ' + why;
+}`
+
+// jsWaitFor resolves when the selector matches an element — any, or with
+// visible set a visible one: rendered (checkVisibility: not display:none,
+// not visibility:hidden, not in a hidden subtree) and with a width and a
+// height (an empty div is not visible). It looks on every DOM mutation and
+// every 100 ms (styles can change without a mutation). An invalid selector
+// rejects with "bad selector".
+const jsWaitFor = `function (sel, visible) {
   return new Promise(function (resolve, reject) {
     var done = false, mo = null, iv = 0;
     function stop() {
@@ -22,14 +48,7 @@ const jsWaitVisible = `function (sel) {
       var el;
       try { el = document.querySelector(sel); } catch (e) { stop(); reject(new Error('bad selector: ' + sel)); return true; }
       if (!el) return false;
-      if (typeof el.checkVisibility === 'function') {
-        if (!el.checkVisibility({visibilityProperty: true})) return false;
-      } else {
-        var cs = getComputedStyle(el);
-        if (cs.display === 'none' || cs.visibility === 'hidden') return false;
-      }
-      var r = el.getBoundingClientRect();
-      if (r.width === 0 || r.height === 0) return false;
+      if (visible && (` + jsWhyHidden + `)(el) !== '') return false;
       stop();
       resolve(true);
       return true;
@@ -47,7 +66,7 @@ const jsWaitVisible = `function (sel) {
 // there would hit. An element that stays covered (an overlay) or moving for
 // 2 s gets a synthetic el.click() instead, and null is returned.
 const jsClickPoint = `async function (sel) {
-  await (` + jsWaitVisible + `)(sel);
+  await (` + jsWaitFor + `)(sel, true);
   var el = document.querySelector(sel);
   el.scrollIntoView({block: 'center', inline: 'center'});
   var last = '', deadline = Date.now() + 2000;
@@ -72,7 +91,7 @@ const jsClickPoint = `async function (sel) {
 // jsFocus waits for the element, focuses it and puts the caret at the end.
 // It returns whether the element takes text.
 const jsFocus = `async function (sel) {
-  await (` + jsWaitVisible + `)(sel);
+  await (` + jsWaitFor + `)(sel, true);
   var el = document.querySelector(sel);
   el.scrollIntoView({block: 'center'});
   el.focus();
@@ -100,7 +119,7 @@ const jsScroll = `async function (times, ms) {
 
 // jsMeta returns the title, the URL, optionally the outer HTML (cut at cap
 // UTF-16 units) and the followed links: absolute http(s) URLs without
-// fragment, de-duplicated, at most max.
+// fragment, de-duplicated, at most max; more counts those past max.
 const jsMeta = `function (wantHTML, cap, follow, max) {
   var out = {title: document.title, url: location.href};
   if (wantHTML) {
@@ -111,8 +130,8 @@ const jsMeta = `function (wantHTML, cap, follow, max) {
   if (follow !== null) {
     var els;
     try { els = document.querySelectorAll(follow); } catch (e) { throw new Error('bad selector: ' + follow); }
-    var seen = new Set(), links = [];
-    for (var i = 0; i < els.length && links.length < max; i++) {
+    var seen = new Set(), links = [], more = 0;
+    for (var i = 0; i < els.length; i++) {
       var el = els[i], href = el.href;
       if (typeof href !== 'string') {
         var raw = el.getAttribute && el.getAttribute('href');
@@ -124,9 +143,10 @@ const jsMeta = `function (wantHTML, cap, follow, max) {
       if (k >= 0) href = href.slice(0, k);
       if (seen.has(href)) continue;
       seen.add(href);
-      links.push(href);
+      if (links.length < max) links.push(href); else more++;
     }
     out.links = links;
+    out.more = more;
   }
   return out;
 }`

@@ -40,6 +40,8 @@ type Result struct {
 	ConsoleErrors []string
 	// Links are the absolute URLs matched by Request.FollowSelector.
 	Links []string
+	// LinksOmitted counts the distinct matched URLs past Request.FollowMax.
+	LinksOmitted int
 	// Dialogs is how many JavaScript dialogs were dismissed.
 	Dialogs int
 	// Timings of the render's phases.
@@ -348,8 +350,8 @@ func (t *tab) setup(ctx context.Context, j *job) error {
 // wait blocks until the job's wait condition holds for the navigation.
 func (s *Session) wait(ctx context.Context, t *tab, j *job, st *jobState, loader cdp.LoaderID) error {
 	if j.Wait.Selector != "" {
-		if err := t.waitVisible(ctx, j.Wait.Selector); err != nil {
-			return fmt.Errorf("waiting for %q: %w", j.Wait.Selector, err)
+		if err := t.waitFor(ctx, j.Wait.Selector, j.Wait.Visible); err != nil {
+			return t.waitError(ctx, j.Wait.Selector, j.Wait.Visible, err)
 		}
 	}
 	event := ""
@@ -426,9 +428,31 @@ func contextLost(err error) bool {
 		strings.Contains(s, "Inspected target navigated or closed")
 }
 
-func (t *tab) waitVisible(ctx context.Context, sel string) error {
-	_, err := t.evalRetry(ctx, "("+jsWaitVisible+")("+jsString(sel)+")")
+func (t *tab) waitFor(ctx context.Context, sel string, visible bool) error {
+	_, err := t.evalRetry(ctx, fmt.Sprintf("(%s)(%s, %t)", jsWaitFor, jsString(sel), visible))
 	return selectorError(err)
+}
+
+// describeWaitTimeout bounds the look at the page after a wait timed out.
+const describeWaitTimeout = 2 * time.Second
+
+// waitError names the unmet condition of a failed selector wait and, when
+// the wait ran out of time, what the page had: "present but has zero size".
+func (t *tab) waitError(ctx context.Context, sel string, visible bool, err error) error {
+	cond := "present in the DOM"
+	if visible {
+		cond = "visible"
+	}
+	if ctx.Err() == nil {
+		return fmt.Errorf("waiting for %q to be %s: %w", sel, cond, err)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeWaitTimeout)
+	defer cancel()
+	found := "the page could not be read"
+	if v, derr := t.eval(dctx, "("+jsDescribeWait+")("+jsString(sel)+")", false); derr == nil {
+		_ = json.Unmarshal(v, &found)
+	}
+	return fmt.Errorf("waiting for %q to be %s: %w; found: %s", sel, cond, err, found)
 }
 
 // selectorError turns a script's bad-selector exception into ClassInvalid.
@@ -476,7 +500,7 @@ func (t *tab) act(ctx context.Context, a Action) error {
 		}
 	case ActionWait:
 		if a.Selector != "" {
-			return t.waitVisible(ctx, a.Selector)
+			return t.waitFor(ctx, a.Selector, true)
 		}
 		return sleep(ctx, time.Duration(a.Ms)*time.Millisecond)
 	}
@@ -553,11 +577,12 @@ func (t *tab) meta(ctx context.Context, j *job, res *Result) error {
 		HTML      string   `json:"html"`
 		Truncated bool     `json:"truncated"`
 		Links     []string `json:"links"`
+		More      int      `json:"more"`
 	}
 	if err := json.Unmarshal(v, &m); err != nil {
 		return fmt.Errorf("reading the page's metadata: %w", err)
 	}
-	res.Title, res.FinalURL, res.Links = m.Title, m.URL, m.Links
+	res.Title, res.FinalURL, res.Links, res.LinksOmitted = m.Title, m.URL, m.Links, m.More
 	if j.HTML {
 		res.HTML, res.HTMLTruncated = m.HTML, m.Truncated
 		if len(res.HTML) > j.HTMLMaxBytes {

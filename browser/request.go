@@ -17,9 +17,10 @@ type Request struct {
 	// URL is the page to load; http and https only.
 	URL string
 	// Wait says when the page counts as loaded. With neither field set, the
-	// load event of the page. With a Selector, as soon as it is visible (the
-	// load event is not awaited, so a page that never finishes loading still
-	// renders). With NetworkIdle, when no request has been in flight for
+	// load event of the page. With a Selector, as soon as it matches an
+	// element — present in the DOM, or rendered with a size when Visible is
+	// set (the load event is not awaited, so a page that never finishes
+	// loading still renders). With NetworkIdle, when no request has been in flight for
 	// 500 ms. With both, both.
 	Wait Wait
 	// Actions run in order after the wait and before extraction.
@@ -103,6 +104,7 @@ func ParseIsolation(s string) (Isolation, error) {
 // Wait is the load condition of a page.
 type Wait struct {
 	Selector    string
+	Visible     bool // the Selector's element must also be rendered, with a width and a height
 	NetworkIdle bool
 }
 
@@ -152,7 +154,7 @@ const (
 	defaultTimeout      = 30 * time.Second
 	defaultHTMLMaxBytes = 2 << 20
 	defaultFollowMax    = 100
-	maxFollow           = 1000
+	maxFollow           = 40_000 // a listing page of 10,000 followed links, asked 4x
 	defaultScrollWaitMs = 1000
 	maxTimes            = 1000
 	maxActionMs         = 10 * 60 * 1000

@@ -22,6 +22,11 @@ import (
 // orchestrator starts a fresh one.
 var ErrRecycle = errors.New("farm: consumer finished its exit-after-jobs jobs; restart the process")
 
+// ErrFenced is what Consumer.Run returns (wrapped, with the incarnations)
+// when another process registered the node's id: this process's calls are
+// refused from then on, so it stops at once without touching the node.
+var ErrFenced = jobqueue.ErrFenced
+
 // Protector is told when the node starts holding work and when it has been
 // idle for a while, e.g. to protect a busy EC2 instance from scale-in
 // (autoscale.InstanceProtector). Errors are logged, never fatal.
@@ -46,8 +51,6 @@ const (
 	shutdownTimeout = 15 * time.Second
 	// maxCompleteBatch bounds one CompleteMany.
 	maxCompleteBatch = 64
-	// maxFollowLinks is the most links the browser collects from one page.
-	maxFollowLinks = 1000
 	// healthBootGrace is how long the node counts as healthy without a live
 	// Chrome (the first boot, a replacement after a crash).
 	healthBootGrace = time.Minute
@@ -91,7 +94,9 @@ type ConsumerConfig struct {
 	// Protector is told it is idle, so that protection does not flap
 	// between jobs. Default 30 s; negative means at once.
 	ProtectorIdleAfter time.Duration
-	// Load samples the machine for heartbeats. Default: a LoadSampler.
+	// Load samples the node's load for heartbeats. Default: a
+	// ProcessLoadSampler (this process and its Chromes, not the machine,
+	// which several nodes may share); MemUsedBytes gets the Chromes' PSS added.
 	Load func(ctx context.Context) (MachineLoad, error)
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
@@ -166,7 +171,7 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		c.ProtectorIdleAfter = 0
 	}
 	if c.Load == nil {
-		c.Load = new(LoadSampler).Sample
+		c.Load = new(ProcessLoadSampler).Sample
 	}
 	return c, nil
 }
@@ -175,7 +180,6 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 // outside letters, digits, '.', '_', ':' and '-' become '-', and the result
 // is cut to the allowed length. An empty or unusable name gives "node".
 func NodeIDFromHostname(host string) string {
-	const maxLen = 46
 	var b strings.Builder
 	for _, r := range host {
 		switch {
@@ -186,8 +190,8 @@ func NodeIDFromHostname(host string) string {
 		}
 	}
 	id := strings.TrimLeft(b.String(), ".-_:")
-	if len(id) > maxLen {
-		id = id[:maxLen]
+	if len(id) > jobqueue.MaxNodeIDLength {
+		id = id[:jobqueue.MaxNodeIDLength]
 	}
 	if id == "" {
 		return "node"
@@ -206,6 +210,11 @@ type Consumer struct {
 	sup  *supervisor.Supervisor
 	log  *zap.Logger
 	node string
+	inc  *jobqueue.Incarnation // set by Run's registration, before anything uses it
+
+	fenced     chan struct{} // closed when a newer incarnation took the id
+	fenceOnce  sync.Once
+	fenceCause error
 
 	jobDone     chan struct{} // a job released its slot or ended; capacity 1
 	completions chan completion
@@ -253,6 +262,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		jobDone:     make(chan struct{}, 1),
 		completions: make(chan completion),
 		busyChanged: make(chan struct{}, 1),
+		fenced:      make(chan struct{}),
 	}, nil
 }
 
@@ -312,6 +322,7 @@ const (
 	stopSignal  stopReason = iota // Run's context ended
 	stopExitDue                   // every job the process may start was claimed
 	stopFatal                     // the supervisor gave up
+	stopFenced                    // another process registered the node's id
 )
 
 // Run registers the node and works until ctx ends or the process has done
@@ -329,18 +340,27 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	c.ran = true
 	c.mu.Unlock()
 
-	node, reclaimed, err := c.q.Register(ctx, jobqueue.NodeInfo{
-		ID: c.node, Hostname: c.cfg.Hostname, Capacity: c.cfg.Capacity, Version: c.cfg.Version,
-	})
+	node, reclaimed, err := c.register(ctx)
 	if err != nil {
 		return fmt.Errorf("farm: consumer: %w", err)
 	}
+	c.inc = c.q.Incarnation(node)
+	c.log = c.log.With(zap.Int64("incarnation", node.Incarnation))
 	c.log.Info("node registered", zap.Int("capacity", c.cfg.Capacity),
 		zap.Int64("process_restarts", node.ProcessRestarts),
 		zap.Int("chrome_recycle_jobs", c.cfg.Supervisor.ChromeRecycleJobs),
 		zap.Int("exit_after_jobs", c.cfg.Supervisor.ExitAfterJobs),
 		zap.Int64("reclaimed_queued", reclaimed.Released), zap.Int64("reclaimed_retried", reclaimed.Retried),
 		zap.Int64("reclaimed_failed", reclaimed.Failed))
+	// Chrome profile dirs of consumer processes that died without cleaning
+	// up (kill -9) go before this process makes its own.
+	swept, err := browser.SweepStaleProfiles(c.cfg.Supervisor.Browser.ProfileRoot)
+	if err != nil {
+		c.log.Warn("sweeping stale Chrome profile dirs", zap.Error(err))
+	}
+	if len(swept) > 0 {
+		c.log.Info("removed stale Chrome profile dirs of dead processes", zap.Strings("dirs", swept))
+	}
 	now := time.Now()
 	c.mu.Lock()
 	c.running, c.startedAt, c.lastBeat, c.lastChrome = true, now, now, now
@@ -394,21 +414,30 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	reason := c.loop(ctx, listener, supExited, jobsCtx, &jobs)
 
 	// Drain: take nothing new, hand back what has not started, finish what
-	// runs, then leave.
+	// runs, then leave. A fenced process leaves at once: the node, its jobs
+	// and their outcomes belong to the id's new process.
 	c.mu.Lock()
 	c.stopping = true
 	c.mu.Unlock()
-	dctx, cancel := context.WithTimeout(base, shutdownTimeout)
-	if _, err := c.q.SetNodeState(dctx, c.node, jobqueue.NodeDraining); err != nil {
-		c.log.Warn("cannot mark the node draining", zap.Error(err))
+	if reason == stopFenced {
+		c.log.Error("another process registered this node id; this process stops without touching the node",
+			zap.Error(c.fenceCause), zap.Int("in_flight_abandoned", c.Stats().Held))
+		cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: c.fenceCause})
+	} else {
+		dctx, cancel := context.WithTimeout(base, shutdownTimeout)
+		if _, err := c.inc.SetState(dctx, jobqueue.NodeDraining, ""); err != nil {
+			c.noteFenced(err)
+			c.log.Warn("cannot mark the node draining", zap.Error(err))
+		}
+		released, err := c.inc.Release(dctx)
+		cancel()
+		if err != nil {
+			c.noteFenced(err)
+			c.log.Warn("cannot release the unstarted jobs", zap.Error(err))
+		}
+		c.log.Info("node draining", zap.String("why", reason.String()), zap.Int64("released_queued", released),
+			zap.Int("in_flight", c.Stats().Held))
 	}
-	released, err := c.q.Release(dctx, c.node)
-	cancel()
-	if err != nil {
-		c.log.Warn("cannot release the unstarted jobs", zap.Error(err))
-	}
-	c.log.Info("node draining", zap.String("why", reason.String()), zap.Int64("released_queued", released),
-		zap.Int("in_flight", c.Stats().Held))
 
 	// After an exit-after-jobs stop nobody asked the node to hurry: the
 	// jobs' own timeouts bound the wait, until a signal starts the grace
@@ -428,14 +457,20 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	stopSup()
 	<-supExited
 
-	ectx, cancel := context.WithTimeout(base, shutdownTimeout)
-	left, err := c.q.SetNodeState(ectx, c.node, jobqueue.NodeExited)
-	cancel()
-	if err != nil {
-		c.log.Warn("cannot mark the node exited", zap.Error(err))
-	}
+	// The heartbeat stops before the exit mark: a heartbeat of the current
+	// incarnation would make the node active again.
 	stopBG()
 	bg.Wait()
+	var left jobqueue.Reclaimed
+	if !c.isFenced() {
+		ectx, cancel := context.WithTimeout(base, shutdownTimeout)
+		left, err = c.inc.SetState(ectx, jobqueue.NodeExited, reason.exitReason())
+		cancel()
+		if err != nil {
+			c.noteFenced(err)
+			c.log.Warn("cannot mark the node exited", zap.Error(err))
+		}
+	}
 	if c.cfg.Protector != nil {
 		pctx, cancel := context.WithTimeout(base, shutdownTimeout)
 		if err := c.cfg.Protector.SetBusy(pctx, false); err != nil {
@@ -454,6 +489,8 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		zap.Int64("left_released", left.Released), zap.Int64("left_retried", left.Retried))
 
 	switch {
+	case c.isFenced():
+		return fmt.Errorf("farm: consumer: %w", c.fenceCause)
 	case supErr != nil:
 		return fmt.Errorf("farm: consumer: %w", supErr)
 	case reason == stopFatal:
@@ -472,8 +509,62 @@ func (r stopReason) String() string {
 		return "exit-after-jobs"
 	case stopFatal:
 		return "fatal"
+	case stopFenced:
+		return "fenced"
 	}
 	return "unknown"
+}
+
+// exitReason is what the node's exit mark records.
+func (r stopReason) exitReason() string {
+	switch r {
+	case stopExitDue:
+		return jobqueue.ExitRecycle
+	case stopSignal:
+		return jobqueue.ExitStop
+	}
+	return jobqueue.ExitFatal
+}
+
+// register takes the node id with a new incarnation. When a live-looking
+// incarnation holds it, and that is a process of this host that no longer
+// runs (a consumer killed with -9 and restarted at once), it takes the id
+// over without waiting for the holder's heartbeat to go stale; any other
+// holder is reported as the error.
+func (c *Consumer) register(ctx context.Context) (jobqueue.Node, jobqueue.Reclaimed, error) {
+	info := jobqueue.NodeInfo{ID: c.node, Hostname: c.cfg.Hostname, Capacity: c.cfg.Capacity,
+		Version: c.cfg.Version, PID: os.Getpid()}
+	node, r, err := c.q.Register(ctx, info)
+	var inUse *jobqueue.NodeInUseError
+	if !errors.As(err, &inUse) || inUse.Hostname != c.cfg.Hostname || inUse.PID <= 0 || browser.ProcessRuns(inUse.PID) {
+		return node, r, err
+	}
+	c.log.Warn("the node id's previous process is gone; taking the id over",
+		zap.Int("previous_pid", inUse.PID), zap.Int64("previous_incarnation", inUse.Incarnation),
+		zap.Duration("previous_heartbeat_age", inUse.HeartbeatAge))
+	info.Replaces = inUse.Incarnation
+	return c.q.Register(ctx, info)
+}
+
+// noteFenced stops the node if err says a newer incarnation took its id.
+func (c *Consumer) noteFenced(err error) {
+	if !errors.Is(err, jobqueue.ErrFenced) {
+		return
+	}
+	c.fenceOnce.Do(func() {
+		c.fenceCause = err
+		close(c.fenced)
+	})
+}
+
+// isFenced reports whether a newer incarnation took the node's id.
+func (c *Consumer) isFenced() bool {
+	select {
+	case <-c.fenced:
+		return true
+	default:
+		return false
+	}
 }
 
 // waitJobs waits for wg: first until ctx ends when untilCtx is set, then
@@ -524,6 +615,9 @@ func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supExited <-c
 	defer poll.Stop()
 	claimBackoff := time.Duration(0)
 	for {
+		if c.isFenced() {
+			return stopFenced
+		}
 		if ctx.Err() != nil {
 			return stopSignal
 		}
@@ -534,8 +628,11 @@ func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supExited <-c
 			return stopExitDue
 		}
 		if free > 0 {
-			claimed, err := c.q.Claim(ctx, c.node, free)
+			claimed, err := c.inc.Claim(ctx, free)
 			switch {
+			case errors.Is(err, jobqueue.ErrFenced):
+				c.noteFenced(err)
+				return stopFenced
 			case err != nil && ctx.Err() != nil:
 				return stopSignal
 			case err != nil:
@@ -560,6 +657,8 @@ func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supExited <-c
 			return stopSignal
 		case <-supExited:
 			return stopFatal
+		case <-c.fenced:
+			return stopFenced
 		case <-l.C():
 		case <-c.jobDone:
 		case <-poll.C:
@@ -644,7 +743,7 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 // complete hands a render to the batching completer and waits for its outcome.
 func (c *Consumer) complete(j jobqueue.Job, log *zap.Logger, res *browser.Result, took time.Duration) {
 	reply := make(chan error, 1)
-	c.completions <- completion{c: jobqueue.Completion{JobID: j.ID, NodeID: c.node, Result: ResultRecord(res)}, reply: reply}
+	c.completions <- completion{c: c.inc.Completion(j.ID, ResultRecord(res)), reply: reply}
 	err := <-reply
 	switch {
 	case err == nil:
@@ -656,6 +755,9 @@ func (c *Consumer) complete(j jobqueue.Job, log *zap.Logger, res *browser.Result
 		// Canceled by a user, or finished elsewhere after its lease ran out:
 		// the first outcome stands.
 		log.Info("job was already finished; result dropped", zap.Error(err))
+	case errors.Is(err, jobqueue.ErrFenced):
+		c.noteFenced(err)
+		log.Error("result refused: another process registered this node id", zap.Error(err))
 	case errors.Is(err, errReport):
 		log.Error("cannot record the job's result; its lease will expire and it will run again", zap.Error(err))
 	default:
@@ -676,7 +778,7 @@ func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.D
 	var st jobqueue.State
 	err := retryReport(c.log, func(ctx context.Context) error {
 		var err error
-		st, err = c.q.Fail(ctx, j.ID, c.node, rerr.Error(), class, retriable)
+		st, err = c.inc.Fail(ctx, j.ID, rerr.Error(), class, retriable)
 		return err
 	})
 	c.mu.Lock()
@@ -686,6 +788,9 @@ func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.D
 	case err == nil:
 		log.Warn("job attempt failed", zap.String("class", class), zap.Bool("retriable", retriable),
 			zap.String("state", string(st)), zap.Duration("took", took), zap.Error(rerr))
+	case errors.Is(err, jobqueue.ErrFenced):
+		c.noteFenced(err)
+		log.Error("failure refused: another process registered this node id", zap.NamedError("render_error", rerr), zap.Error(err))
 	case errors.Is(err, jobqueue.ErrAlreadyFinished), errors.Is(err, jobqueue.ErrNotHeld):
 		log.Info("job attempt failed, but the job is no longer this node's", zap.String("class", class),
 			zap.NamedError("render_error", rerr), zap.Error(err))
@@ -705,7 +810,7 @@ func retryReport(log *zap.Logger, f func(ctx context.Context) error) error {
 	for {
 		err := f(ctx)
 		if err == nil || errors.Is(err, jobqueue.ErrAlreadyFinished) || errors.Is(err, jobqueue.ErrNotHeld) ||
-			errors.Is(err, jobqueue.ErrNotFound) {
+			errors.Is(err, jobqueue.ErrNotFound) || errors.Is(err, jobqueue.ErrFenced) {
 			return err
 		}
 		log.Warn("recording a job outcome failed; retrying", zap.Duration("retry_in", pause), zap.Error(err))
@@ -777,34 +882,26 @@ func (c *Consumer) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// heartbeat sends one heartbeat; a node that finds itself declared lost
-// registers again (its jobs were already taken back).
+// heartbeat sends one heartbeat. The queue makes a node that was declared
+// lost while this process lived on active again; a heartbeat refused because
+// another process registered the id stops the node.
 func (c *Consumer) heartbeat(ctx context.Context) {
 	load := c.load(ctx)
 	hctx, cancel := context.WithTimeout(ctx, max(c.cfg.HeartbeatInterval, 5*time.Second))
 	defer cancel()
-	st, err := c.q.Heartbeat(hctx, c.node, load)
+	_, err := c.inc.Heartbeat(hctx, load)
 	c.mu.Lock()
 	c.beatErr = err
 	if err == nil {
 		c.lastBeat = time.Now()
 	}
 	c.mu.Unlock()
-	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("heartbeat failed", zap.Error(err))
-		}
+	if errors.Is(err, jobqueue.ErrFenced) {
+		c.noteFenced(err)
 		return
 	}
-	if st == jobqueue.NodeLost {
-		c.log.Warn("the producer declared this node lost (its jobs went back to the queue); registering again")
-		if _, r, err := c.q.Register(hctx, jobqueue.NodeInfo{
-			ID: c.node, Hostname: c.cfg.Hostname, Capacity: c.cfg.Capacity, Version: c.cfg.Version,
-		}); err != nil {
-			c.log.Warn("re-register failed", zap.Error(err))
-		} else {
-			c.log.Info("node registered again", zap.Int64("reclaimed_retried", r.Retried))
-		}
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("heartbeat failed", zap.Error(err))
 	}
 }
 
@@ -822,6 +919,9 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 		JobsSinceChromeStart:  int64(st.JobsSinceChromeStart),
 		JobsSinceProcessStart: int64(st.JobsSinceProcessStart),
 		ChromeRestarts:        int64(max(st.ChromeStarts-1, 0)),
+		ChromeRecycles:        int64(st.Recycles - st.MemoryRecycles),
+		ChromeMemoryRecycles:  int64(st.MemoryRecycles),
+		ChromeCrashes:         int64(st.ChromeCrashes),
 	}
 	m, err := c.cfg.Load(ctx)
 	if err != nil {
@@ -829,7 +929,7 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 		return l
 	}
 	l.CPUPercent = m.CPUPercent
-	l.MemUsedBytes = int64(m.MemUsedBytes)
+	l.MemUsedBytes = int64(m.MemUsedBytes) + l.ChromePSSBytes
 	l.MemTotalBytes = int64(m.MemTotalBytes)
 	return l
 }
@@ -924,7 +1024,7 @@ func SpecRequest(s jobqueue.Spec, defaultTimeout time.Duration) browser.Request 
 		req.Timeout = defaultTimeout
 	}
 	if s.Wait != nil {
-		req.Wait = browser.Wait{Selector: s.Wait.Selector, NetworkIdle: s.Wait.NetworkIdle}
+		req.Wait = browser.Wait{Selector: s.Wait.Selector, Visible: s.Wait.Visible, NetworkIdle: s.Wait.NetworkIdle}
 	}
 	for _, a := range s.Actions {
 		req.Actions = append(req.Actions, browser.Action{
@@ -941,14 +1041,13 @@ func SpecRequest(s jobqueue.Spec, defaultTimeout time.Duration) browser.Request 
 	}
 	if s.Follow != nil {
 		// The queue keeps the first MaxLinks links that pass its host and
-		// duplicate filters, so the page is asked for some more than that,
-		// within what the browser takes.
+		// duplicate filters, so the page is asked for some more than that.
 		limit := s.Follow.MaxLinks
 		if limit == 0 {
 			limit = jobqueue.DefaultMaxLinks
 		}
 		req.FollowSelector = s.Follow.Selector
-		req.FollowMax = min(4*limit, maxFollowLinks)
+		req.FollowMax = min(jobqueue.LinksAskedPerFollowed*limit, jobqueue.MaxCollectedLinks)
 	}
 	return req
 }
@@ -964,6 +1063,8 @@ func ResultRecord(r *browser.Result) jobqueue.Result {
 		Screenshot:    r.Screenshot,
 		ConsoleErrors: r.ConsoleErrors,
 		Links:         r.Links,
+		// Links the page had past FollowMax: the queue adds those past max_links.
+		LinksOverLimit: r.LinksOmitted,
 		Timings: jobqueue.Timings{
 			NavigationMS: r.Timings.Navigation.Milliseconds(),
 			WaitMS:       r.Timings.Wait.Milliseconds(),

@@ -61,6 +61,7 @@ type childReport struct {
 	Completed     int64  `json:"completed"`
 	Failed        int64  `json:"failed"`
 	Err           string `json:"err,omitempty"`
+	Fenced        bool   `json:"fenced,omitempty"`
 }
 
 // consumerChild runs one consumer node the way `farm consumer` does — SIGTERM
@@ -90,6 +91,9 @@ func consumerChild() int {
 	q := jobqueue.New(pool, jobqueue.Config{
 		Logger:      log.Named("queue"),
 		BackoffBase: time.Duration(envInt(childBackoff)) * time.Millisecond,
+		// A heartbeat never goes stale within a test: a child restarted
+		// under a killed one's id gets in only by proving it gone.
+		StaleAfter: time.Hour,
 	})
 	cfg := DefaultConsumerConfig(q)
 	cfg.NodeID = os.Getenv(childNode)
@@ -138,6 +142,9 @@ func consumerChild() int {
 	switch {
 	case errors.Is(runErr, ErrRecycle):
 		code = childExitRecycle
+	case errors.Is(runErr, ErrFenced):
+		rep.Err = runErr.Error()
+		rep.Fenced = true
 	case runErr != nil:
 		rep.Err = runErr.Error()
 		code = childExitError

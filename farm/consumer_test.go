@@ -3,13 +3,14 @@ package farm
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/shirou/gopsutil/v3/cpu"
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
@@ -36,59 +37,68 @@ func TestNodeIDFromHostname(t *testing.T) {
 	}
 }
 
-func TestCPUBusyPercent(t *testing.T) {
-	at := func(user, system, idle, iowait float64) cpu.TimesStat {
-		return cpu.TimesStat{User: user, System: system, Idle: idle, Iowait: iowait}
+func TestParseProcStat(t *testing.T) {
+	// A command name with spaces and parentheses; fields 14..17 are 7, 3, 20, 5; rss (24) is 512.
+	line := "4242 (chrome (renderer) x) S 4000 4242 4242 0 -1 4194560 100 0 0 0 7 3 20 5 20 0 9 0 123 1000000 512 18446744073709551615"
+	st, err := parseProcStat([]byte(line))
+	if err != nil || st.ppid != 4000 || st.ticks != 35 || st.rss != 512 {
+		t.Fatalf("parseProcStat = %+v, %v", st, err)
 	}
+	if _, err := parseProcStat([]byte("4242 no paren")); err == nil {
+		t.Fatal("malformed stat accepted")
+	}
+}
+
+func TestTreeCPUPercent(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		prev, cur cpu.TimesStat
-		want      float64
+		ticks uint64
+		wall  time.Duration
+		cpus  int
+		want  float64
 	}{
-		{"half busy", at(10, 10, 80, 0), at(20, 20, 100, 0), 50},
-		{"iowait is idle", at(0, 0, 0, 0), at(25, 0, 50, 25), 25},
-		{"all busy", at(0, 0, 10, 0), at(10, 10, 10, 0), 100},
-		{"all idle", at(5, 5, 10, 0), at(5, 5, 30, 0), 0},
-		{"no time passed", at(5, 5, 10, 0), at(5, 5, 10, 0), 0},
-		{"counters went backwards", at(50, 50, 100, 0), at(1, 1, 1, 0), 0},
+		{100, time.Second, 2, 50},  // one CPU-second in one second on two CPUs
+		{400, time.Second, 2, 100}, // capped
+		{0, time.Second, 4, 0},
+		{50, 0, 2, 0},
 	} {
-		if got := cpuBusyPercent(tc.prev, tc.cur); got != tc.want {
-			t.Errorf("%s: cpuBusyPercent = %v, want %v", tc.name, got, tc.want)
+		if got := treeCPUPercent(tc.ticks, tc.wall, tc.cpus); got != tc.want {
+			t.Errorf("treeCPUPercent(%d, %v, %d) = %v, want %v", tc.ticks, tc.wall, tc.cpus, got, tc.want)
 		}
 	}
 }
 
-func TestMemUsed(t *testing.T) {
-	for _, tc := range []struct{ total, avail, want uint64 }{
-		{100, 40, 60},
-		{100, 100, 0},
-		{100, 120, 0},
-	} {
-		if got := memUsed(tc.total, tc.avail); got != tc.want {
-			t.Errorf("memUsed(%d, %d) = %d, want %d", tc.total, tc.avail, got, tc.want)
-		}
-	}
-}
-
-func TestLoadSampler(t *testing.T) {
-	var s LoadSampler
+// The node's load is its own process tree's: a child that burns CPU counts,
+// alive and after it was reaped; the machine's other processes do not.
+func TestProcessLoadSampler(t *testing.T) {
+	var s ProcessLoadSampler
 	ctx := context.Background()
 	first, err := s.Sample(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.CPUPercent != 0 {
-		t.Errorf("first sample CPU = %v, want 0 (nothing to compare with)", first.CPUPercent)
+	if first.CPUPercent != 0 || first.MemUsedBytes == 0 || first.MemUsedBytes > first.MemTotalBytes {
+		t.Fatalf("first sample %+v: want CPU 0 and this process's memory", first)
 	}
-	if first.MemTotalBytes == 0 || first.MemUsedBytes == 0 || first.MemUsedBytes > first.MemTotalBytes {
-		t.Errorf("memory sample %+v is implausible", first)
-	}
-	second, err := s.Sample(ctx)
+	before, _, err := treeTicks(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.CPUPercent < 0 || second.CPUPercent > 100 {
-		t.Errorf("CPU = %v, want 0..100", second.CPUPercent)
+	// A child that uses CPU until it has used at least 30 ticks of its own
+	// (field 14 of its stat, read without starting a process), then exits.
+	cmd := exec.Command("sh", "-c", `while read -r line < /proc/$$/stat; set -- $line; [ "${14}" -lt 30 ]; do :; done`)
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := treeTicks(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 30 {
+		t.Fatalf("the reaped child's CPU is not counted: %d ticks before, %d after", before, after)
+	}
+	second, err := s.Sample(ctx)
+	if err != nil || second.CPUPercent <= 0 || second.CPUPercent > 100 {
+		t.Fatalf("second sample %+v, %v: want the child's CPU, 0..100", second, err)
 	}
 }
 
@@ -153,10 +163,10 @@ func TestSpecRequest(t *testing.T) {
 				t.Errorf("shared_context carried over as isolation %q, want shared", r.Isolation)
 			}
 		}},
-		{"follow with a large link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1, MaxLinks: 1000}},
+		{"follow with the largest link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1, MaxLinks: jobqueue.MaxFollowLinks}},
 			func(t *testing.T, r browser.Request) {
-				if r.FollowMax != 1000 {
-					t.Errorf("FollowMax = %d, want the browser's limit 1000", r.FollowMax)
+				if r.FollowMax != jobqueue.MaxCollectedLinks {
+					t.Errorf("FollowMax = %d, want %d", r.FollowMax, jobqueue.MaxCollectedLinks)
 				}
 			}},
 		{"follow without a link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1}},

@@ -10,7 +10,6 @@ import (
 
 // Bounds of a Result as stored.
 const (
-	maxResultLinks  = 5000 // links kept in results.links
 	maxConsoleLines = 200
 	maxConsoleLine  = 4 << 10
 	maxTitle        = 4 << 10
@@ -21,7 +20,10 @@ const (
 type Completion struct {
 	JobID  int64
 	NodeID string // the node that ran it
-	Result Result
+	// Incarnation of NodeID that ran it: the result is refused with a
+	// *FencedError once a newer one registered. 0 binds to none.
+	Incarnation int64
+	Result      Result
 }
 
 // CompleteOutcome is what CompleteMany did with one Completion.
@@ -54,14 +56,17 @@ func (q *Queue) Complete(ctx context.Context, jobID int64, nodeID string, res Re
 // id order first so that two batches completing overlapping jobs cannot
 // deadlock on them; the results and the children of followed links are
 // inserted in the same statement, so in the same transaction.
-const completeSQL = `
+var completeSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[],
-                         $7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[])
-        AS t(job_id, node_id, final_url, status, title, data, html, screenshot, console_errors, timings, links)
+                         $7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[],
+                         $21::bigint[], $22::int[])
+        AS t(job_id, node_id, final_url, status, title, data, html, screenshot, console_errors, timings, links,
+             incarnation, links_over)
 ), locked AS (
     SELECT j.id FROM jobs j
     WHERE j.id = ANY($1::bigint[]) AND j.state IN ('pending', 'queued', 'processing')
+      AND EXISTS (SELECT 1 FROM input i WHERE i.job_id = j.id AND ` + fence("i.node_id", "i.incarnation") + `)
     ORDER BY j.id
     FOR UPDATE
 ), done AS (
@@ -69,13 +74,9 @@ WITH input AS (
         finished_at = coalesce($12::timestamptz, now()), lease_expires_at = NULL
     FROM locked l, input i
     WHERE j.id = l.id AND i.job_id = l.id
-    RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth
-), saved AS (
-    INSERT INTO results (job_id, node_id, final_url, status, title, data, html, screenshot,
-                         console_errors, timings, links, created_at)
-    SELECT i.job_id, i.node_id, i.final_url, i.status, i.title, i.data::jsonb, i.html, i.screenshot,
-           i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb, coalesce($12::timestamptz, now())
-    FROM input i JOIN done d ON d.id = i.job_id
+    RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_completed", "SELECT d.node_id, count(*) FROM done d GROUP BY d.node_id ORDER BY d.node_id") + `
 ), found AS (
     SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[])
         AS f(job_id, url, host, dedup_key, ord)
@@ -83,11 +84,19 @@ WITH input AS (
     SELECT d.id AS parent_id, d.batch_id, d.priority, d.max_attempts, d.crawl_id, d.depth,
            jsonb_set(d.spec, '{url}', to_jsonb(f.url)) AS spec, f.host, f.dedup_key,
            row_number() OVER (PARTITION BY d.id ORDER BY f.ord) AS rn,
-           coalesce(nullif((d.spec #>> '{follow,max_links}')::int, 0), 100) AS max_links
+           coalesce(nullif((d.spec #>> '{follow,max_links}')::int, 0), $23::int) AS max_links
     FROM done d JOIN found f ON f.job_id = d.id
     WHERE d.spec -> 'follow' IS NOT NULL
       AND d.depth < (d.spec #>> '{follow,max_depth}')::int
       AND (f.host = d.host OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
+), saved AS (
+    INSERT INTO results (job_id, node_id, final_url, status, title, data, html, screenshot,
+                         console_errors, timings, links, links_over_limit, created_at)
+    SELECT i.job_id, i.node_id, i.final_url, i.status, i.title, i.data::jsonb, i.html, i.screenshot,
+           i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb,
+           i.links_over + (SELECT count(*) FROM eligible e WHERE e.parent_id = i.job_id AND e.rn > e.max_links),
+           coalesce($12::timestamptz, now())
+    FROM input i JOIN done d ON d.id = i.job_id
 ), children AS (
     INSERT INTO jobs (batch_id, priority, spec, host, max_attempts, run_after, created_at,
                       parent_id, crawl_id, depth, dedup_key)
@@ -124,6 +133,8 @@ type completeArgs struct {
 	consoleErrors []string
 	timings       []string
 	links         []string
+	incarnations  []int64
+	linksOver     []int32
 	// followed links, flattened
 	linkJob  []int64
 	linkURL  []string
@@ -171,7 +182,7 @@ func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]Complet
 			a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
 			a.consoleErrors, a.timings, a.links, q.now(),
 			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
-			ChannelProducer, PayloadSlots, PayloadSubmitted)
+			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks)
 		if err != nil {
 			return err
 		}
@@ -196,6 +207,12 @@ func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]Complet
 		if x.completed {
 			out[i].Children = x.children
 			continue
+		}
+		if it := items[i]; it.Incarnation != 0 {
+			if ferr := q.fenceErr(ctx, it.NodeID, it.Incarnation); ferr != nil {
+				out[i].Err = fmt.Errorf("job %d: %w", x.id, ferr)
+				continue
+			}
 		}
 		missing = append(missing, x.id)
 	}
@@ -274,9 +291,9 @@ func (a *completeArgs) add(c Completion) error {
 	if err != nil {
 		return err
 	}
-	links := r.Links
-	if len(links) > maxResultLinks {
-		links = links[:maxResultLinks]
+	links, over := r.Links, r.LinksOverLimit
+	if len(links) > MaxCollectedLinks {
+		links, over = links[:MaxCollectedLinks], over+len(links)-MaxCollectedLinks
 	}
 	kept := make([]string, 0, len(links))
 	keys := make(map[string]bool, len(links))
@@ -289,7 +306,7 @@ func (a *completeArgs) add(c Completion) error {
 		}
 		u.Fragment, u.RawFragment = "", ""
 		key := DedupKey(u)
-		if keys[key] || len(keys) >= MaxFollowLinks*4 {
+		if keys[key] {
 			continue
 		}
 		keys[key] = true
@@ -315,6 +332,8 @@ func (a *completeArgs) add(c Completion) error {
 	a.consoleErrors = append(a.consoleErrors, string(consoleJSON))
 	a.timings = append(a.timings, string(timingsJSON))
 	a.links = append(a.links, string(linksJSON))
+	a.incarnations = append(a.incarnations, c.Incarnation)
+	a.linksOver = append(a.linksOver, int32(min(over, 1<<30)))
 	return nil
 }
 

@@ -12,14 +12,14 @@ import (
 	"go.uber.org/zap"
 )
 
-const nodeCols = `n.id, n.hostname, n.version, n.capacity, n.state, n.process_restarts,
+const nodeCols = `n.id, n.hostname, n.version, n.capacity, n.state, n.incarnation, n.pid, n.process_restarts,
     n.cpu_percent, n.mem_used_bytes, n.mem_total_bytes, n.chrome_pss_bytes, n.busy_sessions,
     n.jobs_since_chrome_start, n.jobs_since_process_start, n.chrome_restarts,
     n.registered_at, n.started_at, n.heartbeat_at, n.state_changed_at`
 
 func scanNode(row pgx.Row, extra ...any) (Node, error) {
 	var n Node
-	dest := []any{&n.ID, &n.Hostname, &n.Version, &n.Capacity, &n.State, &n.ProcessRestarts,
+	dest := []any{&n.ID, &n.Hostname, &n.Version, &n.Capacity, &n.State, &n.Incarnation, &n.PID, &n.ProcessRestarts,
 		&n.Load.CPUPercent, &n.Load.MemUsedBytes, &n.Load.MemTotalBytes, &n.Load.ChromePSSBytes,
 		&n.Load.BusySessions, &n.Load.JobsSinceChromeStart, &n.Load.JobsSinceProcessStart,
 		&n.Load.ChromeRestarts, &n.RegisteredAt, &n.StartedAt, &n.HeartbeatAt, &n.StateChangedAt}
@@ -35,23 +35,41 @@ type Reclaimed struct {
 	Failed   int64 // processing jobs charged their last attempt: failed
 }
 
+// registerSQL takes the id with a new incarnation, unless a live
+// incarnation holds it: one active or draining whose heartbeat is fresher
+// than $7 seconds, other than $8 (one the caller proved dead). Then it
+// changes nothing and returns no row.
 const registerSQL = `
-INSERT INTO nodes AS n (id, hostname, version, capacity, state, registered_at, started_at, heartbeat_at, state_changed_at)
-VALUES ($1, $2, $3, $4, 'active', coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()),
+INSERT INTO nodes AS n (id, hostname, version, capacity, state, incarnation, pid,
+                        registered_at, started_at, heartbeat_at, state_changed_at)
+VALUES ($1, $2, $3, $4, 'active', nextval('node_incarnations'), $6,
+        coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()),
         coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()))
 ON CONFLICT (id) DO UPDATE SET
     hostname = EXCLUDED.hostname, version = EXCLUDED.version, capacity = EXCLUDED.capacity,
     state = 'active', process_restarts = n.process_restarts + 1,
+    incarnation = EXCLUDED.incarnation, pid = EXCLUDED.pid, exit_reason = '',
     started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at,
     state_changed_at = EXCLUDED.state_changed_at,
     cpu_percent = 0, mem_used_bytes = 0, mem_total_bytes = 0, chrome_pss_bytes = 0, busy_sessions = 0,
-    jobs_since_chrome_start = 0, jobs_since_process_start = 0, chrome_restarts = 0
+    jobs_since_chrome_start = 0, jobs_since_process_start = 0, chrome_restarts = 0,
+    chrome_recycles = 0, chrome_memory_recycles = 0, chrome_crashes = 0
+WHERE n.state IN ('exited', 'lost') OR n.incarnation = $8
+   OR n.heartbeat_at < coalesce($5::timestamptz, now()) - make_interval(secs => $7::float8)
 RETURNING ` + nodeCols
 
+// fence is the SQL condition that the node named by idExpr is at the
+// incarnation in the parameter inc, or that inc is 0 (an operator's call,
+// not a node's).
+func fence(idExpr, inc string) string {
+	return "(" + inc + "::bigint = 0 OR EXISTS (SELECT 1 FROM nodes f WHERE f.id = " + idExpr +
+		" AND f.incarnation = " + inc + "::bigint))"
+}
+
 // releaseNodeSQL returns a node's queued jobs to pending, free of charge.
-const releaseNodeSQL = `
+var releaseNodeSQL = `
 UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-WHERE j.node_id = $1 AND j.state = 'queued'`
+WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", "$2")
 
 // chargeNodeSQL ends the running attempt of each job processing on a node
 // that will not finish it: pending after a backoff while attempts remain,
@@ -62,8 +80,10 @@ WITH upd AS (
 ` + chargeAttempt("$2", "$3") + `
         last_error  = $4,
         error_class = $5
-    WHERE j.node_id = $1 AND j.state = 'processing'
+    WHERE j.node_id = $1 AND j.state = 'processing' AND ` + fence("$1", "$6") + `
     RETURNING j.state
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $1, count(*) FROM upd WHERE state = 'failed' HAVING count(*) > 0") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 
@@ -92,24 +112,32 @@ const (
 	ClassLeaseExpired  = "lease_expired"  // the lease ran out without renewal
 )
 
-// queueReclaim adds to b the statements that take back everything nodeID holds.
-func (q *Queue) queueReclaim(b *pgx.Batch, nodeID, why, class string, r *Reclaimed) {
-	b.Queue(releaseNodeSQL, nodeID).Exec(func(tag pgconn.CommandTag) error {
+// queueReclaim adds to b the statements that take back everything nodeID
+// holds, if the node is at incarnation inc (any, when inc is 0).
+func (q *Queue) queueReclaim(b *pgx.Batch, nodeID string, inc int64, why, class string, r *Reclaimed) {
+	b.Queue(releaseNodeSQL, nodeID, inc).Exec(func(tag pgconn.CommandTag) error {
 		r.Released = tag.RowsAffected()
 		return nil
 	})
-	b.Queue(chargeNodeSQL, nodeID, q.now(), q.delays(), why, class).QueryRow(func(row pgx.Row) error {
+	b.Queue(chargeNodeSQL, nodeID, q.now(), q.delays(), why, class, inc).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&r.Retried, &r.Failed)
 	})
 	b.Queue("SELECT pg_notify($1, $2)", ChannelProducer, PayloadSlots)
 }
 
-// Register records a node starting (again) and returns it. A node id seen
-// before is re-activated with its load counters reset and its process restart
-// count raised, and whatever the previous process left behind is taken back
-// at once, in the same transaction: its queued jobs return to pending free,
-// its processing ones are charged an attempt (see ReclaimOwn). So two live
-// processes must never share a node id: each would take the other's jobs.
+// Register records a node starting (again) under a new incarnation and
+// returns it. A node id seen before is re-activated with its load counters
+// reset and its process restart count raised, and whatever the previous
+// process left behind is taken back at once, in the same transaction: its
+// queued jobs return to pending free, its processing ones are charged an
+// attempt (see ReclaimOwn). From then on the previous incarnation is fenced:
+// whatever it sends is refused with a *FencedError.
+//
+// Two live processes never share an id: while an incarnation is active or
+// draining and heartbeated within Config.StaleAfter, Register refuses with
+// a *NodeInUseError — unless info.Replaces names it, which a process does
+// that proved it dead (see NodeInfo.Replaces). An incarnation that exited
+// (the restart after exit code 75) or was declared lost is replaced at once.
 func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, error) {
 	if err := ValidateNodeID(info.ID); err != nil {
 		return Node{}, Reclaimed{}, fmt.Errorf("register: %w", err)
@@ -122,14 +150,36 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 	}
 	var node Node
 	var r Reclaimed
-	err := q.sendBatch(ctx, "register", func(b *pgx.Batch) {
-		b.Queue(registerSQL, info.ID, cleanText(info.Hostname, 255), cleanText(info.Version, 255), info.Capacity, q.now()).
-			QueryRow(func(row pgx.Row) error {
-				var err error
-				node, err = scanNode(row)
+	err := q.retryDeadlocks(ctx, "register", func() error {
+		r = Reclaimed{}
+		return pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+			// How the previous incarnation ended decides which restart
+			// counter this registration raises.
+			var prevState NodeState
+			var prevReason string
+			err := tx.QueryRow(ctx, "SELECT state, exit_reason FROM nodes WHERE id = $1 FOR UPDATE", info.ID).
+				Scan(&prevState, &prevReason)
+			first := errors.Is(err, pgx.ErrNoRows)
+			if err != nil && !first {
 				return err
-			})
-		q.queueReclaim(b, info.ID, "node "+info.ID+" restarted while the job was running", ClassNodeRestarted, &r)
+			}
+			node, err = scanNode(tx.QueryRow(ctx, registerSQL, info.ID, cleanText(info.Hostname, 255),
+				cleanText(info.Version, 255), info.Capacity, q.now(), info.PID, q.cfg.StaleAfter.Seconds(), info.Replaces))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return q.holder(ctx, tx, info.ID)
+			}
+			if err != nil {
+				return err
+			}
+			b := &pgx.Batch{}
+			if first {
+				b.Queue("INSERT INTO node_counters (node_id) VALUES ($1) ON CONFLICT (node_id) DO NOTHING", info.ID)
+			} else {
+				b.Queue(bumpNodeCounterSQL(restartColumn(prevState, prevReason), "VALUES ($1, 1)"), info.ID)
+			}
+			q.queueReclaim(b, info.ID, 0, "node "+info.ID+" restarted while the job was running", ClassNodeRestarted, &r)
+			return tx.SendBatch(ctx, b).Close()
+		})
 	})
 	if err != nil {
 		return Node{}, Reclaimed{}, fmt.Errorf("register node %q: %w", info.ID, err)
@@ -141,13 +191,28 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 	return node, r, nil
 }
 
+// holder describes the live incarnation that kept Register out.
+func (q *Queue) holder(ctx context.Context, tx pgx.Tx, nodeID string) error {
+	e := &NodeInUseError{NodeID: nodeID}
+	var ageSecs float64
+	err := tx.QueryRow(ctx, `
+        SELECT hostname, pid, incarnation,
+               extract(epoch FROM coalesce($2::timestamptz, now()) - heartbeat_at)::float8
+        FROM nodes WHERE id = $1`, nodeID, q.now()).Scan(&e.Hostname, &e.PID, &e.Incarnation, &ageSecs)
+	if err != nil {
+		return fmt.Errorf("read the holder of the id: %w", err)
+	}
+	e.HeartbeatAge = time.Duration(ageSecs * float64(time.Second))
+	return e
+}
+
 // ReclaimOwn takes back everything a node holds — queued jobs free, processing
 // ones charged an attempt — for a node that knows its previous process died
 // with them. Register does this itself.
 func (q *Queue) ReclaimOwn(ctx context.Context, nodeID string) (Reclaimed, error) {
 	var r Reclaimed
 	err := q.sendBatch(ctx, "reclaim", func(b *pgx.Batch) {
-		q.queueReclaim(b, nodeID, "node "+nodeID+" restarted while the job was running", ClassNodeRestarted, &r)
+		q.queueReclaim(b, nodeID, 0, "node "+nodeID+" restarted while the job was running", ClassNodeRestarted, &r)
 	})
 	if err != nil {
 		return Reclaimed{}, fmt.Errorf("reclaim jobs of node %q: %w", nodeID, err)
@@ -155,47 +220,120 @@ func (q *Queue) ReclaimOwn(ctx context.Context, nodeID string) (Reclaimed, error
 	return r, nil
 }
 
+// heartbeatSQL records the load of the node's incarnation $11 (any when 0)
+// and returns its state before and after. The current incarnation's
+// heartbeat is proof of life: a node it finds lost or exited — declared so
+// while its process lived on, e.g. through a database outage — is active
+// again (its jobs were taken back; it simply gets new ones).
 const heartbeatSQL = `
-UPDATE nodes SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
-    busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
-    heartbeat_at = coalesce($10::timestamptz, now())
-WHERE id = $1
-RETURNING state`
+WITH prev AS (
+    SELECT id, state, chrome_recycles, chrome_memory_recycles, chrome_crashes
+    FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR UPDATE
+), counted AS (
+    -- What the process counted since its last heartbeat joins the lifetime.
+    UPDATE node_counters c SET
+        chrome_recycles        = c.chrome_recycles + greatest($12::bigint - p.chrome_recycles, 0),
+        chrome_memory_recycles = c.chrome_memory_recycles + greatest($13::bigint - p.chrome_memory_recycles, 0),
+        chrome_crashes         = c.chrome_crashes + greatest($14::bigint - p.chrome_crashes, 0)
+    FROM prev p
+    WHERE c.node_id = p.id
+      AND ($12::bigint > p.chrome_recycles OR $13::bigint > p.chrome_memory_recycles OR $14::bigint > p.chrome_crashes)
+), upd AS (
+    UPDATE nodes n SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
+        busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
+        chrome_recycles = greatest(p.chrome_recycles, $12::bigint),
+        chrome_memory_recycles = greatest(p.chrome_memory_recycles, $13::bigint),
+        chrome_crashes = greatest(p.chrome_crashes, $14::bigint),
+        heartbeat_at = coalesce($10::timestamptz, now()),
+        state = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited') THEN 'active' ELSE p.state END,
+        state_changed_at = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited')
+                                THEN coalesce($10::timestamptz, now()) ELSE n.state_changed_at END
+    FROM prev p
+    WHERE n.id = p.id
+    RETURNING n.state
+)
+SELECT p.state, u.state FROM prev p, upd u`
 
 // Heartbeat records the node's load and liveness and renews the leases of
-// its processing jobs, in one round trip. It returns the node's state: a node
-// that finds itself lost had its jobs taken back and should Register again.
+// its processing jobs, in one round trip, and returns the node's state. It
+// is the operator's form, bound to no incarnation; a node's process uses
+// Incarnation.Heartbeat.
 func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (NodeState, error) {
-	var st NodeState
+	return q.heartbeat(ctx, nodeID, 0, load)
+}
+
+func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad) (NodeState, error) {
+	var before, st NodeState
 	b := &pgx.Batch{}
 	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
-		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now()).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&st) })
-	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds())
+		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
+		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
+	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc)
 	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
+			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
+				return "", fmt.Errorf("heartbeat: %w", ferr)
+			}
 			return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, ErrNotFound)
 		}
 		return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, err)
 	}
+	if before != st {
+		q.log.Warn("node was "+string(before)+" while its process lived on; its heartbeat made it active again",
+			zap.String("node", nodeID), zap.Int64("incarnation", inc))
+		if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSlots); err != nil {
+			return st, fmt.Errorf("heartbeat of node %q: notify: %w", nodeID, err)
+		}
+	}
 	return st, nil
+}
+
+// fenceErr explains why a statement of incarnation inc of a node matched
+// nothing: a *FencedError when the node is gone or at another incarnation,
+// nil when inc is 0 or still current (the cause lies elsewhere).
+func (q *Queue) fenceErr(ctx context.Context, nodeID string, inc int64) error {
+	if inc == 0 {
+		return nil
+	}
+	var cur int64
+	err := q.pool.QueryRow(ctx, "SELECT incarnation FROM nodes WHERE id = $1", nodeID).Scan(&cur)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &FencedError{NodeID: nodeID, Incarnation: inc}
+	case err != nil:
+		return fmt.Errorf("node %q: read incarnation: %w", nodeID, err)
+	case cur != inc:
+		return &FencedError{NodeID: nodeID, Incarnation: inc, Current: cur}
+	}
+	return nil
 }
 
 // SetNodeState moves a node to draining (takes nothing new), back to active,
 // or to exited. Exiting also takes back what the node still holds: queued jobs
 // free, processing ones charged an attempt. Lost is decided by RescueLost
-// only; a lost or exited node becomes active again by registering.
+// only; a lost or exited node becomes active again by registering. This is
+// the operator's form, bound to no incarnation; a node's process uses
+// Incarnation.SetState.
 func (q *Queue) SetNodeState(ctx context.Context, nodeID string, st NodeState) (Reclaimed, error) {
+	return q.setNodeState(ctx, nodeID, 0, st, "")
+}
+
+func (q *Queue) setNodeState(ctx context.Context, nodeID string, inc int64, st NodeState, reason string) (Reclaimed, error) {
 	var r Reclaimed
 	switch st {
 	case NodeActive, NodeDraining:
 		tag, err := q.pool.Exec(ctx, `
             UPDATE nodes SET state = $2, state_changed_at = coalesce($3::timestamptz, now())
-            WHERE id = $1 AND state IN ('active', 'draining')`, nodeID, st, q.now())
+            WHERE id = $1 AND state IN ('active', 'draining') AND ($4::bigint = 0 OR incarnation = $4::bigint)`,
+			nodeID, st, q.now(), inc)
 		if err != nil {
 			return r, fmt.Errorf("set node %q %s: %w", nodeID, st, err)
 		}
 		if tag.RowsAffected() == 0 {
+			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
+				return r, fmt.Errorf("set node %q %s: %w", nodeID, st, ferr)
+			}
 			var cur NodeState
 			err := q.pool.QueryRow(ctx, "SELECT state FROM nodes WHERE id = $1", nodeID).Scan(&cur)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -215,17 +353,21 @@ func (q *Queue) SetNodeState(ctx context.Context, nodeID string, st NodeState) (
 	case NodeExited:
 		found := false
 		err := q.sendBatch(ctx, "exit", func(b *pgx.Batch) {
-			b.Queue(`UPDATE nodes SET state = 'exited', state_changed_at = coalesce($2::timestamptz, now()) WHERE id = $1`,
-				nodeID, q.now()).Exec(func(tag pgconn.CommandTag) error {
+			b.Queue(`UPDATE nodes SET state = 'exited', exit_reason = $4, state_changed_at = coalesce($2::timestamptz, now())
+                     WHERE id = $1 AND ($3::bigint = 0 OR incarnation = $3::bigint)`,
+				nodeID, q.now(), inc, cleanText(reason, 64)).Exec(func(tag pgconn.CommandTag) error {
 				found = tag.RowsAffected() == 1
 				return nil
 			})
-			q.queueReclaim(b, nodeID, "node "+nodeID+" exited while the job was running", ClassNodeExited, &r)
+			q.queueReclaim(b, nodeID, inc, "node "+nodeID+" exited while the job was running", ClassNodeExited, &r)
 		})
 		if err != nil {
 			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, err)
 		}
 		if !found {
+			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
+				return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, ferr)
+			}
 			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, ErrNotFound)
 		}
 		return r, nil
@@ -253,8 +395,9 @@ func (q *Queue) ListNodes(ctx context.Context) ([]Node, error) {
 
 func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Node, error) {
 	rows, err := q.pool.Query(ctx, `
-        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0)
+        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0), `+lifetimeCols+`
         FROM nodes n
+        LEFT JOIN node_counters c ON c.node_id = n.id
         LEFT JOIN (SELECT node_id,
                           count(*) FILTER (WHERE state = 'queued') AS queued,
                           count(*) FILTER (WHERE state = 'processing') AS processing
@@ -269,7 +412,9 @@ func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Nod
 	var nodes []Node
 	for rows.Next() {
 		var queued, processing int64
-		n, err := scanNode(rows, &queued, &processing)
+		var life Counters
+		n, err := scanNode(rows, append([]any{&queued, &processing}, counterDest(&life)...)...)
+		n.Lifetime = life
 		if err != nil {
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}
@@ -324,7 +469,10 @@ WITH upd AS (
     WHERE j.state = 'processing'
       AND (j.lease_expires_at < coalesce($1::timestamptz, now())
            OR j.node_id IN (SELECT id FROM nodes WHERE state IN ('lost', 'exited')))
-    RETURNING j.state
+    RETURNING j.state, j.node_id
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_failed",
+	"SELECT node_id, count(*) FROM upd WHERE state = 'failed' GROUP BY node_id ORDER BY node_id") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 
@@ -371,12 +519,18 @@ func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (Rescu
 // DeleteGoneNodes deletes exited and lost nodes that hold no job and whose
 // state changed before cutoff, and returns how many.
 func (q *Queue) DeleteGoneNodes(ctx context.Context, cutoff time.Time) (int64, error) {
-	tag, err := q.pool.Exec(ctx, `
-        DELETE FROM nodes n
-        WHERE n.state IN ('exited', 'lost') AND n.state_changed_at < $1
-          AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('queued', 'processing'))`, cutoff)
+	// Their lifetime counters move into the farm's, in the same statement.
+	var n int64
+	err := q.pool.QueryRow(ctx, `
+        WITH gone AS (
+            DELETE FROM nodes n
+            WHERE n.state IN ('exited', 'lost') AND n.state_changed_at < $1
+              AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('queued', 'processing'))
+            RETURNING n.id
+        `+foldGoneCountersSQL+`
+        SELECT count(*), (SELECT count(*) FROM folded) FROM gone`, cutoff).Scan(&n, new(int64))
 	if err != nil {
 		return 0, fmt.Errorf("delete gone nodes: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

@@ -113,7 +113,8 @@ SELECT ` + jobCols + `,
        coalesce(r.title, ''), r.data,
        CASE WHEN $6 THEN coalesce(r.html, '') ELSE '' END,
        CASE WHEN $7 THEN r.screenshot END,
-       coalesce(r.console_errors, '[]'), coalesce(r.timings, '{}'), coalesce(r.links, '[]'), coalesce(r.created_at, j.created_at)
+       coalesce(r.console_errors, '[]'), coalesce(r.timings, '{}'), coalesce(r.links, '[]'), coalesce(r.links_over_limit, 0),
+       coalesce(r.created_at, j.created_at)
 FROM jobs j LEFT JOIN results r ON r.job_id = j.id
 WHERE j.id > $1 AND j.state = ANY($2::text[])
   AND ($3::uuid IS NULL OR j.batch_id = $3::uuid)
@@ -165,7 +166,7 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 	)
 	dest := append(jobScanDest(&row.Job),
 		&has, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML, &r.Screenshot,
-		&consoleRaw, &timRaw, &links, &r.CreatedAt)
+		&consoleRaw, &timRaw, &links, &r.LinksOverLimit, &r.CreatedAt)
 	if err := rows.Scan(dest...); err != nil {
 		return row, err
 	}

@@ -25,13 +25,13 @@ func (q *Queue) Get(ctx context.Context, id int64) (Job, error) {
 }
 
 const resultCols = `r.job_id, r.node_id, r.final_url, r.status, r.title, r.data, coalesce(r.html, ''),
-    r.screenshot, r.console_errors, r.timings, r.links, r.created_at`
+    r.screenshot, r.console_errors, r.timings, r.links, r.links_over_limit, r.created_at`
 
 func scanResult(row pgx.Row) (Result, error) {
 	var r Result
 	var data []byte
 	err := row.Scan(&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML,
-		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.CreatedAt)
+		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.LinksOverLimit, &r.CreatedAt)
 	if len(data) > 0 {
 		r.Data = data
 	}
@@ -212,6 +212,9 @@ type Stats struct {
 	// CompletedLastMinute and FailedLastMinute measure recent throughput.
 	CompletedLastMinute int64 `json:"completed_last_minute"`
 	FailedLastMinute    int64 `json:"failed_last_minute"`
+	// Lifetime is the farm's lifetime counters (FarmCounters): unlike
+	// Jobs, they do not drop when retention deletes finished jobs.
+	Lifetime Counters `json:"lifetime"`
 }
 
 // Stats counts jobs by state and per node, in one round trip. Every count
@@ -260,6 +263,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
              FROM jobs WHERE state IN ('completed', 'failed', 'canceled')
                AND finished_at > coalesce($1::timestamptz, now()) - interval '1 minute'`, now).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&s.CompletedLastMinute, &s.FailedLastMinute) })
+	b.Queue(farmCountersSQL).QueryRow(func(row pgx.Row) error { return row.Scan(counterDest(&s.Lifetime)...) })
 	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}

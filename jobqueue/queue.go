@@ -37,6 +37,10 @@ type Config struct {
 	// renewal (Heartbeat, RenewLeases) before RescueLost takes it back.
 	// Default: 2 min.
 	Lease time.Duration
+	// StaleAfter is the heartbeat age past which a node is presumed dead:
+	// the producer declares it lost (RescueLost), and Register lets another
+	// process take its id. Default: DefaultStaleAfter.
+	StaleAfter time.Duration
 }
 
 // Defaults of Config.
@@ -44,6 +48,7 @@ const (
 	DefaultBackoffBase = 10 * time.Second
 	DefaultBackoffMax  = 10 * time.Minute
 	DefaultLease       = 2 * time.Minute
+	DefaultStaleAfter  = 15 * time.Second
 	// MaxEnqueue bounds one Enqueue call.
 	MaxEnqueue = 100_000
 	// maxErrorText bounds a stored error message.
@@ -67,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = DefaultStaleAfter
 	}
 	return c
 }
@@ -223,7 +231,8 @@ const claimSQL = `
 WITH picked AS (
     SELECT j.id FROM jobs j
     WHERE j.node_id = $1 AND j.state = 'queued'
-      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining'))
+      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining')
+                  AND ($7::bigint = 0 OR n.incarnation = $7::bigint))
     ORDER BY j.priority DESC, j.id
     LIMIT $2
     FOR UPDATE OF j SKIP LOCKED
@@ -252,8 +261,13 @@ SELECT ` + jobCols + ` FROM claimed j`
 
 // Claim starts up to n of the jobs queued on the node: they become processing
 // under a lease of Config.Lease, and their attempt counter goes up. A lost or
-// exited node claims nothing.
+// exited node claims nothing. This is the form bound to no incarnation; a
+// node's process uses Incarnation.Claim.
 func (q *Queue) Claim(ctx context.Context, nodeID string, n int) ([]Job, error) {
+	return q.claim(ctx, nodeID, 0, n)
+}
+
+func (q *Queue) claim(ctx context.Context, nodeID string, inc int64, n int) ([]Job, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -261,7 +275,7 @@ func (q *Queue) Claim(ctx context.Context, nodeID string, n int) ([]Job, error) 
 	// deadlock; the loser is rolled back whole and simply runs again.
 	var jobs []Job
 	err := q.retryDeadlocks(ctx, "claim", func() error {
-		rows, err := q.pool.Query(ctx, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds(), ChannelProducer, PayloadSlots)
+		rows, err := q.pool.Query(ctx, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds(), ChannelProducer, PayloadSlots, inc)
 		if err != nil {
 			return err
 		}
@@ -271,19 +285,26 @@ func (q *Queue) Claim(ctx context.Context, nodeID string, n int) ([]Job, error) 
 	if err != nil {
 		return nil, fmt.Errorf("claim for node %q: %w", nodeID, err)
 	}
+	if len(jobs) == 0 {
+		// Nothing queued, or nothing for this incarnation any more.
+		if err := q.fenceErr(ctx, nodeID, inc); err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+	}
 	return jobs, nil
 }
 
 const renewSQL = `
 UPDATE jobs j SET lease_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
 WHERE j.node_id = $1 AND j.state = 'processing'
-  AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining'))`
+  AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining')
+              AND ($4::bigint = 0 OR n.incarnation = $4::bigint))`
 
 // RenewLeases extends the lease of every job processing on the node (not on
 // a lost or exited one) and returns how many it renewed. Heartbeat does the
 // same in its round trip.
 func (q *Queue) RenewLeases(ctx context.Context, nodeID string) (int64, error) {
-	tag, err := q.pool.Exec(ctx, renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds())
+	tag, err := q.pool.Exec(ctx, renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), 0)
 	if err != nil {
 		return 0, fmt.Errorf("renew leases of node %q: %w", nodeID, err)
 	}
@@ -293,7 +314,7 @@ func (q *Queue) RenewLeases(ctx context.Context, nodeID string) (int64, error) {
 // failSQL ends the attempt of a job processing on the node: pending again
 // after a backoff while attempts remain and the error is retriable, else
 // failed. $5 holds the delay per attempt number.
-const failSQL = `
+var failSQL = `
 WITH upd AS (
     UPDATE jobs j SET
         state       = CASE WHEN $3 AND j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
@@ -307,8 +328,10 @@ WITH upd AS (
         lease_expires_at = NULL,
         last_error  = $6,
         error_class = $7
-    WHERE j.id = $1 AND j.state = 'processing' AND j.node_id = $2
+    WHERE j.id = $1 AND j.state = 'processing' AND j.node_id = $2 AND ` + fence("$2", "$10") + `
     RETURNING j.state
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $2, 1 FROM upd WHERE state = 'failed'") + `
 ), woken AS (
     SELECT pg_notify($8, $9) FROM upd HAVING count(*) > 0
 )
@@ -320,12 +343,21 @@ SELECT u.state, (SELECT count(*) FROM woken) FROM upd u`
 // text and class are kept either way. It returns the job's new state.
 // A job no longer processing on this node is left alone: a *FinishedError
 // (ErrAlreadyFinished) when it is final, ErrNotHeld when it was taken back.
+// This is the form bound to no incarnation; a node's process uses
+// Incarnation.Fail.
 func (q *Queue) Fail(ctx context.Context, jobID int64, nodeID, errText, class string, retriable bool) (State, error) {
+	return q.fail(ctx, jobID, nodeID, 0, errText, class, retriable)
+}
+
+func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable bool) (State, error) {
 	var st State
 	var notified int64
 	err := q.pool.QueryRow(ctx, failSQL, jobID, nodeID, retriable, q.now(), q.delays(),
-		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots).Scan(&st, &notified)
+		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots, inc).Scan(&st, &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
+			return "", fmt.Errorf("fail job %d: %w", jobID, ferr)
+		}
 		return "", q.whyNotHeld(ctx, jobID, nodeID)
 	}
 	if err != nil {
@@ -351,10 +383,10 @@ func (q *Queue) whyNotHeld(ctx context.Context, jobID int64, nodeID string) erro
 	return fmt.Errorf("job %d is %s on node %q, not processing on %q: %w", jobID, st, holder, nodeID, ErrNotHeld)
 }
 
-const releaseSQL = `
+var releaseSQL = `
 WITH upd AS (
     UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-    WHERE j.node_id = $1 AND j.state = 'queued'
+    WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", "$4") + `
     RETURNING j.id
 ), woken AS (
     SELECT pg_notify($2, $3) FROM upd HAVING count(*) > 0
@@ -363,13 +395,24 @@ SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
 
 // Release hands the node's queued (unstarted) jobs back to pending without
 // charging an attempt — what a draining node does — and returns how many.
+// This is the form bound to no incarnation; a node's process uses
+// Incarnation.Release.
 func (q *Queue) Release(ctx context.Context, nodeID string) (int64, error) {
+	return q.release(ctx, nodeID, 0)
+}
+
+func (q *Queue) release(ctx context.Context, nodeID string, inc int64) (int64, error) {
 	var n, notified int64
 	err := q.retryDeadlocks(ctx, "release", func() error {
-		return q.pool.QueryRow(ctx, releaseSQL, nodeID, ChannelProducer, PayloadSlots).Scan(&n, &notified)
+		return q.pool.QueryRow(ctx, releaseSQL, nodeID, ChannelProducer, PayloadSlots, inc).Scan(&n, &notified)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("release jobs of node %q: %w", nodeID, err)
+	}
+	if n == 0 {
+		if err := q.fenceErr(ctx, nodeID, inc); err != nil {
+			return 0, fmt.Errorf("release: %w", err)
+		}
 	}
 	return n, nil
 }

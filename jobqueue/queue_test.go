@@ -696,8 +696,9 @@ func TestRegisterReclaimsOwnAbandonedJobs(t *testing.T) {
 	if _, err := q.Heartbeat(ctx, "n1", NodeLoad{CPUPercent: 50, JobsSinceProcessStart: 9}); err != nil {
 		t.Fatal(err)
 	}
-	// The process dies and comes back with the same id.
-	node, rec, err = q.Register(ctx, NodeInfo{ID: "n1", Hostname: "h1", Capacity: 6, Version: "v2"})
+	// The process dies and comes back with the same id, knowing its
+	// predecessor is gone.
+	node, rec, err = q.Register(ctx, NodeInfo{ID: "n1", Hostname: "h1", Capacity: 6, Version: "v2", Replaces: node.Incarnation})
 	if err != nil {
 		t.Fatal(err)
 	}

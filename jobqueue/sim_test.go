@@ -150,8 +150,11 @@ func TestConcurrentFarmSimulation(t *testing.T) {
 		id := nodeIDs[i]
 		goRun(id, func() error {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			var inc int64
 			register := func() error {
-				_, rec, err := q.Register(ctx, NodeInfo{ID: id, Hostname: "sim", Capacity: capacity})
+				// A node that comes back knows its previous process is gone.
+				node, rec, err := q.Register(ctx, NodeInfo{ID: id, Hostname: "sim", Capacity: capacity, Replaces: inc})
+				inc = node.Incarnation
 				reclaimed.Add(rec.Released + rec.Retried + rec.Failed)
 				return err
 			}

@@ -74,8 +74,12 @@ func (s Spec) EffectiveIsolation() string {
 
 // Wait is the load condition of a page.
 type Wait struct {
-	// Selector must become visible.
+	// Selector must match an element: present in the DOM (the default), or
+	// with Visible also rendered with a width and a height.
 	Selector string `json:"selector,omitempty"`
+	// Visible makes the Selector wait for a visible element, not just one in
+	// the DOM (an empty div is present but never visible).
+	Visible bool `json:"visible,omitempty"`
 	// NetworkIdle waits until no request has been in flight for 500 ms.
 	NetworkIdle bool `json:"network_idle,omitempty"`
 }
@@ -120,6 +124,8 @@ type Follow struct {
 	MaxDepth int `json:"max_depth"`
 	// AnyHost allows links to other hosts; by default only the same host is followed.
 	AnyHost bool `json:"any_host,omitempty"`
-	// MaxLinks caps the links taken from one page. 0 means 100; max 1000.
+	// MaxLinks caps the links followed from one page; links past it are
+	// counted in the result's links_over_limit. 0 means DefaultMaxLinks
+	// (100); at most MaxFollowLinks (10,000).
 	MaxLinks int `json:"max_links,omitempty"`
 }

@@ -73,7 +73,52 @@ var (
 	ErrNotHeld = errors.New("job not held by this node")
 	// ErrBadNodeID: a node id outside the allowed form (see ValidateNodeID).
 	ErrBadNodeID = errors.New("bad node id")
+	// ErrFenced: a newer incarnation of the node registered, so whatever
+	// this one sends is refused and its process must stop. A *FencedError
+	// carries the incarnations.
+	ErrFenced = errors.New("node id taken over by a newer incarnation")
+	// ErrNodeIDInUse: Register found the id held by a live incarnation (one
+	// heartbeating within Config.StaleAfter). A *NodeInUseError says who.
+	ErrNodeIDInUse = errors.New("node id in use by a live process")
 )
+
+// FencedError says an incarnation of a node was superseded. It matches
+// ErrFenced under errors.Is.
+type FencedError struct {
+	NodeID      string
+	Incarnation int64 // the caller's
+	Current     int64 // the node's current incarnation (0: the node is gone)
+}
+
+func (e *FencedError) Error() string {
+	if e.Current == 0 {
+		return fmt.Sprintf("node %q incarnation %d: the node is no longer registered", e.NodeID, e.Incarnation)
+	}
+	return fmt.Sprintf("node %q incarnation %d was superseded by incarnation %d (another process registered the id)",
+		e.NodeID, e.Incarnation, e.Current)
+}
+
+// Is makes errors.Is(err, ErrFenced) true.
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
+// NodeInUseError says which live process holds a node id. It matches
+// ErrNodeIDInUse under errors.Is.
+type NodeInUseError struct {
+	NodeID       string
+	Hostname     string // of the holder
+	PID          int    // of the holder on its host (0: not reported)
+	Incarnation  int64  // the holder's
+	HeartbeatAge time.Duration
+}
+
+func (e *NodeInUseError) Error() string {
+	return fmt.Sprintf("node id %q is held by a live process (pid %d on %s, incarnation %d, heartbeat %s ago); "+
+		"give this process another --node-id, or stop the other one",
+		e.NodeID, e.PID, e.Hostname, e.Incarnation, e.HeartbeatAge.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrNodeIDInUse) true.
+func (e *NodeInUseError) Is(target error) bool { return target == ErrNodeIDInUse }
 
 // FinishedError says a job was already in a final state. It matches
 // ErrAlreadyFinished under errors.Is.
@@ -138,8 +183,13 @@ type Result struct {
 	Timings       Timings         `json:"timings"`
 	// Links are the followable links found on the page (spec.follow); the
 	// queue turns them into child jobs.
-	Links     []string  `json:"links,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	Links []string `json:"links,omitempty"`
+	// LinksOverLimit counts links the page had beyond a limit —
+	// follow.max_links, or MaxCollectedLinks — which were not followed.
+	// A node reports those it did not collect; the queue adds those past
+	// max_links when it completes the job.
+	LinksOverLimit int       `json:"links_over_limit"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // NodeInfo is what a node says about itself when it registers.
@@ -148,6 +198,14 @@ type NodeInfo struct {
 	Hostname string
 	Capacity int // concurrent Chrome sessions; 0 means DefaultCapacity
 	Version  string
+	// PID is the registering process's id on Hostname, so that a later
+	// process on the same host can tell whether this one is gone.
+	PID int
+	// Replaces is an incarnation of the id the caller knows to be dead (its
+	// process is gone: same host, pid not running). Register takes the id
+	// over from it even while its last heartbeat is fresh; from any other
+	// live incarnation it does not.
+	Replaces int64
 }
 
 // DefaultCapacity is a node's capacity when NodeInfo.Capacity is 0.
@@ -163,15 +221,24 @@ type NodeLoad struct {
 	JobsSinceChromeStart  int64   `json:"jobs_since_chrome_start"`
 	JobsSinceProcessStart int64   `json:"jobs_since_process_start"`
 	ChromeRestarts        int64   `json:"chrome_restarts"`
+	// Chrome retirements and losses of the current process so far, which
+	// the queue adds into the node's lifetime counters as they grow.
+	ChromeRecycles       int64 `json:"chrome_recycles"`
+	ChromeMemoryRecycles int64 `json:"chrome_memory_recycles"`
+	ChromeCrashes        int64 `json:"chrome_crashes"`
 }
 
 // Node is a consumer node as the queue sees it.
 type Node struct {
-	ID              string    `json:"id"`
-	Hostname        string    `json:"hostname"`
-	Version         string    `json:"version"`
-	Capacity        int       `json:"capacity"`
-	State           NodeState `json:"state"`
+	ID       string    `json:"id"`
+	Hostname string    `json:"hostname"`
+	Version  string    `json:"version"`
+	Capacity int       `json:"capacity"`
+	State    NodeState `json:"state"`
+	// Incarnation numbers the node's current registration: every Register
+	// takes a new one, and what an older one sends is refused (ErrFenced).
+	Incarnation     int64     `json:"incarnation"`
+	PID             int       `json:"pid"`
 	ProcessRestarts int64     `json:"process_restarts"`
 	Load            NodeLoad  `json:"load"`
 	RegisteredAt    time.Time `json:"registered_at"`
@@ -181,6 +248,8 @@ type Node struct {
 	// Queued and Processing count the jobs the node holds now (filled by ListNodes).
 	Queued     int `json:"queued"`
 	Processing int `json:"processing"`
+	// Lifetime counts the node id's events across its process restarts.
+	Lifetime Counters `json:"lifetime"`
 }
 
 // Free is the node's free capacity: how many more jobs it may be assigned.

@@ -37,8 +37,19 @@ const (
 	MaxViewportWidth  = 7680
 	MaxViewportHeight = 4320
 	MaxFollowDepth    = 10
-	MaxFollowLinks    = 1000
-	DefaultMaxLinks   = 100
+	// MaxFollowLinks bounds follow.max_links: the children one page may
+	// enqueue, all in the transaction that completes it.
+	MaxFollowLinks = 10_000
+	// DefaultMaxLinks is follow.max_links when a spec leaves it 0: the one
+	// default of the spec, the CLI (--follow-max-links) and the API.
+	DefaultMaxLinks = 100
+	// LinksAskedPerFollowed is how many links a page is asked for per link
+	// it may follow, so that the host and duplicate filters still leave
+	// max_links to follow.
+	LinksAskedPerFollowed = 4
+	// MaxCollectedLinks is the most links taken from one page: the browser
+	// is asked for no more, and the result keeps no more.
+	MaxCollectedLinks = LinksAskedPerFollowed * MaxFollowLinks
 )
 
 // BlockTypes returns the resource types a spec may block.
@@ -84,6 +95,9 @@ func (s *Spec) validate() *SpecError {
 	if s.Wait != nil {
 		if e := checkText("wait.selector", s.Wait.Selector, MaxSelectorLength); e != nil {
 			return e
+		}
+		if s.Wait.Visible && strings.TrimSpace(s.Wait.Selector) == "" {
+			return specErr("wait.visible", "needs wait.selector: the element that must be visible")
 		}
 	}
 	if len(s.Actions) > MaxActions {
@@ -457,13 +471,16 @@ func contains(list []string, v string) bool {
 
 // nodeIDRE bounds node ids so that a node's NOTIFY channel name
 // ("browserfarm_node." + id) fits PostgreSQL's 63-byte identifier limit.
-var nodeIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,45}$`)
+var nodeIDRE = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,%d}$`, MaxNodeIDLength-1))
 
-// ValidateNodeID checks a node id: 1..46 characters of letters, digits and
-// ". _ : -", starting with a letter or digit.
+// MaxNodeIDLength is the longest node id.
+const MaxNodeIDLength = 46
+
+// ValidateNodeID checks a node id: 1..MaxNodeIDLength characters of letters,
+// digits and ". _ : -", starting with a letter or digit.
 func ValidateNodeID(id string) error {
 	if !nodeIDRE.MatchString(id) {
-		return fmt.Errorf("%w %q: use 1..46 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", ErrBadNodeID, id)
+		return fmt.Errorf("%w %q: use 1..%d letters, digits, '.', '_', ':' or '-', starting with a letter or digit", ErrBadNodeID, id, MaxNodeIDLength)
 	}
 	return nil
 }

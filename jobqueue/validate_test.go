@@ -112,7 +112,7 @@ func TestSpecValidate(t *testing.T) {
 		{"follow no selector", ok(func(s *Spec) { s.Follow = &Follow{MaxDepth: 1} }), "follow.selector", "is required"},
 		{"follow depth 0", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 0} }), "follow.max_depth", "out of range 1..10"},
 		{"follow depth 11", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 11} }), "follow.max_depth", "out of range"},
-		{"follow links", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 1, MaxLinks: 1001} }), "follow.max_links", "out of range"},
+		{"follow links", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 1, MaxLinks: MaxFollowLinks + 1} }), "follow.max_links", "out of range"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

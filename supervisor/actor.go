@@ -189,6 +189,9 @@ func (a *actor) retireLocked(c *chrome, reason string, now time.Time) {
 	if reason == reasonJobs || reason == reasonMemory {
 		s.counts.recycles++
 	}
+	if reason == reasonMemory {
+		s.counts.memoryRecycles++
+	}
 	s.log.Info("chrome retired",
 		zap.Int("pid", c.pid), zap.Int("chrome", c.seq), zap.String("reason", reason),
 		zap.Int("jobs", c.starts), zap.Int("jobs_finished", c.finished), zap.Int("in_flight", c.inflight))

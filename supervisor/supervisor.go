@@ -61,6 +61,7 @@ type counters struct {
 	chromeKills    int
 	chromeCrashes  int
 	recycles       int
+	memoryRecycles int
 	bootFailures   int
 	healthFailures int
 	drainTimeouts  int
@@ -218,6 +219,7 @@ type Stats struct {
 	ChromeKills           int    // live Chromes killed by the supervisor (retired, stopped, hung)
 	ChromeCrashes         int    // Chromes lost unplanned: exited on their own or hung
 	Recycles              int    // retirements for job count or memory
+	MemoryRecycles        int    // of Recycles, those for memory
 	BootFailures          int    // failed boots
 	HealthFailures        int    // failed health checks
 	DrainTimeouts         int    // retiring Chromes killed with sessions still running
@@ -241,6 +243,7 @@ func (s *Supervisor) Stats() Stats {
 		ChromeKills:           s.counts.chromeKills,
 		ChromeCrashes:         s.counts.chromeCrashes,
 		Recycles:              s.counts.recycles,
+		MemoryRecycles:        s.counts.memoryRecycles,
 		BootFailures:          s.counts.bootFailures,
 		HealthFailures:        s.counts.healthFailures,
 		DrainTimeouts:         s.counts.drainTimeouts,

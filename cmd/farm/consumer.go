@@ -49,7 +49,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	o.log.register(fs)
 	o.db.register(fs)
 	d := supervisor.DefaultConfig()
-	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); a restarted process with the same id takes back its abandoned jobs at once")
+	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); one live process per id: a restarted process takes back its predecessor's jobs at once, while another process is refused the id while its holder heartbeats (unless the holder was a process of this host that no longer runs)")
 	fs.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions (jobs) on this node")
 	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace Chrome after this many jobs (0: never)")
 	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, "exit with code 75 after this many jobs, to be restarted fresh (0: never)")
@@ -222,6 +222,11 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		log.Info("health endpoint listening", zap.String("addr", ln.Addr().String()))
 	}
 	err = g.Run()
+	if errors.Is(err, farm.ErrFenced) {
+		// Another process owns the node id now: nothing here to restart.
+		log.Error("consumer stopped: another process registered this node id", zap.Error(err))
+		return nil
+	}
 	if errors.Is(err, farm.ErrRecycle) {
 		return fmt.Errorf("%w: %w", errRecycle, err)
 	}

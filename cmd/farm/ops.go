@@ -75,12 +75,17 @@ func runStatus(ctx context.Context, env *environment, args []string) error {
 // writeStatus prints the nodes table and the queue counts.
 func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tCHROME RESTARTS\tPROCESS RESTARTS\tHEARTBEAT")
+	// The counters left of HEARTBEAT are the node id's lifetime totals,
+	// across its process restarts.
+	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tDONE/FAILED\tCHROME RECYCLES (MEMORY)/CRASHES\tRESTARTS RECYCLE/STOP/CRASH\tHEARTBEAT")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d\t%d\t%s ago\n",
+		l := n.Lifetime
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d/%d\t%d (%d)/%d\t%d/%d/%d\t%s ago\n",
 			n.ID, n.State, n.Load.BusySessions, n.Capacity, n.Queued, n.Load.CPUPercent,
 			mib(n.Load.MemUsedBytes), mib(n.Load.MemTotalBytes), mib(n.Load.ChromePSSBytes),
-			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, n.Load.ChromeRestarts, n.ProcessRestarts,
+			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, l.JobsCompleted, l.JobsFailed,
+			l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
+			l.RestartsRecycle, l.RestartsStop, l.RestartsCrash,
 			now.Sub(n.HeartbeatAt).Round(time.Second))
 	}
 	if len(nodes) == 0 {
@@ -95,6 +100,10 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, now t
 		stats.Jobs[jobqueue.StateCompleted], stats.Jobs[jobqueue.StateFailed], stats.Jobs[jobqueue.StateCanceled],
 		stats.CompletedLastMinute, stats.FailedLastMinute)
 	tw.Flush()
+	l := stats.Lifetime
+	fmt.Fprintf(w, "\nlifetime (all nodes, all time): %d completed, %d failed; %d Chrome recycles (%d for memory), %d Chrome crashes; process restarts: %d recycle, %d stop, %d crash\n",
+		l.JobsCompleted, l.JobsFailed, l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
+		l.RestartsRecycle, l.RestartsStop, l.RestartsCrash)
 }
 
 func mib(b int64) string {
@@ -107,7 +116,7 @@ func mib(b int64) string {
 func runResults(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet("results", "[flags]", env.stderr)
 	var db dbOptions
-	var format, states, batch, since, until string
+	var format, states, batch, since, until, columns string
 	var html, screenshot bool
 	db.register(fs)
 	fs.StringVar(&format, "format", "jsonl", "output format: jsonl or csv")
@@ -117,6 +126,7 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	fs.StringVar(&until, "until", "", "only jobs finished before this time (RFC 3339, or a duration ago)")
 	fs.BoolVar(&html, "html", false, "include the page HTML (jsonl only)")
 	fs.BoolVar(&screenshot, "screenshot", false, "include screenshots, base64 (jsonl only)")
+	fs.StringVar(&columns, "columns", defaultCSVColumns, "with --format csv: the columns, comma-separated; data.<field>[.<field>…] picks a field of the extracted data")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -147,11 +157,28 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 		if html || screenshot {
 			return usagef("--html and --screenshot need --format jsonl")
 		}
-		cw := csv.NewWriter(out)
-		if err := cw.Write(csvHeader); err != nil {
+	}
+	if fs.isGiven("columns") && format != "csv" {
+		return usagef("--columns needs --format csv")
+	}
+	switch format {
+	case "jsonl":
+	case "csv":
+		names, cols, err := parseCSVColumns(columns)
+		if err != nil {
 			return err
 		}
-		write = func(r jobqueue.ExportRow) error { return cw.Write(csvRecord(r)) }
+		cw := csv.NewWriter(out)
+		if err := cw.Write(names); err != nil {
+			return err
+		}
+		rec := make([]string, len(cols))
+		write = func(r jobqueue.ExportRow) error {
+			for i, col := range cols {
+				rec[i] = col(r)
+			}
+			return cw.Write(rec)
+		}
 		flush = func() error {
 			cw.Flush()
 			if err := cw.Error(); err != nil {
@@ -204,6 +231,7 @@ type exportedJob struct {
 	ParentID   int64            `json:"parent_id,omitempty"`
 	Depth      int              `json:"depth,omitempty"`
 	CreatedAt  time.Time        `json:"created_at"`
+	StartedAt  *time.Time       `json:"started_at,omitempty"`
 	FinishedAt *time.Time       `json:"finished_at,omitempty"`
 	Result     *jobqueue.Result `json:"result,omitempty"`
 }
@@ -211,24 +239,8 @@ type exportedJob struct {
 func exportRecord(r jobqueue.ExportRow) exportedJob {
 	return exportedJob{ID: r.Job.ID, BatchID: r.Job.BatchID, State: r.Job.State, URL: r.Job.Spec.URL,
 		Attempts: r.Job.Attempts, NodeID: r.Job.NodeID, Error: r.Job.LastError, ErrorClass: r.Job.ErrorClass,
-		ParentID: r.Job.ParentID, Depth: r.Job.Depth, CreatedAt: r.Job.CreatedAt, FinishedAt: r.Job.FinishedAt,
+		ParentID: r.Job.ParentID, Depth: r.Job.Depth, CreatedAt: r.Job.CreatedAt, StartedAt: r.Job.StartedAt, FinishedAt: r.Job.FinishedAt,
 		Result: r.Result}
-}
-
-var csvHeader = []string{"id", "batch_id", "state", "url", "final_url", "status", "title", "data", "error_class", "error", "attempts", "node_id", "created_at", "finished_at", "total_ms"}
-
-func csvRecord(r jobqueue.ExportRow) []string {
-	j := r.Job
-	rec := []string{strconv.FormatInt(j.ID, 10), j.BatchID, string(j.State), j.Spec.URL, "", "", "", "",
-		j.ErrorClass, j.LastError, strconv.Itoa(j.Attempts), j.NodeID, j.CreatedAt.UTC().Format(time.RFC3339Nano), "", ""}
-	if j.FinishedAt != nil {
-		rec[13] = j.FinishedAt.UTC().Format(time.RFC3339Nano)
-	}
-	if res := r.Result; res != nil {
-		rec[4], rec[5], rec[6], rec[7] = res.FinalURL, strconv.Itoa(res.Status), res.Title, string(res.Data)
-		rec[14] = strconv.FormatInt(res.Timings.TotalMS, 10)
-	}
-	return rec
 }
 
 // idArgs parses job ids from arguments.

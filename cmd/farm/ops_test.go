@@ -68,8 +68,8 @@ func TestSubmitBadLineEnqueuesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := farmRun(t, "", map[string]string{"FARM_DATABASE_URL": url}, "submit", "--file", file)
-	if code != exitError {
-		t.Fatalf("exit code %d, want %d; stderr %q", code, exitError, errOut)
+	if code != exitUsage {
+		t.Fatalf("exit code %d, want %d (bad usage); stderr %q", code, exitUsage, errOut)
 	}
 	if !strings.Contains(errOut, "jobs.txt line 5") || !strings.Contains(errOut, `field "url"`) || !strings.Contains(errOut, "file") {
 		t.Fatalf("stderr %q does not name line 5 and field url", errOut)
@@ -85,8 +85,35 @@ func TestSubmitBadLineEnqueuesNothing(t *testing.T) {
 	}
 	// Out-of-range field from a flag, named as an argument.
 	code, _, errOut = farmRun(t, "", map[string]string{"FARM_DATABASE_URL": url}, "submit", "--max-attempts", "99", "https://example.com/x")
-	if code != exitError || !strings.Contains(errOut, "argument 1") || !strings.Contains(errOut, "max_attempts") {
+	if code != exitUsage || !strings.Contains(errOut, "argument 1") || !strings.Contains(errOut, "max_attempts") {
 		t.Fatalf("bad max-attempts: code %d stderr %q", code, errOut)
+	}
+	code, _, errOut = farmRun(t, "", map[string]string{"FARM_DATABASE_URL": url}, "submit", "--follow", "a",
+		"--follow-max-links", strconv.Itoa(jobqueue.MaxFollowLinks+1), "https://example.com/x")
+	if code != exitUsage || !strings.Contains(errOut, "follow.max_links") {
+		t.Fatalf("bad --follow-max-links: code %d stderr %q", code, errOut)
+	}
+}
+
+// --follow-max-links reaches the spec; without it the spec gets the one default.
+func TestSubmitFollowMaxLinks(t *testing.T) {
+	url, q := migratedDB(t)
+	env := map[string]string{"FARM_DATABASE_URL": url}
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--follow", "a.item", "--follow-max-links", "2100"}, 2100},
+		{[]string{"--follow", "a.item"}, jobqueue.DefaultMaxLinks},
+	} {
+		code, out, errOut := farmRun(t, "", env, append(append([]string{"submit", "--quiet"}, tc.args...), "https://example.com/list")...)
+		if code != exitOK {
+			t.Fatalf("submit %v: %d %s", tc.args, code, errOut)
+		}
+		page, err := q.List(context.Background(), jobqueue.ListFilter{BatchID: strings.TrimSpace(out)})
+		if err != nil || len(page.Jobs) != 1 || page.Jobs[0].Spec.Follow == nil || page.Jobs[0].Spec.Follow.MaxLinks != tc.want {
+			t.Fatalf("submit %v: %+v, %v; want max_links %d", tc.args, page.Jobs, err, tc.want)
+		}
 	}
 }
 
@@ -146,11 +173,33 @@ func TestSubmitStatusResultsCancelRetry(t *testing.T) {
 	if len(lines) != 2 || lines[0].State != jobqueue.StateCompleted || lines[0].Result == nil || lines[1].Error != "selector never appeared" {
 		t.Fatalf("jsonl export: %+v", lines)
 	}
+	if lines[0].StartedAt == nil || lines[0].FinishedAt == nil || lines[0].StartedAt.After(*lines[0].FinishedAt) {
+		t.Fatalf("jsonl export lacks start and finish times: %+v", lines[0])
+	}
 
 	code, out, _ = farmRun(t, "", env, "results", "--format", "csv", "--state", "completed", "--since", "1h")
 	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
 	if code != exitOK || err != nil || len(recs) != 2 || recs[1][6] != `A, "quoted"` || recs[1][7] != `{"k": [1, 2]}` {
 		t.Fatalf("csv export: code %d err %v records %q", code, err, recs)
+	}
+	// Chosen columns, fields of the extracted data among them.
+	code, out, errOut = farmRun(t, "", env, "results", "--format", "csv", "--state", "completed",
+		"--columns", "url,data.k,data.k.1,data.missing,title,started_at,finished_at")
+	recs, err = csv.NewReader(strings.NewReader(out)).ReadAll()
+	if code != exitOK || err != nil || len(recs) != 2 {
+		t.Fatalf("csv --columns: code %d err %v stderr %q records %q", code, err, errOut, recs)
+	}
+	if got := recs[0]; strings.Join(got, ",") != "url,data.k,data.k.1,data.missing,title,started_at,finished_at" {
+		t.Fatalf("csv --columns header %q", got)
+	}
+	if r := recs[1]; r[0] != "https://example.com/a" || r[1] != "[1,2]" || r[2] != "2" || r[3] != "" || r[4] != `A, "quoted"` ||
+		r[5] == "" || r[6] == "" || r[5] > r[6] {
+		t.Fatalf("csv --columns row %q", r)
+	}
+	for _, bad := range [][]string{{"--format", "csv", "--columns", "url,nope"}, {"--format", "csv", "--columns", "data."}, {"--columns", "url"}} {
+		if code, _, errOut := farmRun(t, "", env, append([]string{"results"}, bad...)...); code != exitUsage || !strings.Contains(errOut, "--columns") {
+			t.Fatalf("results %v: %d %q, want a usage error naming --columns", bad, code, errOut)
+		}
 	}
 	if code, _, errOut := farmRun(t, "", env, "results", "--state", "done"); code != exitUsage || !strings.Contains(errOut, `"done" is not a job state`) {
 		t.Fatalf("bad --state: %d %q", code, errOut)

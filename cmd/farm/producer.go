@@ -55,7 +55,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the dashboard, JSON API, /metrics and /healthz (loopback unless told otherwise)")
 	fs.StringVar(&o.apiToken, "api-token", "", "bearer token mutating API calls must present; empty refuses them")
 	fs.DurationVar(&o.tick, "tick", time.Second, "fallback assignment interval (NOTIFY wakes the producer at once)")
-	fs.DurationVar(&o.staleAfter, "stale-after", 15*time.Second, "a node whose heartbeat is older is lost; its jobs go back")
+	fs.DurationVar(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.DurationVar(&o.rescueInterval, "rescue-interval", 2*time.Second, "how often lost nodes and expired leases are looked for")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "delete finished jobs and results older than this (0 keeps them)")
 	fs.IntVar(&o.assignBatch, "assign-batch", 5000, "most jobs assigned in one round")
@@ -194,9 +194,12 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	}
 	handler := web.NewServer(web.Config{
 		Queue: q, Token: po.apiToken, IsLeader: producer.IsLeader,
-		Desired: func() (int, bool) { return scaler.Desired(), true },
+		// The desired node count is shown where a driver acts on it; with
+		// none it is only a Prometheus gauge (browserfarm_desired_nodes).
+		Desired: func() (int, bool) { return scaler.Desired(), po.scaleDriver != "none" },
 		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version,
 		RecycleJobs: po.recycleJobs, ExitAfterJobs: po.exitAfterJobs, StaleAfter: po.staleAfter,
+		HostPolicy: pol.For,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 

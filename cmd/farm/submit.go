@@ -32,6 +32,7 @@ type specFlags struct {
 	proxy       string
 	follow      string
 	followDepth int
+	followMax   int
 	anyHost     bool
 }
 
@@ -56,6 +57,8 @@ func (f *specFlags) register(fs *flagSet) {
 	fs.StringVar(&f.proxy, "proxy", "", "proxy for these jobs, e.g. http://user:pass@host:3128")
 	fs.StringVar(&f.follow, "follow", "", "CSS selector of links to enqueue as child jobs")
 	fs.IntVar(&f.followDepth, "follow-depth", 1, "with --follow: how deep to follow")
+	fs.IntVar(&f.followMax, "follow-max-links", jobqueue.DefaultMaxLinks,
+		fmt.Sprintf("with --follow: the most links followed from one page (1..%d); the result counts the rest as links_over_limit", jobqueue.MaxFollowLinks))
 	fs.BoolVar(&f.anyHost, "follow-any-host", false, "with --follow: follow links to other hosts too")
 }
 
@@ -110,7 +113,7 @@ func (f *specFlags) apply(s *jobqueue.Spec) error {
 		s.Proxy = f.proxy
 	}
 	if s.Follow == nil && f.follow != "" {
-		s.Follow = &jobqueue.Follow{Selector: f.follow, MaxDepth: f.followDepth, AnyHost: f.anyHost}
+		s.Follow = &jobqueue.Follow{Selector: f.follow, MaxDepth: f.followDepth, AnyHost: f.anyHost, MaxLinks: f.followMax}
 	}
 	return nil
 }
@@ -240,7 +243,8 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 			if errors.As(err, &se) {
 				se.Index = i
 			}
-			return locateSpecError(err, where)
+			// The input is the user's to fix: bad usage, exit 2.
+			return usagef("%v", locateSpecError(err, where))
 		}
 	}
 	pool, err := db.pool(ctx, 4)

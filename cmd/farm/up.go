@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/fleet"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/testsite"
@@ -222,6 +224,10 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	dashboard := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(env.stderr, "browserfarm up: dashboard %s · data %s · %d consumer(s) × %d sessions · browser %s\n",
 		dashboard, uo.dataDir, uo.consumers, uo.capacity, uo.chrome)
+	if pol, err := po.politeness(); err == nil {
+		// A crawl capped by the per-host default should not be a mystery.
+		fmt.Fprintln(env.stderr, politenessSummary(pol))
+	}
 
 	var g run.Group
 	if err := addProducer(ctx, &g, pool, ln, &po, log); err != nil {
@@ -269,13 +275,8 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		// Past the drain, a consumer still hands its jobs back and marks
 		// itself exited: give it that time before killing it.
 		StopTimeout: uo.drain + 30*time.Second,
-		Command: func(slot int) *exec.Cmd {
-			cmd := exec.Command(self, "consumer")
-			cmd.Env = append(consumerEnv, "FARM_NODE_ID="+nodeIDFor(hostname, slot))
-			cmd.Stdout, cmd.Stderr = childOut[slot], childOut[slot]
-			return cmd
-		},
-		Logger: log.Named("fleet"),
+		Command:     consumerCommand(self, []string{"consumer"}, consumerEnv, hostname, childOut),
+		Logger:      log.Named("fleet"),
 	})
 	if err != nil {
 		return err
@@ -337,22 +338,63 @@ func durationOrEmpty(d time.Duration) string {
 	return d.String()
 }
 
-// nodeIDFor names consumer slot i on this machine; a restarted consumer
-// keeps its slot's id, so it takes back what its predecessor left.
-func nodeIDFor(hostname string, slot int) string {
-	h := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
-			return r
+// politenessSummary says, in one line, the per-host limits the producer
+// applies and the flags that change them.
+func politenessSummary(p farm.Politeness) string {
+	limit := func(hp farm.HostPolicy) string {
+		conc := "no limit on jobs at once"
+		if hp.MaxConcurrent > 0 {
+			conc = fmt.Sprintf("at most %d jobs at once", hp.MaxConcurrent)
 		}
-		return '-'
-	}, hostname)
-	if h == "" {
-		h = "local"
+		gap := "no minimum interval between starts"
+		if hp.MinInterval > 0 {
+			gap = fmt.Sprintf("at least %s between starts", hp.MinInterval)
+		}
+		return conc + ", " + gap
 	}
-	if len(h) > 40 {
-		h = h[:40]
+	s := "politeness per host, farm-wide: " + limit(p.Default) + " (--host-max-concurrent, --host-min-interval)"
+	rules := make([]string, 0, len(p.Hosts))
+	for h := range p.Hosts {
+		rules = append(rules, h)
 	}
-	return fmt.Sprintf("%s-%d", h, slot+1)
+	slices.Sort(rules)
+	for _, h := range rules {
+		s += "; " + h + ": " + limit(p.Hosts[h])
+	}
+	return s
+}
+
+// consumerCommand builds the command of consumer slot i for the fleet,
+// which calls it from each slot's goroutine at every (re)start: path with
+// args, base plus the slot's node id as environment, output to out[slot].
+func consumerCommand(path string, args, base []string, hostname string, out []io.Writer) func(slot int) *exec.Cmd {
+	return func(slot int) *exec.Cmd {
+		cmd := exec.Command(path, args...)
+		cmd.Env = consumerSlotEnv(base, nodeIDFor(hostname, slot))
+		cmd.Stdout, cmd.Stderr = out[slot], out[slot]
+		return cmd
+	}
+}
+
+// consumerSlotEnv is base plus one consumer's node id, in a slice of its
+// own. The fleet starts its slots concurrently: appending to a shared base
+// whose backing array has room would let two children write (and receive)
+// the same element, so two consumers would run under one node id.
+func consumerSlotEnv(base []string, nodeID string) []string {
+	env := make([]string, 0, len(base)+1)
+	return append(append(env, base...), "FARM_NODE_ID="+nodeID)
+}
+
+// nodeIDFor names consumer slot i on this machine: the hostname made a node
+// id by the consumer's own rule, plus the slot. A restarted consumer keeps
+// its slot's id, so it takes back what its predecessor left.
+func nodeIDFor(hostname string, slot int) string {
+	suffix := fmt.Sprintf("-%d", slot+1)
+	id := farm.NodeIDFromHostname(hostname)
+	if len(id)+len(suffix) > jobqueue.MaxNodeIDLength {
+		id = id[:jobqueue.MaxNodeIDLength-len(suffix)]
+	}
+	return id + suffix
 }
 
 // childEvents counts events in the consumers' JSON logs as they stream past

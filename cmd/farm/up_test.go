@@ -94,6 +94,9 @@ func TestUpDemoEndToEnd(t *testing.T) {
 	}
 	out := stdout.String()
 	t.Logf("summary:\n%s", out)
+	if !strings.Contains(stderr.String(), "politeness per host, farm-wide: at most 4 jobs at once") {
+		t.Errorf("farm up did not print the politeness it runs with:\n%s", tail(stderr.String(), 2000))
+	}
 	m := regexp.MustCompile(`(\d+) pages in .*: (\d+) completed, (\d+) failed`).FindStringSubmatch(out)
 	if m == nil || m[1] != strconv.Itoa(jobs) || m[2] != strconv.Itoa(jobs) || m[3] != "0" {
 		t.Fatalf("summary does not say all %d pages completed:\n%s", jobs, out)

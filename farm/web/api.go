@@ -198,9 +198,11 @@ type resultSummary struct {
 	ConsoleErrors []string         `json:"console_errors,omitempty"`
 	Timings       jobqueue.Timings `json:"timings"`
 	Links         int              `json:"links"`
-	HTMLBytes     int              `json:"html_bytes"`
-	HasScreenshot bool             `json:"has_screenshot"`
-	CreatedAt     time.Time        `json:"created_at"`
+	// LinksOverLimit counts links past follow.max_links, not followed.
+	LinksOverLimit int       `json:"links_over_limit"`
+	HTMLBytes      int       `json:"html_bytes"`
+	HasScreenshot  bool      `json:"has_screenshot"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -222,7 +224,7 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			body["result"] = resultSummary{
 				NodeID: res.NodeID, FinalURL: res.FinalURL, Status: res.Status, Title: res.Title,
-				Data: res.Data, ConsoleErrors: res.ConsoleErrors, Timings: res.Timings, Links: len(res.Links),
+				Data: res.Data, ConsoleErrors: res.ConsoleErrors, Timings: res.Timings, Links: len(res.Links), LinksOverLimit: res.LinksOverLimit,
 				HTMLBytes: len(res.HTML), HasScreenshot: len(res.Screenshot) > 0, CreatedAt: res.CreatedAt,
 			}
 		case !errors.Is(err, jobqueue.ErrNotFound):

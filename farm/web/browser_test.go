@@ -222,8 +222,19 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	t.Parallel()
 	chrome := findChrome(t)
-	f := newFixture(t, nil)
+	f := newFixture(t, func(c *Config) {
+		// The farm's default politeness; shop.test starts a job a minute at most.
+		c.HostPolicy = func(host string) jobqueue.HostPolicy {
+			if host == "shop.test" {
+				return jobqueue.HostPolicy{MaxConcurrent: 20, MinInterval: time.Minute}
+			}
+			return jobqueue.HostPolicy{MaxConcurrent: 4}
+		}
+	})
 	ctx := context.Background()
+	if _, err := f.pool.Exec(ctx, "INSERT INTO hosts (host) VALUES ('shop.test')"); err != nil {
+		t.Fatal(err)
+	}
 	nodes := []string{"web-node-1", "web-node-2"}
 	failedID := history(t, f, nodes)
 
@@ -528,6 +539,51 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	shoot("job.png", false)
+
+	// The jobs view: filtered by state and batch, with the batch's progress
+	// and ETA; a failed job's detail retries it with the token.
+	row, err := f.q.Get(ctx, failedID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveBatch := row.BatchID
+	if err := chromedp.Do(bctx, chromedp.Evaluate[chromedp.Void](`location.hash = ""`),
+		chromedp.EmulateViewport(1440, 900),
+		chromedp.SetValue("#jf-state", "failed"),
+		chromedp.SetValue("#jf-batch", liveBatch),
+		chromedp.Click(`#job-filter button[type="submit"]`)); err != nil {
+		t.Fatalf("filter the jobs: %v", err)
+	}
+	poll("the filtered jobs and the batch progress", fmt.Sprintf(`(() => {
+		const rows = [...document.querySelectorAll('#jobs tbody tr')];
+		const p = document.getElementById('batch-progress');
+		return rows.length > 0 && rows.every(r => r.dataset.state === "failed") &&
+			rows.some(r => r.dataset.job === "%d") && !p.hidden && /\d+ \/ \d+ finished/.test(p.textContent) &&
+			/ETA|done/.test(p.textContent);
+	})()`, failedID))
+	// The hosts view: shop.test runs jobs of its limit of 20 and, started
+	// within the minute, may start again only later.
+	poll("the hosts view", `(() => {
+		const r = document.querySelector('#hosts tr[data-host="shop.test"]');
+		return !!r && / \/ 20/.test(r.cells[1].textContent) && /^in /.test(r.cells[6].textContent);
+	})()`)
+	if err := chromedp.Do(bctx, chromedp.ScrollIntoView("#jobs")); err != nil {
+		t.Fatal(err)
+	}
+	shoot("jobs-hosts.png", true)
+	if err := chromedp.Do(bctx, chromedp.Click(fmt.Sprintf(`#jobs a[href="#job/%d"]`, failedID))); err != nil {
+		t.Fatalf("open the failed job from the jobs view: %v", err)
+	}
+	poll("the retry control", `!!document.getElementById('job-retry')`)
+	if err := chromedp.Do(bctx, chromedp.SetValue("#job-token", testToken), chromedp.Click("#job-retry")); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	// The live worker may pick the retried job up at once: it is live again.
+	poll("the retry's answer", `document.getElementById('job-action-msg').textContent === 'queued again'`)
+	shoot("job-retried.png", false)
+	if j, err := f.q.Get(ctx, failedID); err != nil || j.State.Finished() {
+		t.Fatalf("after Retry in the dashboard the job is %s, %v", j.State, err)
+	}
 
 	consoleMu.Lock()
 	defer consoleMu.Unlock()

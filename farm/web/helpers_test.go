@@ -130,9 +130,15 @@ func (f *fixture) errorOf(method, path, token, body string, want int) apiError {
 	return e
 }
 
+// register registers a node; registering an id again stands for a process
+// restart that proved its predecessor gone.
 func (f *fixture) register(id string, capacity int) {
 	f.t.Helper()
-	if _, _, err := f.q.Register(context.Background(), jobqueue.NodeInfo{ID: id, Hostname: "host-" + id, Capacity: capacity, Version: "v1"}); err != nil {
+	var replaces int64
+	if n, err := f.q.GetNode(context.Background(), id); err == nil {
+		replaces = n.Incarnation
+	}
+	if _, _, err := f.q.Register(context.Background(), jobqueue.NodeInfo{ID: id, Hostname: "host-" + id, Capacity: capacity, Version: "v1", Replaces: replaces}); err != nil {
 		f.t.Fatalf("register %s: %v", id, err)
 	}
 }

@@ -135,6 +135,9 @@ type queueCollector struct {
 	cpu, memUsed, memTotal, pss, sinceChrome *prometheus.Desc
 	sinceProcess, chromeRestarts, restarts   *prometheus.Desc
 	heartbeatAge                             *prometheus.Desc
+	// Lifetime counters (jobqueue.Counters), farm-wide and per node id.
+	lifeJobs, lifeRecycles, lifeCrashes, lifeRestarts *prometheus.Desc
+	nodeJobs, nodeRecycles, nodeCrashes, nodeRestarts *prometheus.Desc
 
 	mu       sync.Mutex // serializes scrapes and guards the fields below
 	q        *jobqueue.Queue
@@ -172,13 +175,29 @@ func newQueueCollector() *queueCollector {
 		restarts: prometheus.NewDesc("browserfarm_node_process_restarts_total",
 			"Times the node's process started again under the same node id.", node, nil),
 		heartbeatAge: prometheus.NewDesc("browserfarm_node_heartbeat_age_seconds", "Time since the node's last heartbeat.", node, nil),
+		lifeJobs: prometheus.NewDesc("browserfarm_jobs_total",
+			"Jobs completed and failed (reached failed) by the farm, all time; a retention purge does not lower it.", []string{"outcome"}, nil),
+		lifeRecycles: prometheus.NewDesc("browserfarm_chrome_recycles_total",
+			"Chrome recycles by the farm's nodes, all time, by reason (jobs: every N jobs; memory: the memory ceiling).", []string{"reason"}, nil),
+		lifeCrashes: prometheus.NewDesc("browserfarm_chrome_crashes_total", "Chromes lost unplanned (exited or hung) on the farm's nodes, all time.", nil, nil),
+		lifeRestarts: prometheus.NewDesc("browserfarm_process_restarts_total",
+			"Consumer process restarts on the farm, all time, by how the previous process ended (recycle: exit 75; stop: on request; crash: killed, crashed, lost or gave up).", []string{"reason"}, nil),
+		nodeJobs: prometheus.NewDesc("browserfarm_node_jobs_finished_total",
+			"Jobs the node id completed and failed, across its process restarts.", []string{"node", "outcome"}, nil),
+		nodeRecycles: prometheus.NewDesc("browserfarm_node_chrome_recycles_total",
+			"Chrome recycles of the node id across its process restarts, by reason (jobs, memory).", []string{"node", "reason"}, nil),
+		nodeCrashes: prometheus.NewDesc("browserfarm_node_chrome_crashes_total",
+			"Chromes the node id lost unplanned, across its process restarts.", node, nil),
+		nodeRestarts: prometheus.NewDesc("browserfarm_node_process_restarts_by_reason_total",
+			"Process restarts of the node id by how the previous process ended (recycle, stop, crash).", []string{"node", "reason"}, nil),
 	}
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.ready, c.oldest, c.finished, c.scrapeOK, c.nodes, c.nodeState,
 		c.busy, c.capacity, c.held, c.cpu, c.memUsed, c.memTotal, c.pss, c.sinceChrome, c.sinceProcess,
-		c.chromeRestarts, c.restarts, c.heartbeatAge} {
+		c.chromeRestarts, c.restarts, c.heartbeatAge, c.lifeJobs, c.lifeRecycles, c.lifeCrashes, c.lifeRestarts,
+		c.nodeJobs, c.nodeRecycles, c.nodeCrashes, c.nodeRestarts} {
 		ch <- d
 	}
 }
@@ -247,6 +266,29 @@ func (c *queueCollector) read(now time.Time) []prometheus.Metric {
 		if !seen[s] {
 			out = append(out, gauge(c.finished, 0, string(s), ""))
 		}
+	}
+
+	counter := func(d *prometheus.Desc, v int64, labels ...string) prometheus.Metric {
+		return prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	// lifetime adds the series of one set of lifetime counters; labels lead
+	// each series' own (the node id, or nothing for the farm).
+	lifetime := func(l jobqueue.Counters, jobs, recycles, crashes, restarts *prometheus.Desc, labels ...string) {
+		with := func(more ...string) []string { return append(append([]string{}, labels...), more...) }
+		out = append(out,
+			counter(jobs, l.JobsCompleted, with("completed")...),
+			counter(jobs, l.JobsFailed, with("failed")...),
+			counter(recycles, l.ChromeRecycles, with("jobs")...),
+			counter(recycles, l.ChromeMemoryRecycles, with("memory")...),
+			counter(crashes, l.ChromeCrashes, with()...),
+			counter(restarts, l.RestartsRecycle, with("recycle")...),
+			counter(restarts, l.RestartsStop, with("stop")...),
+			counter(restarts, l.RestartsCrash, with("crash")...),
+		)
+	}
+	lifetime(st.Lifetime, c.lifeJobs, c.lifeRecycles, c.lifeCrashes, c.lifeRestarts)
+	for _, n := range nodes {
+		lifetime(n.Lifetime, c.nodeJobs, c.nodeRecycles, c.nodeCrashes, c.nodeRestarts, n.ID)
 	}
 
 	nodeStates := []jobqueue.NodeState{jobqueue.NodeActive, jobqueue.NodeDraining, jobqueue.NodeExited, jobqueue.NodeLost}

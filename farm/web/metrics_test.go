@@ -82,7 +82,8 @@ func TestMetrics(t *testing.T) {
 		jobqueue.Spec{URL: "http://m.example/3"}, jobqueue.Spec{URL: "http://m.example/4"})
 	f.start("n1", 3)
 	if _, err := f.q.Heartbeat(ctx, "n1", jobqueue.NodeLoad{CPUPercent: 55.5, MemUsedBytes: 3 << 30, MemTotalBytes: 16 << 30,
-		ChromePSSBytes: 812 << 20, BusySessions: 3, JobsSinceChromeStart: 7, JobsSinceProcessStart: 47, ChromeRestarts: 2}); err != nil {
+		ChromePSSBytes: 812 << 20, BusySessions: 3, JobsSinceChromeStart: 7, JobsSinceProcessStart: 47, ChromeRestarts: 2,
+		ChromeRecycles: 4, ChromeMemoryRecycles: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.q.SetNodeState(ctx, "n2", jobqueue.NodeDraining); err != nil {
@@ -126,6 +127,18 @@ func TestMetrics(t *testing.T) {
 		{"browserfarm_node_chrome_restarts_total", []string{"node", "n1"}, 2},
 		{"browserfarm_node_process_restarts_total", []string{"node", "n2"}, 1},
 		{"browserfarm_node_process_restarts_total", []string{"node", "n1"}, 0},
+		// Lifetime counters: the farm's and each node id's.
+		{"browserfarm_jobs_total", []string{"outcome", "completed"}, 3},
+		{"browserfarm_jobs_total", []string{"outcome", "failed"}, 2},
+		{"browserfarm_chrome_recycles_total", []string{"reason", "jobs"}, 4},
+		{"browserfarm_chrome_recycles_total", []string{"reason", "memory"}, 1},
+		{"browserfarm_chrome_crashes_total", nil, 0},
+		{"browserfarm_process_restarts_total", []string{"reason", "crash"}, 1},
+		{"browserfarm_process_restarts_total", []string{"reason", "recycle"}, 0},
+		{"browserfarm_node_jobs_finished_total", []string{"node", "n1", "outcome", "failed"}, 2},
+		{"browserfarm_node_jobs_finished_total", []string{"node", "n2", "outcome", "completed"}, 2},
+		{"browserfarm_node_chrome_recycles_total", []string{"node", "n1", "reason", "jobs"}, 4},
+		{"browserfarm_node_process_restarts_by_reason_total", []string{"node", "n2", "reason", "crash"}, 1},
 		{"browserfarm_desired_nodes", nil, 5},
 		{"browserfarm_producer_leader", nil, 1},
 	}
@@ -135,8 +148,12 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v (present %v), want %v", w.name, w.labels, got, ok, w.value)
 		}
 	}
-	if fams["browserfarm_node_chrome_restarts_total"].GetType() != dto.MetricType_COUNTER {
-		t.Errorf("chrome restarts is not a counter")
+	for _, name := range []string{"browserfarm_node_chrome_restarts_total", "browserfarm_jobs_total",
+		"browserfarm_chrome_recycles_total", "browserfarm_process_restarts_total", "browserfarm_node_jobs_finished_total",
+		"browserfarm_node_chrome_recycles_total", "browserfarm_node_process_restarts_by_reason_total"} {
+		if fams[name].GetType() != dto.MetricType_COUNTER {
+			t.Errorf("%s is not a counter", name)
+		}
 	}
 	if _, ok := value(fams, "browserfarm_node_heartbeat_age_seconds", "node", "n1"); !ok {
 		t.Errorf("no heartbeat age")

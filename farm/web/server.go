@@ -66,6 +66,9 @@ type Config struct {
 	ExitAfterJobs int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+	// HostPolicy returns the politeness limits of a host, for GET
+	// /api/hosts. Nil: the hosts view shows activity without limits.
+	HostPolicy func(host string) jobqueue.HostPolicy
 }
 
 // Defaults of Config.
@@ -132,6 +135,8 @@ type server struct {
 //	GET  /api/jobs/{id}              the job and a summary of its result
 //	GET  /api/jobs/{id}/result       the full result
 //	GET  /api/jobs/{id}/screenshot   image/png
+//	GET  /api/hosts                  hosts in flight or started lately: running / limit, next allowed start
+//	GET  /api/batches/{id}           a batch's jobs by state (progress; the dashboard derives the ETA)
 //	GET  /api/samples                ?since=<RFC 3339 or Unix s>&step=<10s>: chart columns
 //	GET  /api/failures               ?since=&per_class=: failures by error class
 //	POST /api/jobs                   [spec, ...] or {"jobs": [...]}: 201 {batch_id, ids}
@@ -173,6 +178,8 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("GET /api/jobs/{id}", s.getJob)
 	mux.HandleFunc("GET /api/jobs/{id}/result", s.getResult)
 	mux.HandleFunc("GET /api/jobs/{id}/screenshot", s.getScreenshot)
+	mux.HandleFunc("GET /api/hosts", s.listHosts)
+	mux.HandleFunc("GET /api/batches/{id}", s.batchProgress)
 	mux.HandleFunc("GET /api/samples", s.samples)
 	mux.HandleFunc("GET /api/failures", s.failures)
 	mux.HandleFunc("POST /api/jobs", s.mutating(s.submit))

@@ -92,6 +92,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /links/{n}", s.links)
 	m.HandleFunc("GET /infinite", s.infinite)
 	m.HandleFunc("GET /form", s.form)
+	m.HandleFunc("GET /wait-targets", s.waitTargets)
 	m.HandleFunc("GET /images", s.images)
 	m.HandleFunc("GET /img/{name}", s.img)
 	m.HandleFunc("GET /echo", s.echo)
@@ -122,6 +123,7 @@ var paths = [][2]string{
 	{"/links/{n}", "links to /page/* and a.next to /links/{n+1}"},
 	{"/infinite", "infinite list: scrolling to the bottom loads 20 more items"},
 	{"/form", "input#q, button#go, button#more (load more), #out"},
+	{"/wait-targets", "a script adds #empty (an empty div: present, zero size), #hidden (display:none) and #shown"},
 	{"/images", "an image; #ready says whether it loaded or was blocked"},
 	{"/echo", "the request's headers and cookies as JSON in #data"},
 	{"/storage", "counts visits in a cookie and localStorage"},
@@ -318,6 +320,16 @@ window.addEventListener('scroll', function () {
   if (window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 100) load();
 });
 load();
+</script></body></html>`)
+}
+
+// waitTargets adds, from a script, elements that are present in the DOM
+// but not visible, for the wait conditions.
+func (s *site) waitTargets(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Wait targets</title></head><body>
+<script>
+document.body.insertAdjacentHTML('beforeend',
+  '<div id="empty"></div><div id="hidden" style="display:none">hidden</div><p id="shown">shown</p>');
 </script></body></html>`)
 }
 

@@ -21,6 +21,10 @@
     charts: {}, pssNodes: "", errors: {},
   };
   window.farmDashboard = state;
+  // The helpers other views of the dashboard (jobs.js) build on; they may
+  // set ext.jobActions to add controls to the job detail.
+  const ext = {};
+  window.farmDashboardUI = ext;
 
   // ---- helpers ----
   function el(tag, attrs, ...children) {
@@ -110,11 +114,27 @@
       case "pss": return l.chrome_pss_bytes;
       case "sinceChrome": return l.jobs_since_chrome_start;
       case "sinceProcess": return l.jobs_since_process_start;
-      case "chromeRestarts": return l.chrome_restarts;
+      case "chromeRestarts": return lifeRecycles(n.lifetime || {});
       case "processRestarts": return n.process_restarts;
       case "age": return n.heartbeat_age_seconds;
     }
     return 0;
+  }
+
+  // A node id's lifetime counters (all time, across its process restarts).
+  function lifeRecycles(lt) { return (lt.chrome_recycles || 0) + (lt.chrome_memory_recycles || 0); }
+  function lifeRecycleText(lt) {
+    let s = String(lifeRecycles(lt));
+    if (lt.chrome_memory_recycles) s += " (" + lt.chrome_memory_recycles + " memory)";
+    if (lt.chrome_crashes) s += " · " + lt.chrome_crashes + " crashed";
+    return s;
+  }
+  function lifeRestartText(lt, total) {
+    const parts = [];
+    if (lt.restarts_recycle) parts.push(lt.restarts_recycle + " recycle");
+    if (lt.restarts_stop) parts.push(lt.restarts_stop + " stop");
+    if (lt.restarts_crash) parts.push(lt.restarts_crash + " crash");
+    return String(total) + (parts.length ? " (" + parts.join(", ") + ")" : "");
   }
 
   function renderNodes() {
@@ -141,8 +161,10 @@
         el("td", null, l.chrome_pss_bytes ? fmtBytes(l.chrome_pss_bytes) : "–"),
         el("td", null, l.jobs_since_chrome_start + " / " + rj, meter(l.jobs_since_chrome_start / rj)),
         el("td", null, l.jobs_since_process_start + " / " + xj, meter(l.jobs_since_process_start / xj)),
-        el("td", null, String(l.chrome_restarts)),
-        el("td", null, String(n.process_restarts)),
+        el("td", {class: "life-recycles", title: "all time, across process restarts; the current process: " + l.chrome_restarts + " Chrome restarts"},
+          lifeRecycleText(n.lifetime || {})),
+        el("td", {class: "life-restarts", title: "process restarts after exit 75 (recycle), a stop, or a crash/kill/loss"},
+          lifeRestartText(n.lifetime || {}, n.process_restarts)),
         el("td", {class: n.stale ? "bad" : ""}, fmtAge(n.heartbeat_age_seconds) + " ago"));
     });
     $("nodes").tBodies[0].replaceChildren(...rows);
@@ -180,8 +202,8 @@
       tile("processing", j.processing),
       tile("completed / min", s.completed_last_minute),
       tile("failed / min", s.failed_last_minute, s.failed_last_minute > 0),
-      tile("completed", j.completed),
-      tile("failed", j.failed, j.failed > 0),
+      tile("completed (all time)", s.lifetime.jobs_completed),
+      tile("failed (all time)", s.lifetime.jobs_failed, s.lifetime.jobs_failed > 0),
       tile("canceled", j.canceled),
       tile("oldest pending", oldest),
       tile("sessions busy", busy + "/" + cap),
@@ -379,6 +401,7 @@
           ", actions " + t.actions_ms + ", extract " + t.extract_ms + ")"],
         ["HTML", r.html_bytes ? fmtBytes(r.html_bytes) : null],
         ["Links found", r.links ? String(r.links) : null],
+        ["Links over the limit", r.links_over_limit ? r.links_over_limit + " not followed (follow.max_links)" : null],
         ["Full result", el("a", {href: "/api/jobs/" + j.id + "/result", target: "_blank"}, "JSON")],
       ]));
       if (r.data !== undefined) parts.push(el("h4", null, "Extracted data"), el("pre", null, JSON.stringify(r.data, null, 2)));
@@ -389,6 +412,7 @@
         parts.push(el("h4", null, "Screenshot"), el("img", {class: "shot", src: "/api/jobs/" + j.id + "/screenshot", alt: "screenshot of job " + j.id}));
       }
     }
+    if (ext.jobActions) parts.push(ext.jobActions(j, () => showJob(id)));
     body.replaceChildren(...parts);
   }
 
@@ -397,6 +421,8 @@
     if (m) showJob(m[1]);
     else $("job-view").hidden = true;
   }
+
+  Object.assign(ext, {el, $, getJSON, jobLink, fmtTime, fmtAge, poll});
 
   // ---- wiring ----
   function init() {

@@ -1,0 +1,62 @@
+package jobqueue
+
+import "context"
+
+// Incarnation is one registration of a node: the process that registered
+// the id speaks to the queue through it. Everything it sends is refused with
+// a *FencedError (errors.Is ErrFenced) once a newer incarnation registered
+// the same id, so a process that was paused, partitioned or presumed dead
+// cannot touch what the id's new process holds; it must stop.
+type Incarnation struct {
+	q      *Queue
+	NodeID string
+	N      int64
+}
+
+// Incarnation returns the handle of node's current registration, as
+// Register returned it.
+func (q *Queue) Incarnation(node Node) *Incarnation {
+	return &Incarnation{q: q, NodeID: node.ID, N: node.Incarnation}
+}
+
+// Heartbeat records the node's load and renews its leases (Queue.Heartbeat).
+// A node found lost or exited is made active again: its current incarnation
+// is alive.
+func (in *Incarnation) Heartbeat(ctx context.Context, load NodeLoad) (NodeState, error) {
+	return in.q.heartbeat(ctx, in.NodeID, in.N, load)
+}
+
+// Claim starts up to n of the jobs queued on the node (Queue.Claim).
+func (in *Incarnation) Claim(ctx context.Context, n int) ([]Job, error) {
+	return in.q.claim(ctx, in.NodeID, in.N, n)
+}
+
+// Fail records a failed attempt of a job the node runs (Queue.Fail).
+func (in *Incarnation) Fail(ctx context.Context, jobID int64, errText, class string, retriable bool) (State, error) {
+	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, retriable)
+}
+
+// Completion is the Completion of a job this incarnation rendered.
+func (in *Incarnation) Completion(jobID int64, res Result) Completion {
+	return Completion{JobID: jobID, NodeID: in.NodeID, Incarnation: in.N, Result: res}
+}
+
+// Release hands the node's unstarted jobs back (Queue.Release).
+func (in *Incarnation) Release(ctx context.Context) (int64, error) {
+	return in.q.release(ctx, in.NodeID, in.N)
+}
+
+// SetState moves the node to draining, active or exited
+// (Queue.SetNodeState); reason is recorded with an exit (ExitRecycle, …).
+func (in *Incarnation) SetState(ctx context.Context, st NodeState, reason string) (Reclaimed, error) {
+	return in.q.setNodeState(ctx, in.NodeID, in.N, st, reason)
+}
+
+// Why a node's process exited, as its exit mark records it: the next
+// registration of the id counts its process restart by this reason (and as
+// a crash when the previous incarnation never marked itself exited).
+const (
+	ExitRecycle = "recycle" // exit-after-jobs: exit code 75, restart me
+	ExitStop    = "stop"    // asked to stop (SIGTERM, Ctrl-C)
+	ExitFatal   = "fatal"   // the node could not go on (its Chrome supervisor failed)
+)
