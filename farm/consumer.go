@@ -887,7 +887,11 @@ func (c *Consumer) heartbeatLoop(ctx context.Context) {
 // another process registered the id stops the node.
 func (c *Consumer) heartbeat(ctx context.Context) {
 	load := c.load(ctx)
-	hctx, cancel := context.WithTimeout(ctx, max(c.cfg.HeartbeatInterval, 5*time.Second))
+	// A heartbeat sent is let finish, not canceled with ctx: pgx returns at
+	// once on cancel while the server may still commit the statement, and a
+	// heartbeat committed after the exit mark would make the node active
+	// again. Stopping waits for it (bounded by the timeout).
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.cfg.HeartbeatInterval, 5*time.Second))
 	defer cancel()
 	_, err := c.inc.Heartbeat(hctx, load)
 	c.mu.Lock()
