@@ -38,6 +38,9 @@ const (
 	// ClassInvalid: the request itself is wrong (bad URL, unknown action).
 	// Permanent.
 	ClassInvalid = "invalid"
+	// ClassTooLarge: the extract value or screenshot is over its cap
+	// (Request.MaxDataBytes, MaxScreenshotBytes). Permanent.
+	ClassTooLarge = "result_too_large"
 	// ClassInternal: CDP failed in an unexpected way. Retriable, since a
 	// fresh tab or Chrome usually fixes it.
 	ClassInternal = "internal"

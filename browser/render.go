@@ -66,8 +66,7 @@ type Timings struct {
 }
 
 const (
-	maxConsoleErrors = 50
-	maxConsoleLen    = 1000
+	maxConsoleLen = 1000
 	// errorPageWait bounds the wait for an HTTP error page to be parsed
 	// before its title is read.
 	errorPageWait = 5 * time.Second
@@ -124,7 +123,7 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	s.release(t)
 	res.Timings.Total = time.Since(start)
 	if err != nil {
-		s.b.log.Debug("render failed", zap.String("url", j.URL), zap.Error(err))
+		s.b.log.Debug("render failed", zap.String("url", j.shown), zap.Error(err))
 		if ClassOf(err) == ClassHTTP {
 			return res, err
 		}
@@ -193,7 +192,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	res.Timings.Navigation = time.Since(mark)
 	if nav.ErrorText != "" {
 		if nav.IsDownload {
-			return newErr(ClassDownload, false, "%s is a download, not a page", j.URL)
+			return newErr(ClassDownload, false, "%s is a download, not a page", j.shown)
 		}
 		if resp := st.doc(nav.LoaderID); resp != nil && resp.Status >= 400 && strings.Contains(nav.ErrorText, "HTTP_RESPONSE_CODE_FAILURE") {
 			// An error status with an empty body: Chrome shows its own
@@ -206,11 +205,11 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			// The site asked for credentials the job did not give (full
 			// Chrome cancels the prompt instead of showing the 401 page).
 			res.Status = 401
-			res.FinalURL = j.URL
-			return newErr(ClassHTTP, false, "HTTP 401: %s asks for credentials", j.URL)
+			res.FinalURL = j.shown
+			return newErr(ClassHTTP, false, "HTTP 401: %s asks for credentials", j.shown)
 		}
 		class, retriable := classifyNetError(nav.ErrorText)
-		return newErr(class, retriable, "loading %s: %s", j.URL, nav.ErrorText)
+		return newErr(class, retriable, "loading %s: %s", j.shown, nav.ErrorText)
 	}
 	if resp := st.doc(nav.LoaderID); resp != nil {
 		res.Status = int(resp.Status)
@@ -253,7 +252,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 
 	mark = time.Now()
 	if j.Extract != "" && httpErr == nil {
-		data, err := t.extract(ctx, j.Extract)
+		data, err := t.extract(ctx, j.Extract, j.MaxDataBytes)
 		if err != nil {
 			return err
 		}
@@ -271,6 +270,10 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		shot, err := cdp.Call(ctx, t.t, page.CaptureScreenshot, page.CaptureScreenshotParams{Format: page.CaptureScreenshotFormatPng})
 		if err != nil {
 			return fmt.Errorf("screenshot: %w", err)
+		}
+		if j.MaxScreenshotBytes > 0 && len(shot.Data) > j.MaxScreenshotBytes {
+			return newErr(ClassTooLarge, false, "screenshot is %d bytes, over the cap of %d bytes (result limit screenshot_bytes)",
+				len(shot.Data), j.MaxScreenshotBytes)
 		}
 		res.Screenshot = shot.Data
 	}
@@ -550,13 +553,44 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (t *tab) extract(ctx context.Context, expr string) (json.RawMessage, error) {
+// extract evaluates the extract expression. With a cap, the expression runs
+// inside a wrapper that measures its JSON in the page and answers with the
+// size instead of the value when it is over the cap, so a page cannot make
+// the node read hundreds of megabytes. JSON.stringify counts UTF-16 units,
+// never more than the UTF-8 bytes, so what it lets through is checked again
+// in bytes here. A value JSON cannot hold (cyclic, BigInt) is returned as
+// before and measured here.
+func (t *tab) extract(ctx context.Context, expr string, maxBytes int) (json.RawMessage, error) {
+	if maxBytes > 0 {
+		expr = fmt.Sprintf(jsExtractCapped, strings.TrimRight(expr, " \t\r\n;"), maxBytes, jsString(extractOverKey))
+	}
 	v, err := t.eval(ctx, expr, false)
 	if err != nil {
 		return nil, fmt.Errorf("extract: %w", err)
 	}
+	if maxBytes > 0 {
+		var over map[string]int64
+		if json.Unmarshal(v, &over) == nil && len(over) == 1 && over[extractOverKey] > 0 {
+			return nil, newErr(ClassTooLarge, false, "extract value is over %d bytes (%d characters of JSON), the cap (result limit data_bytes)",
+				maxBytes, over[extractOverKey])
+		}
+		if len(v) > maxBytes {
+			return nil, newErr(ClassTooLarge, false, "extract value is %d bytes, over the cap of %d bytes (result limit data_bytes)", len(v), maxBytes)
+		}
+	}
 	return v, nil
 }
+
+// extractOverKey names the size in the capped extract's over-cap answer.
+const extractOverKey = "__browserfarm_extract_over_cap__"
+
+// jsExtractCapped wraps an extract expression (%s), its cap (%d) and the
+// over-cap key (%s). The expression sits on lines of its own so that a
+// trailing line comment cannot swallow the wrapper.
+const jsExtractCapped = `(async () => { const v = await (
+%s
+); let n = 0; try { const s = JSON.stringify(v); n = s === undefined ? 0 : s.length; } catch (e) {}
+if (n > %[2]d) { return {[%[3]s]: n}; } return v; })()`
 
 // meta reads title, final URL, HTML and links in one round trip.
 func (t *tab) meta(ctx context.Context, j *job, res *Result) error {
@@ -605,8 +639,9 @@ func cutUTF8(s string, n int) string {
 
 // jobState is what the tab's events tell about the current job.
 type jobState struct {
-	abort func(error)
-	block map[network.ResourceType]bool
+	abort      func(error)
+	block      map[network.ResourceType]bool
+	maxConsole int
 
 	mu      sync.Mutex
 	latest  cdp.LoaderID // main-frame loader of the last "init"
@@ -619,10 +654,11 @@ type jobState struct {
 
 func newJobState(j *job, abort func(error)) *jobState {
 	st := &jobState{
-		abort:   abort,
-		events:  map[cdp.LoaderID]map[string]bool{},
-		docs:    map[cdp.LoaderID]*network.Response{},
-		changed: make(chan struct{}, 1),
+		abort:      abort,
+		maxConsole: j.MaxConsoleErrors,
+		events:     map[cdp.LoaderID]map[string]bool{},
+		docs:       map[cdp.LoaderID]*network.Response{},
+		changed:    make(chan struct{}, 1),
 	}
 	if len(j.block) > 0 {
 		st.block = map[network.ResourceType]bool{}
@@ -707,7 +743,7 @@ func (st *jobState) dialog() {
 func (st *jobState) consoleError(msg string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if len(st.console) >= maxConsoleErrors {
+	if len(st.console) >= st.maxConsole {
 		return
 	}
 	if len(msg) > maxConsoleLen {

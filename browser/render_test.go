@@ -165,6 +165,23 @@ func TestPages(t *testing.T) {
 					t.Errorf("data %s", res.Data)
 				}
 			}},
+		{name: "extract/over-cap", req: Request{URL: u("/page/1"), Extract: `'x'.repeat(3 << 20)`, MaxDataBytes: 1 << 20},
+			class: ClassTooLarge, retry: false},
+		{name: "extract/over-cap-in-bytes", req: Request{URL: u("/page/1"), Extract: `'é'.repeat(600 << 10)`, MaxDataBytes: 1 << 20},
+			class: ClassTooLarge, retry: false},
+		{name: "extract/capped-as-before", req: Request{URL: u("/page/1"), MaxDataBytes: 1 << 20,
+			Extract: "new Promise(r => r({n: typeof document.title, u: undefined, nan: NaN})) // a comment\n; \n"},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `{"n":"string","nan":null}` {
+					t.Errorf("data %s", res.Data)
+				}
+			}},
+		{name: "extract/capped-unserializable", req: Request{URL: u("/page/1"), Extract: `NaN`, MaxDataBytes: 1 << 20},
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"NaN"` {
+					t.Errorf("data %s", res.Data)
+				}
+			}},
 		{name: "extract/undefined", req: Request{URL: u("/page/1"), Extract: `undefined`},
 			check: func(t *testing.T, e *env, res *Result) {
 				if string(res.Data) != "null" {

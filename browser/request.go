@@ -63,6 +63,16 @@ type Request struct {
 	FollowSelector string
 	// FollowMax caps Result.Links. 0 means 100.
 	FollowMax int
+	// MaxDataBytes caps the JSON of Extract's value; the page measures it
+	// before it is sent, so an over-cap value never crosses into Go. Over
+	// the cap the render fails with ClassTooLarge. 0 means no cap.
+	MaxDataBytes int
+	// MaxScreenshotBytes caps the screenshot's PNG (ClassTooLarge over it).
+	// 0 means no cap.
+	MaxScreenshotBytes int
+	// MaxConsoleErrors caps Result.ConsoleErrors; later ones are dropped.
+	// 0 means 50.
+	MaxConsoleErrors int
 }
 
 // Isolation is how a job is kept apart from the other jobs of a session.
@@ -154,10 +164,13 @@ const (
 	defaultTimeout      = 30 * time.Second
 	defaultHTMLMaxBytes = 2 << 20
 	defaultFollowMax    = 100
-	maxFollow           = 40_000 // a listing page of 10,000 followed links, asked 4x
-	defaultScrollWaitMs = 1000
-	maxTimes            = 1000
-	maxActionMs         = 10 * 60 * 1000
+	// defaultMaxConsoleErrors applies to direct users of the package; a
+	// farm node passes its own limit.
+	defaultMaxConsoleErrors = 50
+	maxFollow               = 40_000 // a listing page of 10,000 followed links, asked 4x
+	defaultScrollWaitMs     = 1000
+	maxTimes                = 1000
+	maxActionMs             = 10 * 60 * 1000
 )
 
 // blockTypes maps the names a spec may use to CDP resource types.
@@ -189,6 +202,9 @@ type job struct {
 	block    []network.ResourceType
 	proxy    *proxySpec
 	userinfo bool // the URL carries credentials
+	// shown is URL as logs and error texts show it: without userinfo,
+	// which may be a secret.
+	shown string
 }
 
 func invalid(format string, args ...any) *Error {
@@ -209,6 +225,11 @@ func (r Request) prepare() (*job, error) {
 		return nil, invalid("url: no host in %q", r.URL)
 	}
 	j.userinfo = u.User != nil
+	j.shown = r.URL
+	if u.User != nil {
+		u.User = url.User("redacted")
+		j.shown = u.String()
+	}
 	if r.Timeout < 0 {
 		return nil, invalid("timeout: negative")
 	}
@@ -269,6 +290,12 @@ func (r Request) prepare() (*job, error) {
 			return nil, invalid("proxy: %v", err)
 		}
 		j.proxy = p
+	}
+	if r.MaxDataBytes < 0 || r.MaxScreenshotBytes < 0 || r.MaxConsoleErrors < 0 {
+		return nil, invalid("result limits: negative")
+	}
+	if j.MaxConsoleErrors == 0 {
+		j.MaxConsoleErrors = defaultMaxConsoleErrors
 	}
 	if r.FollowMax < 0 || r.FollowMax > maxFollow {
 		return nil, invalid("follow max: %d is outside 0..%d", r.FollowMax, maxFollow)

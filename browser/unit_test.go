@@ -292,14 +292,18 @@ func TestConsoleText(t *testing.T) {
 }
 
 func TestJobStateConsoleCap(t *testing.T) {
-	st := newJobState(&job{}, func(error) {})
+	j, err := Request{URL: "http://x.test/", MaxConsoleErrors: 7}.prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newJobState(j, func(error) {})
 	long := strings.Repeat("x", 3*maxConsoleLen)
-	for range maxConsoleErrors + 5 {
+	for range 7 + 5 {
 		st.consoleError(long)
 	}
 	msgs, _ := st.consoleAndDialogs()
-	if len(msgs) != maxConsoleErrors {
-		t.Fatalf("%d messages kept, want %d", len(msgs), maxConsoleErrors)
+	if len(msgs) != 7 {
+		t.Fatalf("%d messages kept, want 7 (MaxConsoleErrors)", len(msgs))
 	}
 	if len(msgs[0]) > maxConsoleLen+len("…") {
 		t.Fatalf("message of %d bytes kept", len(msgs[0]))

@@ -224,8 +224,9 @@ type Consumer struct {
 	ran           bool
 	running       bool
 	runErr        error
-	unacquired    int // claimed jobs whose goroutine has no slot yet
-	held          int // claimed jobs not yet recorded
+	unacquired    int                // claimed jobs whose goroutine has no slot yet
+	held          int                // claimed jobs not yet recorded
+	live          map[int64]struct{} // jobs rendering or being reported: the leases heartbeats renew
 	lastBeat      time.Time
 	beatErr       error
 	startedAt     time.Time
@@ -263,6 +264,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		completions: make(chan completion),
 		busyChanged: make(chan struct{}, 1),
 		fenced:      make(chan struct{}),
+		live:        map[int64]struct{}{},
 	}, nil
 }
 
@@ -685,12 +687,14 @@ func (c *Consumer) start(jobsCtx context.Context, jobs *sync.WaitGroup, j jobque
 	c.mu.Lock()
 	c.unacquired++
 	c.held++
+	c.live[j.ID] = struct{}{}
 	c.mu.Unlock()
 	c.signal(c.busyChanged)
 	jobs.Go(func() {
 		defer func() {
 			c.mu.Lock()
 			c.held--
+			delete(c.live, j.ID)
 			c.mu.Unlock()
 			c.signal(c.busyChanged)
 			c.signal(c.jobDone)
@@ -722,6 +726,7 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 		return
 	}
 	req := SpecRequest(j.Spec, c.cfg.DefaultJobTimeout)
+	limitRequest(&req, c.q.ResultLimits())
 	rctx, cancel := context.WithTimeout(ctx, req.Timeout+renderSlack)
 	t0 := time.Now()
 	res, err := slot.Render(rctx, req)
@@ -761,9 +766,15 @@ func (c *Consumer) complete(j jobqueue.Job, log *zap.Logger, res *browser.Result
 	case errors.Is(err, errReport):
 		log.Error("cannot record the job's result; its lease will expire and it will run again", zap.Error(err))
 	default:
-		// The queue refused the result itself (e.g. data that is not JSON):
-		// running the job again would produce the same.
-		c.fail(j, log, &browser.Error{Class: "result", Err: err}, took)
+		// The queue refused the result itself (over a limit, not JSON, or
+		// refused by the database): running the job again would produce
+		// the same, so the job fails at once with the queue's class.
+		class := "result"
+		var re *jobqueue.ResultError
+		if errors.As(err, &re) {
+			class = re.Class
+		}
+		c.fail(j, log, &browser.Error{Class: class, Err: err}, took)
 	}
 }
 
@@ -775,10 +786,13 @@ var errReport = errors.New("recording the outcome failed")
 func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.Duration) {
 	retriable := browser.IsRetriable(rerr)
 	class := browser.ClassOf(rerr)
+	// The error may quote the job's URL or proxy; what is stored and
+	// logged must not show their credentials.
+	text := jobqueue.RedactText(rerr.Error(), j.Spec.Secrets()...)
 	var st jobqueue.State
 	err := retryReport(c.log, func(ctx context.Context) error {
 		var err error
-		st, err = c.inc.Fail(ctx, j.ID, rerr.Error(), class, retriable)
+		st, err = c.inc.Fail(ctx, j.ID, text, class, retriable)
 		return err
 	})
 	c.mu.Lock()
@@ -787,16 +801,16 @@ func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.D
 	switch {
 	case err == nil:
 		log.Warn("job attempt failed", zap.String("class", class), zap.Bool("retriable", retriable),
-			zap.String("state", string(st)), zap.Duration("took", took), zap.Error(rerr))
+			zap.String("state", string(st)), zap.Duration("took", took), zap.String("error", text))
 	case errors.Is(err, jobqueue.ErrFenced):
 		c.noteFenced(err)
-		log.Error("failure refused: another process registered this node id", zap.NamedError("render_error", rerr), zap.Error(err))
+		log.Error("failure refused: another process registered this node id", zap.String("render_error", text), zap.Error(err))
 	case errors.Is(err, jobqueue.ErrAlreadyFinished), errors.Is(err, jobqueue.ErrNotHeld):
 		log.Info("job attempt failed, but the job is no longer this node's", zap.String("class", class),
-			zap.NamedError("render_error", rerr), zap.Error(err))
+			zap.String("render_error", text), zap.Error(err))
 	default:
 		log.Error("cannot record the job's failure; its lease will expire and it will run again",
-			zap.String("class", class), zap.NamedError("render_error", rerr), zap.Error(err))
+			zap.String("class", class), zap.String("render_error", text), zap.Error(err))
 	}
 }
 
@@ -893,7 +907,7 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 	// again. Stopping waits for it (bounded by the timeout).
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.cfg.HeartbeatInterval, 5*time.Second))
 	defer cancel()
-	_, err := c.inc.Heartbeat(hctx, load)
+	_, err := c.inc.HeartbeatLive(hctx, load, c.liveJobs())
 	c.mu.Lock()
 	c.beatErr = err
 	if err == nil {
@@ -907,6 +921,19 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		c.log.Warn("heartbeat failed", zap.Error(err))
 	}
+}
+
+// liveJobs lists the jobs whose leases the next heartbeat renews: those
+// still rendering or being reported. A job whose report was given up on is
+// not among them, so its lease runs out and the producer takes it back.
+func (c *Consumer) liveJobs() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]int64, 0, len(c.live))
+	for id := range c.live {
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // load assembles the heartbeat's load report.
@@ -1054,6 +1081,17 @@ func SpecRequest(s jobqueue.Spec, defaultTimeout time.Duration) browser.Request 
 		req.FollowMax = min(jobqueue.LinksAskedPerFollowed*limit, jobqueue.MaxCollectedLinks)
 	}
 	return req
+}
+
+// limitRequest holds a render to the node's result limits: the browser
+// enforces them in the page, the queue again before storing.
+func limitRequest(req *browser.Request, l jobqueue.ResultLimits) {
+	req.MaxDataBytes = l.DataBytes
+	req.MaxScreenshotBytes = l.ScreenshotBytes
+	req.MaxConsoleErrors = l.ConsoleErrors
+	if req.FollowMax > l.Links {
+		req.FollowMax = l.Links
+	}
 }
 
 // ResultRecord maps a render's result to the queue's result row.

@@ -4,16 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 )
 
 // Bounds of a Result as stored.
 const (
-	maxConsoleLines = 200
-	maxConsoleLine  = 4 << 10
-	maxTitle        = 4 << 10
-	maxFinalURL     = 16 << 10
+	maxConsoleLine = 4 << 10
+	maxTitle       = 4 << 10
+	maxFinalURL    = 16 << 10
 )
 
 // Completion is one finished render handed to CompleteMany.
@@ -146,12 +144,16 @@ type completeArgs struct {
 // CompleteMany completes many jobs in one round trip and one transaction —
 // the way a node (or a batching completer in front of several) amortizes the
 // commit. Outcomes are in input order; the error is for the call as a whole.
-// A job listed twice is completed by its first entry.
+// A job listed twice is completed by its first entry. A result over the
+// queue's ResultLimits, or one the database refuses, fails only its own
+// outcome with a *ResultError (errors.Is ErrResultRefused); the others are
+// written. The call's error is for a database that could not be reached.
 func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]CompleteOutcome, error) {
 	out := make([]CompleteOutcome, len(items))
 	var a completeArgs
 	seen := make(map[int64]bool, len(items))
 	index := make(map[int64]int, len(items)) // job id → position in out
+	var accepted []int                       // positions of the items in a
 	for i, it := range items {
 		out[i].JobID = it.JobID
 		if seen[it.JobID] {
@@ -160,43 +162,44 @@ func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]Complet
 			continue
 		}
 		seen[it.JobID] = true
-		if err := a.add(it); err != nil {
+		if err := a.add(it, q.cfg.ResultLimits); err != nil {
 			out[i].Err = fmt.Errorf("job %d: %w", it.JobID, err)
 			continue
 		}
 		index[it.JobID] = i
+		accepted = append(accepted, i)
 	}
 	if len(a.jobIDs) == 0 {
 		return out, nil
 	}
 
-	type row struct {
-		id        int64
-		completed bool
-		children  int
-	}
-	var rows []row
-	err := q.retryDeadlocks(ctx, "complete", func() error {
-		rows = rows[:0]
-		r, err := q.pool.Query(ctx, completeSQL,
-			a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
-			a.consoleErrors, a.timings, a.links, q.now(),
-			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
-			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks)
-		if err != nil {
-			return err
+	rows, err := q.completeRows(ctx, &a)
+	if pe, refused := refusedByDatabase(err); refused {
+		// One result the database cannot take must not take the others down
+		// with it: each is tried on its own, and only the refused fail.
+		if len(accepted) == 1 {
+			out[accepted[0]].Err = fmt.Errorf("job %d: %w", items[accepted[0]].JobID, databaseRefusal(pe))
+			return out, nil
 		}
-		defer r.Close()
-		for r.Next() {
-			var x row
-			var notified int64
-			if err := r.Scan(&x.id, &x.completed, &x.children, &notified); err != nil {
-				return err
+		rows, err = nil, nil
+		for _, i := range accepted {
+			var one completeArgs
+			if aerr := one.add(items[i], q.cfg.ResultLimits); aerr != nil {
+				out[i].Err = fmt.Errorf("job %d: %w", items[i].JobID, aerr)
+				continue
 			}
-			rows = append(rows, x)
+			r, oerr := q.completeRows(ctx, &one)
+			if pe, refused := refusedByDatabase(oerr); refused {
+				out[i].Err = fmt.Errorf("job %d: %w", items[i].JobID, databaseRefusal(pe))
+				continue
+			}
+			if oerr != nil {
+				err = oerr
+				break
+			}
+			rows = append(rows, r...)
 		}
-		return r.Err()
-	})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("complete %d jobs: %w", len(a.jobIDs), err)
 	}
@@ -222,6 +225,40 @@ func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]Complet
 		}
 	}
 	return out, nil
+}
+
+// completeRow is what completeSQL says about one job.
+type completeRow struct {
+	id        int64
+	completed bool
+	children  int
+}
+
+// completeRows runs completeSQL on a, retrying lost deadlocks.
+func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRow, error) {
+	var rows []completeRow
+	err := q.retryDeadlocks(ctx, "complete", func() error {
+		rows = rows[:0]
+		r, err := q.pool.Query(ctx, completeSQL,
+			a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
+			a.consoleErrors, a.timings, a.links, q.now(),
+			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
+			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			var x completeRow
+			var notified int64
+			if err := r.Scan(&x.id, &x.completed, &x.children, &notified); err != nil {
+				return err
+			}
+			rows = append(rows, x)
+		}
+		return r.Err()
+	})
+	return rows, err
 }
 
 // explainNotCompleted fills in why jobs were not completed: already final, or unknown.
@@ -258,15 +295,21 @@ func (q *Queue) explainNotCompleted(ctx context.Context, ids []int64, index map[
 }
 
 // add appends one completion to the arrays, after making its fields storable.
-func (a *completeArgs) add(c Completion) error {
+func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 	if err := ValidateNodeID(c.NodeID); err != nil {
 		return err
 	}
 	r := c.Result
+	if len(r.Data) > lim.DataBytes {
+		return tooLarge("data_bytes", len(r.Data), lim.DataBytes)
+	}
+	if len(r.Screenshot) > lim.ScreenshotBytes {
+		return tooLarge("screenshot_bytes", len(r.Screenshot), lim.ScreenshotBytes)
+	}
 	var data *string
 	if len(bytes.TrimSpace(r.Data)) > 0 {
 		if !json.Valid(r.Data) {
-			return errors.New("result data is not valid JSON")
+			return &ResultError{Class: ClassResultInvalid, Msg: "result data is not valid JSON"}
 		}
 		s := string(jsonbSafe(r.Data))
 		data = &s
@@ -276,9 +319,9 @@ func (a *completeArgs) add(c Completion) error {
 		s := cleanText(r.HTML, 0)
 		html = &s
 	}
-	console := make([]string, 0, min(len(r.ConsoleErrors), maxConsoleLines))
+	console := make([]string, 0, min(len(r.ConsoleErrors), lim.ConsoleErrors))
 	for i, line := range r.ConsoleErrors {
-		if i == maxConsoleLines {
+		if i == lim.ConsoleErrors {
 			break
 		}
 		console = append(console, cleanText(line, maxConsoleLine))

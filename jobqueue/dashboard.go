@@ -280,13 +280,13 @@ const MaxFailureGroups = 50
 // The finished index (finished_at, state) covers the filter; the window
 // functions count each class and number its jobs newest first in one pass.
 const failureGroupsSQL = `
-SELECT class, n, last_at, id, url, node_id, attempts, err, finished_at
+SELECT class, n, last_at, id, url, node_id, attempts, err, finished_at, proxy
 FROM (SELECT coalesce(nullif(j.error_class, ''), $3) AS class,
              count(*) OVER w AS n,
              max(j.finished_at) OVER w AS last_at,
              row_number() OVER (PARTITION BY coalesce(nullif(j.error_class, ''), $3)
                                 ORDER BY j.finished_at DESC, j.id DESC) AS rn,
-             j.id, j.spec ->> 'url' AS url, coalesce(j.node_id, '') AS node_id, j.attempts,
+             j.id, j.spec ->> 'url' AS url, coalesce(j.spec ->> 'proxy', '') AS proxy, coalesce(j.node_id, '') AS node_id, j.attempts,
              left(coalesce(j.last_error, ''), 500) AS err, j.finished_at
       FROM jobs j
       WHERE j.state IN ('completed', 'failed', 'canceled') AND j.state = 'failed' AND j.finished_at >= $1
@@ -314,7 +314,8 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 		var n int64
 		var last time.Time
 		var fj FailedJob
-		if err := rows.Scan(&class, &n, &last, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt); err != nil {
+		var proxy string
+		if err := rows.Scan(&class, &n, &last, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt, &proxy); err != nil {
 			return nil, fmt.Errorf("failure groups: %w", err)
 		}
 		if len(groups) == 0 || groups[len(groups)-1].ErrorClass != class {
@@ -324,6 +325,8 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 			groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: last})
 		}
 		g := &groups[len(groups)-1]
+		secrets := (&Spec{URL: fj.URL, Proxy: proxy}).Secrets()
+		fj.URL, fj.Error = RedactURL(fj.URL, false), RedactText(fj.Error, secrets...)
 		g.Recent = append(g.Recent, fj)
 	}
 	if err := rows.Err(); err != nil {

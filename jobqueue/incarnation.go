@@ -23,7 +23,15 @@ func (q *Queue) Incarnation(node Node) *Incarnation {
 // A node found lost or exited is made active again: its current incarnation
 // is alive.
 func (in *Incarnation) Heartbeat(ctx context.Context, load NodeLoad) (NodeState, error) {
-	return in.q.heartbeat(ctx, in.NodeID, in.N, load)
+	return in.q.heartbeat(ctx, in.NodeID, in.N, load, nil)
+}
+
+// HeartbeatLive is Heartbeat renewing the leases of live only: the jobs the
+// node still renders or reports. A job it gave up on (its outcome could not
+// be recorded) is left to its lease, so the producer takes it back instead
+// of the node holding its slot for ever.
+func (in *Incarnation) HeartbeatLive(ctx context.Context, load NodeLoad, live []int64) (NodeState, error) {
+	return in.q.heartbeat(ctx, in.NodeID, in.N, load, live)
 }
 
 // Claim starts up to n of the jobs queued on the node (Queue.Claim).

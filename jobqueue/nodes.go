@@ -259,17 +259,26 @@ SELECT p.state, u.state FROM prev p, upd u`
 // is the operator's form, bound to no incarnation; a node's process uses
 // Incarnation.Heartbeat.
 func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (NodeState, error) {
-	return q.heartbeat(ctx, nodeID, 0, load)
+	return q.heartbeat(ctx, nodeID, 0, load, nil)
 }
 
-func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad) (NodeState, error) {
+// heartbeat sends the heartbeat of incarnation inc (0: any) and renews the
+// leases of live — the jobs the node still renders or reports — or, with a
+// nil live, of every job it holds. A job the node holds in the queue but
+// gave up on (its outcome could not be recorded) is left to its lease, so
+// the producer takes it back instead of the node holding its slot for ever.
+func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad, live []int64) (NodeState, error) {
 	var before, st NodeState
 	b := &pgx.Batch{}
 	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
 		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
 		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
-	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc)
+	var ids any
+	if live != nil {
+		ids = live
+	}
+	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
 	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {

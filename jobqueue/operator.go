@@ -170,6 +170,7 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 	if err := rows.Scan(dest...); err != nil {
 		return row, err
 	}
+	row.Job.redact()
 	if !has {
 		return row, nil
 	}
@@ -186,6 +187,7 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 	if err := json.Unmarshal(links, &r.Links); err != nil {
 		return row, fmt.Errorf("result %d links: %w", r.JobID, err)
 	}
+	r.redact()
 	row.Result = &r
 	return row, nil
 }

@@ -21,6 +21,7 @@ func (q *Queue) Get(ctx context.Context, id int64) (Job, error) {
 	if err != nil {
 		return Job{}, fmt.Errorf("job %d: %w", id, err)
 	}
+	j.redact()
 	return j, nil
 }
 
@@ -41,6 +42,7 @@ func scanResult(row pgx.Row) (Result, error) {
 	if len(r.Links) == 0 {
 		r.Links = nil
 	}
+	r.redact()
 	return r, err
 }
 
@@ -171,6 +173,9 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 	jobs, err := collectJobs(rows)
 	if err != nil {
 		return Page{}, fmt.Errorf("list jobs: %w", err)
+	}
+	for i := range jobs {
+		jobs[i].redact()
 	}
 	var p Page
 	if len(jobs) > limit {

@@ -41,6 +41,9 @@ type Config struct {
 	// the producer declares it lost (RescueLost), and Register lets another
 	// process take its id. Default: DefaultStaleAfter.
 	StaleAfter time.Duration
+	// ResultLimits bound every stored result; zero fields take
+	// DefaultResultLimits.
+	ResultLimits ResultLimits
 }
 
 // Defaults of Config.
@@ -76,6 +79,7 @@ func (c Config) withDefaults() Config {
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = DefaultStaleAfter
 	}
+	c.ResultLimits = c.ResultLimits.withDefaults()
 	return c
 }
 
@@ -92,6 +96,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Queue {
 	cfg = cfg.withDefaults()
 	return &Queue{pool: pool, cfg: cfg, log: cfg.Logger}
 }
+
+// ResultLimits are the bounds CompleteMany holds every result to; a node
+// hands them to its browser.
+func (q *Queue) ResultLimits() ResultLimits { return q.cfg.ResultLimits }
 
 // Pool is the queue's connection pool.
 func (q *Queue) Pool() *pgxpool.Pool { return q.pool }
@@ -297,6 +305,7 @@ func (q *Queue) claim(ctx context.Context, nodeID string, inc int64, n int) ([]J
 const renewSQL = `
 UPDATE jobs j SET lease_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
 WHERE j.node_id = $1 AND j.state = 'processing'
+  AND ($5::bigint[] IS NULL OR j.id = ANY($5::bigint[]))
   AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining')
               AND ($4::bigint = 0 OR n.incarnation = $4::bigint))`
 
@@ -304,7 +313,7 @@ WHERE j.node_id = $1 AND j.state = 'processing'
 // a lost or exited one) and returns how many it renewed. Heartbeat does the
 // same in its round trip.
 func (q *Queue) RenewLeases(ctx context.Context, nodeID string) (int64, error) {
-	tag, err := q.pool.Exec(ctx, renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), 0)
+	tag, err := q.pool.Exec(ctx, renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), 0, nil)
 	if err != nil {
 		return 0, fmt.Errorf("renew leases of node %q: %w", nodeID, err)
 	}

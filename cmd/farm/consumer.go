@@ -38,6 +38,7 @@ type consumerOptions struct {
 	chromeFlags     string
 	profileRoot     string
 	healthAddr      string
+	limits          jobqueue.ResultLimits
 
 	awsProtection bool
 	awsGroup      string
@@ -62,6 +63,11 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.browser, "browser", "", browserHelp)
 	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
 	fs.StringVar(&o.profileRoot, "chrome-profile-root", "", "directory for Chrome's throw-away profile directories (default: the temp dir)")
+	dl := jobqueue.DefaultResultLimits()
+	fs.IntVar(&o.limits.DataBytes, "max-extract-bytes", dl.DataBytes, "largest extract result (JSON bytes); a larger one fails its job with result_too_large, measured in the page before it is sent")
+	fs.IntVar(&o.limits.ScreenshotBytes, "max-screenshot-bytes", dl.ScreenshotBytes, "largest screenshot (PNG bytes); a larger one fails its job with result_too_large")
+	fs.IntVar(&o.limits.ConsoleErrors, "max-console-errors", dl.ConsoleErrors, "console errors kept per result; later ones are dropped")
+	fs.IntVar(&o.limits.Links, "max-result-links", dl.Links, "followed links kept per result; later ones are dropped")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
 	fs.BoolVar(&o.awsProtection, "aws-instance-protection", false, "protect this EC2 instance from Auto Scaling scale-in while it has jobs (needs --aws-asg-name)")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "the Auto Scaling group of the consumer fleet, for --aws-instance-protection")
@@ -105,6 +111,16 @@ func (o *consumerOptions) check() error {
 	}
 	if _, err := browser.ParseKind(o.browser); err != nil {
 		errs = append(errs, "--browser: "+err.Error())
+	}
+	if err := o.limits.Check(); err != nil {
+		msg := err.Error()
+		for field, flag := range map[string]string{"data_bytes": "--max-extract-bytes", "screenshot_bytes": "--max-screenshot-bytes",
+			"console_errors": "--max-console-errors", "links": "--max-result-links"} {
+			if strings.Contains(msg, "limit "+field+":") {
+				msg = flag + ": " + msg
+			}
+		}
+		errs = append(errs, msg)
 	}
 	if o.awsProtection && o.awsGroup == "" {
 		errs = append(errs, "--aws-instance-protection needs --aws-asg-name")
@@ -182,7 +198,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue")})
+	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue"), ResultLimits: o.limits})
 
 	cfg := o.consumerConfig(q, log)
 	if o.awsProtection {

@@ -26,6 +26,7 @@ import (
 type producerOptions struct {
 	listen          string
 	apiToken        string
+	readToken       string
 	tick            time.Duration
 	staleAfter      time.Duration
 	rescueInterval  time.Duration
@@ -54,6 +55,7 @@ type producerOptions struct {
 func (o *producerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the dashboard, JSON API, /metrics and /healthz (loopback unless told otherwise)")
 	fs.StringVar(&o.apiToken, "api-token", "", "bearer token mutating API calls must present; empty refuses them")
+	fs.StringVar(&o.readToken, "read-token", "", "bearer token for API reads (jobs, results, nodes); needed, or --api-token, when --listen is beyond loopback, where reads without one are refused")
 	fs.DurationVar(&o.tick, "tick", time.Second, "fallback assignment interval (NOTIFY wakes the producer at once)")
 	fs.DurationVar(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.DurationVar(&o.rescueInterval, "rescue-interval", 2*time.Second, "how often lost nodes and expired leases are looked for")
@@ -192,8 +194,14 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	if err != nil {
 		return err
 	}
+	// Reads show every submitter's jobs and results: beyond loopback they
+	// need a token.
+	readAuth := po.readToken != "" || !isLoopback(ln.Addr())
+	if readAuth && po.readToken == "" && po.apiToken == "" {
+		return usagef("--listen %s is beyond loopback: set --read-token (or --api-token) so that API reads need a token", ln.Addr())
+	}
 	handler := web.NewServer(web.Config{
-		Queue: q, Token: po.apiToken, IsLeader: producer.IsLeader,
+		Queue: q, Token: po.apiToken, ReadToken: po.readToken, ReadAuth: readAuth, IsLeader: producer.IsLeader,
 		// The desired node count is shown where a driver acts on it; with
 		// none it is only a Prometheus gauge (browserfarm_desired_nodes).
 		Desired: func() (int, bool) { return scaler.Desired(), po.scaleDriver != "none" },
@@ -263,4 +271,10 @@ func addContext(ctx context.Context, g *run.Group) {
 		}
 		return nil
 	}, func(error) { close(stop) })
+}
+
+// isLoopback reports whether a listener's address is a loopback one.
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

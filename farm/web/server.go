@@ -31,6 +31,16 @@ type Config struct {
 	// (FARM_API_TOKEN). Empty means mutating calls are refused with 403:
 	// the API is never open by accident.
 	Token string
+	// ReadToken is a bearer token for the read endpoints (FARM_READ_TOKEN):
+	// it lets a dashboard or a reader see jobs and results without the
+	// power to change the farm. Token is accepted for reads too.
+	ReadToken string
+	// ReadAuth makes every /api/ read need ReadToken or Token (401 without
+	// one, 403 when neither is configured). The producer sets it when it
+	// listens beyond loopback or a ReadToken is set: job specs, errors
+	// and results are the submitters' data. The dashboard page and its
+	// assets, /healthz, /readyz and /metrics (counts only) stay open.
+	ReadAuth bool
 	// IsLeader reports whether this producer currently assigns jobs. A
 	// standby serves the dashboard, the read endpoints and /metrics, and
 	// refuses mutating calls with 503 so that one producer acts on the farm.
@@ -122,6 +132,7 @@ type server struct {
 	q         *jobqueue.Queue
 	log       *zap.Logger
 	tokenHash [sha256.Size]byte
+	readHash  [sha256.Size]byte
 }
 
 // NewServer returns the producer's HTTP handler. It panics when cfg.Queue is
@@ -146,6 +157,7 @@ type server struct {
 //
 // POST calls need "Authorization: Bearer <Token>" (401 without or with a
 // wrong one, 403 when no token is configured) and the leader (503 on a standby).
+// With ReadAuth, GET /api/ calls need ReadToken or Token the same way.
 // The caller's http.Server should set ReadHeaderTimeout and IdleTimeout;
 // bodies are bounded here by MaxBodyBytes.
 func NewServer(cfg Config) http.Handler {
@@ -156,6 +168,9 @@ func NewServer(cfg Config) http.Handler {
 	s := &server{cfg: cfg, q: cfg.Queue, log: cfg.Logger}
 	if cfg.Token != "" {
 		s.tokenHash = sha256.Sum256([]byte(cfg.Token))
+	}
+	if cfg.ReadToken != "" {
+		s.readHash = sha256.Sum256([]byte(cfg.ReadToken))
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.WatchQueue(cfg.Queue, cfg.Logger)
@@ -172,16 +187,16 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("GET /{$}", s.dashboard(assets))
 	mux.Handle("GET /assets/", noCache(http.StripPrefix("/assets/", http.FileServerFS(assets))))
 
-	mux.HandleFunc("GET /api/nodes", s.listNodes)
-	mux.HandleFunc("GET /api/stats", s.stats)
-	mux.HandleFunc("GET /api/jobs", s.listJobs)
-	mux.HandleFunc("GET /api/jobs/{id}", s.getJob)
-	mux.HandleFunc("GET /api/jobs/{id}/result", s.getResult)
-	mux.HandleFunc("GET /api/jobs/{id}/screenshot", s.getScreenshot)
-	mux.HandleFunc("GET /api/hosts", s.listHosts)
-	mux.HandleFunc("GET /api/batches/{id}", s.batchProgress)
-	mux.HandleFunc("GET /api/samples", s.samples)
-	mux.HandleFunc("GET /api/failures", s.failures)
+	mux.HandleFunc("GET /api/nodes", s.reading(s.listNodes))
+	mux.HandleFunc("GET /api/stats", s.reading(s.stats))
+	mux.HandleFunc("GET /api/jobs", s.reading(s.listJobs))
+	mux.HandleFunc("GET /api/jobs/{id}", s.reading(s.getJob))
+	mux.HandleFunc("GET /api/jobs/{id}/result", s.reading(s.getResult))
+	mux.HandleFunc("GET /api/jobs/{id}/screenshot", s.reading(s.getScreenshot))
+	mux.HandleFunc("GET /api/hosts", s.reading(s.listHosts))
+	mux.HandleFunc("GET /api/batches/{id}", s.reading(s.batchProgress))
+	mux.HandleFunc("GET /api/samples", s.reading(s.samples))
+	mux.HandleFunc("GET /api/failures", s.reading(s.failures))
 	mux.HandleFunc("POST /api/jobs", s.mutating(s.submit))
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.mutating(s.cancelJob))
 	mux.HandleFunc("POST /api/jobs/{id}/retry", s.mutating(s.retryJob))
@@ -259,6 +274,48 @@ func (s *server) dashboard(assets fs.FS) http.HandlerFunc {
 	}
 }
 
+// reading guards a read endpoint when ReadAuth is on: the read token or the
+// API token must be presented.
+func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.ReadAuth {
+			h(w, r)
+			return
+		}
+		if s.cfg.Token == "" && s.cfg.ReadToken == "" {
+			writeError(w, http.StatusForbidden,
+				"reads are disabled: this producer listens beyond loopback; set FARM_READ_TOKEN (or FARM_API_TOKEN) and send it as 'Authorization: Bearer <token>'")
+			return
+		}
+		got, ok := bearer(w, r, "FARM_READ_TOKEN")
+		if !ok {
+			return
+		}
+		okRead := s.cfg.ReadToken != "" && subtle.ConstantTimeCompare(got[:], s.readHash[:]) == 1
+		okAPI := s.cfg.Token != "" && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+		if !okRead && !okAPI {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm", error="invalid_token"`)
+			writeError(w, http.StatusUnauthorized, "wrong bearer token")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// bearer returns the hash of the request's bearer token, or answers 401
+// naming the variable whose token to send.
+func bearer(w http.ResponseWriter, r *http.Request, variable string) ([sha256.Size]byte, bool) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm"`)
+		writeError(w, http.StatusUnauthorized, "missing bearer token: send 'Authorization: Bearer <"+variable+">'")
+		return [sha256.Size]byte{}, false
+	}
+	// Comparing hashes keeps the comparison constant-time in the token's
+	// length too.
+	return sha256.Sum256([]byte(strings.TrimSpace(token))), true
+}
+
 // mutating guards a handler that changes the farm: a token must be
 // configured and presented, and this producer must be the leader.
 func (s *server) mutating(h http.HandlerFunc) http.HandlerFunc {
@@ -268,15 +325,10 @@ func (s *server) mutating(h http.HandlerFunc) http.HandlerFunc {
 				"mutating API calls are disabled: set FARM_API_TOKEN on the producer and send it as 'Authorization: Bearer <token>'")
 			return
 		}
-		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm"`)
-			writeError(w, http.StatusUnauthorized, "missing bearer token: send 'Authorization: Bearer <FARM_API_TOKEN>'")
+		got, ok := bearer(w, r, "FARM_API_TOKEN")
+		if !ok {
 			return
 		}
-		// Comparing hashes keeps the comparison constant-time in the
-		// token's length too.
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
 		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm", error="invalid_token"`)
 			writeError(w, http.StatusUnauthorized, "wrong bearer token")

@@ -46,8 +46,24 @@
   }
   const $ = (id) => document.getElementById(id);
 
+  // A producer that listens beyond loopback wants a bearer token for reads
+  // (FARM_READ_TOKEN or FARM_API_TOKEN): asked for once, kept for this tab.
+  const tokenKey = "browserfarm-token";
+  let tokenAsked = false;
   async function getJSON(path) {
-    const r = await fetch(path, {cache: "no-store", headers: {Accept: "application/json"}});
+    const headers = {Accept: "application/json"};
+    const token = sessionStorage.getItem(tokenKey);
+    if (token) headers.Authorization = "Bearer " + token;
+    const r = await fetch(path, {cache: "no-store", headers});
+    if (r.status === 401 && !tokenAsked) {
+      tokenAsked = true;
+      const t = window.prompt("This farm needs a token to show its jobs (FARM_READ_TOKEN):");
+      if (t) {
+        sessionStorage.setItem(tokenKey, t.trim());
+        tokenAsked = false;
+        return getJSON(path);
+      }
+    }
     let body = null;
     try { body = await r.json(); } catch (e) { /* not JSON: reported below */ }
     if (!r.ok) throw new Error((body && body.error) || (r.status + " " + r.statusText));

@@ -1,0 +1,64 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// TestReadAuth: with ReadAuth every API read needs the read token or the API
+// token; the dashboard page, health and metrics stay open; without ReadAuth
+// reads are open as before. Either way no read shows a proxy password or
+// URL userinfo.
+func TestReadAuth(t *testing.T) {
+	t.Parallel()
+	const readToken = "read-only-token"
+	guarded := newFixture(t, func(c *Config) { c.ReadAuth, c.ReadToken = true, readToken })
+	none := newFixture(t, func(c *Config) { c.ReadAuth, c.Token = true, "" })
+	open := newFixture(t, nil)
+	var ids []int64
+	for _, f := range []*fixture{guarded, open} {
+		f.register("n1", 6)
+		_, ids = f.enqueue(jobqueue.Spec{URL: "http://user:url-pass@a.example/", Proxy: "http://bob:proxy-pass@10.0.0.1:3128"})
+	}
+	reads := []string{"/api/nodes", "/api/stats", "/api/jobs", "/api/jobs?state=pending", fmt.Sprintf("/api/jobs/%d", ids[0]),
+		"/api/samples", "/api/failures"}
+	for _, path := range reads {
+		for _, tok := range []string{"", "wrong"} {
+			if code, _, b := guarded.do("GET", path, tok, ""); code != http.StatusUnauthorized {
+				t.Errorf("GET %s with token %q: %d %s, want 401", path, tok, code, b)
+			}
+		}
+		for _, tok := range []string{readToken, testToken} {
+			if code, _, b := guarded.do("GET", path, tok, ""); code != http.StatusOK {
+				t.Errorf("GET %s with token %q: %d %s, want 200", path, tok, code, b)
+			}
+		}
+		if code, _, b := none.do("GET", path, "anything", ""); code != http.StatusForbidden || !strings.Contains(string(b), "FARM_READ_TOKEN") {
+			t.Errorf("GET %s with no token configured: %d %s, want 403 naming FARM_READ_TOKEN", path, code, b)
+		}
+		for _, f := range []*fixture{guarded, open} {
+			code, _, b := f.do("GET", path, testToken, "")
+			if code != http.StatusOK {
+				t.Errorf("GET %s: %d", path, code)
+			}
+			for _, secret := range []string{"url-pass", "proxy-pass", "user:"} {
+				if strings.Contains(string(b), secret) {
+					t.Errorf("GET %s shows %q: %s", path, secret, b)
+				}
+			}
+		}
+	}
+	// The read token cannot change the farm.
+	if code, _, _ := guarded.do("POST", "/api/jobs", readToken, specsJSON("http://b.example/")); code != http.StatusUnauthorized {
+		t.Errorf("POST with the read token: %d, want 401", code)
+	}
+	for _, path := range []string{"/", "/healthz", "/metrics"} {
+		if code, _, _ := guarded.do("GET", path, "", ""); code != http.StatusOK {
+			t.Errorf("GET %s without a token: %d, want 200", path, code)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package jobqueue
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ResultLimits bound what one result may hold. A node passes them to its
+// browser, which enforces them in the page before the data crosses into Go
+// where it can; CompleteMany enforces them again before anything reaches the
+// database. Data and screenshots over their cap fail the job permanently
+// (class result_too_large, naming the cap); console errors and links past
+// their count are dropped (the documented truncation).
+type ResultLimits struct {
+	// DataBytes caps the JSON of the extract expression.
+	DataBytes int `json:"data_bytes"`
+	// ScreenshotBytes caps the PNG of a screenshot.
+	ScreenshotBytes int `json:"screenshot_bytes"`
+	// ConsoleErrors caps how many console errors are kept (each line is
+	// cut at its own bound).
+	ConsoleErrors int `json:"console_errors"`
+	// Links caps how many followed links a result keeps.
+	Links int `json:"links"`
+}
+
+// Default result limits: the one home of these numbers; `farm consumer`'s
+// flags default to them.
+const (
+	DefaultMaxDataBytes       = 4 << 20
+	DefaultMaxScreenshotBytes = 8 << 20
+	DefaultMaxConsoleErrors   = 50
+	DefaultMaxResultLinks     = 1000
+	// hardMaxResultBytes is the most any one result field may be configured
+	// to: far under PostgreSQL's 1 GB per field, and small enough that a
+	// node holding a few of them stays within its memory.
+	hardMaxResultBytes = 256 << 20
+	maxConsoleLines    = 1000
+	maxResultLinks     = 5000
+)
+
+// DefaultResultLimits returns the documented defaults.
+func DefaultResultLimits() ResultLimits {
+	return ResultLimits{
+		DataBytes:       DefaultMaxDataBytes,
+		ScreenshotBytes: DefaultMaxScreenshotBytes,
+		ConsoleErrors:   DefaultMaxConsoleErrors,
+		Links:           DefaultMaxResultLinks,
+	}
+}
+
+// Check reports the first limit outside its range, naming it.
+func (l ResultLimits) Check() error {
+	for _, f := range []struct {
+		name   string
+		v, max int
+	}{
+		{"data_bytes", l.DataBytes, hardMaxResultBytes},
+		{"screenshot_bytes", l.ScreenshotBytes, hardMaxResultBytes},
+		{"console_errors", l.ConsoleErrors, maxConsoleLines},
+		{"links", l.Links, maxResultLinks},
+	} {
+		if f.v < 1 || f.v > f.max {
+			return fmt.Errorf("result limit %s: %d is out of range 1..%d", f.name, f.v, f.max)
+		}
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields with the defaults.
+func (l ResultLimits) withDefaults() ResultLimits {
+	d := DefaultResultLimits()
+	if l.DataBytes == 0 {
+		l.DataBytes = d.DataBytes
+	}
+	if l.ScreenshotBytes == 0 {
+		l.ScreenshotBytes = d.ScreenshotBytes
+	}
+	if l.ConsoleErrors == 0 {
+		l.ConsoleErrors = d.ConsoleErrors
+	}
+	if l.Links == 0 {
+		l.Links = d.Links
+	}
+	return l
+}
+
+// Error classes of results the queue refuses. Both are permanent: running the
+// job again would produce the same result.
+const (
+	ClassResultTooLarge = "result_too_large"
+	ClassResultInvalid  = "result_invalid"
+)
+
+// ErrResultRefused matches (errors.Is) every *ResultError.
+var ErrResultRefused = errors.New("result refused")
+
+// ResultError says why one job's result cannot be stored. The job should fail
+// with Class, permanently.
+type ResultError struct {
+	Class string
+	Msg   string
+	Err   error // the database's refusal, if it was the database
+}
+
+func (e *ResultError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Class, e.Msg, e.Err)
+	}
+	return e.Class + ": " + e.Msg
+}
+
+func (e *ResultError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrResultRefused) true.
+func (e *ResultError) Is(target error) bool { return target == ErrResultRefused }
+
+// tooLarge is the error of a field over its cap.
+func tooLarge(field string, size, limit int) *ResultError {
+	return &ResultError{Class: ClassResultTooLarge,
+		Msg: fmt.Sprintf("%s is %d bytes, over the cap of %d bytes (result limit %s)", field, size, limit, field)}
+}
+
+// refusedByDatabase reports whether err is PostgreSQL refusing the data of a
+// statement — a data exception (class 22) or a program limit such as the
+// 1 GB field size (class 54) — rather than failing to run it: sending the
+// same data again cannot succeed.
+func refusedByDatabase(err error) (*pgconn.PgError, bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return nil, false
+	}
+	switch pe.Code[:2] {
+	case "22", "54":
+		return pe, true
+	}
+	return nil, false
+}
+
+// databaseRefusal is the ResultError of one result the database refused.
+func databaseRefusal(pe *pgconn.PgError) *ResultError {
+	class := ClassResultInvalid
+	if pe.Code[:2] == "54" {
+		class = ClassResultTooLarge
+	}
+	return &ResultError{Class: class, Msg: "the database refused the result", Err: pe}
+}

@@ -1,0 +1,135 @@
+package jobqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestResultLimitsCheck(t *testing.T) {
+	if err := DefaultResultLimits().Check(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		l     ResultLimits
+		field string
+	}{
+		{"zero data", ResultLimits{ScreenshotBytes: 1, ConsoleErrors: 1, Links: 1}, "data_bytes"},
+		{"huge screenshot", ResultLimits{DataBytes: 1, ScreenshotBytes: 1 << 30, ConsoleErrors: 1, Links: 1}, "screenshot_bytes"},
+		{"negative console", ResultLimits{DataBytes: 1, ScreenshotBytes: 1, ConsoleErrors: -1, Links: 1}, "console_errors"},
+		{"too many links", ResultLimits{DataBytes: 1, ScreenshotBytes: 1, ConsoleErrors: 1, Links: 1 << 20}, "links"},
+	} {
+		if err := tc.l.Check(); err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: Check = %v, want an error naming %s", tc.name, err, tc.field)
+		}
+	}
+}
+
+// TestCompleteManyIsolatesRefusedResults: a result over the queue's cap, and
+// one the database itself refuses, fail alone with a permanent class; the
+// rest of the batch is written in the same call, and the refused jobs stay
+// with their node to be failed.
+func TestCompleteManyIsolatesRefusedResults(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{ResultLimits: ResultLimits{DataBytes: 1 << 10, ScreenshotBytes: 100}})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, pageSpecs(5, "big.test")...)
+	assignClaim(t, q, "n1", 5)
+	big := json.RawMessage(`"` + strings.Repeat("x", 2<<10) + `"`)
+	// A lone surrogate is valid JSON to Go but not to jsonb: the database
+	// refuses the statement, and with it, before this change, the batch.
+	surrogate := json.RawMessage(`{"s":"\ud800"}`)
+	out, err := q.CompleteMany(ctx, []Completion{
+		{JobID: ids[0], NodeID: "n1", Result: Result{Title: "ok 0", Data: json.RawMessage(`{"n":1}`)}},
+		{JobID: ids[1], NodeID: "n1", Result: Result{Data: big}},
+		{JobID: ids[2], NodeID: "n1", Result: Result{Data: surrogate}},
+		{JobID: ids[3], NodeID: "n1", Result: Result{Screenshot: make([]byte, 101)}},
+		{JobID: ids[4], NodeID: "n1", Result: Result{Title: "ok 4"}},
+	})
+	if err != nil {
+		t.Fatalf("CompleteMany: %v", err)
+	}
+	wantClass := func(i int, class, mention string) {
+		t.Helper()
+		var re *ResultError
+		if !errors.As(out[i].Err, &re) || re.Class != class || !errors.Is(out[i].Err, ErrResultRefused) {
+			t.Fatalf("outcome %d: %v, want a ResultError of class %s", i, out[i].Err, class)
+		}
+		if !strings.Contains(out[i].Err.Error(), mention) {
+			t.Errorf("outcome %d: %q does not mention %q", i, out[i].Err, mention)
+		}
+	}
+	wantClass(1, ClassResultTooLarge, "data_bytes")
+	wantClass(2, ClassResultInvalid, "database refused")
+	wantClass(3, ClassResultTooLarge, "screenshot_bytes")
+	for _, i := range []int{0, 4} {
+		if out[i].Err != nil {
+			t.Errorf("outcome %d: %v, want success", i, out[i].Err)
+		}
+		if j := mustGet(t, q, ids[i]); j.State != StateCompleted {
+			t.Errorf("job %d is %s, want completed", i, j.State)
+		}
+	}
+	for _, i := range []int{1, 2, 3} {
+		if j := mustGet(t, q, ids[i]); j.State != StateProcessing {
+			t.Errorf("refused job %d is %s, want still processing on its node", i, j.State)
+		}
+	}
+	if n := countRows(t, pool, "SELECT count(*) FROM results"); n != 2 {
+		t.Fatalf("%d results, want 2", n)
+	}
+
+	// The same refusal for a batch of one.
+	out, err = q.CompleteMany(ctx, []Completion{{JobID: ids[2], NodeID: "n1", Result: Result{Data: surrogate}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClass(0, ClassResultInvalid, "database refused")
+}
+
+// TestHeartbeatRenewsOnlyLiveJobs: a node renews the leases of the jobs it
+// still works on; one it gave up on runs out and is taken back.
+func TestHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	q, _ := newTestQueue(t, Config{Now: clock.Now, Lease: 30 * time.Second})
+	ctx := context.Background()
+	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Hostname: "test", Capacity: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := q.Incarnation(node)
+	ids := mustEnqueue(t, q, pageSpecs(3, "live.test")...)
+	assignClaim(t, q, "n1", 3)
+	for range 4 {
+		clock.Advance(20 * time.Second)
+		if _, err := in.HeartbeatLive(ctx, NodeLoad{}, []int64{ids[0], ids[2]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.RescueLost(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []State{StateProcessing, StatePending, StateProcessing} {
+		if j := mustGet(t, q, ids[i]); j.State != want {
+			t.Errorf("job %d is %s, want %s", i, j.State, want)
+		}
+	}
+	// An empty list renews nothing; nil renews everything the node holds.
+	clock.Advance(20 * time.Second)
+	if _, err := in.HeartbeatLive(ctx, NodeLoad{}, []int64{}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(20 * time.Second)
+	if _, err := q.RescueLost(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if j := mustGet(t, q, ids[0]); j.State != StatePending {
+		t.Errorf("job 0 is %s after an empty renewal, want pending", j.State)
+	}
+}
