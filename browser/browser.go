@@ -53,6 +53,17 @@ type Options struct {
 	// StartTimeout bounds the launch: process start to the first CDP answer.
 	// 0 means 30 s.
 	StartTimeout time.Duration
+	// EgressProxy, when set, is the node's filtering forward proxy
+	// (http://127.0.0.1:PORT, see package egress): every request of every
+	// page goes through it, loopback and link-local hosts included (Chrome
+	// bypasses proxies for those by default), and WebRTC may use no UDP
+	// that does not go through it. A job with a proxy of its own uses that
+	// proxy instead.
+	EgressProxy string
+	// EgressRefused, with EgressProxy, says whether the proxy refused a
+	// host:port and at which address: Chrome reports a refused https tunnel
+	// only as a failed one.
+	EgressRefused func(hostport string) (addr string, refused bool)
 }
 
 const (
@@ -261,6 +272,13 @@ func (b *Browser) args() []string {
 	args := append([]string(nil), baseFlags...)
 	if b.opts.NoSandbox || os.Geteuid() == 0 {
 		args = append(args, "--no-sandbox")
+	}
+	if b.opts.EgressProxy != "" {
+		args = append(args,
+			"--proxy-server="+b.opts.EgressProxy,
+			"--proxy-bypass-list=<-loopback>",
+			"--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+		)
 	}
 	args = mergeFeatureFlags(append(args, b.opts.ExtraFlags...))
 	args = append(args,

@@ -41,6 +41,9 @@ const (
 	// ClassTooLarge: the extract value or screenshot is over its cap
 	// (Request.MaxDataBytes, MaxScreenshotBytes). Permanent.
 	ClassTooLarge = "result_too_large"
+	// ClassDestinationRefused: the page (its URL or a redirect) is at an
+	// address the egress policy refuses. Permanent.
+	ClassDestinationRefused = "destination_refused"
 	// ClassInternal: CDP failed in an unexpected way. Retriable, since a
 	// fresh tab or Chrome usually fixes it.
 	ClassInternal = "internal"

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -139,7 +141,8 @@ var errJobTimeout = errors.New("job timeout")
 // the class: the page answered, it just was not what the job wanted.
 func tabSurvives(class string) bool {
 	switch class {
-	case ClassHTTP, ClassExtract, ClassAction, ClassRedirect, ClassDownload, ClassNetwork, ClassInvalid:
+	case ClassHTTP, ClassExtract, ClassAction, ClassRedirect, ClassDownload, ClassNetwork, ClassInvalid,
+		ClassDestinationRefused, ClassTooLarge:
 		return true
 	}
 	return false
@@ -208,11 +211,17 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.FinalURL = j.shown
 			return newErr(ClassHTTP, false, "HTTP 401: %s asks for credentials", j.shown)
 		}
+		if err := s.refusedTunnel(j, nav.ErrorText); err != nil {
+			return err
+		}
 		class, retriable := classifyNetError(nav.ErrorText)
 		return newErr(class, retriable, "loading %s: %s", j.shown, nav.ErrorText)
 	}
 	if resp := st.doc(nav.LoaderID); resp != nil {
 		res.Status = int(resp.Status)
+		if err := refusedResponse(resp); err != nil {
+			return err
+		}
 	}
 
 	httpErr := error(nil)
@@ -235,6 +244,9 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		if resp := st.doc(nav.LoaderID); res.Status == 0 && resp != nil {
 			// The response event came after Page.navigate's answer.
 			res.Status = int(resp.Status)
+			if err := refusedResponse(resp); err != nil {
+				return err
+			}
 			if res.Status >= 400 {
 				httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
 			}
@@ -279,6 +291,47 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	}
 	res.Timings.Extract = time.Since(mark)
 	return httpErr
+}
+
+// egressRefusedHeader is egress.RefusedHeader: the egress proxy's mark on
+// its answer to a refused plain-HTTP request (a test checks they agree).
+const egressRefusedHeader = "X-Browserfarm-Egress-Refused"
+
+// refusedResponse is the error of a main document the egress proxy refused
+// (the page's URL or where it redirected), or nil.
+func refusedResponse(resp *network.Response) error {
+	if resp.Status != 403 {
+		return nil
+	}
+	for k, v := range resp.Headers {
+		if strings.EqualFold(k, egressRefusedHeader) {
+			return newErr(ClassDestinationRefused, false, "destination %v refused by the egress policy (%s)", v, resp.URL)
+		}
+	}
+	return nil
+}
+
+// refusedTunnel is the error of an https page whose tunnel the egress proxy
+// refused: Chrome reports only that the tunnel failed, the proxy says why.
+func (s *Session) refusedTunnel(j *job, errText string) error {
+	if s.b.opts.EgressRefused == nil || j.proxy != nil || !strings.Contains(errText, "ERR_TUNNEL_CONNECTION_FAILED") {
+		return nil
+	}
+	u, err := url.Parse(j.URL)
+	if err != nil {
+		return nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	if addr, ok := s.b.opts.EgressRefused(net.JoinHostPort(u.Hostname(), port)); ok {
+		return newErr(ClassDestinationRefused, false, "destination %s refused by the egress policy (%s)", addr, j.shown)
+	}
+	return nil
 }
 
 func wrapAction(i int, a Action, err error) error {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
+
+	"github.com/browserfarm/browserfarm/browser/egress"
 )
 
 func TestRequestPrepare(t *testing.T) {
@@ -347,5 +349,11 @@ func TestMergeFeatureFlags(t *testing.T) {
 		if got := mergeFeatureFlags(tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("mergeFeatureFlags(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+func TestEgressRefusedHeaderAgrees(t *testing.T) {
+	if egressRefusedHeader != egress.RefusedHeader {
+		t.Fatalf("browser looks for %q, the egress proxy sets %q", egressRefusedHeader, egress.RefusedHeader)
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -94,6 +98,13 @@ type ConsumerConfig struct {
 	// Protector is told it is idle, so that protection does not flap
 	// between jobs. Default 30 s; negative means at once.
 	ProtectorIdleAfter time.Duration
+	// Egress is what the node's jobs may reach: by default public addresses
+	// only — no loopback, link-local (the cloud metadata service), private
+	// range or the farm's own listen addresses (list those in Deny when they
+	// are public). The node runs a filtering proxy in front of its Chrome
+	// that enforces it on every resolved address; followed links to refused
+	// literal addresses are dropped, and a job's own proxy must be allowed.
+	Egress egress.Policy
 	// Load samples the node's load for heartbeats. Default: a
 	// ProcessLoadSampler (this process and its Chromes, not the machine,
 	// which several nodes may share); MemUsedBytes gets the Chromes' PSS added.
@@ -205,12 +216,13 @@ func NodeIDFromHostname(host string) string {
 // records the outcome, and heartbeats its load while renewing its leases.
 // Create it with NewConsumer and call Run once.
 type Consumer struct {
-	cfg  ConsumerConfig
-	q    *jobqueue.Queue
-	sup  *supervisor.Supervisor
-	log  *zap.Logger
-	node string
-	inc  *jobqueue.Incarnation // set by Run's registration, before anything uses it
+	cfg    ConsumerConfig
+	q      *jobqueue.Queue
+	sup    *supervisor.Supervisor
+	log    *zap.Logger
+	node   string
+	egress *egress.Proxy         // served by Run
+	inc    *jobqueue.Incarnation // set by Run's registration, before anything uses it
 
 	fenced     chan struct{} // closed when a newer incarnation took the id
 	fenceOnce  sync.Once
@@ -249,12 +261,24 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	sup, err := supervisor.New(cfg.Supervisor)
+	log := cfg.Logger.With(zap.String("node", cfg.NodeID))
+	// The egress proxy listens now so that Chrome's flags can name it; Run
+	// serves it and closes it.
+	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: cfg.Egress, Logger: log.Named("egress")})
 	if err != nil {
 		return nil, fmt.Errorf("farm: consumer: %w", err)
 	}
-	log := cfg.Logger.With(zap.String("node", cfg.NodeID))
+	cfg.Supervisor.Browser.EgressProxy = proxy.URL()
+	cfg.Supervisor.Browser.EgressRefused = proxy.Refused
+	sup, err := supervisor.New(cfg.Supervisor)
+	if err != nil {
+		proxy.Close()
+		return nil, fmt.Errorf("farm: consumer: %w", err)
+	}
+	log.Info("egress proxy listening", zap.String("addr", proxy.Addr()),
+		zap.Stringers("allow", cfg.Egress.Allow), zap.Stringers("deny", cfg.Egress.Deny))
 	return &Consumer{
+		egress:      proxy,
 		cfg:         cfg,
 		q:           cfg.Queue,
 		sup:         sup,
@@ -377,6 +401,20 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	// The supervisor, the renders and the completer outlive ctx on purpose:
 	// they are stopped in order during the drain.
 	base := context.WithoutCancel(ctx)
+	// The egress proxy outlives the supervisor: Chrome needs it until it is
+	// killed.
+	egressCtx, stopEgress := context.WithCancel(base)
+	egressDone := make(chan struct{})
+	go func() {
+		defer close(egressDone)
+		if err := c.egress.Serve(egressCtx); err != nil {
+			c.log.Warn("egress proxy stopped", zap.Error(err))
+		}
+	}()
+	defer func() {
+		stopEgress()
+		<-egressDone
+	}()
 	supCtx, stopSup := context.WithCancel(base)
 	defer stopSup()
 	// supErr is written once, before supExited closes.
@@ -727,6 +765,12 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	}
 	req := SpecRequest(j.Spec, c.cfg.DefaultJobTimeout)
 	limitRequest(&req, c.q.ResultLimits())
+	if err := c.checkJobProxy(ctx, j.Spec.Proxy); err != nil {
+		slot.Release()
+		c.signal(c.jobDone)
+		c.fail(j, log, err, 0)
+		return
+	}
 	rctx, cancel := context.WithTimeout(ctx, req.Timeout+renderSlack)
 	t0 := time.Now()
 	res, err := slot.Render(rctx, req)
@@ -742,7 +786,60 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 		c.fail(j, log.With(zap.Int("chrome_pid", pid)), err, took)
 		return
 	}
+	res.Links = c.followable(res.Links)
 	c.complete(j, log, res, took)
+}
+
+// checkJobProxy refuses a job whose own proxy is at an address the node's
+// egress policy refuses: the job's traffic goes to its proxy directly, not
+// through the node's filter, so the proxy itself must be a place the job may
+// reach. What lies behind an allowed proxy is that proxy's business.
+func (c *Consumer) checkJobProxy(ctx context.Context, proxy string) error {
+	if proxy == "" {
+		return nil
+	}
+	u, err := url.Parse(proxy)
+	if err != nil {
+		return &browser.Error{Class: browser.ClassInvalid, Err: fmt.Errorf("proxy: %w", err)}
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil {
+		return &browser.Error{Class: browser.ClassInvalid, Err: fmt.Errorf("proxy: bad port %q", u.Port())}
+	}
+	if _, err := c.egress.Check(ctx, u.Hostname(), uint16(port)); err != nil {
+		var re *egress.RefusedError
+		if errors.As(err, &re) {
+			return &browser.Error{Class: browser.ClassDestinationRefused, Err: fmt.Errorf("the job's proxy: %w", err)}
+		}
+		return &browser.Error{Class: browser.ClassNetwork, Retriable: true, Err: fmt.Errorf("the job's proxy: %w", err)}
+	}
+	return nil
+}
+
+// followable drops the links to literal addresses the egress policy
+// refuses, so that they never become child jobs; links by host name are
+// judged when their job runs, on what the name resolves to then.
+func (c *Consumer) followable(links []string) []string {
+	out := links[:0]
+	for _, l := range links {
+		if u, err := url.Parse(l); err == nil {
+			if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil {
+				port := u.Port()
+				if port == "" {
+					port = map[string]string{"https": "443"}[u.Scheme]
+					if port == "" {
+						port = "80"
+					}
+				}
+				p, _ := strconv.ParseUint(port, 10, 16)
+				if !c.cfg.Egress.Allowed(netip.AddrPortFrom(a, uint16(p))) {
+					continue
+				}
+			}
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // complete hands a render to the batching completer and waits for its outcome.

@@ -32,6 +32,7 @@ func startConsumer(t *testing.T, db testDB, node, profiles string, adjust func(*
 	cfg.HeartbeatInterval = 300 * time.Millisecond
 	cfg.Supervisor.MemoryInterval = 300 * time.Millisecond
 	cfg.Supervisor.Browser.ProfileRoot = profiles
+	cfg.Egress = testSiteEgress()
 	if adjust != nil {
 		adjust(&cfg)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +17,17 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
+
+// testSiteEgress lets the consumer tests' jobs reach the test site, which
+// listens on 127.0.0.1 (refused by the default policy), and nothing else
+// on loopback.
+func testSiteEgress() egress.Policy {
+	return egress.Policy{Allow: []egress.Rule{{Prefix: netip.MustParsePrefix("127.0.0.1/32")}}}
+}
 
 // testBackoff is the retry delay base in the consumer tests: long enough to
 // be real, short enough not to slow the tests.

@@ -102,6 +102,7 @@ func consumerChild() int {
 	cfg.Supervisor.ChromeRecycleJobs = envInt(childRecycle)
 	cfg.Supervisor.ExitAfterJobs = envInt(childExit)
 	cfg.Supervisor.Browser.ProfileRoot = os.Getenv(childProfileRoot)
+	cfg.Egress = testSiteEgress()
 	c, err := NewConsumer(cfg)
 	if err != nil {
 		log.Error("consumer", zap.Error(err))

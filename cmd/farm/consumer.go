@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/autoscale"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -39,6 +42,8 @@ type consumerOptions struct {
 	profileRoot     string
 	healthAddr      string
 	limits          jobqueue.ResultLimits
+	allow           string
+	deny            string
 
 	awsProtection bool
 	awsGroup      string
@@ -68,6 +73,8 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.IntVar(&o.limits.ScreenshotBytes, "max-screenshot-bytes", dl.ScreenshotBytes, "largest screenshot (PNG bytes); a larger one fails its job with result_too_large")
 	fs.IntVar(&o.limits.ConsoleErrors, "max-console-errors", dl.ConsoleErrors, "console errors kept per result; later ones are dropped")
 	fs.IntVar(&o.limits.Links, "max-result-links", dl.Links, "followed links kept per result; later ones are dropped")
+	fs.StringVar(&o.allow, "allow-destination", "", "addresses jobs may reach although loopback, link-local or private, comma-separated: 10.1.2.0/24,127.0.0.1:8089 (IP addresses or prefixes, optionally with a port; default: public addresses only)")
+	fs.StringVar(&o.deny, "deny-destination", "", "addresses jobs may never reach although public, e.g. the producer's public listen address (same form as --allow-destination; beats it)")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
 	fs.BoolVar(&o.awsProtection, "aws-instance-protection", false, "protect this EC2 instance from Auto Scaling scale-in while it has jobs (needs --aws-asg-name)")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "the Auto Scaling group of the consumer fleet, for --aws-instance-protection")
@@ -122,6 +129,9 @@ func (o *consumerOptions) check() error {
 		}
 		errs = append(errs, msg)
 	}
+	if _, err := o.egressPolicy(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if o.awsProtection && o.awsGroup == "" {
 		errs = append(errs, "--aws-instance-protection needs --aws-asg-name")
 	}
@@ -129,6 +139,54 @@ func (o *consumerOptions) check() error {
 		return usagef("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// egressPolicy is what the node's jobs may reach, from the flags: the node's
+// own health endpoint is never one of them.
+func (o *consumerOptions) egressPolicy() (egress.Policy, error) {
+	var p egress.Policy
+	var err error
+	if p.Allow, err = egress.ParseRules(o.allow); err != nil {
+		return p, fmt.Errorf("--allow-destination: %w", err)
+	}
+	if p.Deny, err = egress.ParseRules(o.deny); err != nil {
+		return p, fmt.Errorf("--deny-destination: %w", err)
+	}
+	if o.healthAddr != "" {
+		p.Deny = append(p.Deny, listenRules(o.healthAddr)...)
+	}
+	return p, nil
+}
+
+// listenRules are the destinations a listen address answers on: its IP and
+// port, or every address of the machine with that port when it listens on
+// all of them.
+func listenRules(addr string) []egress.Rule {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 {
+		return nil
+	}
+	var ips []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
+		ips = append(ips, a)
+	} else if host == "" || err == nil {
+		addrs, _ := net.InterfaceAddrs()
+		for _, ia := range addrs {
+			if p, err := netip.ParsePrefix(ia.String()); err == nil {
+				ips = append(ips, p.Addr())
+			}
+		}
+	}
+	var out []egress.Rule
+	for _, a := range ips {
+		a = a.Unmap()
+		out = append(out, egress.Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Port: uint16(port)})
+	}
+	return out
 }
 
 // supervisorConfig is the node's Chrome policy from the flags.
@@ -164,6 +222,7 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) far
 	if o.awsIdleAfter == 0 {
 		cfg.ProtectorIdleAfter = -1
 	}
+	cfg.Egress, _ = o.egressPolicy() // checked by check
 	cfg.Logger = log
 	return cfg
 }

@@ -159,7 +159,8 @@ func TestConsumerCommandRecycles(t *testing.T) {
 	go func() {
 		done <- runConsumer(ctx, &environment{stdout: &bytes.Buffer{}, stderr: &lockedBuffer{b: &out}, getenv: func(string) string { return "" }},
 			[]string{"--database-url", url, "--node-id", "cmd-node", "--capacity", "2", "--exit-after-jobs", "2",
-				"--health-addr", healthAddr, "--chrome-profile-root", t.TempDir(), "--log-level", "warn"})
+				"--health-addr", healthAddr, "--chrome-profile-root", t.TempDir(), "--log-level", "warn",
+				"--allow-destination", strings.TrimPrefix(site.URL, "http://")})
 	}()
 
 	healthy := false

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/fleet"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
@@ -46,6 +47,7 @@ type upOptions struct {
 	demoDelay   time.Duration
 	keepData    bool
 	consumerLog string
+	allow       string
 }
 
 // defaultDataDir is where `farm up` keeps its PostgreSQL cluster and logs:
@@ -88,6 +90,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	fs.IntVar(&uo.demoJobs, "demo-jobs", 300, "with --demo: how many pages to render")
 	fs.DurationVar(&uo.demoDelay, "demo-delay", 0, "with --demo: how long the test site's API takes to answer, to mimic a slow site")
 	fs.BoolVar(&uo.keepData, "keep-data", false, "with --demo: keep the temporary data dir (database and logs) afterwards")
+	fs.StringVar(&uo.allow, "allow-destination", "", "addresses the consumers' jobs may reach although loopback, link-local or private (see farm consumer --help); the demo adds its test site")
 	fs.DurationVar(&uo.drain, "drain-timeout", time.Minute, "on Ctrl-C, how long the consumers' in-flight jobs may finish before they are handed back")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
@@ -209,9 +212,11 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 			return err
 		}
 		defer site.Close()
-		// The demo's site is ours: no politeness limit towards it.
+		// The demo's site is ours: no politeness limit towards it, and its
+		// jobs may reach it although it is on loopback.
 		u, _ := url.Parse(site.URL)
 		po.hostRules = append(po.hostRules, u.Host+"=0")
+		uo.allow = strings.Trim(uo.allow+","+u.Host, ",")
 	}
 
 	ln, err := net.Listen("tcp", po.listen)
@@ -269,6 +274,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		"FARM_LOG_LEVEL":           lo.level,
 		"FARM_CHROME":              uo.chrome,
 		"FARM_HEARTBEAT_INTERVAL":  durationOrEmpty(uo.heartbeat),
+		"FARM_ALLOW_DESTINATION":   uo.allow,
+		// The producer's own address is never a job's destination.
+		"FARM_DENY_DESTINATION": strings.Trim(os.Getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),
 	})
 	fl, err := fleet.New(fleet.Config{
 		Count: uo.consumers,
@@ -329,6 +337,15 @@ func consumerEnvironment(base []string, set map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// rulesString is rules in the form --allow-destination takes.
+func rulesString(rules []egress.Rule) string {
+	s := make([]string, len(rules))
+	for i, r := range rules {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ",")
 }
 
 func durationOrEmpty(d time.Duration) string {

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/supervisor"
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"go.uber.org/zap"
 )
 
@@ -41,6 +43,9 @@ type workerConfig struct {
 	// Incognito makes Crawlee open each page in a browser context of its
 	// own (launchContext.useIncognitoPages) instead of Chrome's default one.
 	Incognito bool `json:"incognito,omitempty"`
+	// Egress puts the farm's Chrome behind an egress proxy that allows the
+	// test site (on loopback, refused by default), as on a farm node.
+	Egress bool `json:"egress,omitempty"`
 }
 
 // workerResult is the JSON line a worker prints after the measured pages.
@@ -84,6 +89,28 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	scfg.ExitAfterJobs = cfg.ExitAfterJobs
 	scfg.Browser = browser.Options{ExecPath: cfg.Chrome, ProfileRoot: cfg.ProfileRoot, Logger: log}
 	scfg.Logger = log
+	if cfg.Egress {
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return fmt.Errorf("farm worker: %w", err)
+		}
+		rule, err := egress.ParseRule(u.Host)
+		if err != nil {
+			return fmt.Errorf("farm worker: the site's address: %w", err)
+		}
+		proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}, Logger: log})
+		if err != nil {
+			return fmt.Errorf("farm worker: %w", err)
+		}
+		pctx, stop := context.WithCancel(ctx)
+		served := make(chan error, 1)
+		go func() { served <- proxy.Serve(pctx) }()
+		defer func() {
+			stop()
+			err = errors.Join(err, <-served)
+		}()
+		scfg.Browser.EgressProxy, scfg.Browser.EgressRefused = proxy.URL(), proxy.Refused
+	}
 	nodes, err := startNodes(ctx, scfg)
 	if err != nil {
 		return fmt.Errorf("farm worker: %w", err)

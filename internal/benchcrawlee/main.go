@@ -81,7 +81,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	crawleeChrome := fs.String("crawlee-chrome", "/usr/lib/chromium/chromium", "browser binary of the Crawlee sides (default: full Chromium, what Puppeteer's default headless mode runs)")
 	recycle := fs.Int("recycle", 20, "farm sides: a new Chrome every N jobs (0: never)")
 	exitAfter := fs.Int("exit-after", 80, "farm sides: a new node, as after the process's exit 75, every N jobs (0: never)")
-	sideList := fs.String("sides", "farm,crawlee,farm_shared", "sides to run, alternating: farm (default isolation), farm_shared, farm_context, crawlee, crawlee_incognito")
+	sideList := fs.String("sides", "farm,crawlee,farm_shared", "sides to run, alternating: farm (default isolation), farm_shared, farm_context, farm_egress (farm behind the egress proxy), crawlee, crawlee_incognito")
 	node := fs.String("node", "node", "node binary")
 	driver := fs.String("driver", "", "path of crawlee-bench.mjs next to a node_modules with @crawlee/puppeteer and puppeteer-core (bench.sh installs them)")
 	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "bound of one run, Chrome start to exit")
@@ -153,13 +153,17 @@ const (
 	// crawleeIncognito is Crawlee with useIncognitoPages: a browser
 	// context per page.
 	crawleeIncognito side = "crawlee_incognito"
+	// farmEgress is farm behind the node's egress proxy (package
+	// browser/egress, allowing the test site), as a farm node runs: the
+	// difference to farm is the policy's cost.
+	farmEgress side = "farm_egress"
 )
 
 func parseSides(s string) ([]side, error) {
 	var out []side
 	for f := range strings.SplitSeq(s, ",") {
 		switch sd := side(strings.TrimSpace(f)); sd {
-		case farm, farmShared, farmContext, crawlee, crawleeIncognito:
+		case farm, farmShared, farmContext, farmEgress, crawlee, crawleeIncognito:
 			out = append(out, sd)
 		default:
 			return nil, fmt.Errorf("unknown side %q", f)
@@ -215,7 +219,7 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 		for _, d := range b.delays {
 			for _, s := range order {
 				cfg := workerConfig{URL: site.URL, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome,
-					Shared: s == farmShared, Context: s == farmContext, Incognito: s == crawleeIncognito,
+					Shared: s == farmShared, Context: s == farmContext, Incognito: s == crawleeIncognito, Egress: s == farmEgress,
 					RecycleJobs: b.recycle, ExitAfterJobs: b.exitAfter}
 				if s == crawlee || s == crawleeIncognito {
 					cfg.Chrome = b.crawleeChrome

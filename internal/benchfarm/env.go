@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/procstat"
@@ -111,6 +113,16 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	cfg.Supervisor.ChromeRecycleJobs = r.recycleEvery
 	cfg.Supervisor.ExitAfterJobs = 0
 	cfg.Supervisor.Browser.ProfileRoot = profiles
+	// The test site is on loopback, which the default egress policy refuses.
+	siteURL, err := url.Parse(e.site.URL)
+	if err != nil {
+		return runResult{}, err
+	}
+	siteRule, err := egress.ParseRule(siteURL.Host)
+	if err != nil {
+		return runResult{}, err
+	}
+	cfg.Egress.Allow = []egress.Rule{siteRule}
 	if r.lead >= 0 {
 		cfg.Supervisor.ReplacementLead = r.lead
 	}

@@ -1,0 +1,261 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestParseRule(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		err      bool
+	}{
+		{"10.1.2.0/24", "10.1.2.0/24", false},
+		{"10.1.2.7/24", "10.1.2.0/24", false},
+		{"127.0.0.1:8089", "127.0.0.1:8089", false},
+		{"127.0.0.2", "127.0.0.2", false},
+		{"::1", "::1", false},
+		{"[::1]:80", "[::1]:80", false},
+		{"fe80::/10", "fe80::/10", false},
+		{"10.0.0.0/8:443", "10.0.0.0/8:443", false},
+		{"example.com", "", true},
+		{"127.0.0.1:0", "", true},
+		{"127.0.0.1:70000", "", true},
+		{"[::1", "", true},
+		{"", "", true},
+	} {
+		r, err := ParseRule(tc.in)
+		if tc.err {
+			if err == nil {
+				t.Errorf("ParseRule(%q) = %v, want an error", tc.in, r)
+			}
+			continue
+		}
+		if err != nil || r.String() != tc.want {
+			t.Errorf("ParseRule(%q) = %v, %v; want %s", tc.in, r, err, tc.want)
+		}
+	}
+	if rules, err := ParseRules("10.1.2.0/24, 127.0.0.1:8089,"); err != nil || len(rules) != 2 {
+		t.Errorf("ParseRules = %v, %v", rules, err)
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	must := func(s string) Rule {
+		r, err := ParseRule(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	pol := Policy{Allow: []Rule{must("127.0.0.1:8089"), must("10.1.2.0/24")}, Deny: []Rule{must("10.1.2.9"), must("203.0.113.5:8080")}}
+	for _, tc := range []struct {
+		addr string
+		def  bool // under the default policy
+		with bool // under pol
+	}{
+		{"93.184.216.34:80", true, true},
+		{"[2606:2800:220:1:248:1893:25c8:1946]:443", true, true},
+		{"127.0.0.1:8089", false, true},
+		{"127.0.0.1:8080", false, false},
+		{"127.0.0.2:8089", false, false},
+		{"[::1]:8089", false, false},
+		{"[::ffff:127.0.0.1]:8089", false, true},
+		{"169.254.169.254:80", false, false},
+		{"[fe80::1]:80", false, false},
+		{"10.0.0.1:80", false, false},
+		{"10.1.2.3:5432", false, true},
+		{"10.1.2.9:80", false, false},
+		{"172.16.0.1:80", false, false},
+		{"192.168.1.1:80", false, false},
+		{"100.64.0.1:80", false, false},
+		{"0.0.0.0:80", false, false},
+		{"[::]:80", false, false},
+		{"[fd00::1]:80", false, false},
+		{"[64:ff9b::a9fe:a9fe]:80", false, false},
+		{"224.0.0.1:80", false, false},
+		{"203.0.113.5:8080", true, false},
+		{"203.0.113.5:8081", true, true},
+	} {
+		ap := netip.MustParseAddrPort(tc.addr)
+		if got := (Policy{}).Allowed(ap); got != tc.def {
+			t.Errorf("default policy: %s allowed = %v, want %v", tc.addr, got, tc.def)
+		}
+		if got := pol.Allowed(ap); got != tc.with {
+			t.Errorf("policy: %s allowed = %v, want %v", tc.addr, got, tc.with)
+		}
+	}
+}
+
+// fakeResolver answers from a map.
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// startSite serves "hello from <addr>" on ip:0 and returns its address.
+func startSite(t *testing.T, ip string) (addr string, hits func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	n := 0
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		fmt.Fprintf(w, "hello from %s", ln.Addr())
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// TestProxy runs the proxy against sites on 127.0.0.1 and 127.0.0.2: the
+// allow-list lets exactly what it names through; a refused destination is
+// never dialed — the metadata address included — and a host name is judged
+// by what it resolves to.
+func TestProxy(t *testing.T) {
+	allowed, allowedHits := startSite(t, "127.0.0.1")
+	other, otherHits := startSite(t, "127.0.0.2")
+	samePortOther := "127.0.0.2:" + strings.Split(allowed, ":")[1]
+	rule, err := ParseRule(allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dmu sync.Mutex
+	var dialed []string
+	d := &net.Dialer{}
+	p, err := Listen("127.0.0.1:0", Config{
+		Policy: Policy{Allow: []Rule{rule}},
+		Resolver: fakeResolver{
+			"site.test":     {netip.MustParseAddr("127.0.0.1")},
+			"rebind.test":   {netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("127.0.0.2")},
+			"metadata.test": {netip.MustParseAddr("169.254.169.254")},
+		},
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dmu.Lock()
+			dialed = append(dialed, addr)
+			dmu.Unlock()
+			if addr != allowed {
+				t.Errorf("dialed %s, which the policy does not allow", addr)
+				return nil, fmt.Errorf("test: refusing to dial %s", addr)
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	proxyURL, _ := url.Parse(p.URL())
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+
+	get := func(target string) (int, string, string) {
+		t.Helper()
+		resp, err := client.Get(target)
+		if err != nil {
+			t.Fatalf("GET %s: %v", target, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get(RefusedHeader), string(b)
+	}
+	if code, _, body := get("http://" + allowed + "/"); code != 200 || !strings.Contains(body, allowed) {
+		t.Errorf("allowed site: %d %q", code, body)
+	}
+	port := strings.Split(allowed, ":")[1]
+	if code, _, body := get("http://site.test:" + port + "/"); code != 200 || !strings.Contains(body, allowed) {
+		t.Errorf("allowed site by name: %d %q", code, body)
+	}
+	for _, tc := range []struct{ target, refused string }{
+		{"http://" + other + "/", other},
+		{"http://" + samePortOther + "/", samePortOther},
+		{"http://127.0.0.1:1/", "127.0.0.1:1"},
+		{"http://169.254.169.254/latest/meta-data/", "169.254.169.254:80"},
+		{"http://metadata.test/", "169.254.169.254:80"},
+		{"http://[fe80::1]/", "[fe80::1]:80"},
+		{"http://rebind.test:" + port + "/", "127.0.0.2:" + port},
+	} {
+		code, hdr, body := get(tc.target)
+		if code != http.StatusForbidden || hdr != tc.refused || !strings.Contains(body, "refused") {
+			t.Errorf("%s: %d, refused %q, %q; want 403 naming %s", tc.target, code, hdr, body, tc.refused)
+		}
+	}
+
+	// CONNECT, as Chrome tunnels https and wss.
+	connect := func(hostport string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", hostport, hostport)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatalf("CONNECT %s: %v", hostport, err)
+		}
+		if resp.StatusCode != 200 {
+			return resp.Status
+		}
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostport)
+		inner, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("through the tunnel: %v", err)
+		}
+		b, _ := io.ReadAll(inner.Body)
+		return string(b)
+	}
+	if got := connect(allowed); !strings.Contains(got, "hello from "+allowed) {
+		t.Errorf("tunnel to the allowed site: %q", got)
+	}
+	for _, hp := range []string{other, "169.254.169.254:443", "rebind.test:443"} {
+		if got := connect(hp); !strings.HasPrefix(got, "403") {
+			t.Errorf("CONNECT %s: %q, want 403", hp, got)
+		}
+	}
+	if addr, ok := p.Refused("169.254.169.254:443"); !ok || addr != "169.254.169.254:443" {
+		t.Errorf("Refused(metadata) = %q, %v", addr, ok)
+	}
+	if _, ok := p.Refused(allowed); ok {
+		t.Error("the allowed site is remembered as refused")
+	}
+	if otherHits() != 0 {
+		t.Errorf("the refused site on 127.0.0.2 got %d requests", otherHits())
+	}
+	if allowedHits() != 3 {
+		t.Errorf("the allowed site got %d requests, want 3", allowedHits())
+	}
+	dmu.Lock()
+	defer dmu.Unlock()
+	for _, a := range dialed {
+		if a != allowed {
+			t.Errorf("dialed %s", a)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+// Package egress is the farm's outbound filter: a small forward proxy in
+// front of Chrome that resolves every destination itself, checks each
+// resolved address against a Policy and dials the address it checked, so a
+// page cannot reach loopback, link-local (the cloud metadata service),
+// private ranges or the farm's own listen addresses unless the operator
+// allowed them — not through a redirect, a subresource, a frame, a
+// WebSocket, nor a host name that resolves (or re-resolves: DNS rebinding)
+// to such an address. It imports nothing else of the project.
+package egress
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Rule matches destinations: an address prefix and, optionally, one port.
+type Rule struct {
+	Prefix netip.Prefix
+	Port   uint16 // 0: every port
+}
+
+func (r Rule) String() string {
+	if r.Port == 0 {
+		if r.Prefix.IsSingleIP() {
+			return r.Prefix.Addr().String()
+		}
+		return r.Prefix.String()
+	}
+	host := r.Prefix.String()
+	if r.Prefix.IsSingleIP() {
+		host = r.Prefix.Addr().String()
+	}
+	if r.Prefix.Addr().Is6() {
+		host = "[" + host + "]"
+	}
+	return host + ":" + strconv.Itoa(int(r.Port))
+}
+
+// Matches reports whether the rule covers a destination.
+func (r Rule) Matches(ap netip.AddrPort) bool {
+	return r.Prefix.Contains(ap.Addr().Unmap()) && (r.Port == 0 || r.Port == ap.Port())
+}
+
+// ParseRule reads one rule: an address (127.0.0.1, ::1), a prefix
+// (10.1.2.0/24), or either with a port (127.0.0.1:8089, [::1]:80,
+// 10.1.2.0/24:443).
+func ParseRule(s string) (Rule, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return Rule{}, fmt.Errorf("empty destination")
+	}
+	host, port := s, ""
+	switch {
+	case strings.HasPrefix(s, "["):
+		end := strings.Index(s, "]")
+		if end < 0 {
+			return Rule{}, fmt.Errorf("destination %q: missing ]", s)
+		}
+		host, port = s[1:end], strings.TrimPrefix(s[end+1:], ":")
+		if rest := s[end+1:]; rest != "" && !strings.HasPrefix(rest, ":") {
+			return Rule{}, fmt.Errorf("destination %q: unexpected %q after ]", s, rest)
+		}
+	case strings.Count(s, ":") == 1:
+		host, port, _ = strings.Cut(s, ":")
+	}
+	var r Rule
+	if strings.Contains(host, "/") {
+		p, err := netip.ParsePrefix(host)
+		if err != nil {
+			return Rule{}, fmt.Errorf("destination %q: %v", s, err)
+		}
+		r.Prefix = p.Masked()
+	} else {
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return Rule{}, fmt.Errorf("destination %q: not an IP address or prefix (host names are not allowed: the policy is on resolved addresses)", s)
+		}
+		a = a.Unmap()
+		r.Prefix = netip.PrefixFrom(a, a.BitLen())
+	}
+	if r.Prefix.Addr().Is4In6() {
+		r.Prefix = netip.PrefixFrom(r.Prefix.Addr().Unmap(), r.Prefix.Bits()-96)
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return Rule{}, fmt.Errorf("destination %q: port %q is not 1..65535", s, port)
+		}
+		r.Port = uint16(n)
+	}
+	return r, nil
+}
+
+// ParseRules reads a comma-separated list of rules (see ParseRule).
+func ParseRules(list string) ([]Rule, error) {
+	var out []Rule
+	for _, s := range strings.Split(list, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		r, err := ParseRule(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// blocked are the ranges refused unless allowed: "this network", loopback,
+// link-local (the cloud metadata service lives at 169.254.169.254),
+// private, shared (carrier-grade NAT), benchmarking, multicast and reserved
+// ranges, and their IPv6 counterparts.
+var blocked = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach any IPv4 address
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+}
+
+// Policy decides which destinations a job may reach. The zero value is the
+// default: every public address, nothing else.
+type Policy struct {
+	// Allow lists destinations let through although they are in a refused
+	// range (e.g. an internal site the farm should scrape).
+	Allow []Rule
+	// Deny lists destinations refused although public: the farm's own
+	// listen addresses. Deny beats Allow.
+	Deny []Rule
+}
+
+// Allowed reports whether a job may connect to ap.
+func (p Policy) Allowed(ap netip.AddrPort) bool {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	for _, r := range p.Deny {
+		if r.Matches(ap) {
+			return false
+		}
+	}
+	for _, r := range p.Allow {
+		if r.Matches(ap) {
+			return true
+		}
+	}
+	a := ap.Addr()
+	if !a.IsValid() || a.Zone() != "" {
+		return false
+	}
+	for _, b := range blocked {
+		if b.Contains(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// RefusedError says that a destination is not allowed.
+type RefusedError struct {
+	Host string         // as asked for
+	Addr netip.AddrPort // the resolved address refused
+}
+
+func (e *RefusedError) Error() string {
+	if e.Host != "" && e.Host != e.Addr.Addr().String() {
+		return fmt.Sprintf("destination %s (%s) refused by the egress policy", e.Addr, e.Host)
+	}
+	return fmt.Sprintf("destination %s refused by the egress policy", e.Addr)
+}

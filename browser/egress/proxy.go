@@ -1,0 +1,360 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// RefusedHeader is set on the proxy's answer to a refused plain-HTTP request:
+// the browser tells a refusal from a page's own 403 by it, and names the
+// address from it.
+const RefusedHeader = "X-Browserfarm-Egress-Refused"
+
+// Timeouts of the proxy's own work; the job's timeout bounds the rest.
+const (
+	resolveTimeout = 10 * time.Second
+	dialTimeout    = 15 * time.Second
+	// maxRefusals bounds the memory of recent refusals (see Refused).
+	maxRefusals = 1024
+)
+
+// Config configures a Proxy.
+type Config struct {
+	Policy Policy
+	// Resolver resolves host names; nil means net.DefaultResolver.
+	Resolver interface {
+		LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+	}
+	// Dial connects to a checked address; nil means a net.Dialer. Tests
+	// use it to prove that a refused destination is never dialed.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Logger receives refusals (debug) and failures; nil means zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Proxy is a forward HTTP proxy (absolute-form requests and CONNECT) that
+// enforces a Policy on every resolved address. Create it with Listen, run it
+// with Serve.
+type Proxy struct {
+	cfg Config
+	ln  net.Listener
+	srv *http.Server
+	log *zap.Logger
+
+	mu       sync.Mutex
+	refusals map[string]refusal // host:port as asked → the refused address
+	order    []string
+	tunnels  map[net.Conn]struct{} // both ends of every open tunnel
+	closed   bool
+	wg       sync.WaitGroup // tunnels' copy goroutines
+}
+
+type refusal struct {
+	addr netip.AddrPort
+	at   time.Time
+}
+
+// Listen opens the proxy's listener on addr (e.g. 127.0.0.1:0). Nothing is
+// served until Serve.
+func Listen(addr string, cfg Config) (*Proxy, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{Timeout: dialTimeout}
+		cfg.Dial = d.DialContext
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
+	p := &Proxy{cfg: cfg, ln: ln, log: cfg.Logger, refusals: map[string]refusal{}, tunnels: map[net.Conn]struct{}{}}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: zap.NewStdLog(cfg.Logger)}
+	return p, nil
+}
+
+// Addr is the proxy's address, host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// URL is the proxy as Chrome's --proxy-server takes it.
+func (p *Proxy) URL() string { return "http://" + p.Addr() }
+
+// Serve answers requests until ctx ends, then closes the listener and every
+// connection (tunnels included) and returns.
+func (p *Proxy) Serve(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- p.srv.Serve(p.ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("egress proxy: %w", err)
+	case <-ctx.Done():
+	}
+	// Close ends the listener and the HTTP connections; tunnels are
+	// hijacked connections it does not know, closed here.
+	err := p.srv.Close()
+	<-done
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.tunnels {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+// track registers a tunnel's connections; false when the proxy is closing.
+func (p *Proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	for _, c := range conns {
+		p.tunnels[c] = struct{}{}
+	}
+	p.wg.Add(1)
+	return true
+}
+
+func (p *Proxy) untrack(conns ...net.Conn) {
+	p.mu.Lock()
+	for _, c := range conns {
+		delete(p.tunnels, c)
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Done()
+}
+
+// Close closes the listener of a proxy that was never served.
+func (p *Proxy) Close() error { return p.srv.Close() }
+
+// Refused returns the address a recent request for hostport (host:port as
+// the browser asked for it) was refused at, if it was. The browser uses it to
+// tell a refused tunnel (Chrome reports only that the tunnel failed) from
+// an unreachable site.
+func (p *Proxy) Refused(hostport string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.refusals[strings.ToLower(hostport)]
+	if !ok {
+		return "", false
+	}
+	return r.addr.String(), true
+}
+
+func (p *Proxy) remember(hostport string, addr netip.AddrPort) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := strings.ToLower(hostport)
+	if _, ok := p.refusals[key]; !ok {
+		p.order = append(p.order, key)
+		if len(p.order) > maxRefusals {
+			delete(p.refusals, p.order[0])
+			p.order = p.order[1:]
+		}
+	}
+	p.refusals[key] = refusal{addr: addr, at: time.Now()}
+}
+
+// Check resolves host and checks every address against the policy. It
+// returns the address to dial: the first one, all having passed. A host with
+// any refused address is refused as a whole, so that which address Chrome's
+// and the proxy's resolvers pick cannot matter.
+func (p *Proxy) Check(ctx context.Context, host string, port uint16) (netip.AddrPort, error) {
+	return check(ctx, p.cfg.Resolver, p.cfg.Policy, host, port)
+}
+
+func check(ctx context.Context, res interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}, pol Policy, host string, port uint16) (netip.AddrPort, error) {
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+		defer cancel()
+		addrs, err = res.LookupNetIP(rctx, "ip", host)
+		if err != nil {
+			return netip.AddrPort{}, fmt.Errorf("resolving %s: %w", host, err)
+		}
+		if len(addrs) == 0 {
+			return netip.AddrPort{}, fmt.Errorf("resolving %s: no address", host)
+		}
+	}
+	for _, a := range addrs {
+		ap := netip.AddrPortFrom(a.Unmap(), port)
+		if !pol.Allowed(ap) {
+			return netip.AddrPort{}, &RefusedError{Host: host, Addr: ap}
+		}
+	}
+	return netip.AddrPortFrom(addrs[0].Unmap(), port), nil
+}
+
+// CheckURL checks a proxy or page address given as scheme://host[:port].
+func CheckURL(ctx context.Context, pol Policy, host string, port uint16) error {
+	_, err := check(ctx, net.DefaultResolver, pol, host, port)
+	return err
+}
+
+// ServeHTTP is the proxy: CONNECT opens a tunnel, an absolute-form request
+// is forwarded; anything else is refused.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		p.connect(w, r)
+		return
+	}
+	if r.URL.Scheme != "http" || r.URL.Host == "" {
+		http.Error(w, "this is a forward proxy: absolute-form http:// requests and CONNECT only", http.StatusBadRequest)
+		return
+	}
+	p.forward(w, r)
+}
+
+// dialChecked resolves hostport, checks it and dials the checked address.
+func (p *Proxy) dialChecked(ctx context.Context, hostport, defaultPort string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, portStr = hostport, defaultPort
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 {
+		return nil, fmt.Errorf("bad port in %q", hostport)
+	}
+	ap, err := p.Check(ctx, host, uint16(port))
+	if err != nil {
+		var re *RefusedError
+		if errors.As(err, &re) {
+			p.remember(net.JoinHostPort(host, portStr), re.Addr)
+			p.log.Debug("egress refused", zap.String("host", host), zap.String("addr", re.Addr.String()))
+		}
+		return nil, err
+	}
+	return p.cfg.Dial(ctx, "tcp", ap.String())
+}
+
+func (p *Proxy) refuse(w http.ResponseWriter, err error) bool {
+	var re *RefusedError
+	if !errors.As(err, &re) {
+		return false
+	}
+	w.Header().Set(RefusedHeader, re.Addr.String())
+	http.Error(w, re.Error(), http.StatusForbidden)
+	return true
+}
+
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	upstream, err := p.dialChecked(r.Context(), r.Host, "443")
+	if err != nil {
+		if !p.refuse(w, err) {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		}
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		upstream.Close()
+		http.Error(w, "cannot tunnel", http.StatusInternalServerError)
+		return
+	}
+	client, buf, err := hj.Hijack()
+	if err != nil {
+		upstream.Close()
+		return
+	}
+	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		client.Close()
+		upstream.Close()
+		return
+	}
+	// Bytes the client sent after its CONNECT are in buf already.
+	if n := buf.Reader.Buffered(); n > 0 {
+		pending, _ := buf.Reader.Peek(n)
+		if _, err := upstream.Write(pending); err != nil {
+			client.Close()
+			upstream.Close()
+			return
+		}
+	}
+	if !p.track(client, upstream) {
+		client.Close()
+		upstream.Close()
+		return
+	}
+	defer p.untrack(client, upstream)
+	var wg sync.WaitGroup
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.Copy(dst, src)
+		if tc, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = tc.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	wg.Add(2)
+	go pipe(upstream, client)
+	go pipe(client, upstream)
+	wg.Wait()
+}
+
+// hopHeaders are not forwarded (RFC 9110 7.6.1).
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+	// One transport per request: its only dial is the checked one, and no
+	// connection is pooled across a re-resolution.
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return p.dialChecked(ctx, addr, "80")
+		},
+		DisableKeepAlives:     true,
+		ResponseHeaderTimeout: 0,
+	}
+	defer tr.CloseIdleConnections()
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	if c := r.Header.Get("Connection"); c != "" {
+		for _, f := range strings.Split(c, ",") {
+			out.Header.Del(strings.TrimSpace(f))
+		}
+	}
+	resp, err := tr.RoundTrip(out)
+	if err != nil {
+		if !p.refuse(w, err) {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		}
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
+	resp.Header.Del(RefusedHeader) // only the proxy says what it refused
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}

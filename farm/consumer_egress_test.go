@@ -1,0 +1,147 @@
+package farm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// forbiddenSite is a server no job may reach; it counts what reaches it.
+func forbiddenSite(t *testing.T, ip string) (addr string, hits *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits = new(atomic.Int64)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<html><title>secret</title><div id="ready">secret</div></html>`)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String(), hits
+}
+
+// TestConsumerEgressPolicy runs jobs on a node whose policy allows exactly the
+// test site's address and port. A job to another loopback address or port,
+// a page redirecting there, a page fetching and framing loopback and
+// link-local addresses, a job proxy on loopback and followed links to
+// private and loopback addresses are each refused, and nothing reaches the
+// forbidden servers; the allowed site renders.
+func TestConsumerEgressPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testsite.StartT(t, testsite.Options{Items: 20})
+	siteURL, _ := url.Parse(site.URL)
+	allow, err := egress.ParseRule(siteURL.Host) // 127.0.0.1:PORT, that port only
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, otherHits := forbiddenSite(t, "127.0.0.2")   // another loopback address
+	samePort, sameHits := forbiddenSite(t, "127.0.0.1") // the allowed address, another port
+	_, otherPort, _ := net.SplitHostPort(other)
+
+	db := newTestDB(t)
+	q := func(v string) string { return url.QueryEscape(v) }
+	specs := []jobqueue.Spec{
+		{URL: "http://" + other + "/"},
+		{URL: "http://" + samePort + "/"},
+		{URL: site.URL + "/egress/redirect?to=" + q("http://"+other+"/")},
+		{URL: site.URL + "/egress/page?fetch=" + q("http://"+other+"/") + "&fetch=" + q("http://"+samePort+"/") +
+			"&fetch=" + q("http://[fe80::1]:"+otherPort+"/") + "&fetch=" + q(site.URL+"/status/204") +
+			"&frame=" + q("http://"+other+"/") + "&frame=" + q("http://[fe80::1]:"+otherPort+"/"),
+			Wait: &jobqueue.Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`},
+		{URL: site.URL + "/page/1", Proxy: "http://" + other},
+		{URL: site.URL + "/egress/links?to=" + q("http://10.1.2.3/a") + "&to=" + q("http://"+other+"/b") +
+			"&to=" + q("http://[::1]:"+otherPort+"/c") + "&to=" + q(site.URL+"/page/3"),
+			Follow: &jobqueue.Follow{Selector: "a.out", MaxDepth: 1, AnyHost: true}},
+		{URL: "https://" + other + "/"}, // a tunnel (CONNECT) refused
+	}
+	for i := range specs {
+		specs[i].MaxAttempts = 1
+	}
+	batch, ids, err := db.q.Enqueue(context.Background(), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const node = "node-egress"
+	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
+		c.Egress = egress.Policy{Allow: []egress.Rule{allow}}
+	})
+	waitFor(t, 2*time.Minute, "every job final", func() bool {
+		c := db.counts(t, batch)
+		return c.Finished() == c.Total
+	})
+	get := func(id int64) jobqueue.Job {
+		j, err := db.q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	for i, refused := range map[int]string{0: other, 1: samePort, 2: other, 4: other, 6: other} {
+		j := get(ids[i])
+		if j.State != jobqueue.StateFailed || j.ErrorClass != "destination_refused" || !strings.Contains(j.LastError, refused) {
+			t.Errorf("job %d (%s): %s, class %q, error %q; want failed destination_refused naming %s",
+				i, specs[i].URL, j.State, j.ErrorClass, j.LastError, refused)
+		}
+	}
+	if j := get(ids[3]); j.State != jobqueue.StateCompleted {
+		t.Errorf("page with refused subresources: %s %q, want completed", j.State, j.LastError)
+	} else {
+		r, err := db.q.GetResult(context.Background(), ids[3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		if err := json.Unmarshal(r.Data, &out); err != nil {
+			t.Fatalf("data %s: %v", r.Data, err)
+		}
+		// Cross-origin no-cors answers are opaque (status 0) whatever
+		// they were: the forbidden servers' counters and the proxy's
+		// record of refusals say what happened to them.
+		if !strings.Contains(out, site.URL+"/status/204 ok 204") {
+			t.Errorf("the allowed fetch did not succeed: %q", out)
+		}
+		for _, hp := range []string{other, samePort, "[fe80::1]:" + otherPort} {
+			if _, refused := rc.c.egress.Refused(hp); !refused {
+				t.Errorf("the proxy has no refusal of %s on record", hp)
+			}
+		}
+	}
+	// Only the allowed link became a child, and it rendered.
+	page, err := db.q.List(context.Background(), jobqueue.ListFilter{BatchID: batch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var children []string
+	for _, j := range page.Jobs {
+		if j.ParentID == ids[5] {
+			children = append(children, j.Spec.URL)
+			if j.State != jobqueue.StateCompleted {
+				t.Errorf("child %s: %s %q", j.Spec.URL, j.State, j.LastError)
+			}
+		}
+	}
+	if len(children) != 1 || children[0] != site.URL+"/page/3" {
+		t.Errorf("children %v, want only %s/page/3", children, site.URL)
+	}
+	if n := otherHits.Load() + sameHits.Load(); n != 0 {
+		t.Errorf("the forbidden servers got %d requests", n)
+	}
+}
