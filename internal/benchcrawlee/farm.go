@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
-	"github.com/browserfarm/browserfarm/supervisor"
 	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/supervisor"
 	"go.uber.org/zap"
 )
 
