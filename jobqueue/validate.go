@@ -3,11 +3,14 @@ package jobqueue
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/net/publicsuffix"
 )
 
 // Bounds of a Spec. A job is data a stranger may submit over the HTTP API, so
@@ -99,6 +102,11 @@ func (s *Spec) validate() *SpecError {
 		if s.Wait.Visible && strings.TrimSpace(s.Wait.Selector) == "" {
 			return specErr("wait.visible", "needs wait.selector: the element that must be visible")
 		}
+		if s.Wait.Selector != "" {
+			if msg := checkSelector(s.Wait.Selector); msg != "" {
+				return specErr("wait.selector", "%s", msg)
+			}
+		}
 	}
 	if len(s.Actions) > MaxActions {
 		return specErr("actions", "%d actions; at most %d are allowed", len(s.Actions), MaxActions)
@@ -126,6 +134,9 @@ func (s *Spec) validate() *SpecError {
 	if e := checkText("user_agent", s.UserAgent, MaxUserAgent); e != nil {
 		return e
 	}
+	if hasControl(s.UserAgent) || strings.ContainsAny(s.UserAgent, "\r\n") {
+		return specErr("user_agent", "contains a line break or control character")
+	}
 	if v := s.Viewport; v != nil {
 		if v.Width < MinViewport || v.Width > MaxViewportWidth {
 			return specErr("viewport.width", "%d is out of range %d..%d", v.Width, MinViewport, MaxViewportWidth)
@@ -138,7 +149,7 @@ func (s *Spec) validate() *SpecError {
 		return specErr("cookies", "%d cookies; at most %d are allowed", len(s.Cookies), MaxCookies)
 	}
 	for i, c := range s.Cookies {
-		if e := c.validate(fmt.Sprintf("cookies[%d]", i)); e != nil {
+		if e := c.validate(fmt.Sprintf("cookies[%d]", i), s.URL); e != nil {
 			return e
 		}
 	}
@@ -175,6 +186,9 @@ func (s *Spec) validate() *SpecError {
 		if e := checkText("follow.selector", f.Selector, MaxSelectorLength); e != nil {
 			return e
 		}
+		if msg := checkSelector(f.Selector); msg != "" {
+			return specErr("follow.selector", "%s", msg)
+		}
 		if f.MaxDepth < 1 || f.MaxDepth > MaxFollowDepth {
 			return specErr("follow.max_depth", "%d is out of range 1..%d", f.MaxDepth, MaxFollowDepth)
 		}
@@ -195,6 +209,11 @@ func (a *Action) validate(path string) *SpecError {
 	}
 	if e := checkText(path+".selector", a.Selector, MaxSelectorLength); e != nil {
 		return e
+	}
+	if a.Selector != "" {
+		if msg := checkSelector(a.Selector); msg != "" {
+			return specErr(path+".selector", "%s", msg)
+		}
 	}
 	if a.Times < 0 || a.Times > MaxActionTimes {
 		return specErr(path+".times", "%d is out of range 0..%d", a.Times, MaxActionTimes)
@@ -228,7 +247,7 @@ func (a *Action) validate(path string) *SpecError {
 	return nil
 }
 
-func (c *Cookie) validate(path string) *SpecError {
+func (c *Cookie) validate(path, pageURL string) *SpecError {
 	if c.Name == "" {
 		return specErr(path+".name", "is required")
 	}
@@ -243,6 +262,11 @@ func (c *Cookie) validate(path string) *SpecError {
 	}
 	if c.Domain != "" && (len(c.Domain) > 253 || strings.ContainsAny(c.Domain, " /;:\r\n") || hasControl(c.Domain)) {
 		return specErr(path+".domain", "%q is not a domain", c.Domain)
+	}
+	if c.Domain != "" {
+		if msg := cookieDomainProblem(c.Domain, pageURL); msg != "" {
+			return specErr(path+".domain", "%s", msg)
+		}
 	}
 	if c.Path != "" && (!strings.HasPrefix(c.Path, "/") || len(c.Path) > 1024 || strings.ContainsAny(c.Path, ";\r\n") || hasControl(c.Path)) {
 		return specErr(path+".path", "must start with / and hold no ';' or control character")
@@ -259,6 +283,9 @@ func validateHeaders(h map[string]string) *SpecError {
 		field := fmt.Sprintf("headers[%q]", name)
 		if !isToken(name) {
 			return specErr(field, "%q is not a valid header name", name)
+		}
+		if browserHeaders[strings.ToLower(name)] {
+			return specErr(field, "%s is set by the browser from the URL and the connection; it cannot be overridden", name)
 		}
 		if strings.ContainsAny(v, "\r\n") || hasControl(v) {
 			return specErr(field, "the value contains a line break or control character")
@@ -285,6 +312,14 @@ func validateProxy(p string) *SpecError {
 	}
 	if u.Hostname() == "" {
 		return specErr("proxy", "the proxy URL has no host")
+	}
+	if p := u.Port(); p == "" {
+		return specErr("proxy", "the proxy URL needs a port, e.g. http://host:3128")
+	} else if len(p) > 5 || portNumber(p) < 1 || portNumber(p) > 65535 {
+		return specErr("proxy", "port %q is out of range 1..65535", p)
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
+		return specErr("proxy", "the proxy URL must be scheme://[user:password@]host:port, without a path or query")
 	}
 	if len(p) > MaxURLLength {
 		return specErr("proxy", "%d bytes; at most %d are allowed", len(p), MaxURLLength)
@@ -453,6 +488,37 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
+}
+
+// browserHeaders are request headers the browser sets itself: a job that
+// set them would be refused by Chrome or would break the request.
+var browserHeaders = map[string]bool{"host": true, "content-length": true, "transfer-encoding": true,
+	"connection": true, "keep-alive": true, "upgrade": true, "te": true, "trailer": true, "proxy-connection": true}
+
+// cookieDomainProblem says why a cookie's domain cannot be set for a job on
+// pageURL, or "": it must be the page's host or a parent of it, and not a
+// public suffix (".", "com", "co.uk", "github.io"), on which Chrome refuses to
+// set a cookie and which would hand the cookie to every site under it.
+func cookieDomainProblem(domain, pageURL string) string {
+	d := strings.ToLower(strings.TrimPrefix(domain, "."))
+	if d == "" || strings.HasSuffix(d, ".") || strings.Contains(d, "..") {
+		return fmt.Sprintf("%q is not a domain", domain)
+	}
+	u, err := url.Parse(pageURL)
+	if err != nil {
+		return ""
+	}
+	host := strings.ToLower(u.Hostname())
+	if d == host {
+		return ""
+	}
+	if !strings.HasSuffix(host, "."+d) || net.ParseIP(host) != nil {
+		return fmt.Sprintf("%q is not the job's host %s or a parent domain of it: the browser would not send the cookie there", domain, host)
+	}
+	if _, err := publicsuffix.EffectiveTLDPlusOne(d); err != nil {
+		return fmt.Sprintf("%q is a public suffix: a cookie there would go to every site under it", domain)
+	}
+	return ""
 }
 
 // tokenRE is RFC 9110's token: the characters allowed in header and cookie names.

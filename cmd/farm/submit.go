@@ -204,6 +204,9 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
+	if lo, hi := jobqueue.MinTimeoutMS*time.Millisecond, jobqueue.MaxTimeoutMS*time.Millisecond; sf.timeout != 0 && (sf.timeout < lo || sf.timeout > hi) {
+		return usagef("--timeout %v: use %v..%v, or 0 for the default", sf.timeout, lo, hi)
+	}
 	var specs []jobqueue.Spec
 	var where []inputLine
 	rest := fs.Args()

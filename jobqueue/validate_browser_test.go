@@ -1,0 +1,71 @@
+package jobqueue
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestSpecValidateWhatTheBrowserCanDo: submit refuses what the browser
+// would refuse or mishandle, naming the field.
+func TestSpecValidateWhatTheBrowserCanDo(t *testing.T) {
+	base := func(mod func(*Spec)) Spec {
+		s := Spec{URL: "https://shop.example.com/a"}
+		mod(&s)
+		return s
+	}
+	for _, tc := range []struct {
+		name  string
+		spec  Spec
+		field string // "" means valid
+		msg   string
+	}{
+		{"user agent with CRLF", base(func(s *Spec) { s.UserAgent = "bot\r\nX-Evil: 1" }), "user_agent", "line break"},
+		{"user agent with NUL", base(func(s *Spec) { s.UserAgent = "bot\x00" }), "user_agent", "control"},
+		{"plain user agent", base(func(s *Spec) { s.UserAgent = "Mozilla/5.0 (bot)" }), "", ""},
+		{"Host header", base(func(s *Spec) { s.Headers = map[string]string{"Host": "internal.example"} }), `headers["Host"]`, "cannot be overridden"},
+		{"host header lower-case", base(func(s *Spec) { s.Headers = map[string]string{"host": "x"} }), `headers["host"]`, "cannot be overridden"},
+		{"Content-Length header", base(func(s *Spec) { s.Headers = map[string]string{"Content-Length": "5"} }), `headers["Content-Length"]`, "cannot"},
+		{"ordinary header", base(func(s *Spec) { s.Headers = map[string]string{"Accept-Language": "de"} }), "", ""},
+		{"proxy port 0", base(func(s *Spec) { s.Proxy = "http://p.example:0" }), "proxy", "out of range"},
+		{"proxy port 70000", base(func(s *Spec) { s.Proxy = "http://p.example:70000" }), "proxy", "out of range"},
+		{"proxy without port", base(func(s *Spec) { s.Proxy = "http://p.example" }), "proxy", "needs a port"},
+		{"proxy with path", base(func(s *Spec) { s.Proxy = "http://p.example:3128/x" }), "proxy", "without a path"},
+		{"proxy ok", base(func(s *Spec) { s.Proxy = "http://u:p@p.example:3128" }), "", ""},
+		{"cookie domain .", base(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "1", Domain: "."}} }), "cookies[0].domain", "not a domain"},
+		{"cookie domain .com", base(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "1", Domain: ".com"}} }), "cookies[0].domain", ""},
+		{"cookie domain co.uk", func() Spec {
+			s := Spec{URL: "https://shop.example.co.uk/", Cookies: []Cookie{{Name: "a", Value: "1", Domain: "co.uk"}}}
+			return s
+		}(), "cookies[0].domain", "public suffix"},
+		{"cookie domain another site's", base(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "1", Domain: "bank.example"}} }), "cookies[0].domain", "not the job's host"},
+		{"cookie domain a lookalike", base(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "1", Domain: "p.example.com"}} }), "cookies[0].domain", "not the job's host"},
+		{"cookie domain parent", base(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "1", Domain: ".example.com"}} }), "", ""},
+		{"cookie domain host", base(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "1", Domain: "shop.example.com"}} }), "", ""},
+		{"cookie domain on an IP host", func() Spec {
+			return Spec{URL: "http://127.0.0.1:8080/", Cookies: []Cookie{{Name: "a", Value: "1", Domain: "127.0.0.1"}}}
+		}(), "", ""},
+		{"bad wait selector", base(func(s *Spec) { s.Wait = &Wait{Selector: "##"} }), "wait.selector", "not a valid CSS selector"},
+		{"bad action selector", base(func(s *Spec) { s.Actions = []Action{{Type: "click", Selector: "a["}} }), "actions[0].selector", "not a valid CSS selector"},
+		{"bad follow selector", base(func(s *Spec) { s.Follow = &Follow{Selector: "a,,b", MaxDepth: 1} }), "follow.selector", "not a valid CSS selector"},
+		{"non-standard pseudo-class", base(func(s *Spec) { s.Wait = &Wait{Selector: "div:contains('x')"} }), "wait.selector", "not a standard"},
+		{"modern selectors", base(func(s *Spec) {
+			s.Wait = &Wait{Selector: "main :is(h1, h2):not(.hidden)"}
+			s.Follow = &Follow{Selector: "a:has(> img), a.next", MaxDepth: 1}
+		}), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.spec.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want valid", err)
+				}
+				return
+			}
+			var se *SpecError
+			if !errors.As(err, &se) || se.Field != tc.field || !strings.Contains(se.Msg, tc.msg) {
+				t.Fatalf("Validate = %v, want an error on %s mentioning %q", err, tc.field, tc.msg)
+			}
+		})
+	}
+}
