@@ -44,6 +44,10 @@ const (
 	// ClassDestinationRefused: the page (its URL or a redirect) is at an
 	// address the egress policy refuses. Permanent.
 	ClassDestinationRefused = "destination_refused"
+	// ClassNotHTML: the page is not a document a selector can appear in
+	// (an image, a PDF, a binary file) while the job waits for one; the
+	// message names the content type that arrived. Permanent.
+	ClassNotHTML = "not_html"
 	// ClassInternal: CDP failed in an unexpected way. Retriable, since a
 	// fresh tab or Chrome usually fixes it.
 	ClassInternal = "internal"

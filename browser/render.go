@@ -79,8 +79,10 @@ const (
 
 // Render loads req.URL in the session's tab and returns what the request
 // asks for. Errors are *Error: see the Class constants for which are
-// retriable. With an HTTP error status (class "http") the Result is returned
-// too. The render is bounded by req.Timeout and by ctx.
+// retriable. When the page answered before the render failed (an HTTP error
+// status, content that is not HTML, a refused redirect) the Result is
+// returned too, with at least its Status. The render is bounded by
+// req.Timeout and by ctx.
 func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	start := time.Now()
 	j, err := req.prepare()
@@ -126,7 +128,8 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	res.Timings.Total = time.Since(start)
 	if err != nil {
 		s.b.log.Debug("render failed", zap.String("url", j.shown), zap.Error(err))
-		if ClassOf(err) == ClassHTTP {
+		if res.Status != 0 {
+			// The page answered: what it answered is kept with the failure.
 			return res, err
 		}
 		return nil, err
@@ -142,7 +145,7 @@ var errJobTimeout = errors.New("job timeout")
 func tabSurvives(class string) bool {
 	switch class {
 	case ClassHTTP, ClassExtract, ClassAction, ClassRedirect, ClassDownload, ClassNetwork, ClassInvalid,
-		ClassDestinationRefused, ClassTooLarge:
+		ClassDestinationRefused, ClassTooLarge, ClassNotHTML:
 		return true
 	}
 	return false
@@ -195,7 +198,11 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	res.Timings.Navigation = time.Since(mark)
 	if nav.ErrorText != "" {
 		if nav.IsDownload {
-			return newErr(ClassDownload, false, "%s is a download, not a page", j.shown)
+			what := "a download"
+			if resp := st.doc(nav.LoaderID); resp != nil && resp.MimeType != "" {
+				what = "a download (" + resp.MimeType + ")"
+			}
+			return newErr(ClassDownload, false, "%s is %s, not a page", j.shown, what)
 		}
 		if resp := st.doc(nav.LoaderID); resp != nil && resp.Status >= 400 && strings.Contains(nav.ErrorText, "HTTP_RESPONSE_CODE_FAILURE") {
 			// An error status with an empty body: Chrome shows its own
@@ -220,6 +227,10 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	if resp := st.doc(nav.LoaderID); resp != nil {
 		res.Status = int(resp.Status)
 		if err := refusedResponse(resp); err != nil {
+			return err
+		}
+		if err := notHTML(j, resp); err != nil {
+			res.FinalURL = resp.URL
 			return err
 		}
 	}
@@ -291,6 +302,22 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	}
 	res.Timings.Extract = time.Since(mark)
 	return httpErr
+}
+
+// notHTML fails a job that waits for a selector on a response no selector
+// can appear in (an image, a PDF, a binary file) at once, instead of at its
+// timeout. Text, JSON, XML and SVG are documents Chrome builds a DOM for.
+func notHTML(j *job, resp *network.Response) error {
+	if j.Wait.Selector == "" || resp.Status >= 400 {
+		return nil
+	}
+	mt := strings.ToLower(strings.TrimSpace(resp.MimeType))
+	switch {
+	case mt == "", strings.HasPrefix(mt, "text/"), mt == "application/xhtml+xml", mt == "application/json",
+		strings.HasSuffix(mt, "/xml"), strings.HasSuffix(mt, "+xml"), strings.HasSuffix(mt, "+json"), mt == "application/javascript":
+		return nil
+	}
+	return newErr(ClassNotHTML, false, "the page is %s, not HTML: %q cannot appear in it (HTTP %d)", mt, j.Wait.Selector, resp.Status)
 }
 
 // egressRefusedHeader is egress.RefusedHeader: the egress proxy's mark on

@@ -182,6 +182,16 @@ func TestPages(t *testing.T) {
 					t.Errorf("data %s", res.Data)
 				}
 			}},
+		{name: "not-html/image", req: Request{URL: u("/img/1.png"), Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second},
+			class: ClassNotHTML, retry: false, max: 10 * time.Second,
+			check: func(t *testing.T, e *env, res *Result) {
+				if res == nil || res.Status != 200 {
+					t.Errorf("result %+v, want the status the image answered with", res)
+				}
+			}},
+		// Headless Chrome has no PDF viewer: a PDF arrives as a download.
+		{name: "not-html/pdf", req: Request{URL: u("/file.pdf"), Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second},
+			class: ClassDownload, retry: false, max: 10 * time.Second},
 		{name: "extract/undefined", req: Request{URL: u("/page/1"), Extract: `undefined`},
 			check: func(t *testing.T, e *env, res *Result) {
 				if string(res.Data) != "null" {
@@ -356,7 +366,8 @@ func TestPages(t *testing.T) {
 				}
 			} else {
 				wantClass(t, err, tc.class, tc.retry)
-				if (res != nil) != (tc.class == ClassHTTP) {
+				// A failure keeps what the page answered, if it answered.
+				if tc.class == ClassHTTP && res == nil || res != nil && res.Status == 0 {
 					t.Fatalf("result %v with a %s error", res, tc.class)
 				}
 			}

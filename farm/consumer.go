@@ -783,7 +783,7 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 		if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%w)", cause, err)
 		}
-		c.fail(j, log.With(zap.Int("chrome_pid", pid)), err, took)
+		c.failWithResult(j, log.With(zap.Int("chrome_pid", pid)), err, took, res)
 		return
 	}
 	res.Links = c.followable(res.Links)
@@ -881,6 +881,12 @@ var errReport = errors.New("recording the outcome failed")
 // fail records a failed attempt: retried with backoff by the queue when the
 // error is retriable and attempts remain, failed at once otherwise.
 func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.Duration) {
+	c.failWithResult(j, log, rerr, took, nil)
+}
+
+// failWithResult is fail keeping what the page answered (res, when the
+// browser returned one) as the result of a job that failed for good.
+func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, took time.Duration, res *browser.Result) {
 	retriable := browser.IsRetriable(rerr)
 	class := browser.ClassOf(rerr)
 	// The error may quote the job's URL or proxy; what is stored and
@@ -895,6 +901,15 @@ func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.D
 	c.mu.Lock()
 	c.jobsFailed++
 	c.mu.Unlock()
+	if err == nil && st == jobqueue.StateFailed && res != nil {
+		rec := ResultRecord(res)
+		rec.FinalURL = jobqueue.RedactText(rec.FinalURL, j.Spec.Secrets()...)
+		if serr := retryReport(c.log, func(ctx context.Context) error {
+			return c.q.SaveFailedResult(ctx, j.ID, c.node, rec)
+		}); serr != nil {
+			log.Warn("cannot keep the failed job's answer", zap.Error(serr))
+		}
+	}
 	switch {
 	case err == nil:
 		log.Warn("job attempt failed", zap.String("class", class), zap.Bool("retriable", retriable),

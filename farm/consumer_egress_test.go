@@ -70,6 +70,9 @@ func TestConsumerEgressPolicy(t *testing.T) {
 			"&to=" + q("http://[::1]:"+otherPort+"/c") + "&to=" + q(site.URL+"/page/3"),
 			Follow: &jobqueue.Follow{Selector: "a.out", MaxDepth: 1, AnyHost: true}},
 		{URL: "https://" + other + "/"}, // a tunnel (CONNECT) refused
+		// Not refusals: failures that keep what the page answered.
+		{URL: site.URL + "/status/404"},
+		{URL: site.URL + "/img/1.png", Wait: &jobqueue.Wait{Selector: "#ready"}, TimeoutMS: 60_000},
 	}
 	for i := range specs {
 		specs[i].MaxAttempts = 1
@@ -140,6 +143,22 @@ func TestConsumerEgressPolicy(t *testing.T) {
 	}
 	if len(children) != 1 || children[0] != site.URL+"/page/3" {
 		t.Errorf("children %v, want only %s/page/3", children, site.URL)
+	}
+	for i, want := range map[int]struct {
+		class  string
+		status int
+	}{7: {"http", 404}, 8: {"not_html", 200}} {
+		j := get(ids[i])
+		if j.State != jobqueue.StateFailed || j.ErrorClass != want.class {
+			t.Errorf("job %d: %s %q %q, want failed %s", i, j.State, j.ErrorClass, j.LastError, want.class)
+		}
+		if j.FinishedAt.Sub(*j.StartedAt) > 30*time.Second {
+			t.Errorf("job %d took %v to fail; it should fail at once", i, j.FinishedAt.Sub(*j.StartedAt))
+		}
+		r, err := db.q.GetResult(context.Background(), ids[i])
+		if err != nil || r.Status != want.status {
+			t.Errorf("job %d: result %+v, %v; want the status %d kept", i, r, err, want.status)
+		}
 	}
 	if n := otherHits.Load() + sameHits.Load(); n != 0 {
 		t.Errorf("the forbidden servers got %d requests", n)

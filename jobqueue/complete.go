@@ -95,6 +95,13 @@ WITH input AS (
            i.links_over + (SELECT count(*) FROM eligible e WHERE e.parent_id = i.job_id AND e.rn > e.max_links),
            coalesce($12::timestamptz, now())
     FROM input i JOIN done d ON d.id = i.job_id
+    -- A job that failed before (its answer kept by SaveFailedResult) and was
+    -- retried: the completion's result replaces it.
+    ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
+        status = EXCLUDED.status, title = EXCLUDED.title, data = EXCLUDED.data, html = EXCLUDED.html,
+        screenshot = EXCLUDED.screenshot, console_errors = EXCLUDED.console_errors,
+        timings = EXCLUDED.timings, links = EXCLUDED.links, links_over_limit = EXCLUDED.links_over_limit,
+        created_at = EXCLUDED.created_at
 ), children AS (
     INSERT INTO jobs (batch_id, priority, spec, host, max_attempts, run_after, created_at,
                       parent_id, crawl_id, depth, dedup_key)
@@ -401,4 +408,30 @@ func jsonbSafe(b []byte) []byte {
 		out = append(out, b[i])
 	}
 	return out
+}
+
+// SaveFailedResult keeps what the page answered for a job that failed for
+// good — its HTTP status, final URL, title, console errors and timings, not
+// its data, HTML or screenshot — as the job's result, so that a failed job
+// still says what the site answered. It does nothing unless the job is
+// failed; a later completion (after Retry) replaces it.
+func (q *Queue) SaveFailedResult(ctx context.Context, jobID int64, nodeID string, r Result) error {
+	r = Result{FinalURL: r.FinalURL, Status: r.Status, Title: r.Title, ConsoleErrors: r.ConsoleErrors, Timings: r.Timings}
+	var a completeArgs
+	if err := a.add(Completion{JobID: jobID, NodeID: nodeID, Result: r}, q.cfg.ResultLimits); err != nil {
+		return fmt.Errorf("failed result of job %d: %w", jobID, err)
+	}
+	_, err := q.pool.Exec(ctx, `
+        INSERT INTO results (job_id, node_id, final_url, status, title, console_errors, timings, created_at)
+        SELECT j.id, $2, $3, $4, $5, $6::jsonb, $7::jsonb, coalesce($8::timestamptz, now())
+        FROM jobs j WHERE j.id = $1 AND j.state = 'failed'
+        ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
+            status = EXCLUDED.status, title = EXCLUDED.title, data = NULL, html = NULL, screenshot = NULL,
+            console_errors = EXCLUDED.console_errors, timings = EXCLUDED.timings, links = '[]',
+            links_over_limit = 0, created_at = EXCLUDED.created_at`,
+		jobID, a.nodeIDs[0], a.finalURLs[0], a.statuses[0], a.titles[0], a.consoleErrors[0], a.timings[0], q.now())
+	if err != nil {
+		return fmt.Errorf("failed result of job %d: %w", jobID, err)
+	}
+	return nil
 }

@@ -133,3 +133,46 @@ func TestHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 		t.Errorf("job 0 is %s after an empty renewal, want pending", j.State)
 	}
 }
+
+// TestSaveFailedResult: a job that failed for good keeps what the page
+// answered; a completion after Retry replaces it; a live job gets none.
+func TestSaveFailedResult(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, Spec{URL: "http://fr.test/a", MaxAttempts: 1}, Spec{URL: "http://fr.test/b", MaxAttempts: 1})
+	assignClaim(t, q, "n1", 2)
+	if err := q.SaveFailedResult(ctx, ids[1], "n1", Result{Status: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, pool, "SELECT count(*) FROM results"); n != 0 {
+		t.Fatalf("a live job got a result row")
+	}
+	if st, err := q.Fail(ctx, ids[0], "n1", "HTTP 404", "http", false); err != nil || st != StateFailed {
+		t.Fatalf("Fail = %s, %v", st, err)
+	}
+	if err := q.SaveFailedResult(ctx, ids[0], "n1", Result{Status: 404, FinalURL: "http://fr.test/a", Title: "Not Found",
+		Data: json.RawMessage(`{"x":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := q.GetResult(ctx, ids[0])
+	if err != nil || r.Status != 404 || r.Title != "Not Found" || r.Data != nil {
+		t.Fatalf("failed job's result %+v, %v; want status 404 without data", r, err)
+	}
+	if _, err := q.Retry(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Assign(ctx, "n1", 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Claim(ctx, "n1", 6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Complete(ctx, ids[0], "n1", Result{Status: 200, Title: "OK"}); err != nil {
+		t.Fatalf("completing a retried job that kept a failed result: %v", err)
+	}
+	if r, _ := q.GetResult(ctx, ids[0]); r.Status != 200 || r.Title != "OK" {
+		t.Fatalf("result after completion %+v", r)
+	}
+}

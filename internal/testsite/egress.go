@@ -59,3 +59,16 @@ func (s *site) egressLinks(w http.ResponseWriter, r *http.Request) {
 	b.WriteString(`</ul><div id="ready">ready</div></body></html>`)
 	writeHTML(w, http.StatusOK, b.String())
 }
+
+// onePagePDF is a minimal valid one-page PDF.
+const onePagePDF = "%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n" +
+	"2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n" +
+	"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]>>endobj\n" +
+	"trailer<</Root 1 0 R>>\n%%EOF\n"
+
+// pdf serves onePagePDF inline: a page that is not HTML.
+func (s *site) pdf(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/pdf")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprint(w, onePagePDF)
+}

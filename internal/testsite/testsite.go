@@ -113,6 +113,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /hostile/loop", s.hostileLoop)
 	m.HandleFunc("GET /hostile/dom", s.hostileDOM)
 	m.HandleFunc("GET /hostile/crash", s.hostileCrash)
+	m.HandleFunc("GET /file.pdf", s.pdf)
 	m.HandleFunc("GET /egress/redirect", s.egressRedirect)
 	m.HandleFunc("GET /egress/page", s.egressPage)
 	m.HandleFunc("GET /egress/links", s.egressLinks)
@@ -148,6 +149,7 @@ var paths = [][2]string{
 	{"/hostile/loop", "an infinite JavaScript loop after the first paint"},
 	{"/hostile/dom?n=N", "a DOM of N elements (default 100000)"},
 	{"/hostile/crash", "allocates until the renderer runs out of memory"},
+	{"/file.pdf", "a one-page PDF, served inline"},
 	{"/egress/redirect?to=URL", "redirects (302) to URL"},
 	{"/egress/page?fetch=URL&frame=URL", "fetches and frames the URLs (repeatable); #out says what each fetch got, then #ready"},
 	{"/egress/links?to=URL", "links (a.out) to the URLs (repeatable)"},
