@@ -117,11 +117,13 @@ const jsScroll = `async function (times, ms) {
   return se.scrollHeight;
 }`
 
-// jsMeta returns the title, the URL, optionally the outer HTML (cut at cap
-// UTF-16 units) and the followed links: absolute http(s) URLs without
-// fragment, de-duplicated, at most max; more counts those past max.
+// jsMeta returns the title and the URL (each cut at 16 Ki UTF-16 units, so
+// that a page cannot send megabytes through them), optionally the outer HTML
+// (cut at cap units) and the followed links: absolute http(s) URLs of at
+// most 16 Ki units without fragment, de-duplicated, at most max; more counts
+// those past max.
 const jsMeta = `function (wantHTML, cap, follow, max) {
-  var out = {title: document.title, url: location.href};
+  var out = {title: String(document.title).slice(0, 16384), url: String(location.href).slice(0, 16384)};
   if (wantHTML) {
     var h = document.documentElement ? document.documentElement.outerHTML : '';
     if (h.length > cap) { h = h.slice(0, cap); out.truncated = true; }
@@ -138,7 +140,7 @@ const jsMeta = `function (wantHTML, cap, follow, max) {
         if (!raw) continue;
         try { href = new URL(raw, document.baseURI).href; } catch (e) { continue; }
       }
-      if (!/^https?:/i.test(href)) continue;
+      if (!/^https?:/i.test(href) || href.length > 16384) continue;
       var k = href.indexOf('#');
       if (k >= 0) href = href.slice(0, k);
       if (seen.has(href)) continue;
