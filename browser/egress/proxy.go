@@ -51,6 +51,10 @@ type Proxy struct {
 	ln  net.Listener
 	srv *http.Server
 	log *zap.Logger
+	// tr forwards plain-HTTP requests. Its only dial is dialChecked, so a
+	// pooled connection is to an address that was checked when it was
+	// dialed: reusing it cannot reach anything a new lookup would refuse.
+	tr *http.Transport
 
 	mu       sync.Mutex
 	refusals map[string]refusal // host:port as asked → the refused address
@@ -84,6 +88,16 @@ func Listen(addr string, cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, ln: ln, log: cfg.Logger, refusals: map[string]refusal{}, tunnels: map[net.Conn]struct{}{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: zap.NewStdLog(cfg.Logger)}
+	p.tr = &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return p.dialChecked(ctx, addr, "80")
+		},
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+		// The page's own Accept-Encoding is forwarded as it is.
+		DisableCompression: true,
+	}
 	return p, nil
 }
 
@@ -107,6 +121,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	// hijacked connections it does not know, closed here.
 	err := p.srv.Close()
 	<-done
+	p.tr.CloseIdleConnections()
 	p.mu.Lock()
 	p.closed = true
 	for c := range p.tunnels {
@@ -142,7 +157,10 @@ func (p *Proxy) untrack(conns ...net.Conn) {
 }
 
 // Close closes the listener of a proxy that was never served.
-func (p *Proxy) Close() error { return p.srv.Close() }
+func (p *Proxy) Close() error {
+	p.tr.CloseIdleConnections()
+	return p.srv.Close()
+}
 
 // Refused returns the address a recent request for hostport (host:port as
 // the browser asked for it) was refused at, if it was. The browser uses it to
@@ -318,16 +336,6 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
-	// One transport per request: its only dial is the checked one, and no
-	// connection is pooled across a re-resolution.
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return p.dialChecked(ctx, addr, "80")
-		},
-		DisableKeepAlives:     true,
-		ResponseHeaderTimeout: 0,
-	}
-	defer tr.CloseIdleConnections()
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
 	for _, h := range hopHeaders {
@@ -338,7 +346,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 			out.Header.Del(strings.TrimSpace(f))
 		}
 	}
-	resp, err := tr.RoundTrip(out)
+	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
 		if !p.refuse(w, err) {
 			http.Error(w, err.Error(), http.StatusBadGateway)
