@@ -1,0 +1,44 @@
+package main
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// TestProducerBeyondLoopbackNeedsAReadToken: a producer that would serve
+// reads beyond loopback without any token refuses to start, naming the flag.
+func TestProducerBeyondLoopbackNeedsAReadToken(t *testing.T) {
+	url, _ := migratedDB(t)
+	code, _, errOut := farmRun(t, "", map[string]string{"FARM_DATABASE_URL": url}, "producer", "--listen", "0.0.0.0:0")
+	if code != exitUsage || !strings.Contains(errOut, "--read-token") {
+		t.Fatalf("code %d stderr %q; want a usage error naming --read-token", code, errOut)
+	}
+}
+
+func TestConsumerEgressFlags(t *testing.T) {
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--allow-destination", "example.com", "--allow-destination"},
+		{"--deny-destination", "10.0.0.0/33", "--deny-destination"},
+		{"--max-extract-bytes", "0", "--max-extract-bytes"},
+	} {
+		code, _, errOut := farmRun(t, "", map[string]string{"FARM_DATABASE_URL": "postgres://127.0.0.1:1/none"}, "consumer", tc.flag, tc.value)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s %s: code %d stderr %q; want a usage error naming %s", tc.flag, tc.value, code, errOut, tc.want)
+		}
+	}
+	o := consumerOptions{allow: "10.1.2.0/24,127.0.0.1:8089", deny: "203.0.113.5:8080", healthAddr: "127.0.0.1:9091"}
+	p, err := o.egressPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]bool{"10.1.2.3:80": true, "127.0.0.1:8089": true, "127.0.0.1:9091": false,
+		"203.0.113.5:8080": false, "127.0.0.2:8089": false, "93.184.216.34:443": true} {
+		if got := p.Allowed(netip.MustParseAddrPort(addr)); got != want {
+			t.Errorf("%s allowed = %v, want %v", addr, got, want)
+		}
+	}
+	if rules := listenRules("0.0.0.0:8080"); len(rules) == 0 || !rules[0].Matches(netip.MustParseAddrPort(rules[0].Prefix.Addr().String()+":8080")) {
+		t.Errorf("listenRules(0.0.0.0:8080) = %v, want the machine's addresses on port 8080", rules)
+	}
+}
