@@ -48,20 +48,24 @@
 
   // A producer that listens beyond loopback wants a bearer token for reads
   // (FARM_READ_TOKEN or FARM_API_TOKEN): asked for once, kept for this tab.
+  // A 401 for a request sent before the token was entered is just sent again.
   const tokenKey = "browserfarm-token";
-  let tokenAsked = false;
-  async function getJSON(path) {
+  let declined = false; // the user cancelled the prompt: do not ask again
+  async function getJSON(path, retried) {
     const headers = {Accept: "application/json"};
     const token = sessionStorage.getItem(tokenKey);
     if (token) headers.Authorization = "Bearer " + token;
     const r = await fetch(path, {cache: "no-store", headers});
-    if (r.status === 401 && !tokenAsked) {
-      tokenAsked = true;
-      const t = window.prompt("This farm needs a token to show its jobs (FARM_READ_TOKEN):");
-      if (t) {
-        sessionStorage.setItem(tokenKey, t.trim());
-        tokenAsked = false;
-        return getJSON(path);
+    if (r.status === 401 && !retried) {
+      const now = sessionStorage.getItem(tokenKey);
+      if (now && now !== token) return getJSON(path, true);
+      if (!declined) {
+        const t = window.prompt("This farm needs a token to show its jobs (FARM_READ_TOKEN):");
+        if (t && t.trim()) {
+          sessionStorage.setItem(tokenKey, t.trim());
+          return getJSON(path, true);
+        }
+        declined = true;
       }
     }
     let body = null;
