@@ -1,0 +1,66 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/browser/egress"
+)
+
+// checkJobProxy refuses a job whose own proxy is at an address the node's
+// egress policy refuses: the job's traffic goes to its proxy directly, not
+// through the node's filter, so the proxy itself must be a place the job may
+// reach. What lies behind an allowed proxy is that proxy's business.
+func (c *Consumer) checkJobProxy(ctx context.Context, proxy string) error {
+	if proxy == "" {
+		return nil
+	}
+	u, err := url.Parse(proxy)
+	if err != nil {
+		return &browser.Error{Class: browser.ClassInvalid, Err: fmt.Errorf("proxy: %w", err)}
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil {
+		return &browser.Error{Class: browser.ClassInvalid, Err: fmt.Errorf("proxy: bad port %q", u.Port())}
+	}
+	if _, err := c.egress.Check(ctx, u.Hostname(), uint16(port)); err != nil {
+		var re *egress.RefusedError
+		if errors.As(err, &re) {
+			return &browser.Error{Class: browser.ClassDestinationRefused, Err: fmt.Errorf("the job's proxy: %w", err)}
+		}
+		return &browser.Error{Class: browser.ClassNetwork, Retriable: true, Err: fmt.Errorf("the job's proxy: %w", err)}
+	}
+	return nil
+}
+
+// followable drops the links to literal addresses the egress policy
+// refuses, so that they never become child jobs; links by host name are
+// judged when their job runs, on what the name resolves to then.
+func (c *Consumer) followable(links []string) []string {
+	out := links[:0]
+	for _, l := range links {
+		if u, err := url.Parse(l); err == nil {
+			if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil {
+				port := u.Port()
+				if port == "" {
+					port = "80"
+					if strings.EqualFold(u.Scheme, "https") {
+						port = "443"
+					}
+				}
+				p, _ := strconv.ParseUint(port, 10, 16)
+				if !c.cfg.Egress.Allowed(netip.AddrPortFrom(a, uint16(p))) {
+					continue
+				}
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
