@@ -277,7 +277,11 @@ func (b *Browser) args() []string {
 		args = append(args,
 			"--proxy-server="+b.opts.EgressProxy,
 			"--proxy-bypass-list=<-loopback>",
+			// WebRTC sends no UDP past the proxy: the headless shell reads
+			// the first switch, full Chrome the second (TestEgressProxyLaunch
+			// sees a STUN packet on either without its own).
 			"--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+			"--webrtc-ip-handling-policy=disable_non_proxied_udp",
 		)
 	}
 	args = mergeFeatureFlags(append(args, b.opts.ExtraFlags...))

@@ -1,0 +1,116 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/internal/testsite"
+)
+
+// TestEgressProxyLaunch: a Chrome launched behind an egress proxy sends
+// loopback hosts through it too (Chrome bypasses proxies for loopback by
+// default), so the policy refuses another loopback address, and WebRTC sends
+// no UDP that does not go through the proxy (a STUN server on loopback
+// receives nothing).
+func TestEgressProxyLaunch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testsite.StartT(t, testsite.Options{})
+	u, _ := url.Parse(site.URL)
+	rule, err := egress.ParseRule(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- proxy.Serve(pctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("proxy: %v", err)
+		}
+	})
+
+	// A STUN "server" on another loopback address counts what reaches it.
+	udp, err := net.ListenPacket("udp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	packets := make(chan struct{}, 64)
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := udp.ReadFrom(buf); err != nil {
+				return
+			}
+			select {
+			case packets <- struct{}{}:
+			default:
+			}
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Launch(ctx, Options{Kind: testKind(t), ProfileRoot: t.TempDir(), ExtraFlags: testFlags,
+		EgressProxy: proxy.URL(), EgressRefused: proxy.Refused, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Kill(); err != nil {
+			t.Errorf("kill: %v", err)
+		}
+	})
+	s, err := b.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	forbidden, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forbidden.Close()
+	_, err = s.Render(ctx, Request{URL: "http://" + forbidden.Addr().String() + "/"})
+	var e *Error
+	if !errors.As(err, &e) || e.Class != ClassDestinationRefused {
+		t.Fatalf("render of another loopback address: %v, want %s", err, ClassDestinationRefused)
+	}
+
+	stun := udp.LocalAddr().String()
+	res, err := s.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"}, Extract: fmt.Sprintf(`(async () => {
+  const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:%s'}]});
+  pc.createDataChannel('x');
+  const kinds = [];
+  pc.onicecandidate = e => { if (e.candidate) kinds.push(e.candidate.type); };
+  await pc.setLocalDescription(await pc.createOffer());
+  await new Promise(r => setTimeout(r, 2000));
+  pc.close();
+  return kinds;
+})()`, stun)})
+	if err != nil {
+		t.Fatalf("WebRTC page: %v", err)
+	}
+	select {
+	case <-packets:
+		t.Errorf("a UDP packet reached %s past the proxy (candidates %s)", stun, res.Data)
+	default:
+	}
+}
