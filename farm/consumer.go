@@ -1146,9 +1146,6 @@ func limitRequest(req *browser.Request, l jobqueue.ResultLimits) {
 	req.MaxDataBytes = l.DataBytes
 	req.MaxScreenshotBytes = l.ScreenshotBytes
 	req.MaxConsoleErrors = l.ConsoleErrors
-	if req.FollowMax > l.Links {
-		req.FollowMax = l.Links
-	}
 }
 
 // ResultRecord maps a render's result to the queue's result row.

@@ -11,8 +11,9 @@ import (
 // browser, which enforces them in the page before the data crosses into Go
 // where it can; CompleteMany enforces them again before anything reaches the
 // database. Data and screenshots over their cap fail the job permanently
-// (class result_too_large, naming the cap); console errors and links past
-// their count are dropped (the documented truncation).
+// (class result_too_large, naming the cap); console errors past their count
+// are dropped (the documented truncation). Followed links have their own
+// bounds (MaxCollectedLinks, follow.max_links), counted in LinksOverLimit.
 type ResultLimits struct {
 	// DataBytes caps the JSON of the extract expression.
 	DataBytes int `json:"data_bytes"`
@@ -21,8 +22,6 @@ type ResultLimits struct {
 	// ConsoleErrors caps how many console errors are kept (each line is
 	// cut at its own bound).
 	ConsoleErrors int `json:"console_errors"`
-	// Links caps how many followed links a result keeps.
-	Links int `json:"links"`
 }
 
 // Default result limits: the one home of these numbers; `farm consumer`'s
@@ -31,13 +30,11 @@ const (
 	DefaultMaxDataBytes       = 4 << 20
 	DefaultMaxScreenshotBytes = 8 << 20
 	DefaultMaxConsoleErrors   = 50
-	DefaultMaxResultLinks     = 1000
 	// hardMaxResultBytes is the most any one result field may be configured
 	// to: far under PostgreSQL's 1 GB per field, and small enough that a
 	// node holding a few of them stays within its memory.
 	hardMaxResultBytes = 256 << 20
 	maxConsoleLines    = 1000
-	maxResultLinks     = 5000
 )
 
 // DefaultResultLimits returns the documented defaults.
@@ -46,7 +43,6 @@ func DefaultResultLimits() ResultLimits {
 		DataBytes:       DefaultMaxDataBytes,
 		ScreenshotBytes: DefaultMaxScreenshotBytes,
 		ConsoleErrors:   DefaultMaxConsoleErrors,
-		Links:           DefaultMaxResultLinks,
 	}
 }
 
@@ -59,7 +55,6 @@ func (l ResultLimits) Check() error {
 		{"data_bytes", l.DataBytes, hardMaxResultBytes},
 		{"screenshot_bytes", l.ScreenshotBytes, hardMaxResultBytes},
 		{"console_errors", l.ConsoleErrors, maxConsoleLines},
-		{"links", l.Links, maxResultLinks},
 	} {
 		if f.v < 1 || f.v > f.max {
 			return fmt.Errorf("result limit %s: %d is out of range 1..%d", f.name, f.v, f.max)
@@ -79,9 +74,6 @@ func (l ResultLimits) withDefaults() ResultLimits {
 	}
 	if l.ConsoleErrors == 0 {
 		l.ConsoleErrors = d.ConsoleErrors
-	}
-	if l.Links == 0 {
-		l.Links = d.Links
 	}
 	return l
 }

@@ -18,10 +18,10 @@ func TestResultLimitsCheck(t *testing.T) {
 		l     ResultLimits
 		field string
 	}{
-		{"zero data", ResultLimits{ScreenshotBytes: 1, ConsoleErrors: 1, Links: 1}, "data_bytes"},
-		{"huge screenshot", ResultLimits{DataBytes: 1, ScreenshotBytes: 1 << 30, ConsoleErrors: 1, Links: 1}, "screenshot_bytes"},
-		{"negative console", ResultLimits{DataBytes: 1, ScreenshotBytes: 1, ConsoleErrors: -1, Links: 1}, "console_errors"},
-		{"too many links", ResultLimits{DataBytes: 1, ScreenshotBytes: 1, ConsoleErrors: 1, Links: 1 << 20}, "links"},
+		{"zero data", ResultLimits{ScreenshotBytes: 1, ConsoleErrors: 1}, "data_bytes"},
+		{"huge screenshot", ResultLimits{DataBytes: 1, ScreenshotBytes: 1 << 30, ConsoleErrors: 1}, "screenshot_bytes"},
+		{"negative console", ResultLimits{DataBytes: 1, ScreenshotBytes: 1, ConsoleErrors: -1}, "console_errors"},
+		{"too many console errors", ResultLimits{DataBytes: 1, ScreenshotBytes: 1, ConsoleErrors: 1 << 20}, "console_errors"},
 	} {
 		if err := tc.l.Check(); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: Check = %v, want an error naming %s", tc.name, err, tc.field)

@@ -72,7 +72,6 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.IntVar(&o.limits.DataBytes, "max-extract-bytes", dl.DataBytes, "largest extract result (JSON bytes); a larger one fails its job with result_too_large, measured in the page before it is sent")
 	fs.IntVar(&o.limits.ScreenshotBytes, "max-screenshot-bytes", dl.ScreenshotBytes, "largest screenshot (PNG bytes); a larger one fails its job with result_too_large")
 	fs.IntVar(&o.limits.ConsoleErrors, "max-console-errors", dl.ConsoleErrors, "console errors kept per result; later ones are dropped")
-	fs.IntVar(&o.limits.Links, "max-result-links", dl.Links, "followed links kept per result; later ones are dropped")
 	fs.StringVar(&o.allow, "allow-destination", "", "addresses jobs may reach although loopback, link-local or private, comma-separated: 10.1.2.0/24,127.0.0.1:8089 (IP addresses or prefixes, optionally with a port; default: public addresses only)")
 	fs.StringVar(&o.deny, "deny-destination", "", "addresses jobs may never reach although public, e.g. the producer's public listen address (same form as --allow-destination; beats it)")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
@@ -122,7 +121,7 @@ func (o *consumerOptions) check() error {
 	if err := o.limits.Check(); err != nil {
 		msg := err.Error()
 		for field, flag := range map[string]string{"data_bytes": "--max-extract-bytes", "screenshot_bytes": "--max-screenshot-bytes",
-			"console_errors": "--max-console-errors", "links": "--max-result-links"} {
+			"console_errors": "--max-console-errors"} {
 			if strings.Contains(msg, "limit "+field+":") {
 				msg = flag + ": " + msg
 			}
