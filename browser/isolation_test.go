@@ -213,3 +213,36 @@ func TestHostileInEveryIsolation(t *testing.T) {
 		})
 	}
 }
+
+// TestConsoleFloodIsCutInThePage: a page that logs, console.errors,
+// asserts, rejects and throws 16 MB strings renders, and every message it
+// leaves is cut; the uncaught ones are reported as such.
+func TestConsoleFloodIsCutInThePage(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	res, err := s.Render(context.Background(), Request{URL: e.url("/hostile/console-flood?mb=16"), Wait: Wait{Selector: "#ready"}, Timeout: time.Minute,
+		Extract: "String(console.error).includes('[native code]')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Data) != "false" {
+		t.Errorf("console.error is Chrome's own, not the guard: strings cross CDP whole")
+	}
+	var uncaught, errs int
+	for _, m := range res.ConsoleErrors {
+		if len(m) > maxConsoleLen+len("…")+len("console.assert: ") {
+			t.Errorf("a console message of %d bytes was kept", len(m))
+		}
+		switch {
+		case strings.HasPrefix(m, "uncaught: Error: ttt"), strings.HasPrefix(m, "uncaught: Error: ppp"):
+			uncaught++
+		case strings.HasPrefix(m, "console.error: eee"), strings.HasPrefix(m, "console.assert: aaa"):
+			errs++
+		default:
+			t.Errorf("unexpected console message %.80q", m)
+		}
+	}
+	if uncaught != 2 || errs != 2 {
+		t.Errorf("%d uncaught and %d console errors reported, want 2 and 2: %.200q", uncaught, errs, res.ConsoleErrors)
+	}
+}

@@ -152,3 +152,48 @@ const jsMeta = `function (wantHTML, cap, follow, max) {
   }
   return out;
 }`
+
+// jsConsoleGuard runs in every frame of a tab before the page's scripts
+// (Page.addScriptToEvaluateOnNewDocument). Chrome sends a console call's
+// string arguments and an uncaught exception's text over CDP whole, so a
+// page logging or throwing 100 MB would push 100 MB into the consumer
+// before any cap: the guard cuts strings in the page, at maxConsoleLen
+// characters (the format's first argument). An
+// uncaught exception or rejection is taken over (its default report
+// canceled) and reported by console.error with the uncaughtMarker, cut the
+// same way. A page that finds a console the guard never saw (a frame's
+// before its first script) can still get past it: the cap in Go still
+// bounds what is kept, not what crosses.
+const jsConsoleGuard = `(() => {
+  const max = %d, marker = %q;
+  const cut = v => (typeof v === 'string' && v.length > max) ? v.slice(0, max) + '…' : v;
+  const c = globalThis.console;
+  if (!c) return;
+  for (const name of ['log', 'info', 'warn', 'error', 'debug', 'trace', 'dir', 'dirxml', 'table', 'assert', 'count', 'group', 'groupCollapsed', 'timeLog', 'timeEnd']) {
+    const orig = c[name];
+    if (typeof orig !== 'function') continue;
+    c[name] = {[name](...args) { return orig.apply(this, args.map(cut)); }}[name];
+  }
+  const report = c.error;
+  const text = v => {
+    try {
+      if (v instanceof Error) return String(v.stack || v);
+      return String(v);
+    } catch (e) {
+      return 'unprintable';
+    }
+  };
+  globalThis.addEventListener('error', e => {
+    if (!(e instanceof ErrorEvent)) return; // a resource's load error
+    e.preventDefault();
+    report.call(c, marker + cut(e.error !== undefined ? text(e.error) : String(e.message)));
+  }, true);
+  globalThis.addEventListener('unhandledrejection', e => {
+    e.preventDefault();
+    report.call(c, marker + cut(text(e.reason)));
+  }, true);
+})()`
+
+// uncaughtMarker starts a console.error of jsConsoleGuard that reports an
+// uncaught exception.
+const uncaughtMarker = "\u2063browserfarm-uncaught\u2063"

@@ -351,6 +351,10 @@ func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*t
 // navigation), target discovery and auto-attach (every tab would get every
 // target's events); and it sets the default viewport and user agent.
 func (t *tab) slim(ctx context.Context) error {
+	guard := fmt.Sprintf(jsConsoleGuard, maxConsoleLen, uncaughtMarker)
+	if _, err := cdp.Call(ctx, t.t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: guard}); err != nil {
+		return fmt.Errorf("Page.addScriptToEvaluateOnNewDocument: %w", err)
+	}
 	if _, err := cdp.Call(ctx, t.t, css.Disable, cdp.Empty{}); err != nil {
 		return fmt.Errorf("CSS.disable: %w", err)
 	}
@@ -497,6 +501,10 @@ func (t *tab) onEvent(ev any) {
 			return
 		}
 		msg := consoleText(e.Args)
+		if rest, ok := strings.CutPrefix(msg, uncaughtMarker); ok && e.Type == runtime.ConsoleAPICalledTypeError {
+			t.withJob(func(j *jobState) { j.consoleError("uncaught: " + rest) })
+			return
+		}
 		t.withJob(func(j *jobState) { j.consoleError("console." + string(e.Type) + ": " + msg) })
 	case *runtime.EventExceptionThrown:
 		msg := exceptionText(e.ExceptionDetails)

@@ -99,6 +99,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /storage", s.storage)
 	s.isolationRoutes()
 	m.HandleFunc("GET /console", s.console)
+	m.HandleFunc("GET /hostile/console-flood", s.hostileConsoleFlood)
 	m.HandleFunc("GET /slow/{ms}", s.slow)
 	m.HandleFunc("GET /hang", s.hang)
 	m.HandleFunc("GET /status/{code}", s.status)
@@ -135,6 +136,7 @@ var paths = [][2]string{
 	{"/isolation/get", "window.__state: the state /isolation/set leaves, as this context sees it"},
 	{"/isolation/auth", "needs HTTP basic authentication (testsite.AuthUser, AuthPassword)"},
 	{"/console", "logs console errors and throws an uncaught exception"},
+	{"/hostile/console-flood?mb=N", "logs, console.errors, throws and rejects N MB strings"},
 	{"/slow/{ms}", "answers after ms milliseconds"},
 	{"/hang", "sends part of a page and never finishes"},
 	{"/status/{code}", "answers with that HTTP status"},
@@ -430,6 +432,23 @@ var out = document.getElementById('out');
 out.textContent = 'cookie=' + c + ' local=' + l;
 var d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d);
 </script></body></html>`)
+}
+
+func (s *site) hostileConsoleFlood(w http.ResponseWriter, r *http.Request) {
+	mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
+	if err != nil || mb < 1 || mb > 512 {
+		mb = 16
+	}
+	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Console flood</title></head><body>
+<script>
+const big = c => c.repeat(%d * 1024 * 1024);
+console.log(big('l'));
+console.error(big('e'), 1);
+console.assert(false, big('a'));
+Promise.reject(new Error(big('p')));
+setTimeout(() => { throw new Error(big('t')); }, 0);
+setTimeout(() => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d); }, 50);
+</script></body></html>`, mb))
 }
 
 func (s *site) console(w http.ResponseWriter, r *http.Request) {
