@@ -218,7 +218,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.FinalURL = j.shown
 			return newErr(ClassHTTP, false, "HTTP 401: %s asks for credentials", j.shown)
 		}
-		if err := s.refusedTunnel(j, nav.ErrorText); err != nil {
+		if err := s.refusedTunnel(j, st, nav.ErrorText); err != nil {
 			return err
 		}
 		class, retriable := classifyNetError(nav.ErrorText)
@@ -339,12 +339,17 @@ func refusedResponse(resp *network.Response) error {
 }
 
 // refusedTunnel is the error of an https page whose tunnel the egress proxy
-// refused: Chrome reports only that the tunnel failed, the proxy says why.
-func (s *Session) refusedTunnel(j *job, errText string) error {
+// refused — the job's URL or where it redirected: Chrome reports only that
+// the tunnel failed, the proxy says why.
+func (s *Session) refusedTunnel(j *job, st *jobState, errText string) error {
 	if s.b.opts.EgressRefused == nil || j.proxy != nil || !strings.Contains(errText, "ERR_TUNNEL_CONNECTION_FAILED") {
 		return nil
 	}
-	u, err := url.Parse(j.URL)
+	target := j.URL
+	if d := st.lastDocURL(); d != "" {
+		target = d
+	}
+	u, err := url.Parse(target)
 	if err != nil {
 		return nil
 	}
@@ -727,6 +732,7 @@ type jobState struct {
 	latest  cdp.LoaderID // main-frame loader of the last "init"
 	events  map[cdp.LoaderID]map[string]bool
 	docs    map[cdp.LoaderID]*network.Response
+	docURL  string // the main frame's last document request: the URL, or where it redirected
 	console []string
 	dialogs int
 	changed chan struct{}
@@ -769,6 +775,18 @@ func (st *jobState) lifecycle(loader cdp.LoaderID, name string) {
 	m[name] = true
 	st.mu.Unlock()
 	st.poke()
+}
+
+func (st *jobState) docRequest(u string) {
+	st.mu.Lock()
+	st.docURL = u
+	st.mu.Unlock()
+}
+
+func (st *jobState) lastDocURL() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.docURL
 }
 
 func (st *jobState) response(loader cdp.LoaderID, r *network.Response) {

@@ -473,6 +473,12 @@ func (t *tab) onEvent(ev any) {
 		if e.Reason == page.FrameDetachedReasonSwap {
 			t.taint()
 		}
+	case *network.EventRequestWillBeSent:
+		// Every hop of the main document's redirects: where a refused
+		// tunnel was going.
+		if e.Type == network.ResourceTypeDocument && e.FrameID == cdp.FrameID(t.id) && e.Request != nil {
+			t.withJob(func(j *jobState) { j.docRequest(e.Request.URL) })
+		}
 	case *network.EventResponseReceivedExtraInfo:
 		// Chrome caches answered HTTP credentials per context, and no CDP
 		// call clears that cache: a challenge (even one the network stack

@@ -73,6 +73,7 @@ func TestConsumerEgressPolicy(t *testing.T) {
 		// Not refusals: failures that keep what the page answered.
 		{URL: site.URL + "/status/404"},
 		{URL: site.URL + "/img/1.png", Wait: &jobqueue.Wait{Selector: "#ready"}, TimeoutMS: 60_000},
+		{URL: site.URL + "/egress/redirect?to=" + q("https://"+other+"/")}, // a redirect to a refused tunnel
 	}
 	for i := range specs {
 		specs[i].MaxAttempts = 1
@@ -97,7 +98,7 @@ func TestConsumerEgressPolicy(t *testing.T) {
 		}
 		return j
 	}
-	for i, refused := range map[int]string{0: other, 1: samePort, 2: other, 4: other, 6: other} {
+	for i, refused := range map[int]string{0: other, 1: samePort, 2: other, 4: other, 6: other, 9: other} {
 		j := get(ids[i])
 		if j.State != jobqueue.StateFailed || j.ErrorClass != "destination_refused" || !strings.Contains(j.LastError, refused) {
 			t.Errorf("job %d (%s): %s, class %q, error %q; want failed destination_refused naming %s",
