@@ -44,6 +44,7 @@ type consumerOptions struct {
 	limits          jobqueue.ResultLimits
 	allow           string
 	deny            string
+	respawn         bool
 
 	awsProtection bool
 	awsGroup      string
@@ -75,6 +76,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.allow, "allow-destination", "", "addresses jobs may reach although loopback, link-local or private, comma-separated: 10.1.2.0/24,127.0.0.1:8089 (IP addresses or prefixes, optionally with a port; default: public addresses only)")
 	fs.StringVar(&o.deny, "deny-destination", "", "addresses jobs may never reach although public, e.g. the producer's public listen address (same form as --allow-destination; beats it)")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
+	fs.BoolVar(&o.respawn, "respawn", false, "stay up and run the consumer as a child process, restarting it in place on exit 75 (for containers: Docker and Kubernetes back off restarts)")
 	fs.BoolVar(&o.awsProtection, "aws-instance-protection", false, "protect this EC2 instance from Auto Scaling scale-in while it has jobs (needs --aws-asg-name)")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "the Auto Scaling group of the consumer fleet, for --aws-instance-protection")
 	fs.StringVar(&o.awsRegion, "aws-region", "", "AWS region (default: the SDK's chain, then the instance metadata)")
@@ -248,6 +250,9 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	if o.respawn {
+		return runRespawn(ctx, env, args, o.drainTimeout, log)
+	}
 
 	// Claims, completions, failures and heartbeats run concurrently with
 	// one connection held by the listener.

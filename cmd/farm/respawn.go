@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/farm/fleet"
+)
+
+// respawnStopGrace is how long past --drain-timeout a respawned consumer gets
+// after SIGTERM before it is killed: past the drain it still hands its jobs
+// back and marks its node exited.
+const respawnStopGrace = 30 * time.Second
+
+// runRespawn is `farm consumer --respawn`: this process stays up as the
+// container's main process and runs the consumer as its child, restarting it
+// at once when it exits 75 after --exit-after-jobs jobs (the same
+// fresh-process recycle systemd gives), and after a doubling backoff when it
+// crashes. Docker and Kubernetes never see the recycle, so they never back
+// off. SIGTERM/SIGINT reach the child, which drains; this process exits 0
+// once it has.
+func runRespawn(ctx context.Context, env *environment, args []string, drain time.Duration, log *zap.Logger) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("--respawn: finding this binary: %w", err)
+	}
+	// The child gets the same flags and environment; the last --respawn wins,
+	// so it runs the consumer itself.
+	childArgs := append(append([]string{"consumer"}, args...), "--respawn=false")
+	fl, err := fleet.New(fleet.Config{
+		Count: 1,
+		Command: func(int) *exec.Cmd {
+			cmd := exec.Command(self, childArgs...)
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, env.stdout, env.stderr
+			return cmd
+		},
+		StopTimeout: drain + respawnStopGrace,
+		Logger:      log.Named("respawn"),
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("respawn: running the consumer as a child process; it is restarted in place on exit 75",
+		zap.Duration("stop_timeout", drain+respawnStopGrace))
+	if err := fl.Run(ctx); err != nil {
+		return err
+	}
+	s := fl.Stats()
+	log.Info("respawn: stopped", zap.Int("starts", s.Starts), zap.Int("recycles", s.Recycles), zap.Int("crashes", s.Crashes))
+	return nil
+}
