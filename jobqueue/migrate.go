@@ -3,9 +3,11 @@ package jobqueue
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
 )
@@ -15,6 +17,9 @@ var migrationFiles embed.FS
 
 // versionTable records the applied schema version (tern's bookkeeping).
 const versionTable = "public.browserfarm_schema_version"
+
+// undefinedTable is PostgreSQL's SQLSTATE for a relation that does not exist.
+const undefinedTable = "42P01"
 
 // migrateLockKey is the advisory lock that serializes Migrate across
 // processes. tern takes its own lock per step too; holding ours for the whole
@@ -63,7 +68,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // SchemaVersion reports the applied schema version and the version this build
-// expects (the number of embedded migrations).
+// expects (the number of embedded migrations). A database no migration has
+// touched yet is at version 0.
 func SchemaVersion(ctx context.Context, pool *pgxpool.Pool) (applied, expected int32, err error) {
 	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
 	if err != nil {
@@ -71,6 +77,10 @@ func SchemaVersion(ctx context.Context, pool *pgxpool.Pool) (applied, expected i
 	}
 	expected = int32(len(names))
 	err = pool.QueryRow(ctx, "SELECT version FROM "+versionTable).Scan(&applied)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == undefinedTable {
+		return 0, expected, nil
+	}
 	if err != nil {
 		return 0, expected, fmt.Errorf("schema version: %w", err)
 	}

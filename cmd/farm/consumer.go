@@ -24,8 +24,9 @@ import (
 
 // consumerOptions are the flags of `farm consumer`.
 type consumerOptions struct {
-	log logOptions
-	db  dbOptions
+	log     logOptions
+	db      dbOptions
+	startup startupOptions
 
 	nodeID          string
 	capacity        int
@@ -55,6 +56,7 @@ type consumerOptions struct {
 func (o *consumerOptions) register(fs *flagSet) {
 	o.log.register(fs)
 	o.db.register(fs)
+	o.startup.register(fs, " and its schema")
 	d := supervisor.DefaultConfig()
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); one live process per id: a restarted process takes back its predecessor's jobs at once, while another process is refused the id while its holder heartbeats (unless the holder was a process of this host that no longer runs)")
 	fs.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions (jobs) on this node")
@@ -256,11 +258,14 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 
 	// Claims, completions, failures and heartbeats run concurrently with
 	// one connection held by the listener.
-	pool, err := o.db.pool(ctx, int32(max(8, o.capacity+4)))
+	pool, err := o.startup.waitForPool(ctx, &o.db, int32(max(8, o.capacity+4)), log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	if err := o.startup.waitForSchema(ctx, pool, log); err != nil {
+		return err
+	}
 	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue"), ResultLimits: o.limits})
 
 	cfg := o.consumerConfig(q, log)

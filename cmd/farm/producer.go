@@ -116,9 +116,11 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	var db dbOptions
 	var lo logOptions
 	var po producerOptions
+	var so startupOptions
 	db.register(fs)
 	lo.register(fs)
 	po.register(fs)
+	so.register(fs, "")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -127,7 +129,7 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer log.Sync()
-	pool, err := db.pool(ctx, 16)
+	pool, err := so.waitForPool(ctx, &db, 16, log)
 	if err != nil {
 		return err
 	}

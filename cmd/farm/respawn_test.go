@@ -90,12 +90,11 @@ func TestConsumerRespawn(t *testing.T) {
 	})
 
 	profiles := t.TempDir()
-	var logs lockedBuffer
-	logs.b = &bytes.Buffer{}
+	logs := newLogBuffer()
 	cmd := exec.Command(bin, "consumer", "--respawn", "--database-url", url, "--node-id", node,
 		"--exit-after-jobs", "80", "--chrome-profile-root", profiles, "--heartbeat-interval", "1s", "--log-format", "json")
 	cmd.Env = withoutFarmSettings(os.Environ())
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +106,7 @@ func TestConsumerRespawn(t *testing.T) {
 			<-exited
 		}
 	}()
-	dump := func() string { logs.mu.Lock(); defer logs.mu.Unlock(); return tail(logs.b.String(), 4000) }
+	dump := func() string { return tail(logs.String(), 4000) }
 
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
@@ -143,9 +142,7 @@ func TestConsumerRespawn(t *testing.T) {
 		t.Fatalf("outer process did not exit after SIGTERM\n%s", dump())
 	}
 
-	logs.mu.Lock()
-	lines := parseLogLines(t, logs.b.Bytes())
-	logs.mu.Unlock()
+	lines := parseLogLines(t, []byte(logs.String()))
 	var starts, recycles, crashes []logLine
 	for _, l := range lines {
 		if l.Logger != "respawn" {

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/farm/fleet"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// Start in any order: on Kubernetes or Docker Compose the database, the
+// producer and the consumers start together. A consumer waits for the
+// database and then for the schema, which only the producer (or `farm
+// migrate`) applies: consumers run with a database role that needs no DDL
+// rights, and one process owns migrations. The producer waits for the
+// database, then migrates under the advisory lock (jobqueue.Migrate).
+
+// Retry pacing while waiting: quick at first (a database that is seconds away
+// from ready), then at most every few seconds; a log line every 10 s.
+const (
+	startupRetryMin = 250 * time.Millisecond
+	startupRetryMax = 5 * time.Second
+	startupLogEvery = 10 * time.Second
+)
+
+// startupOptions bound the wait for the database at start.
+type startupOptions struct {
+	wait time.Duration
+}
+
+func (o *startupOptions) register(fs *flagSet, what string) {
+	fs.DurationVar(&o.wait, "database-wait", 2*time.Minute,
+		"at start, how long to wait for the database"+what+" before giving up (0: fail at once)")
+}
+
+// waitForPool connects to the database, retrying until it answers or the
+// bound passes. A malformed URL fails at once.
+func (o *startupOptions) waitForPool(ctx context.Context, db *dbOptions, maxConns int32, log *zap.Logger) (*pgxpool.Pool, error) {
+	start := time.Now()
+	var lastLog time.Time
+	for attempt := 0; ; attempt++ {
+		pool, err := db.pool(ctx, maxConns)
+		if err == nil {
+			if attempt > 0 {
+				log.Info("database is up", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+			}
+			return pool, nil
+		}
+		var ue *usageError
+		if errors.As(err, &ue) || ctx.Err() != nil {
+			return nil, err
+		}
+		if time.Since(start) >= o.wait {
+			return nil, fmt.Errorf("gave up waiting for the database after %s (--database-wait): %w", o.wait, err)
+		}
+		if time.Since(lastLog) >= startupLogEvery {
+			log.Warn("waiting for the database", zap.Error(err), zap.Duration("waited", time.Since(start).Round(time.Second)),
+				zap.Duration("database_wait", o.wait))
+			lastLog = time.Now()
+		}
+		if err := sleepCtx(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitForSchema returns once the schema is at least at the version this build
+// expects, waiting for the producer or `farm migrate` to apply it.
+func (o *startupOptions) waitForSchema(ctx context.Context, pool *pgxpool.Pool, log *zap.Logger) error {
+	start := time.Now()
+	var lastLog time.Time
+	for attempt := 0; ; attempt++ {
+		applied, expected, err := jobqueue.SchemaVersion(ctx, pool)
+		if err == nil && applied >= expected {
+			if applied > expected {
+				log.Warn("the database schema is newer than this build (a rolling upgrade?)",
+					zap.Int32("schema_version", applied), zap.Int32("expected", expected))
+			}
+			if attempt > 0 {
+				log.Info("database schema is ready", zap.Int32("schema_version", applied),
+					zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			err = fmt.Errorf("schema at version %d, this build needs %d", applied, expected)
+		}
+		if time.Since(start) >= o.wait {
+			return fmt.Errorf("gave up waiting for the database schema after %s (--database-wait; start the producer or run `farm migrate`): %w", o.wait, err)
+		}
+		if time.Since(lastLog) >= startupLogEvery {
+			log.Warn("waiting for the database schema: start the producer (it migrates) or run `farm migrate`",
+				zap.Error(err), zap.Duration("waited", time.Since(start).Round(time.Second)))
+			lastLog = time.Now()
+		}
+		if err := sleepCtx(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
