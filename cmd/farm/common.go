@@ -59,14 +59,37 @@ func (o *logOptions) newLogger(w io.Writer) (*zap.Logger, error) {
 // dbOptions is the database flag of every command that talks to PostgreSQL.
 type dbOptions struct {
 	url string
+	// The operator's commands (registerLocal) fall back to the `farm up`
+	// running on dataDir when no URL is given.
+	findLocal bool
+	dataDir   string
+	getenv    func(string) string
+}
+
+// registerLocal adds --data-dir: with no --database-url the command uses the
+// `farm up` that runs there (see localfarm.go).
+func (o *dbOptions) registerLocal(fs *flagSet, getenv func(string) string) {
+	o.findLocal, o.getenv = true, getenv
+	fs.StringVar(&o.dataDir, "data-dir", "", "without --database-url: use the `farm up` running with this data dir (default: farm up's default)")
 }
 
 func (o *dbOptions) register(fs *flagSet) {
-	fs.StringVar(&o.url, "database-url", "", "PostgreSQL URL or keyword/value string (required; `farm up` starts its own when empty)")
+	fs.StringVar(&o.url, "database-url", "", "PostgreSQL URL or keyword/value string (producer, consumer, migrate: required; `farm up` starts its own when empty; submit, status, results, cancel, retry: default the running `farm up`)")
 }
 
 // pool connects to the database, failing fast with a message that names the problem.
 func (o *dbOptions) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if o.url == "" && o.findLocal {
+		dir := o.dataDir
+		if dir == "" {
+			dir = defaultDataDir(o.getenv)
+		}
+		url, err := localDatabaseURL(dir)
+		if err != nil {
+			return nil, err
+		}
+		return openPool(ctx, url, maxConns)
+	}
 	if o.url == "" {
 		return nil, usagef("--database-url (or FARM_DATABASE_URL) is required")
 	}

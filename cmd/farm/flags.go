@@ -66,7 +66,7 @@ func envName(flagName string) string {
 // its environment variable. A malformed environment value is an error that
 // names the variable.
 func (fs *flagSet) parse(args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parseInterspersed(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
 		}
@@ -93,6 +93,27 @@ func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 		return &usageError{errors.Join(errs...).Error()}
 	}
 	return nil
+}
+
+// parseInterspersed parses flags before, between and after the arguments
+// (`farm submit URL --wait`), which flag.FlagSet alone stops at the first
+// argument; "--" still ends the flags. fs.Args() is then the arguments.
+func (fs *flagSet) parseInterspersed(args []string) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if len(rest) == 0 || (consumed > 0 && args[consumed-1] == "--") {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, positional...))
 }
 
 // isGiven reports whether the flag was set on the command line or by its

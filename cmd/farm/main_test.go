@@ -71,3 +71,26 @@ func TestEnvironmentConfiguresFlags(t *testing.T) {
 		t.Fatalf("bad env value: err = %v", err)
 	}
 }
+
+func TestFlagsAfterArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		wantWait bool
+		wantArgs []string
+	}{
+		{[]string{"http://a/", "--wait"}, true, []string{"http://a/"}},
+		{[]string{"--wait", "http://a/", "http://b/"}, true, []string{"http://a/", "http://b/"}},
+		{[]string{"http://a/", "--", "--wait"}, false, []string{"http://a/", "--wait"}},
+		{[]string{"-", "--wait"}, true, []string{"-"}},
+		{nil, false, nil},
+	} {
+		fs := newFlagSet("x", "", &bytes.Buffer{})
+		wait := fs.Bool("wait", false, "")
+		if err := fs.parse(tc.args, func(string) string { return "" }); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if *wait != tc.wantWait || strings.Join(fs.Args(), " ") != strings.Join(tc.wantArgs, " ") {
+			t.Errorf("%q: wait=%v args=%q; want %v %q", tc.args, *wait, fs.Args(), tc.wantWait, tc.wantArgs)
+		}
+	}
+}

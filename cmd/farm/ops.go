@@ -45,6 +45,7 @@ func runStatus(ctx context.Context, env *environment, args []string) error {
 	var db dbOptions
 	var asJSON bool
 	db.register(fs)
+	db.registerLocal(fs, env.getenv)
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of tables")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
@@ -119,6 +120,7 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	var format, states, batch, since, until, columns string
 	var html, screenshot bool
 	db.register(fs)
+	db.registerLocal(fs, env.getenv)
 	fs.StringVar(&format, "format", "jsonl", "output format: jsonl or csv")
 	fs.StringVar(&states, "state", "completed,failed", "job states to export, comma-separated")
 	fs.StringVar(&batch, "batch", "", "only this batch id")
@@ -269,6 +271,7 @@ func cancelOrRetry(ctx context.Context, env *environment, args []string, verb st
 	var db dbOptions
 	var batch string
 	db.register(fs)
+	db.registerLocal(fs, env.getenv)
 	fs.StringVar(&batch, "batch", "", verb+" every job of this batch")
 	fs.commandLineOnly("batch")
 	if err := fs.parse(args, env.getenv); err != nil {

@@ -197,6 +197,7 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	var wait bool
 	var quiet bool
 	db.register(fs)
+	db.registerLocal(fs, env.getenv)
 	sf.register(fs)
 	fs.StringVar(&file, "file", "", "read jobs from this file ('-' for stdin): one URL or JSON job spec per line")
 	fs.BoolVar(&wait, "wait", false, "follow the batch with a progress bar until every job is finished")

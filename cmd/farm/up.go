@@ -233,6 +233,14 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		// A crawl capped by the per-host default should not be a mystery.
 		fmt.Fprintln(env.stderr, politenessSummary(pol))
 	}
+	// The operator's commands on this machine find the farm through this file.
+	removeRecord, err := writeLocalFarm(uo.dataDir, localFarm{DatabaseURL: dbURL, Dashboard: dashboard,
+		PID: os.Getpid(), Version: version, StartedAt: time.Now().UTC()})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer removeRecord()
 
 	var g run.Group
 	if err := addProducer(ctx, &g, pool, ln, &po, log); err != nil {
