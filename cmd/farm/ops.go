@@ -314,12 +314,11 @@ type batchSummary struct {
 	took                        time.Duration
 }
 
-// followBatch shows a progress bar until every job of the batch is finished.
+// followBatch shows progress until every job of the batch is finished.
 // Polling is fine here: it is one small query a quarter second for one person's terminal.
-func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int, w io.Writer) (batchSummary, error) {
+func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int, w io.Writer, quiet bool) (batchSummary, error) {
 	start := time.Now()
-	bar := progressbar.NewOptions64(int64(total),
-		progressbar.OptionSetWriter(w),
+	bar := newProgress(w, int64(total), quiet,
 		progressbar.OptionSetDescription("rendering"),
 		progressbar.OptionShowCount(),
 		progressbar.OptionShowIts(),
@@ -332,20 +331,19 @@ func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int
 	for {
 		c, err := q.BatchCounts(ctx, batch)
 		if err != nil {
+			bar.Stop()
 			return batchSummary{}, err
 		}
-		if c.Total > int64(total) { // followed links joined the batch
-			bar.ChangeMax64(c.Total)
-		}
-		_ = bar.Set64(c.Finished())
-		bar.Describe(fmt.Sprintf("rendering (%d failed)", c.By[jobqueue.StateFailed]))
+		// Followed links join the batch: the total grows.
+		bar.Set(c.Finished(), max(c.Total, int64(total)), fmt.Sprintf("rendering (%d failed)", c.By[jobqueue.StateFailed]))
 		if c.Total > 0 && c.Finished() == c.Total {
-			_ = bar.Finish()
+			bar.Finish()
 			return batchSummary{completed: c.By[jobqueue.StateCompleted], failed: c.By[jobqueue.StateFailed],
 				canceled: c.By[jobqueue.StateCanceled], took: time.Since(start)}, nil
 		}
 		select {
 		case <-ctx.Done():
+			bar.Stop()
 			return batchSummary{}, ctx.Err()
 		case <-tick.C:
 		}

@@ -201,7 +201,7 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	sf.register(fs)
 	fs.StringVar(&file, "file", "", "read jobs from this file ('-' for stdin): one URL or JSON job spec per line")
 	fs.BoolVar(&wait, "wait", false, "follow the batch with a progress bar until every job is finished")
-	fs.BoolVar(&quiet, "quiet", false, "print only the batch id")
+	fs.BoolVar(&quiet, "quiet", false, "print only the batch id (with --wait: no progress and no summary either; the exit status says whether every job completed)")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -269,12 +269,14 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	if !wait {
 		return nil
 	}
-	sum, err := followBatch(ctx, q, batch, len(ids), env.stderr)
+	sum, err := followBatch(ctx, q, batch, len(ids), env.stderr, quiet)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(env.stdout, "batch %s: %d completed, %d failed, %d canceled in %s\n",
-		batch, sum.completed, sum.failed, sum.canceled, sum.took.Round(time.Millisecond))
+	if !quiet {
+		fmt.Fprintf(env.stdout, "batch %s: %d completed, %d failed, %d canceled in %s\n",
+			batch, sum.completed, sum.failed, sum.canceled, sum.took.Round(time.Millisecond))
+	}
 	if sum.failed > 0 {
 		return fmt.Errorf("%d of %d jobs failed (see: farm results --batch %s --state failed)", sum.failed, len(ids), batch)
 	}

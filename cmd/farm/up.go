@@ -499,8 +499,7 @@ func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL s
 		return err
 	}
 	start := time.Now()
-	bar := progressbar.NewOptions(len(ids),
-		progressbar.OptionSetWriter(env.stderr),
+	bar := newProgress(env.stderr, int64(len(ids)), false,
 		progressbar.OptionSetWidth(30),
 		progressbar.OptionShowCount(),
 		progressbar.OptionThrottle(200*time.Millisecond),
@@ -526,25 +525,24 @@ func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL s
 		}
 		fs := fl.Stats()
 		elapsed := time.Since(start).Seconds()
-		bar.Describe(fmt.Sprintf("%.1f pages/s · %d failed · %d nodes · %d Chrome recycles · %d process restarts",
+		bar.Set(c.Finished(), c.Total, fmt.Sprintf("%.1f pages/s · %d failed · %d nodes · %d Chrome recycles · %d process restarts",
 			float64(c.By[jobqueue.StateCompleted])/max(elapsed, 0.001), c.By[jobqueue.StateFailed], active,
 			events.chromeRecycles.Load(), fs.Recycles+fs.Crashes))
-		_ = bar.Set64(c.Finished())
 		if c.Finished() == c.Total {
 			break
 		}
 		if fs.Crashes >= 3 && c.By[jobqueue.StateCompleted] == 0 {
-			_ = bar.Exit()
+			bar.Stop()
 			return fmt.Errorf("the consumers keep crashing before finishing a job (is Chromium installed? see %s)", logDir)
 		}
 		select {
 		case <-ctx.Done():
-			_ = bar.Exit()
+			bar.Stop()
 			return fmt.Errorf("demo interrupted at %d of %d pages", c.Finished(), c.Total)
 		case <-tick.C:
 		}
 	}
-	_ = bar.Finish()
+	bar.Finish()
 	took := time.Since(start)
 	fs := fl.Stats()
 	fmt.Fprintf(env.stdout, "\ndemo: %d pages in %s (%.1f pages/s): %d completed, %d failed\n",
