@@ -33,4 +33,8 @@ go test -race -count=1 -timeout 30m "${pkgs[@]}"
 if [ $# -eq 0 ]; then
   printf '\n== go test -race ./browser ./supervisor on full Chromium (FARM_TEST_BROWSER=chrome)\n'
   FARM_TEST_BROWSER=chrome go test -race -count=1 -p 1 -timeout 20m ./browser ./supervisor
+  # Its own module (the farm binary never links k8s.io): the Kubernetes
+  # manifests, decoded strictly into the API types.
+  printf '\n== deploy/kubernetes manifests\n'
+  (cd deploy/kubernetes && go vet ./... && go test -count=1 ./...)
 fi
