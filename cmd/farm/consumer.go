@@ -232,8 +232,8 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) far
 
 // runConsumer is `farm consumer`: one node. It exits 0 after SIGTERM/SIGINT
 // (in-flight jobs finished or handed back), 75 after --exit-after-jobs jobs
-// so that its supervisor (systemd, Docker, Kubernetes, `farm up`) starts a
-// fresh process, and 1 on errors.
+// so that its supervisor (systemd, `farm up`, or its own --respawn parent in
+// a container) starts a fresh process, and 1 on errors.
 func runConsumer(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet("consumer", "[flags]", env.stderr)
 	var o consumerOptions

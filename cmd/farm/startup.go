@@ -41,64 +41,63 @@ func (o *startupOptions) register(fs *flagSet, what string) {
 // waitForPool connects to the database, retrying until it answers or the
 // bound passes. A malformed URL fails at once.
 func (o *startupOptions) waitForPool(ctx context.Context, db *dbOptions, maxConns int32, log *zap.Logger) (*pgxpool.Pool, error) {
-	start := time.Now()
-	var lastLog time.Time
-	for attempt := 0; ; attempt++ {
-		pool, err := db.pool(ctx, maxConns)
-		if err == nil {
-			if attempt > 0 {
-				log.Info("database is up", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
-			}
-			return pool, nil
-		}
+	var pool *pgxpool.Pool
+	err := o.retry(ctx, log, "database", "", func() (bool, error) {
+		var err error
+		pool, err = db.pool(ctx, maxConns)
 		var ue *usageError
-		if errors.As(err, &ue) || ctx.Err() != nil {
-			return nil, err
-		}
-		if time.Since(start) >= o.wait {
-			return nil, fmt.Errorf("gave up waiting for the database after %s (--database-wait): %w", o.wait, err)
-		}
-		if time.Since(lastLog) >= startupLogEvery {
-			log.Warn("waiting for the database", zap.Error(err), zap.Duration("waited", time.Since(start).Round(time.Second)),
-				zap.Duration("database_wait", o.wait))
-			lastLog = time.Now()
-		}
-		if err := sleepCtx(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)); err != nil {
-			return nil, err
-		}
-	}
+		return errors.As(err, &ue), err
+	})
+	return pool, err
 }
 
 // waitForSchema returns once the schema is at least at the version this build
 // expects, waiting for the producer or `farm migrate` to apply it.
 func (o *startupOptions) waitForSchema(ctx context.Context, pool *pgxpool.Pool, log *zap.Logger) error {
+	return o.retry(ctx, log, "database schema", "start the producer (it migrates) or run `farm migrate`", func() (bool, error) {
+		applied, expected, err := jobqueue.SchemaVersion(ctx, pool)
+		switch {
+		case err != nil:
+			return false, err
+		case applied < expected:
+			return false, fmt.Errorf("schema at version %d, this build needs %d", applied, expected)
+		case applied > expected:
+			log.Warn("the database schema is newer than this build (a rolling upgrade?)",
+				zap.Int32("schema_version", applied), zap.Int32("expected", expected))
+		}
+		return false, nil
+	})
+}
+
+// retry calls try until it succeeds, says its error is final, ctx ends or
+// --database-wait passes, logging what it waits for every startupLogEvery.
+func (o *startupOptions) retry(ctx context.Context, log *zap.Logger, what, hint string, try func() (final bool, err error)) error {
 	start := time.Now()
 	var lastLog time.Time
 	for attempt := 0; ; attempt++ {
-		applied, expected, err := jobqueue.SchemaVersion(ctx, pool)
-		if err == nil && applied >= expected {
-			if applied > expected {
-				log.Warn("the database schema is newer than this build (a rolling upgrade?)",
-					zap.Int32("schema_version", applied), zap.Int32("expected", expected))
-			}
+		final, err := try()
+		if err == nil {
 			if attempt > 0 {
-				log.Info("database schema is ready", zap.Int32("schema_version", applied),
-					zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+				log.Info(what+" is ready", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
 			}
 			return nil
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err == nil {
-			err = fmt.Errorf("schema at version %d, this build needs %d", applied, expected)
+		if final || ctx.Err() != nil {
+			return err
 		}
 		if time.Since(start) >= o.wait {
-			return fmt.Errorf("gave up waiting for the database schema after %s (--database-wait; start the producer or run `farm migrate`): %w", o.wait, err)
+			if hint != "" {
+				return fmt.Errorf("gave up waiting for the %s after %s (--database-wait; %s): %w", what, o.wait, hint, err)
+			}
+			return fmt.Errorf("gave up waiting for the %s after %s (--database-wait): %w", what, o.wait, err)
 		}
 		if time.Since(lastLog) >= startupLogEvery {
-			log.Warn("waiting for the database schema: start the producer (it migrates) or run `farm migrate`",
-				zap.Error(err), zap.Duration("waited", time.Since(start).Round(time.Second)))
+			msg := "waiting for the " + what
+			if hint != "" {
+				msg += ": " + hint
+			}
+			log.Warn(msg, zap.Error(err), zap.Duration("waited", time.Since(start).Round(time.Second)),
+				zap.Duration("database_wait", o.wait))
 			lastLog = time.Now()
 		}
 		if err := sleepCtx(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)); err != nil {

@@ -85,8 +85,8 @@ func TestStartEverythingAtOnce(t *testing.T) {
 	if cluster.SocketDir() != dataDir {
 		t.Fatalf("socket in %s, want %s", cluster.SocketDir(), dataDir)
 	}
-	waitForLog(t, producerLog, "database is up", producerDone)
-	waitForLog(t, consumerLog, "database is up", consumerDone)
+	waitForLog(t, producerLog, "database is ready", producerDone)
+	waitForLog(t, consumerLog, "database is ready", consumerDone)
 
 	pool, err := openPool(ctx, url, 2)
 	if err != nil {
