@@ -1,17 +1,32 @@
 # syntax=docker/dockerfile:1
-# browserfarm: one image, default command `farm consumer`.
+# browserfarm: one image, default command `farm consumer` in respawn mode.
 #
 #   docker build -t browserfarm .
-#   docker run -d --restart=always --shm-size=1g --stop-timeout 90 \
+#   docker run -d --restart=unless-stopped --shm-size=1g --stop-timeout 120 \
 #     -e FARM_DATABASE_URL=postgres://farm:secret@db.internal:5432/farm \
 #     -e FARM_NODE_ID=consumer-a browserfarm
 #
-# --restart=always is what makes the consumer's exit code 75 ("recycle me",
-# after --exit-after-jobs jobs) a cheap, clean restart. --stop-timeout 90: on
-# `docker stop` the consumer drains its in-flight jobs (--drain-timeout, 60 s)
-# and hands the rest back; Docker's default 10 s would cut that short. --shm-size is a
-# safety margin: Chrome is started with --disable-dev-shm-usage, but Docker's
-# default 64 MiB /dev/shm is still too small for some of its allocations.
+# Base images (both from Docker Hub; scripts/image-check.sh makes local
+# stand-ins from Debian packages when there is no registry):
+#   golang:1.26-bookworm   the build stage (Go toolchain on Debian 12)
+#   debian:bookworm-slim   the runtime
+#
+# Recycling: the consumer exits 75 every --exit-after-jobs jobs to get a fresh
+# process. Docker and Kubernetes back off restarting a container that exits
+# often (Docker from 100 ms, doubling unless it ran 10 s; Kubernetes 10 s up
+# to 5 min), so the image sets FARM_RESPAWN=true: `farm consumer` stays up as
+# the container's main process and restarts its consumer child in place at
+# once (crashes still back off). Set FARM_RESPAWN=false to let the container
+# exit 75 instead. --stop-timeout 120: on `docker stop` the consumer drains
+# its in-flight jobs (--drain-timeout, 60 s) and hands the rest back; Docker's
+# default 10 s would cut that short. --shm-size is a safety margin: Chrome is
+# started with --disable-dev-shm-usage, but Docker's default 64 MiB /dev/shm
+# is still too small for some of its allocations.
+#
+# Browser: Debian's chromium-headless-shell (old headless mode, about twice
+# the pages per CPU-second of full Chromium). --build-arg FULL_CHROMIUM=true
+# adds full Chromium too, for sites that need it (--chrome
+# /usr/lib/chromium/chromium).
 
 # ---- build ------------------------------------------------------------------
 FROM golang:1.26-bookworm AS build
@@ -21,22 +36,25 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/farm ./cmd/farm
+    CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -X main.version=${VERSION}" -o /out/farm ./cmd/farm
 
 # ---- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim
-# chromium: the browser; fonts: pages render text the way users see it;
-# tini: PID 1 that reaps the zombies Chrome's helper processes leave behind
-# and forwards SIGTERM so the consumer drains.
+ARG FULL_CHROMIUM=false
+# chromium-headless-shell: the browser; fonts: pages render text the way
+# users see it; tini: PID 1 that reaps the zombies Chrome's helper processes
+# leave behind and forwards SIGTERM so the consumer drains.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      chromium fonts-liberation fonts-noto-color-emoji fonts-noto-cjk ca-certificates tini \
- && rm -rf /var/lib/apt/lists/* \
+      chromium-headless-shell $([ "$FULL_CHROMIUM" = true ] && echo chromium) \
+      fonts-liberation fonts-noto-color-emoji fonts-noto-cjk ca-certificates tini \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --create-home --home-dir /home/farm --uid 10001 farm
 COPY --from=build /out/farm /usr/local/bin/farm
 USER farm
 WORKDIR /home/farm
-ENV FARM_CHROME=/usr/lib/chromium/chromium \
+ENV FARM_CHROME=/usr/lib/chromium/chromium-headless-shell \
+    FARM_RESPAWN=true \
     FARM_HEALTH_ADDR=127.0.0.1:9091
 # The consumer answers /healthz on FARM_HEALTH_ADDR while its loop and Chrome
 # are alive; `farm health` reads the same variable. For a producer container

@@ -1,0 +1,188 @@
+//go:build imagecheck
+
+package imagecheck
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// What scripts/image-check.sh passes in.
+const (
+	rootfsEnv   = "FARM_IMAGE_ROOTFS"   // the image's exported filesystem (proc, dev mounted)
+	imageEnvEnv = "FARM_IMAGE_ENV_FILE" // the image's Config.Env, one NAME=value per line
+	userEnv     = "FARM_IMAGE_USER"     // uid:gid to run as
+	entryEnv    = "FARM_IMAGE_ENTRYPOINT"
+)
+
+// TestImageRendersJob runs the image's entrypoint (tini -- farm consumer,
+// with the image's environment: respawn mode, headless shell) from its
+// filesystem under chroot as the image's user, submits one job of the test
+// site, waits for it to complete, then stops the container's main process
+// with SIGTERM and wants exit 0.
+func TestImageRendersJob(t *testing.T) {
+	rootfs := os.Getenv(rootfsEnv)
+	if rootfs == "" {
+		t.Skip(rootfsEnv + " not set: run scripts/image-check.sh")
+	}
+	imageEnv := readLines(t, os.Getenv(imageEnvEnv))
+	entry := strings.Fields(os.Getenv(entryEnv))
+	if len(entry) == 0 {
+		t.Fatal(entryEnv + " is empty")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	port := freePort(t)
+	dataDir := t.TempDir()
+	_ = os.Chmod(dataDir, 0o755)
+	_ = os.Chmod(filepath.Dir(dataDir), 0o755)
+	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dataDir, "pg"), Port: port, Ephemeral: true,
+		Settings: map[string]string{"listen_addresses": "127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop(context.Background())
+	pool, err := pgxpool.New(ctx, cluster.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	q := jobqueue.New(pool, jobqueue.Config{})
+	site := testsite.StartT(t, testsite.Options{Items: 12})
+	_, ids, err := q.Enqueue(ctx, []jobqueue.Spec{{
+		URL:        site.URL + "/page/7",
+		Wait:       &jobqueue.Wait{Selector: "#ready"},
+		Extract:    `({title: document.querySelector('h1').textContent, items: document.querySelectorAll('li.item').length})`,
+		Screenshot: true,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const node = "image-check"
+	args := append([]string{"--userspec=" + os.Getenv(userEnv), rootfs}, entry...)
+	args = append(args, "consumer")
+	cmd := exec.Command("chroot", args...)
+	cmd.Env = append(imageEnv, "HOME=/home/farm", "FARM_NODE_ID="+node, "FARM_LOG_FORMAT=json",
+		fmt.Sprintf("FARM_DATABASE_URL=postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+	logPath := filepath.Join(t.TempDir(), "consumer.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	logs := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+
+	for {
+		_, _ = q.Assign(ctx, node, 1)
+		j, err := q.Get(ctx, ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State == jobqueue.StateCompleted {
+			break
+		}
+		if j.State.Finished() {
+			t.Fatalf("job %s: %s\n%s", j.State, j.LastError, logs())
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the image's process exited (%v) before the job completed\n%s", err, logs())
+		case <-ctx.Done():
+			t.Fatalf("job not completed in time (%s)\n%s", j.State, logs())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	res, err := q.GetResult(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data struct {
+		Title string `json:"title"`
+		Items int    `json:"items"`
+	}
+	if err := json.Unmarshal(res.Data, &data); err != nil || data.Items != 12 || res.Title != "Page 7" {
+		t.Errorf("title %q, data %s (%v); want Page 7 and 12 items", res.Title, res.Data, err)
+	}
+	if res.Status != 200 || len(res.Screenshot) == 0 {
+		t.Errorf("status %d, %d screenshot bytes; want 200 and a screenshot", res.Status, len(res.Screenshot))
+	}
+	t.Logf("rendered in the image: %s -> status %d, title %q, data %s, %d-byte screenshot, total %d ms",
+		res.FinalURL, res.Status, res.Title, res.Data, len(res.Screenshot), res.Timings.TotalMS)
+	browserLine := ""
+	sc := bufio.NewScanner(strings.NewReader(logs()))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"chrome started"`) {
+			browserLine = sc.Text()
+			break
+		}
+	}
+	t.Logf("browser: %s", browserLine)
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("after SIGTERM the image's process exited with %v, want 0\n%s", err, logs())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("no exit after SIGTERM\n%s", logs())
+	}
+	n, err := q.GetNode(ctx, node)
+	if err != nil || n.State != jobqueue.NodeExited {
+		t.Errorf("node after SIGTERM: %+v, %v; want exited", n, err)
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%s: %v", imageEnvEnv, err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
