@@ -4,7 +4,7 @@
 # it takes several minutes, most of them apt inside the build).
 #
 #   scripts/image-check.sh            # build with podman, then check
-#   FULL_CHROMIUM=true scripts/image-check.sh   # image with full Chromium too
+#   FULL_CHROMIUM=false scripts/image-check.sh  # the shell-only image
 #
 # Steps: make the Dockerfile's two base images from Debian packages
 # (mmdebstrap minbase bookworm -> debian:bookworm-slim; that plus this
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 work=${FARM_IMAGE_WORK:-/var/tmp/browserfarm-image}
 image=localhost/browserfarm:check
-full=${FULL_CHROMIUM:-false}
+full=${FULL_CHROMIUM:-true}
 mkdir -p "$work"
 pm() { podman --storage-driver vfs --root "$work/storage" --runroot "$work/run" "$@"; }
 t0=$(date +%s)
@@ -84,17 +84,19 @@ inspect() { pm image inspect --format "$1" "$image"; }
 user=$(inspect '{{.Config.User}}')
 entry=$(inspect '{{range .Config.Entrypoint}}{{.}} {{end}}')
 inspect '{{range .Config.Env}}{{println .}}{{end}}' > "$work/image.env"
-chrome=$(sed -n 's/^FARM_CHROME=//p' "$work/image.env")
 uid=$(chroot "$rootfs" id -u "$user"); gid=$(chroot "$rootfs" id -g "$user")
 printf 'entrypoint: %s\ncmd: %s\nuser: %s (uid %s, gid %s)\n' "$entry" "$(inspect '{{.Config.Cmd}}')" "$user" "$uid" "$gid"
 [ "$uid" != 0 ] || { echo "image-check: the image runs as root" >&2; exit 1; }
 case "$entry" in /usr/bin/tini\ --\ farm*) ;; *) echo "image-check: entrypoint is not tini -- farm" >&2; exit 1;; esac
 printf 'farm version: '; chroot --userspec="$uid:$gid" "$rootfs" /usr/local/bin/farm version
 printf 'tini: '; chroot --userspec="$uid:$gid" "$rootfs" /usr/bin/tini --version
-printf 'browser (%s): ' "$chrome"; chroot --userspec="$uid:$gid" "$rootfs" env HOME=/home/farm "$chrome" --version 2>/dev/null
-if [ "$full" = true ]; then
-  printf 'full chromium: '; chroot --userspec="$uid:$gid" "$rootfs" env HOME=/home/farm /usr/lib/chromium/chromium --version 2>/dev/null
-fi
+for b in /usr/lib/chromium/chromium-headless-shell /usr/lib/chromium/chromium; do
+  if [ -x "$rootfs$b" ]; then
+    printf '%s --version: ' "$b"; chroot --userspec="$uid:$gid" "$rootfs" env HOME=/home/farm "$b" --version 2>/dev/null
+  elif [ "$b" = /usr/lib/chromium/chromium-headless-shell ] || [ "$full" = true ]; then
+    echo "image-check: $b missing" >&2; exit 1
+  fi
+done
 printf 'respawn by default: %s\n' "$(grep '^FARM_RESPAWN=' "$work/image.env")"
 
 printf '\n== one job rendered by the image (tini -- farm consumer, under chroot)\n'

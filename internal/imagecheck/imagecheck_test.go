@@ -3,7 +3,6 @@
 package imagecheck
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -135,15 +134,13 @@ func TestImageRendersJob(t *testing.T) {
 	}
 	t.Logf("rendered in the image: %s -> status %d, title %q, data %s, %d-byte screenshot, total %d ms",
 		res.FinalURL, res.Status, res.Title, res.Data, len(res.Screenshot), res.Timings.TotalMS)
-	browserLine := ""
-	sc := bufio.NewScanner(strings.NewReader(logs()))
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), `"chrome started"`) {
-			browserLine = sc.Text()
-			break
-		}
+	// The browser the image's consumer chose by itself: the headless shell.
+	shell := filepath.Join(rootfs, "usr/lib/chromium/chromium-headless-shell")
+	if exes := browserExes(rootfs); len(exes) == 0 || exes[0] != shell {
+		t.Errorf("browser processes of the image run %v, want %s", exes, shell)
+	} else {
+		t.Logf("browser: %s", strings.TrimPrefix(exes[0], rootfs))
 	}
-	t.Logf("browser: %s", browserLine)
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -160,6 +157,23 @@ func TestImageRendersJob(t *testing.T) {
 	if err != nil || n.State != jobqueue.NodeExited {
 		t.Errorf("node after SIGTERM: %+v, %v; want exited", n, err)
 	}
+}
+
+// browserExes lists the distinct executables under rootfs/usr/lib/chromium
+// that running processes were started from.
+func browserExes(rootfs string) []string {
+	seen := map[string]bool{}
+	var out []string
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
+		if err != nil || !strings.HasPrefix(exe, filepath.Join(rootfs, "usr/lib/chromium")+"/") || seen[exe] {
+			continue
+		}
+		seen[exe] = true
+		out = append(out, exe)
+	}
+	return out
 }
 
 func readLines(t *testing.T, path string) []string {
