@@ -54,7 +54,12 @@ RUN apt-get update \
 COPY --from=build /out/farm /usr/local/bin/farm
 USER farm
 WORKDIR /home/farm
+# Chrome's own sandbox needs unprivileged user namespaces, which Docker's
+# default seccomp profile (and a chroot) refuse: the container is the
+# isolation boundary here. To keep Chrome's sandbox too, run with a seccomp
+# profile that allows it and FARM_CHROME_NO_SANDBOX=false.
 ENV FARM_RESPAWN=true \
+    FARM_CHROME_NO_SANDBOX=true \
     FARM_HEALTH_ADDR=127.0.0.1:9091
 # The consumer answers /healthz on FARM_HEALTH_ADDR while its loop and Chrome
 # are alive; `farm health` reads the same variable. For a producer container

@@ -41,6 +41,7 @@ type consumerOptions struct {
 	browser         string
 	chromeFlags     string
 	profileRoot     string
+	noSandbox       bool
 	healthAddr      string
 	limits          jobqueue.ResultLimits
 	allow           string
@@ -77,6 +78,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.IntVar(&o.limits.ConsoleErrors, "max-console-errors", dl.ConsoleErrors, "console errors kept per result; later ones are dropped")
 	fs.StringVar(&o.allow, "allow-destination", "", "addresses jobs may reach although loopback, link-local or private, comma-separated: 10.1.2.0/24,127.0.0.1:8089 (IP addresses or prefixes, optionally with a port; default: public addresses only)")
 	fs.StringVar(&o.deny, "deny-destination", "", "addresses jobs may never reach although public, e.g. the producer's public listen address (same form as --allow-destination; beats it)")
+	fs.BoolVar(&o.noSandbox, "chrome-no-sandbox", false, "run Chrome without its own sandbox, for containers that refuse the user namespaces it needs (the container image sets it; always on as root)")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
 	fs.BoolVar(&o.respawn, "respawn", false, "stay up and run the consumer as a child process, restarting it in place on exit 75 (for containers: Docker and Kubernetes back off restarts)")
 	fs.BoolVar(&o.awsProtection, "aws-instance-protection", false, "protect this EC2 instance from Auto Scaling scale-in while it has jobs (needs --aws-asg-name)")
@@ -202,6 +204,7 @@ func (o *consumerOptions) supervisorConfig(log *zap.Logger) supervisor.Config {
 	cfg.Browser.ExecPath = o.chrome
 	cfg.Browser.Kind = browser.Kind(o.browser)
 	cfg.Browser.ProfileRoot = o.profileRoot
+	cfg.Browser.NoSandbox = o.noSandbox
 	cfg.Browser.ExtraFlags = strings.Fields(o.chromeFlags)
 	cfg.Logger = log.Named("supervisor")
 	return cfg

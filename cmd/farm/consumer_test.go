@@ -71,6 +71,13 @@ func TestConsumerFlags(t *testing.T) {
 	if cfg.DrainTimeout >= 0 {
 		t.Errorf("--drain-timeout 0 gave DrainTimeout %v, want negative (no grace)", cfg.DrainTimeout)
 	}
+	if cfg.Supervisor.Browser.NoSandbox {
+		t.Error("NoSandbox set without --chrome-no-sandbox")
+	}
+	if o, err := parse(nil, map[string]string{"FARM_CHROME_NO_SANDBOX": "true"}); err != nil ||
+		!o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop()).Supervisor.Browser.NoSandbox {
+		t.Errorf("FARM_CHROME_NO_SANDBOX=true did not reach the browser options (%v)", err)
+	}
 	if !reflect.DeepEqual(cfg.Supervisor.Browser.ExtraFlags, []string{"--a", "--b=1"}) {
 		t.Errorf("ExtraFlags = %q", cfg.Supervisor.Browser.ExtraFlags)
 	}
