@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,7 +24,8 @@ const respawnStopGrace = 30 * time.Second
 // fresh-process recycle systemd gives), and after a doubling backoff when it
 // crashes. Docker and Kubernetes never see the recycle, so they never back
 // off. SIGTERM/SIGINT reach the child, which drains; this process exits 0
-// once it has.
+// once it has. A child that exits 2 (bad configuration) is not restarted:
+// this process exits 2 too.
 func runRespawn(ctx context.Context, env *environment, args []string, drain time.Duration, log *zap.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -40,7 +42,10 @@ func runRespawn(ctx context.Context, env *environment, args []string, drain time
 			return cmd
 		},
 		StopTimeout: drain + respawnStopGrace,
-		Logger:      log.Named("respawn"),
+		// A configuration error comes back on every restart: end with it, so
+		// the orchestrator shows the failure rather than a container that runs.
+		StopOn: func(code int) bool { return code == exitUsage },
+		Logger: log.Named("respawn"),
 	})
 	if err != nil {
 		return err
@@ -48,6 +53,10 @@ func runRespawn(ctx context.Context, env *environment, args []string, drain time
 	log.Info("respawn: running the consumer as a child process; it is restarted in place on exit 75",
 		zap.Duration("stop_timeout", drain+respawnStopGrace))
 	if err := fl.Run(ctx); err != nil {
+		var ee *fleet.ExitError
+		if errors.As(err, &ee) {
+			return usagef("the consumer process exited with code %d (bad configuration: see its message above); not restarting it", ee.Code)
+		}
 		return err
 	}
 	s := fl.Stats()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -208,5 +209,27 @@ func TestConsumerRespawn(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("profile dirs left behind: %s", strings.Join(names, ", "))
+	}
+}
+
+// A consumer child that exits 2 (bad configuration) is not restarted in a
+// loop: the respawn parent exits 2 as well, so the orchestrator shows it.
+func TestConsumerRespawnStopsOnBadConfiguration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildFarm(t)
+	cmd := exec.Command(bin, "consumer", "--respawn", "--database-url", "postgres://x:notaport/db", "--log-format", "json")
+	cmd.Env = withoutFarmSettings(os.Environ())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage {
+		t.Fatalf("exit: %v, want code %d\n%s", err, exitUsage, out)
+	}
+	if n := strings.Count(string(out), `"msg":"child started"`); n != 1 {
+		t.Errorf("the child started %d times, want once\n%s", n, out)
+	}
+	if !strings.Contains(string(out), "--database-url") || !strings.Contains(string(out), "not restarting it") {
+		t.Errorf("output does not name the problem:\n%s", out)
 	}
 }

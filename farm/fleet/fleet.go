@@ -37,8 +37,21 @@ type Config struct {
 	// StopTimeout is how long children get to drain after SIGTERM when the
 	// fleet stops, before SIGKILL. 0 means 60 s.
 	StopTimeout time.Duration
+	// StopOn, when set, names exit codes no restart can fix (a configuration
+	// error): such an exit stops every child and ends Run with an *ExitError
+	// instead of a restart.
+	StopOn func(exitCode int) bool
 	// Logger; nil means no logging.
 	Logger *zap.Logger
+}
+
+// ExitError is Run's error when a child exited with a code StopOn names.
+type ExitError struct {
+	Slot, Code int
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("fleet: child %d exited with code %d, which a restart cannot fix", e.Slot, e.Code)
 }
 
 // Stats counts what happened to the children.
@@ -94,28 +107,43 @@ func (f *Fleet) Stats() Stats {
 
 // Run starts the children and keeps them running until ctx ends; then it
 // sends each SIGTERM (they drain), waits up to StopTimeout, kills what is
-// left, and returns once every child has been reaped.
+// left, and returns once every child has been reaped. It returns nil, or an
+// *ExitError when a child's exit code is one StopOn names (the others are
+// stopped the same way first).
 func (f *Fleet) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	var wg sync.WaitGroup
 	for slot := 0; slot < f.cfg.Count; slot++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.keepRunning(ctx, slot)
+			if err := f.keepRunning(ctx, slot); err != nil {
+				stop(err)
+			}
 		}()
 	}
 	wg.Wait()
+	var ee *ExitError
+	if err := context.Cause(ctx); errors.As(err, &ee) {
+		return ee
+	}
 	return nil
 }
 
 // keepRunning is one slot's restart loop.
-func (f *Fleet) keepRunning(ctx context.Context, slot int) {
+func (f *Fleet) keepRunning(ctx context.Context, slot int) error {
 	failures := 0
 	for ctx.Err() == nil {
 		started := time.Now()
 		code, err := f.runOnce(ctx, slot)
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if err == nil && f.cfg.StopOn != nil && f.cfg.StopOn(code) {
+			f.count(func(s *Stats) { s.Crashes++ })
+			f.log.Error("child exited with a code a restart cannot fix; stopping", zap.Int("slot", slot), zap.Int("exit_code", code))
+			return &ExitError{Slot: slot, Code: code}
 		}
 		ran := time.Since(started)
 		if ran >= f.cfg.HealthyAfter {
@@ -134,10 +162,11 @@ func (f *Fleet) keepRunning(ctx context.Context, slot int) {
 			zap.Int("exit_code", code), zap.Error(err), zap.Duration("ran", ran), zap.Duration("backoff", delay))
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(delay):
 		}
 	}
+	return nil
 }
 
 // runOnce starts one incarnation and waits for it, signalling it to drain if

@@ -134,3 +134,31 @@ func TestStopDrainsThenKills(t *testing.T) {
 		t.Errorf("stats = %+v, want 2 starts and no crash counted for a requested stop", s)
 	}
 }
+
+// A child whose exit code StopOn names is not restarted: every child is
+// stopped and Run says which one exited how.
+func TestStopOnUnfixableExit(t *testing.T) {
+	dir := t.TempDir()
+	cmd := func(slot int) *exec.Cmd {
+		if slot == 0 {
+			return exec.Command("sh", "-c", "echo start >> "+filepath.Join(dir, "bad")+"; exit 2")
+		}
+		return exec.Command("sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done")
+	}
+	f, err := New(Config{Count: 2, Command: cmd, MinBackoff: time.Millisecond,
+		StopOn: func(code int) bool { return code == 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.Run(context.Background())
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Slot != 0 || ee.Code != 2 {
+		t.Fatalf("Run = %v, want an ExitError for slot 0, code 2", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "bad")); strings.Count(string(b), "start") != 1 {
+		t.Errorf("the failing child started %d times, want once", strings.Count(string(b), "start"))
+	}
+	if s := f.Stats(); s.Running != 0 || s.Starts != 2 {
+		t.Errorf("stats = %+v, want 2 starts and nothing running", s)
+	}
+}
