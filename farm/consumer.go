@@ -13,6 +13,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -62,6 +63,9 @@ type ConsumerConfig struct {
 	// Queue is the job queue (required). Its pool also carries the LISTEN
 	// connection.
 	Queue *jobqueue.Queue
+	// Blobs, if set, is where HTML and screenshots go instead of the
+	// database (only their keys, sizes and hashes are kept there).
+	Blobs blobstore.Store
 	// NodeID names the node in the queue. Default: the hostname, made a
 	// valid node id. A restarted process with the same id takes back what
 	// its previous incarnation left behind.
@@ -784,13 +788,21 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 		return
 	}
 	res.Links = c.followable(res.Links)
-	c.complete(j, log, res, took)
+	c.complete(ctx, j, log, res, took)
 }
 
 // complete hands a render to the batching completer and waits for its outcome.
-func (c *Consumer) complete(j jobqueue.Job, log *zap.Logger, res *browser.Result, took time.Duration) {
+func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger, res *browser.Result, took time.Duration) {
+	rec := ResultRecord(res)
+	if c.cfg.Blobs != nil {
+		// Not tied to Run's context: a render finished during a drain is kept.
+		if err := blobstore.Offload(context.WithoutCancel(ctx), c.cfg.Blobs, j.ID, &rec); err != nil {
+			c.fail(j, log, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}, took)
+			return
+		}
+	}
 	reply := make(chan error, 1)
-	c.completions <- completion{c: c.inc.Completion(j.ID, ResultRecord(res)), reply: reply}
+	c.completions <- completion{c: c.inc.Completion(j.ID, rec), reply: reply}
 	err := <-reply
 	switch {
 	case err == nil:

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -38,6 +39,9 @@ type ProducerConfig struct {
 	RetentionInterval time.Duration
 	// RetentionBatch is the rows deleted per transaction. Default 1,000.
 	RetentionBatch int
+	// Blobs is where consumers keep HTML and screenshots, if anywhere:
+	// retention deletes them with their rows.
+	Blobs blobstore.Store
 	// Elector settings (lock key, retry): see jobqueue.ElectorConfig.
 	Elector jobqueue.ElectorConfig
 	// LeaderActors run only while this producer leads (autoscaling, load
@@ -200,7 +204,7 @@ func (p *Producer) retentionLoop(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		cutoff := p.cfg.Now().Add(-p.cfg.Retention)
-		n, err := p.cfg.Queue.DeleteFinishedBefore(ctx, cutoff, p.cfg.RetentionBatch)
+		n, err := p.cfg.Queue.DeleteFinishedBefore(ctx, cutoff, p.cfg.RetentionBatch, blobDeleter(ctx, p.cfg.Blobs, p.log))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			p.log.Warn("retention purge failed", zap.Error(err))

@@ -58,9 +58,9 @@ var completeSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[],
                          $7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[],
-                         $21::bigint[], $22::int[])
+                         $21::bigint[], $22::int[], $24::text[])
         AS t(job_id, node_id, final_url, status, title, data, html, screenshot, console_errors, timings, links,
-             incarnation, links_over)
+             incarnation, links_over, blobs)
 ), locked AS (
     SELECT j.id FROM jobs j
     WHERE j.id = ANY($1::bigint[]) AND j.state IN ('pending', 'queued', 'processing')
@@ -89,11 +89,11 @@ WITH input AS (
       AND (f.host = d.host OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
 ), saved AS (
     INSERT INTO results (job_id, node_id, final_url, status, title, data, html, screenshot,
-                         console_errors, timings, links, links_over_limit, created_at)
+                         console_errors, timings, links, links_over_limit, blobs, created_at)
     SELECT i.job_id, i.node_id, i.final_url, i.status, i.title, i.data::jsonb, i.html, i.screenshot,
            i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb,
            i.links_over + (SELECT count(*) FROM eligible e WHERE e.parent_id = i.job_id AND e.rn > e.max_links),
-           coalesce($12::timestamptz, now())
+           i.blobs::jsonb, coalesce($12::timestamptz, now())
     FROM input i JOIN done d ON d.id = i.job_id
     -- A job that failed before (its answer kept by SaveFailedResult) and was
     -- retried: the completion's result replaces it.
@@ -140,6 +140,7 @@ type completeArgs struct {
 	links         []string
 	incarnations  []int64
 	linksOver     []int32
+	blobs         []*string
 	// followed links, flattened
 	linkJob  []int64
 	linkURL  []string
@@ -250,7 +251,7 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 			a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
 			a.consoleErrors, a.timings, a.links, q.now(),
 			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
-			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks)
+			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks, a.blobs)
 		if err != nil {
 			return err
 		}
@@ -384,6 +385,16 @@ func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 	a.links = append(a.links, string(linksJSON))
 	a.incarnations = append(a.incarnations, c.Incarnation)
 	a.linksOver = append(a.linksOver, int32(min(over, 1<<30)))
+	var blobs *string
+	if len(r.Blobs) > 0 {
+		b, err := json.Marshal(r.Blobs)
+		if err != nil {
+			return err
+		}
+		s := string(b)
+		blobs = &s
+	}
+	a.blobs = append(a.blobs, blobs)
 	return nil
 }
 

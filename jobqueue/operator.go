@@ -113,7 +113,7 @@ SELECT ` + jobCols + `,
        coalesce(r.title, ''), r.data,
        CASE WHEN $6 THEN coalesce(r.html, '') ELSE '' END,
        CASE WHEN $7 THEN r.screenshot END,
-       coalesce(r.console_errors, '[]'), coalesce(r.timings, '{}'), coalesce(r.links, '[]'), coalesce(r.links_over_limit, 0),
+       coalesce(r.console_errors, '[]'), coalesce(r.timings, '{}'), coalesce(r.links, '[]'), coalesce(r.links_over_limit, 0), r.blobs,
        coalesce(r.created_at, j.created_at)
 FROM jobs j LEFT JOIN results r ON r.job_id = j.id
 WHERE j.id > $1 AND j.state = ANY($2::text[])
@@ -163,10 +163,11 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 		has                             bool
 		r                               Result
 		data, consoleRaw, timRaw, links []byte
+		blobs                           []byte
 	)
 	dest := append(jobScanDest(&row.Job),
 		&has, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML, &r.Screenshot,
-		&consoleRaw, &timRaw, &links, &r.LinksOverLimit, &r.CreatedAt)
+		&consoleRaw, &timRaw, &links, &r.LinksOverLimit, &blobs, &r.CreatedAt)
 	if err := rows.Scan(dest...); err != nil {
 		return row, err
 	}
@@ -186,6 +187,11 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 	}
 	if err := json.Unmarshal(links, &r.Links); err != nil {
 		return row, fmt.Errorf("result %d links: %w", r.JobID, err)
+	}
+	if len(blobs) > 0 {
+		if err := json.Unmarshal(blobs, &r.Blobs); err != nil {
+			return row, fmt.Errorf("result %d blobs: %w", r.JobID, err)
+		}
 	}
 	r.redact()
 	row.Result = &r

@@ -26,13 +26,13 @@ func (q *Queue) Get(ctx context.Context, id int64) (Job, error) {
 }
 
 const resultCols = `r.job_id, r.node_id, r.final_url, r.status, r.title, r.data, coalesce(r.html, ''),
-    r.screenshot, r.console_errors, r.timings, r.links, r.links_over_limit, r.created_at`
+    r.screenshot, r.console_errors, r.timings, r.links, r.links_over_limit, r.blobs, r.created_at`
 
 func scanResult(row pgx.Row) (Result, error) {
 	var r Result
 	var data []byte
 	err := row.Scan(&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML,
-		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.LinksOverLimit, &r.CreatedAt)
+		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.LinksOverLimit, &r.Blobs, &r.CreatedAt)
 	if len(data) > 0 {
 		r.Data = data
 	}
@@ -339,31 +339,48 @@ func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
 	return n, nil
 }
 
+// deleteFinishedSQL deletes one batch of finished jobs (their results go by
+// cascade) and returns how many, with the blob keys their results held: the
+// keys CTE reads the results in the statement's snapshot, before the delete.
+const deleteFinishedSQL = `
+WITH doomed AS (
+    SELECT id FROM jobs
+    WHERE state IN ('completed', 'failed', 'canceled') AND finished_at < $1
+    ORDER BY finished_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), keys AS (
+    SELECT b ->> 'key' AS key
+    FROM results r JOIN doomed d ON r.job_id = d.id
+    CROSS JOIN LATERAL jsonb_array_elements(coalesce(r.blobs, '[]'::jsonb)) b
+), gone AS (
+    DELETE FROM jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+)
+SELECT (SELECT count(*) FROM gone), coalesce((SELECT array_agg(key) FROM keys), '{}')`
+
 // DeleteFinishedBefore deletes completed, failed and canceled jobs (and their
 // results) that finished before cutoff, batchSize rows per transaction so a
 // large purge neither holds locks long nor bloats one transaction, and
-// returns how many it deleted. Deleting a crawl's finished jobs also forgets
-// their URLs, so a crawl still running could visit them again.
-func (q *Queue) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, batchSize int) (int64, error) {
+// returns how many it deleted. After each batch is committed, blobsGone (if
+// not nil) gets the blob-store keys its results held, for the caller to
+// delete them too. Deleting a crawl's finished jobs also forgets their URLs,
+// so a crawl still running could visit them again.
+func (q *Queue) DeleteFinishedBefore(ctx context.Context, cutoff time.Time, batchSize int, blobsGone func(keys []string)) (int64, error) {
 	if batchSize <= 0 {
 		batchSize = 1000
 	}
 	var total int64
 	for {
-		tag, err := q.pool.Exec(ctx, `
-            WITH doomed AS (
-                SELECT id FROM jobs
-                WHERE state IN ('completed', 'failed', 'canceled') AND finished_at < $1
-                ORDER BY finished_at
-                LIMIT $2
-                FOR UPDATE SKIP LOCKED
-            )
-            DELETE FROM jobs j USING doomed d WHERE j.id = d.id`, cutoff, batchSize)
-		if err != nil {
+		var n int64
+		var keys []string
+		if err := q.pool.QueryRow(ctx, deleteFinishedSQL, cutoff, batchSize).Scan(&n, &keys); err != nil {
 			return total, fmt.Errorf("delete finished jobs: %w", err)
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batchSize) {
+		total += n
+		if len(keys) > 0 && blobsGone != nil {
+			blobsGone(keys)
+		}
+		if n < int64(batchSize) {
 			return total, nil
 		}
 		if err := ctx.Err(); err != nil {

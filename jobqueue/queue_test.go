@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -1041,9 +1042,20 @@ func TestDeleteFinishedBefore(t *testing.T) {
 	ctx := context.Background()
 	mustRegister(t, q, "n1", 6)
 	ids := mustEnqueue(t, q, pageSpecs(6, "d.test")...)
-	for _, j := range assignClaim(t, q, "n1", 4) {
-		if _, err := q.Complete(ctx, j.ID, "n1", Result{HTML: "<p>x</p>"}); err != nil {
+	for i, j := range assignClaim(t, q, "n1", 4) {
+		res := Result{HTML: "<p>x</p>"}
+		if i < 2 { // kept in a blob store: the purge hands their keys back
+			res = Result{Blobs: []BlobRef{{Kind: BlobHTML, Key: fmt.Sprintf("jobs/%d/h.html", j.ID), Size: 8, SHA256: "ab"},
+				{Kind: BlobScreenshot, Key: fmt.Sprintf("jobs/%d/s.png", j.ID), Size: 9, SHA256: "cd"}}}
+		}
+		if _, err := q.Complete(ctx, j.ID, "n1", res); err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 {
+			got, err := q.GetResult(ctx, j.ID)
+			if err != nil || !reflect.DeepEqual(got.Blobs, res.Blobs) {
+				t.Fatalf("blobs read back %+v (%v), want %+v", got.Blobs, err, res.Blobs)
+			}
 		}
 	}
 	if _, err := q.Cancel(ctx, ids[4]); err != nil {
@@ -1055,9 +1067,13 @@ func TestDeleteFinishedBefore(t *testing.T) {
 	if _, err := q.Complete(ctx, jobs[0].ID, "n1", Result{}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := q.DeleteFinishedBefore(ctx, clock.Now().Add(-24*time.Hour), 2)
+	var gone []string
+	n, err := q.DeleteFinishedBefore(ctx, clock.Now().Add(-24*time.Hour), 2, func(keys []string) { gone = append(gone, keys...) })
 	if err != nil || n != 5 {
 		t.Fatalf("DeleteFinishedBefore = %d, %v; want 5", n, err)
+	}
+	if len(gone) != 4 {
+		t.Errorf("blob keys of the deleted results = %q, want 4", gone)
 	}
 	if left := countRows(t, pool, "SELECT count(*) FROM jobs"); left != 1 {
 		t.Fatalf("%d jobs left, want 1", left)

@@ -188,8 +188,35 @@ type Result struct {
 	// follow.max_links, or MaxCollectedLinks — which were not followed.
 	// A node reports those it did not collect; the queue adds those past
 	// max_links when it completes the job.
-	LinksOverLimit int       `json:"links_over_limit"`
-	CreatedAt      time.Time `json:"created_at"`
+	LinksOverLimit int `json:"links_over_limit"`
+	// Blobs say where HTML and Screenshot went when the node keeps them in a
+	// blob store: those fields are then empty here.
+	Blobs     []BlobRef `json:"blobs,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// The kinds of blob a result can have.
+const (
+	BlobHTML       = "html"
+	BlobScreenshot = "screenshot"
+)
+
+// BlobRef is one result blob kept outside the database.
+type BlobRef struct {
+	Kind   string `json:"kind"` // BlobHTML or BlobScreenshot
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"` // hex
+}
+
+// Blob returns the result's blob of that kind, if it has one.
+func (r Result) Blob(kind string) (BlobRef, bool) {
+	for _, b := range r.Blobs {
+		if b.Kind == kind {
+			return b, true
+		}
+	}
+	return BlobRef{}, false
 }
 
 // NodeInfo is what a node says about itself when it registers.

@@ -27,6 +27,7 @@ type consumerOptions struct {
 	log     logOptions
 	db      dbOptions
 	startup startupOptions
+	blobs   blobOptions
 
 	nodeID          string
 	capacity        int
@@ -58,6 +59,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	o.log.register(fs)
 	o.db.register(fs)
 	o.startup.register(fs, " and its schema")
+	o.blobs.register(fs)
 	d := supervisor.DefaultConfig()
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); one live process per id: a restarted process takes back its predecessor's jobs at once, while another process is refused the id while its holder heartbeats (unless the holder was a process of this host that no longer runs)")
 	fs.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions (jobs) on this node")
@@ -272,6 +274,9 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue"), ResultLimits: o.limits})
 
 	cfg := o.consumerConfig(q, log)
+	if cfg.Blobs, err = o.blobs.open(ctx); err != nil {
+		return err
+	}
 	if o.awsProtection {
 		p, err := autoscale.NewInstanceProtector(ctx, autoscale.ProtectorConfig{
 			AWSConfig: autoscale.AWSConfig{GroupName: o.awsGroup, Region: o.awsRegion},

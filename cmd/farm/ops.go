@@ -14,6 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -119,8 +120,10 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	var db dbOptions
 	var format, states, batch, since, until, columns string
 	var html, screenshot bool
+	var bo blobOptions
 	db.register(fs)
 	db.registerLocal(fs, env.getenv)
+	bo.register(fs)
 	fs.StringVar(&format, "format", "jsonl", "output format: jsonl or csv")
 	fs.StringVar(&states, "state", "completed,failed", "job states to export, comma-separated")
 	fs.StringVar(&batch, "batch", "", "only this batch id")
@@ -153,7 +156,19 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	switch format {
 	case "jsonl":
 		enc := json.NewEncoder(out)
-		write = func(r jobqueue.ExportRow) error { return enc.Encode(exportRecord(r)) }
+		blobs, err := bo.open(ctx)
+		if err != nil {
+			return err
+		}
+		write = func(r jobqueue.ExportRow) error {
+			if r.Result != nil && (html || screenshot) {
+				// Kept in the blob store: read back, checked against the stored hash.
+				if err := blobstore.Fill(ctx, blobs, r.Result, html, screenshot); err != nil {
+					return err
+				}
+			}
+			return enc.Encode(exportRecord(r))
+		}
 		flush = out.Flush
 	case "csv":
 		if html || screenshot {

@@ -50,6 +50,7 @@ type producerOptions struct {
 	awsEndpoint     string
 	sampleInterval  time.Duration
 	sampleRetention time.Duration
+	blobs           blobOptions
 }
 
 func (o *producerOptions) register(fs *flagSet) {
@@ -79,6 +80,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.awsEndpoint, "aws-endpoint", "", "with --autoscale aws: Auto Scaling API endpoint override")
 	fs.DurationVar(&o.sampleInterval, "sample-interval", 5*time.Second, "how often node load and queue samples are recorded for the charts")
 	fs.DurationVar(&o.sampleRetention, "sample-retention", time.Hour, "how long chart samples are kept")
+	o.blobs.register(fs)
 }
 
 // politeness builds the per-host policy from the flags and the optional file.
@@ -159,6 +161,10 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		return err
 	}
 	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue")})
+	blobs, err := po.blobs.open(ctx)
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := web.NewMetrics(reg)
@@ -184,7 +190,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	}}
 	producer, err := farm.NewProducer(farm.ProducerConfig{
 		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, AssignBatch: po.assignBatch,
-		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention,
+		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention, Blobs: blobs,
 		LeaderActors: leaderActors, Logger: log.Named("producer"),
 		OnAssigned: func(rep jobqueue.AssignReport) {
 			now := time.Now()
@@ -207,7 +213,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		// The desired node count is shown where a driver acts on it; with
 		// none it is only a Prometheus gauge (browserfarm_desired_nodes).
 		Desired: func() (int, bool) { return scaler.Desired(), po.scaleDriver != "none" },
-		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version,
+		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version, Blobs: blobs,
 		RecycleJobs: po.recycleJobs, ExitAfterJobs: po.exitAfterJobs, StaleAfter: po.staleAfter,
 		HostPolicy: pol.For,
 	})

@@ -285,6 +285,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		"FARM_ALLOW_DESTINATION":   uo.allow,
 		// The producer's own address is never a job's destination.
 		"FARM_DENY_DESTINATION": strings.Trim(os.Getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),
+		"FARM_BLOB_STORE":       po.blobs.url,
 	})
 	fl, err := fleet.New(fleet.Config{
 		Count: uo.consumers,

@@ -281,7 +281,7 @@ func (s *server) getScreenshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(png) == 0 {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("job %d has no screenshot (its spec did not ask for one)", id))
+		s.streamBlob(w, r, ctx, id, jobqueue.BlobScreenshot)
 		return
 	}
 	h := w.Header()

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -59,6 +60,9 @@ type Config struct {
 	// MaxBodyBytes bounds a request body. Default: 8 MiB (about 40,000
 	// simple specs; a bigger batch goes in several calls).
 	MaxBodyBytes int64
+	// Blobs is where results' HTML and screenshots are when the consumers
+	// keep them in a blob store; the API streams them from there.
+	Blobs blobstore.Store
 	// Version is shown on the dashboard and in /api/stats.
 	Version string
 	// ChartWindow is how far back the charts reach by default. Default: 1 h
@@ -195,6 +199,7 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("GET /api/jobs/{id}/screenshot", s.reading(s.getScreenshot))
 	mux.HandleFunc("GET /api/hosts", s.reading(s.listHosts))
 	mux.HandleFunc("GET /api/batches/{id}", s.reading(s.batchProgress))
+	mux.HandleFunc("GET /api/jobs/{id}/html", s.reading(s.getHTML))
 	mux.HandleFunc("GET /api/samples", s.reading(s.samples))
 	mux.HandleFunc("GET /api/failures", s.reading(s.failures))
 	mux.HandleFunc("POST /api/jobs", s.mutating(s.submit))

@@ -1,0 +1,104 @@
+package blobstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+// FakeS3 serves an in-memory S3 (gofakes3) on 127.0.0.1 with bucket made,
+// and returns the blob store URL for it. The SDK reads the fake credentials
+// from the environment, as it would real ones.
+func FakeS3(t *testing.T, bucket string) (storeURL string, fake *httptest.Server) {
+	t.Helper()
+	backend := s3mem.New()
+	if err := backend.CreateBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	fake = httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(fake.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	return "s3://" + bucket + "/farm?endpoint=" + fake.URL + "&path_style=true", fake
+}
+
+func exercise(t *testing.T, s Store) {
+	t.Helper()
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	blobs := map[string][]byte{"jobs/1/a.html": []byte("<html>a</html>"), "jobs/1/b.png": big, "jobs/2/c.html": {}}
+	for k, v := range blobs {
+		if err := s.Put(ctx, k, v, "application/octet-stream"); err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+	}
+	for k, v := range blobs {
+		rc, err := s.Open(ctx, k)
+		if err != nil {
+			t.Fatalf("open %s: %v", k, err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("read %s: %d bytes (%v), want %d", k, len(got), err, len(v))
+		}
+	}
+	if err := s.Delete(ctx, []string{"jobs/1/a.html", "jobs/1/b.png", "jobs/9/never.html"}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := s.Open(ctx, "jobs/1/a.html"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("open after delete: %v, want ErrNotFound", err)
+	}
+	if rc, err := s.Open(ctx, "jobs/2/c.html"); err != nil {
+		t.Errorf("a blob not deleted is gone: %v", err)
+	} else {
+		rc.Close()
+	}
+	for _, bad := range []string{"", "/abs", "a/../b", "a//b"} {
+		if err := s.Put(ctx, bad, nil, ""); err == nil {
+			t.Errorf("key %q accepted", bad)
+		}
+	}
+}
+
+func TestDir(t *testing.T) {
+	root := t.TempDir()
+	s, err := Open(context.Background(), "file://"+root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exercise(t, s)
+	if _, err := os.Stat(filepath.Join(root, "jobs", "1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an emptied directory stayed: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, "jobs", "2")); len(ents) != 1 {
+		t.Errorf("jobs/2 holds %d entries, want 1 (no temporary files)", len(ents))
+	}
+}
+
+func TestS3(t *testing.T) {
+	u, _ := FakeS3(t, "farm-blobs")
+	s, err := Open(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exercise(t, s)
+}
+
+func TestOpenRejectsBadURLs(t *testing.T) {
+	for _, u := range []string{"ftp://x/y", "file://host/x", "file:///x?y=1", "s3:///prefix", "s3://b/p?colour=red", "s3://b/p?path_style=maybe", "file://relative"} {
+		if _, err := Open(context.Background(), u); err == nil || !strings.Contains(err.Error(), "blob store") {
+			t.Errorf("Open(%q) = %v, want an error naming the blob store", u, err)
+		}
+	}
+}

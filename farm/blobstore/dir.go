@@ -1,0 +1,104 @@
+package blobstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Dir is a Store in a local directory: one file per key.
+type Dir struct {
+	root string
+}
+
+// NewDir uses (and creates) the directory root.
+func NewDir(root string) (*Dir, error) {
+	if root == "" || !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("blob store directory %q: want an absolute path", root)
+	}
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return nil, fmt.Errorf("blob store: %w", err)
+	}
+	return &Dir{root: filepath.Clean(root)}, nil
+}
+
+func (d *Dir) String() string { return "file://" + d.root }
+
+func (d *Dir) path(key string) (string, error) {
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	return filepath.Join(d.root, filepath.FromSlash(key)), nil
+}
+
+// Put writes a temporary file next to the blob and renames it into place, so
+// a reader never sees half a blob.
+func (d *Dir) Put(ctx context.Context, key string, data []byte, _ string) error {
+	p, err := d.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return fmt.Errorf("blob %s: %w", key, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	if err != nil {
+		return fmt.Errorf("blob %s: %w", key, err)
+	}
+	_, werr := tmp.Write(data)
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), p)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("blob %s: %w", key, werr)
+	}
+	return nil
+}
+
+func (d *Dir) Open(_ context.Context, key string) (io.ReadCloser, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("blob %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", key, err)
+	}
+	return f, nil
+}
+
+// Delete removes the files and then the directories they leave empty.
+func (d *Dir) Delete(_ context.Context, keys []string) error {
+	var errs []error
+	for _, key := range keys {
+		p, err := d.path(key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("blob %s: %w", key, err))
+			continue
+		}
+		for dir := filepath.Dir(p); dir != d.root && len(dir) > len(d.root); dir = filepath.Dir(dir) {
+			if os.Remove(dir) != nil { // not empty (or gone): stop climbing
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
