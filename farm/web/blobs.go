@@ -28,13 +28,8 @@ func (s *server) getHTML(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
 	defer cancel()
-	res, err := s.q.GetResult(ctx, id)
-	if errors.Is(err, jobqueue.ErrNotFound) {
-		s.noResult(w, r, ctx, id)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, err)
+	res, ok := s.completedResult(w, r, ctx, id)
+	if !ok {
 		return
 	}
 	if res.HTML != "" {
@@ -47,16 +42,24 @@ func (s *server) getHTML(w http.ResponseWriter, r *http.Request) {
 
 // streamBlob serves a completed job's blob of that kind from the blob store.
 func (s *server) streamBlob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64, kind string) {
+	if res, ok := s.completedResult(w, r, ctx, id); ok {
+		s.streamRef(w, r, id, res, kind)
+	}
+}
+
+// completedResult reads a job's result, answering the request itself (and
+// returning false) when there is none or the read failed.
+func (s *server) completedResult(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) (jobqueue.Result, bool) {
 	res, err := s.q.GetResult(ctx, id)
 	if errors.Is(err, jobqueue.ErrNotFound) {
 		s.noResult(w, r, ctx, id)
-		return
+		return res, false
 	}
 	if err != nil {
 		s.internalError(w, r, err)
-		return
+		return res, false
 	}
-	s.streamRef(w, r, id, res, kind)
+	return res, true
 }
 
 func (s *server) streamRef(w http.ResponseWriter, r *http.Request, id int64, res jobqueue.Result, kind string) {
