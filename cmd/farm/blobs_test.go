@@ -109,7 +109,7 @@ func TestBlobStoreS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, logs := runNode(t, url, "blob-node", "--blob-store", storeURL)
+	stop, logs := runNode(t, url, "blob-node", "--blob-store", storeURL, "--allow-destination", strings.TrimPrefix(site.URL, "http://"))
 	waitCompleted(t, q, batch, len(ids), logs)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestBlobStoreS3(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := "s3://farm-blobs/farm?endpoint=" + dead.URL + "&path_style=true"
 	dead.Close()
-	stop, logs = runNode(t, url, "blob-node-2", "--blob-store", deadURL)
+	stop, logs = runNode(t, url, "blob-node-2", "--blob-store", deadURL, "--allow-destination", strings.TrimPrefix(site.URL, "http://"))
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		j, err := q.Get(ctx, failIDs[0])
@@ -282,7 +282,7 @@ func TestBlobStoreDatabaseSize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stop, logs := runNode(t, url, "size-node", append([]string{"--exit-after-jobs", "0"}, extra...)...)
+		stop, logs := runNode(t, url, "size-node", append([]string{"--exit-after-jobs", "0", "--allow-destination", strings.TrimPrefix(site.URL, "http://")}, extra...)...)
 		waitCompleted(t, q, batch, jobs, logs)
 		if err := stop(); err != nil {
 			t.Fatal(err)

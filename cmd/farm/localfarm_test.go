@@ -72,7 +72,8 @@ func TestUpThenSubmitWithoutFlags(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	up := exec.CommandContext(ctx, bin, "up", "--consumers", "1", "--capacity", "2", "--listen", "127.0.0.1:0")
+	up := exec.CommandContext(ctx, bin, "up", "--consumers", "1", "--capacity", "2", "--listen", "127.0.0.1:0",
+		"--allow-destination", strings.TrimPrefix(site.URL, "http://"))
 	up.Env = env
 	up.Cancel = func() error { return up.Process.Signal(os.Interrupt) }
 	up.WaitDelay = 2 * time.Minute

@@ -93,7 +93,8 @@ func TestConsumerRespawn(t *testing.T) {
 	profiles := t.TempDir()
 	logs := newLogBuffer()
 	cmd := exec.Command(bin, "consumer", "--respawn", "--database-url", url, "--node-id", node,
-		"--exit-after-jobs", "80", "--chrome-profile-root", profiles, "--heartbeat-interval", "1s", "--log-format", "json")
+		"--exit-after-jobs", "80", "--chrome-profile-root", profiles, "--heartbeat-interval", "1s", "--log-format", "json",
+		"--allow-destination", strings.TrimPrefix(site.URL, "http://"))
 	cmd.Env = withoutFarmSettings(os.Environ())
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

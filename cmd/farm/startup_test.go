@@ -68,7 +68,8 @@ func TestStartEverythingAtOnce(t *testing.T) {
 	consumerDone, producerDone := make(chan error, 1), make(chan error, 1)
 	go func() {
 		consumerDone <- runConsumer(ctx, testEnv(consumerLog), []string{"--database-url", url, "--node-id", "at-once",
-			"--capacity", "1", "--database-wait", "3m", "--chrome-profile-root", t.TempDir(), "--heartbeat-interval", "1s"})
+			"--capacity", "1", "--database-wait", "3m", "--chrome-profile-root", t.TempDir(), "--heartbeat-interval", "1s",
+			"--allow-destination", strings.TrimPrefix(site.URL, "http://")})
 	}()
 	go func() {
 		producerDone <- runProducer(ctx, testEnv(producerLog), []string{"--database-url", url, "--listen", "127.0.0.1:0",

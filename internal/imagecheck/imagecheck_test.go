@@ -83,6 +83,7 @@ func TestImageRendersJob(t *testing.T) {
 	args = append(args, "consumer")
 	cmd := exec.Command("chroot", args...)
 	cmd.Env = append(imageEnv, "HOME=/home/farm", "FARM_NODE_ID="+node, "FARM_LOG_FORMAT=json",
+		"FARM_ALLOW_DESTINATION="+strings.TrimPrefix(site.URL, "http://"),
 		fmt.Sprintf("FARM_DATABASE_URL=postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
 	logPath := filepath.Join(t.TempDir(), "consumer.log")
 	logFile, err := os.Create(logPath)
