@@ -44,6 +44,21 @@ func fakeS3(t *testing.T, bucket string) string {
 	return "s3://" + bucket + "/farm?endpoint=" + srv.URL + "&path_style=true"
 }
 
+// keepAssigned plays the producer's part for one node until ctx ends:
+// it keeps the node's slots filled.
+func keepAssigned(ctx context.Context, q *jobqueue.Queue, node string) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, _ = q.Assign(ctx, node, jobqueue.DefaultCapacity)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // runNode runs `farm consumer` in-process on node with the given extra
 // flags, and an assigner keeping its slots filled, until the returned stop.
 func runNode(t *testing.T, url, node string, extra ...string) (stop func() error, logs *lockedBuffer) {
@@ -55,18 +70,7 @@ func runNode(t *testing.T, url, node string, extra ...string) (stop func() error
 	q := jobqueue.New(pool, jobqueue.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			_, _ = q.Assign(ctx, node, jobqueue.DefaultCapacity)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	wg.Go(func() { keepAssigned(ctx, q, node) })
 	logs = newLogBuffer()
 	done := make(chan error, 1)
 	args := append([]string{"--database-url", url, "--node-id", node, "--chrome-profile-root", t.TempDir(),

@@ -77,18 +77,7 @@ func TestConsumerRespawn(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	wg.Go(func() { // the producer's part: keep the node's slots filled
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			_, _ = q.Assign(ctx, node, jobqueue.DefaultCapacity)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	wg.Go(func() { keepAssigned(ctx, q, node) })
 
 	profiles := t.TempDir()
 	logs := newLogBuffer()
