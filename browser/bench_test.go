@@ -8,10 +8,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
 )
 
 // chromeCPU is the CPU time of Chrome's tree so far, counting the reaped
@@ -273,4 +276,91 @@ func benchNaiveChromedp(b *testing.B) {
 	cpu := chromeCPU(e.b) - cpu0
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
 	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "chrome_cpu_ms/page")
+}
+
+// BenchmarkChromeLife is where a recycled Chrome's CPU goes, per life of 20
+// jobs on six sessions (the default recycle point and capacity): the boot
+// to the first CDP answer, the six sessions' tabs (a browser context and a
+// renderer each), the first job of each session, the next 14, and then 20
+// jobs on the same warm Chrome for comparison. Chrome's tree and this
+// process (chromedp's side) are measured apart.
+func BenchmarkChromeLife(b *testing.B) {
+	site := testsite.StartT(b, testsite.Options{})
+	root := b.TempDir()
+	ctx := context.Background()
+	const capacity, life = 6, 20
+	var boot, tabs, first, next, warm, goTabs, goWarm time.Duration
+	lives := 0
+	req := func(i int64) Request {
+		return Request{URL: site.URL + fmt.Sprintf("/page/%d", i%1000), Wait: Wait{Selector: "#ready"},
+			Extract: "document.querySelectorAll('li.item').length"}
+	}
+	run := func(sessions []*Session, n int64) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for _, s := range sessions {
+			wg.Go(func() {
+				for i := next.Add(1); i <= n; i = next.Add(1) {
+					if _, err := s.Render(ctx, req(i)); err != nil {
+						b.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for b.Loop() {
+		lives++
+		br, err := Launch(ctx, Options{Kind: testKind(b), ProfileRoot: root, ExtraFlags: testFlags})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c0, g0 := chromeCPU(br), selfCPU()
+		boot += c0
+		sessions := make([]*Session, capacity)
+		for i := range sessions {
+			if sessions[i], err = br.NewSession(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, s := range sessions {
+			<-s.own.done // the tab NewSession prepares in the background
+		}
+		c1 := chromeCPU(br)
+		tabs += c1 - c0
+		goTabs += selfCPU() - g0
+		run(sessions, capacity)
+		c2 := chromeCPU(br)
+		first += c2 - c1
+		run(sessions, life-capacity)
+		c3, g3 := chromeCPU(br), selfCPU()
+		next += c3 - c2
+		run(sessions, life)
+		warm += chromeCPU(br) - c3
+		goWarm += selfCPU() - g3
+		for _, s := range sessions {
+			s.Close()
+		}
+		if err := br.Kill(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ms := func(d time.Duration, per int) float64 { return float64(d.Microseconds()) / 1000 / float64(lives*per) }
+	b.ReportMetric(ms(boot, 1), "boot_cpu_ms")
+	b.ReportMetric(ms(tabs, 1), "tabs_cpu_ms")
+	b.ReportMetric(ms(first, capacity), "first_job_cpu_ms")
+	b.ReportMetric(ms(next, life-capacity), "next_job_cpu_ms")
+	b.ReportMetric(ms(warm, life), "warm_job_cpu_ms")
+	b.ReportMetric(ms(goTabs, 1), "go_tabs_cpu_ms")
+	b.ReportMetric(ms(goWarm, life), "go_warm_job_cpu_ms")
+	// What one life costs beyond 20 jobs on a warm Chrome, as a share of them.
+	extra := boot + tabs + first + next - warm
+	b.ReportMetric(100*float64(extra)/float64(warm), "life_overhead_%")
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

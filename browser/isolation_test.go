@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -244,5 +245,53 @@ func TestConsoleFloodIsCutInThePage(t *testing.T) {
 	}
 	if uncaught != 2 || errs != 2 {
 		t.Errorf("%d uncaught and %d console errors reported, want 2 and 2: %.200q", uncaught, errs, res.ConsoleErrors)
+	}
+}
+
+// TestRetiredSessionSkipsTheWipe checks Retire: the job that ends after it
+// leaves its tab as it was (no wipe runs for a next job that should never
+// come), yet a job that comes anyway still finds nothing of the earlier
+// one, in the same context, wiped when it starts.
+func TestRetiredSessionSkipsTheWipe(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	origin := e.site.URL
+	res, err := s.Render(ctx, Request{URL: origin + "/isolation/set?key=retired&sw=0", Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
+	if err != nil || string(res.Data) != `"set"` {
+		t.Fatalf("job A: %v, %s", err, resData(res))
+	}
+	<-s.own.done
+	before := s.own.t
+	s.Retire()
+	res, err = s.Render(ctx, Request{URL: origin + "/isolation/set?key=retired2&sw=0", Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
+	if err != nil || string(res.Data) != `"set"` {
+		t.Fatalf("job B: %v, %s", err, resData(res))
+	}
+	p := s.own
+	<-p.done
+	if !errors.Is(p.err, errRetired) || p.t != before {
+		t.Fatalf("after a retired session's job: own tab %p (was %p), err %v; want the same tab, unwiped", p.t, before, p.err)
+	}
+	before.mu.Lock()
+	left := len(before.origins)
+	before.mu.Unlock()
+	if left == 0 {
+		t.Fatal("the retired session's tab was wiped (no origins left to clear)")
+	}
+	res, err = s.Render(ctx, Request{URL: origin + "/isolation/get?key=retired2", Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st isoState
+	unmarshal(t, res.Data, &st)
+	if !st.empty() {
+		t.Errorf("a job after Retire sees the earlier job's state: %+v", st)
+	}
+	if s.own != nil {
+		<-s.own.done
+		if s.own.t != before {
+			t.Errorf("a job after Retire cost the context; want it wiped at the job's start and reused")
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
@@ -43,6 +44,12 @@ type Session struct {
 	own    *prepared // the session's own tab (IsolationWipe): being made or wiped, or ready
 
 	bg sync.WaitGroup // background preparation, wiping and disposal
+
+	// retired is set by Retire: no job is expected after the one in
+	// progress, so release prepares nothing and disposes of nothing.
+	retired atomic.Bool
+	// kept are tabs a retired session left as they were; Close closes them.
+	kept []*tab
 }
 
 // prepared is a tab made ready in the background.
@@ -66,6 +73,18 @@ func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
 	s.own = s.background(s.newOwnTab)
 	return s, nil
 }
+
+// Retire tells the session that its Chrome will take no more jobs: after
+// the job in progress, if any, it neither wipes its tab nor prepares or
+// disposes of a browser context — work for a Chrome about to be killed,
+// six wipes per recycle at the default capacity. A Render that comes anyway
+// still gets a clean tab, made when it starts. Safe to call at any time,
+// from any goroutine.
+func (s *Session) Retire() { s.retired.Store(true) }
+
+// errRetired is the preparation "error" of a tab a retired session kept
+// unwiped: acquire replaces the tab.
+var errRetired = errors.New("session retired: tab not wiped")
 
 // errSessionClosed is returned by Render after Close.
 var errSessionClosed = errors.New("session closed")
@@ -95,6 +114,10 @@ func (s *Session) Close() error {
 		errs = append(errs, s.shared.close())
 		s.shared = nil
 	}
+	for _, t := range s.kept {
+		errs = append(errs, t.close())
+	}
+	s.kept = nil
 	s.bg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		if s.b.gone() {
@@ -189,6 +212,12 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 		if p.err == nil && !p.t.isBroken() {
 			return p.t, nil
 		}
+		if errors.Is(p.err, errRetired) && !p.t.isBroken() && !p.t.isTainted() {
+			// A job after Retire: the wipe the session skipped runs now.
+			if err := p.t.wipe(ctx); err == nil {
+				return p.t, nil
+			}
+		}
 		if p.t != nil {
 			s.disposeLater(p.t)
 		}
@@ -205,6 +234,10 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 // kept unless broken; a brand-new context is disposed of.
 func (s *Session) release(t *tab) {
 	t.endJob()
+	if s.retired.Load() && !s.closed {
+		s.keep(t)
+		return
+	}
 	switch {
 	case t.own:
 		if !t.isBroken() && !t.isTainted() && !s.closed {
@@ -233,6 +266,24 @@ func (s *Session) release(t *tab) {
 			s.shared = nil
 		}
 		s.disposeLater(t)
+	}
+}
+
+// keep leaves t as the job left it, for a retired session: its own tab
+// stays its own, unwiped (acquire replaces it should a job come), a shared
+// tab stays shared, and a brand-new context waits for Close or Chrome's end.
+func (s *Session) keep(t *tab) {
+	switch {
+	case t.own:
+		done := make(chan struct{})
+		close(done)
+		s.own = &prepared{done: done, t: t, err: errRetired}
+	case t.shared && t == s.shared && !t.isBroken():
+	default:
+		if t == s.shared {
+			s.shared = nil
+		}
+		s.kept = append(s.kept, t)
 	}
 }
 

@@ -186,6 +186,10 @@ func (a *actor) retireLocked(c *chrome, reason string, now time.Time) {
 	c.retiredAt = now
 	c.retireReason = reason
 	s.retiring = append(s.retiring, c)
+	// The jobs still running are the last of their sessions here: what a
+	// session would do to get ready for a next job is wasted on a Chrome
+	// about to be killed.
+	c.retireSessionsLocked()
 	if reason == reasonJobs || reason == reasonMemory {
 		s.counts.recycles++
 	}

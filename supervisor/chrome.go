@@ -22,6 +22,9 @@ type chromeProc interface {
 // renderSession is one session of a chromeProc.
 type renderSession interface {
 	Render(ctx context.Context, req browser.Request) (*browser.Result, error)
+	// Retire says no job is expected after the one in progress: the
+	// session skips wiping or preparing a context for a next one.
+	Retire()
 	Close() error
 }
 
@@ -89,6 +92,20 @@ type chrome struct {
 	// a tab and browser context per job (about a third of the CPU of a
 	// light page) and hides the next job's isolation cost.
 	idle []renderSession
+	// inUse holds the sessions of running jobs, so that retiring the
+	// Chrome reaches them before their jobs end.
+	inUse map[renderSession]struct{}
+}
+
+// retireSessionsLocked tells every session of c that c takes no more jobs.
+// Called with Supervisor.mu held; Retire does not block.
+func (c *chrome) retireSessionsLocked() {
+	for sess := range c.inUse {
+		sess.Retire()
+	}
+	for _, sess := range c.idle {
+		sess.Retire()
+	}
 }
 
 // lost returns the retriable error sessions on c fail with once the

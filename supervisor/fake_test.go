@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,7 @@ type fakeChrome struct {
 	mu        sync.Mutex
 	kills     int
 	renders   int
+	endings   []bool // per finished render: whether its session was retired by then
 	unhealthy bool
 	pss       uint64
 }
@@ -126,13 +128,18 @@ func (c *fakeChrome) NewSession(ctx context.Context) (renderSession, error) {
 	case <-c.done:
 		return nil, errors.New("fake: chrome gone")
 	default:
-		return fakeSession{c}, nil
+		return &fakeSession{c: c}, nil
 	}
 }
 
-type fakeSession struct{ c *fakeChrome }
+type fakeSession struct {
+	c       *fakeChrome
+	retired atomic.Bool
+}
 
-func (s fakeSession) Render(ctx context.Context, req browser.Request) (*browser.Result, error) {
+func (s *fakeSession) Retire() { s.retired.Store(true) }
+
+func (s *fakeSession) Render(ctx context.Context, req browser.Request) (*browser.Result, error) {
 	f := s.c.fleet
 	f.mu.Lock()
 	f.active++
@@ -157,10 +164,15 @@ func (s fakeSession) Render(ctx context.Context, req browser.Request) (*browser.
 		return nil, errors.New("fake: connection closed")
 	default:
 	}
+	// What a real session would do next: get ready for another job, unless
+	// it was retired.
+	s.c.mu.Lock()
+	s.c.endings = append(s.c.endings, s.retired.Load())
+	s.c.mu.Unlock()
 	return &browser.Result{FinalURL: req.URL, Status: 200}, nil
 }
 
-func (s fakeSession) Close() error { return nil }
+func (s *fakeSession) Close() error { return nil }
 
 // gate makes fake renders block until released, so a test controls exactly
 // which jobs are in flight and on which Chrome they end.

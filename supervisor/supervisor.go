@@ -108,6 +108,10 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 			c.inflight++
 			s.busy++
 			s.starts++
+			if s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs {
+				// The process's last start: no session gets another job.
+				c.retireSessionsLocked()
+			}
 			s.mu.Unlock()
 			s.poke()
 			return &Slot{s: s, c: c}, nil
@@ -364,11 +368,31 @@ func (sl *Slot) session(ctx context.Context) (renderSession, error) {
 	if n := len(c.idle); n > 0 {
 		sess := c.idle[n-1]
 		c.idle = c.idle[:n-1]
+		s.useLocked(c, sess)
 		s.mu.Unlock()
 		return sess, nil
 	}
 	s.mu.Unlock()
-	return c.proc.NewSession(ctx)
+	sess, err := c.proc.NewSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.useLocked(c, sess)
+	s.mu.Unlock()
+	return sess, nil
+}
+
+// useLocked records sess as running a job on c; a session taken when c
+// takes no more jobs after this one is retired at once.
+func (s *Supervisor) useLocked(c *chrome, sess renderSession) {
+	if c.inUse == nil {
+		c.inUse = make(map[renderSession]struct{})
+	}
+	c.inUse[sess] = struct{}{}
+	if c.state != stateCurrent || (s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs) {
+		sess.Retire()
+	}
 }
 
 // putSession keeps a session for the Chrome's next job, or closes it when
@@ -377,6 +401,7 @@ func (sl *Slot) session(ctx context.Context) (renderSession, error) {
 func (sl *Slot) putSession(sess renderSession, ok bool) {
 	s, c := sl.s, sl.c
 	s.mu.Lock()
+	delete(c.inUse, sess)
 	if ok && c.state != stateDead && c.ctx.Err() == nil {
 		c.idle = append(c.idle, sess)
 		s.mu.Unlock()

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -597,6 +598,66 @@ func TestConfig(t *testing.T) {
 			}
 			if !tt.check(got) {
 				t.Fatalf("config after defaults: %+v", got)
+			}
+		})
+	}
+}
+
+// TestLastJobsSkipPreparation checks that the sessions running a Chrome's
+// last jobs are retired before those jobs end — on the recycle count and on
+// the process's exit count — so that none of them wipes or prepares a tab
+// for a job that will never come, while earlier jobs' sessions do.
+func TestLastJobsSkipPreparation(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		recycle, exit  int
+		starts         int // jobs started in all, the last one making the Chrome or process done
+		wantRetiredEnd []bool
+	}{
+		{"recycle", 4, 0, 4, []bool{false, false, true, true}},
+		{"exit", 0, 3, 3, []bool{false, true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := &fakeFleet{}
+			g := newGate()
+			fleet.setRender(g.render)
+			cfg := testConfig()
+			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, tc.recycle, tc.exit, 0
+			h := start(t, cfg, fleet)
+
+			done := make(chan error, 8) // every render's result, in the order they end
+			startOne := func() {
+				sl := h.acquire()
+				go func() {
+					_, err := sl.Render(context.Background(), browser.Request{URL: "http://127.0.0.1/x"})
+					sl.Release()
+					done <- err
+				}()
+				g.waitStarted(t)
+			}
+			finishOne := func(c *fakeChrome) {
+				g.finish(t, c)
+				if err := recv(t, done); err != nil {
+					t.Fatalf("render: %v", err)
+				}
+			}
+			startOne()
+			startOne()
+			c1 := h.chrome(0)
+			for started := 2; started < tc.starts; started++ {
+				finishOne(c1)
+				startOne()
+			}
+			if tc.recycle > 0 {
+				eventually(t, "chrome retired", func() bool { return h.logs.FilterMessage("chrome retired").Len() == 1 })
+			}
+			finishOne(c1)
+			finishOne(c1)
+			c1.mu.Lock()
+			got := append([]bool(nil), c1.endings...)
+			c1.mu.Unlock()
+			if fmt.Sprint(got) != fmt.Sprint(tc.wantRetiredEnd) {
+				t.Fatalf("sessions retired at the end of each job: %v, want %v", got, tc.wantRetiredEnd)
 			}
 		})
 	}
