@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 )
 
@@ -363,4 +365,81 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkEgress is the cost of the egress filter: six sessions render
+// /page/{n} on a Chrome that reaches the test site directly and on one that
+// goes through an egress proxy allowing only the site (every request of the
+// page then crosses the proxy, in this process). Run with -count to
+// alternate the two.
+func BenchmarkEgress(b *testing.B) {
+	for _, viaProxy := range []bool{false, true} {
+		name := "direct"
+		if viaProxy {
+			name = "egress"
+		}
+		b.Run(name, func(b *testing.B) {
+			site := testsite.StartT(b, testsite.Options{})
+			opts := Options{Kind: testKind(b), ProfileRoot: b.TempDir(), ExtraFlags: testFlags}
+			if viaProxy {
+				u, _ := url.Parse(site.URL)
+				rule, err := egress.ParseRule(u.Host)
+				if err != nil {
+					b.Fatal(err)
+				}
+				proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pctx, stop := context.WithCancel(context.Background())
+				served := make(chan error, 1)
+				go func() { served <- proxy.Serve(pctx) }()
+				b.Cleanup(func() { stop(); <-served })
+				opts.EgressProxy, opts.EgressRefused = proxy.URL(), proxy.Refused
+			}
+			ctx := context.Background()
+			br, err := Launch(ctx, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { br.Kill() })
+			const n = 6
+			sessions := make([]*Session, n)
+			for i := range sessions {
+				if sessions[i], err = br.NewSession(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			req := func(i int64) Request {
+				return Request{URL: site.URL + fmt.Sprintf("/page/%d", i%1000), Wait: Wait{Selector: "#ready"},
+					Extract: "document.querySelectorAll('li.item').length"}
+			}
+			var wg sync.WaitGroup
+			for i, s := range sessions {
+				wg.Go(func() {
+					if _, err := s.Render(ctx, req(int64(i))); err != nil {
+						b.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			c0, g0 := chromeCPU(br), selfCPU()
+			var next atomic.Int64
+			b.ResetTimer()
+			for _, s := range sessions {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						if res, err := s.Render(ctx, req(i)); err != nil || string(res.Data) != "200" {
+							b.Errorf("render %d: %v", i, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
+			b.ReportMetric(float64((chromeCPU(br)-c0).Microseconds())/1000/float64(b.N), "chrome_cpu_ms/page")
+			b.ReportMetric(float64((selfCPU()-g0).Microseconds())/1000/float64(b.N), "go_cpu_ms/page")
+		})
+	}
 }

@@ -53,6 +53,8 @@ case "$mode" in
         "./browser BenchmarkColdStart 5x"
         "./browser BenchmarkRender6 120x"
         "./browser BenchmarkIsolation 60x"
+        "./browser BenchmarkChromeLife 3x"
+        "./browser BenchmarkEgress 120x"
         "./farm/web . 20x"
       )
     else
