@@ -1,0 +1,225 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/runtime"
+)
+
+func wrapAction(i int, a Action, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Class: e.Class, Retriable: e.Retriable, Err: fmt.Errorf("action %d (%s): %w", i, a.Type, e.Err)}
+	}
+	return fmt.Errorf("action %d (%s): %w", i, a.Type, err)
+}
+
+// wait blocks until the job's wait condition holds for the navigation.
+func (s *Session) wait(ctx context.Context, t *tab, j *job, st *jobState, loader cdp.LoaderID) error {
+	if j.Wait.Selector != "" {
+		if err := t.waitFor(ctx, j.Wait.Selector, j.Wait.Visible); err != nil {
+			return t.waitError(ctx, j.Wait.Selector, j.Wait.Visible, err)
+		}
+	}
+	event := ""
+	switch {
+	case j.Wait.NetworkIdle:
+		event = "networkIdle"
+	case j.Wait.Selector == "":
+		event = "load"
+	}
+	if event != "" && loader != "" {
+		// No loader means a same-document navigation (a fragment change on
+		// a reused tab): the document is loaded already.
+		if err := st.waitLifecycle(ctx, loader, event); err != nil {
+			return fmt.Errorf("waiting for %s: %w", event, err)
+		}
+	}
+	return nil
+}
+
+// eval runs a JavaScript expression in the page's main world and returns its
+// JSON value. Exceptions come back as *Error of class extract.
+func (t *tab) eval(ctx context.Context, expr string, userGesture bool) (json.RawMessage, error) {
+	r, err := cdp.Call(ctx, t.t, runtime.Evaluate, runtime.EvaluateParams{
+		Expression:    expr,
+		ReturnByValue: ptr(true),
+		AwaitPromise:  ptr(true),
+		UserGesture:   ptr(userGesture),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.ExceptionDetails != nil {
+		return nil, newErr(ClassExtract, false, "script threw: %s", exceptionText(r.ExceptionDetails))
+	}
+	return remoteValue(r.Result), nil
+}
+
+// remoteValue is the JSON of a by-value remote object: undefined is null,
+// values JSON cannot hold (NaN, Infinity, -0, bigint) are strings.
+func remoteValue(o *runtime.RemoteObject) json.RawMessage {
+	if o == nil {
+		return json.RawMessage("null")
+	}
+	if o.UnserializableValue != "" {
+		return json.RawMessage(jsString(string(o.UnserializableValue)))
+	}
+	if len(o.Value) == 0 {
+		return json.RawMessage("null")
+	}
+	return json.RawMessage(o.Value)
+}
+
+// evalRetry is eval for scripts that wait: if the page navigates meanwhile
+// (a client-side redirect), the script's context dies and it runs again in
+// the new document.
+func (t *tab) evalRetry(ctx context.Context, expr string) (json.RawMessage, error) {
+	for {
+		v, err := t.eval(ctx, expr, false)
+		if err == nil || !contextLost(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func contextLost(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "Execution context was destroyed") ||
+		strings.Contains(s, "Cannot find default execution context") ||
+		strings.Contains(s, "Inspected target navigated or closed")
+}
+
+func (t *tab) waitFor(ctx context.Context, sel string, visible bool) error {
+	_, err := t.evalRetry(ctx, fmt.Sprintf("(%s)(%s, %t)", jsWaitFor, jsString(sel), visible))
+	return selectorError(err)
+}
+
+// describeWaitTimeout bounds the look at the page after a wait timed out.
+const describeWaitTimeout = 2 * time.Second
+
+// waitError names the unmet condition of a failed selector wait and, when
+// the wait ran out of time, what the page had: "present but has zero size".
+func (t *tab) waitError(ctx context.Context, sel string, visible bool, err error) error {
+	cond := "present in the DOM"
+	if visible {
+		cond = "visible"
+	}
+	if ctx.Err() == nil {
+		return fmt.Errorf("waiting for %q to be %s: %w", sel, cond, err)
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeWaitTimeout)
+	defer cancel()
+	found := "the page could not be read"
+	if v, derr := t.eval(dctx, "("+jsDescribeWait+")("+jsString(sel)+")", false); derr == nil {
+		_ = json.Unmarshal(v, &found)
+	}
+	return fmt.Errorf("waiting for %q to be %s: %w; found: %s", sel, cond, err, found)
+}
+
+// selectorError turns a script's bad-selector exception into ClassInvalid.
+func selectorError(err error) error {
+	var e *Error
+	if errors.As(err, &e) && e.Class == ClassExtract && strings.Contains(e.Err.Error(), "bad selector") {
+		return &Error{Class: ClassInvalid, Retriable: false, Err: e.Err}
+	}
+	if errors.As(err, &e) && e.Class == ClassExtract {
+		return &Error{Class: ClassAction, Retriable: false, Err: e.Err}
+	}
+	return err
+}
+
+// act performs one action.
+func (t *tab) act(ctx context.Context, a Action) error {
+	times := max(a.Times, 1)
+	switch a.Type {
+	case ActionClick:
+		for range times {
+			if err := t.click(ctx, a.Selector); err != nil {
+				return err
+			}
+			if err := sleep(ctx, time.Duration(a.Ms)*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	case ActionScroll:
+		ms := a.Ms
+		if ms == 0 {
+			ms = defaultScrollWaitMs
+		}
+		_, err := t.eval(ctx, fmt.Sprintf("(%s)(%d, %d)", jsScroll, times, ms), false)
+		return selectorError(err)
+	case ActionType:
+		v, err := t.evalRetry(ctx, "("+jsFocus+")("+jsString(a.Selector)+")")
+		if err != nil {
+			return selectorError(err)
+		}
+		if string(v) != "true" {
+			return newErr(ClassAction, false, "%q is not an element that takes text", a.Selector)
+		}
+		if _, err := cdp.Call(ctx, t.t, input.InsertText, input.InsertTextParams{Text: a.Text}); err != nil {
+			return fmt.Errorf("Input.insertText: %w", err)
+		}
+	case ActionWait:
+		if a.Selector != "" {
+			return t.waitFor(ctx, a.Selector, true)
+		}
+		return sleep(ctx, time.Duration(a.Ms)*time.Millisecond)
+	}
+	return nil
+}
+
+// click scrolls the element into view and clicks its centre with real mouse
+// events, which count as a user gesture for the page (popups, beforeunload,
+// isTrusted checks).
+func (t *tab) click(ctx context.Context, sel string) error {
+	v, err := t.evalRetry(ctx, "("+jsClickPoint+")("+jsString(sel)+")")
+	if err != nil {
+		return selectorError(err)
+	}
+	if string(v) == "null" {
+		// Covered or moving: the page got a synthetic click instead.
+		return nil
+	}
+	var pt struct{ X, Y float64 }
+	if err := json.Unmarshal(v, &pt); err != nil {
+		return fmt.Errorf("reading the click point %s: %w", v, err)
+	}
+	for _, typ := range []input.DispatchMouseEventType{input.DispatchMouseEventTypeMouseMoved, input.DispatchMouseEventTypeMousePressed, input.DispatchMouseEventTypeMouseReleased} {
+		p := input.DispatchMouseEventParams{Type: typ, X: pt.X, Y: pt.Y}
+		if typ != input.DispatchMouseEventTypeMouseMoved {
+			p.Button = input.MouseButtonLeft
+			p.ClickCount = 1
+		}
+		if _, err := cdp.Call(ctx, t.t, input.DispatchMouseEvent, p); err != nil {
+			return fmt.Errorf("Input.dispatchMouseEvent: %w", err)
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}

@@ -1,0 +1,181 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+)
+
+// jobState is what the tab's events tell about the current job.
+type jobState struct {
+	abort      func(error)
+	block      map[network.ResourceType]bool
+	maxConsole int
+
+	mu      sync.Mutex
+	latest  cdp.LoaderID // main-frame loader of the last "init"
+	events  map[cdp.LoaderID]map[string]bool
+	docs    map[cdp.LoaderID]*network.Response
+	docURL  string // the main frame's last document request: the URL, or where it redirected
+	console []string
+	dialogs int
+	changed chan struct{}
+}
+
+func newJobState(j *job, abort func(error)) *jobState {
+	st := &jobState{
+		abort:      abort,
+		maxConsole: j.MaxConsoleErrors,
+		events:     map[cdp.LoaderID]map[string]bool{},
+		docs:       map[cdp.LoaderID]*network.Response{},
+		changed:    make(chan struct{}, 1),
+	}
+	if len(j.block) > 0 {
+		st.block = map[network.ResourceType]bool{}
+		for _, rt := range j.block {
+			st.block[rt] = true
+		}
+	}
+	return st
+}
+
+func (st *jobState) poke() {
+	select {
+	case st.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (st *jobState) lifecycle(loader cdp.LoaderID, name string) {
+	st.mu.Lock()
+	if name == "init" {
+		st.latest = loader
+	}
+	m := st.events[loader]
+	if m == nil {
+		m = map[string]bool{}
+		st.events[loader] = m
+	}
+	m[name] = true
+	st.mu.Unlock()
+	st.poke()
+}
+
+func (st *jobState) docRequest(u string) {
+	st.mu.Lock()
+	st.docURL = u
+	st.mu.Unlock()
+}
+
+func (st *jobState) lastDocURL() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.docURL
+}
+
+func (st *jobState) response(loader cdp.LoaderID, r *network.Response) {
+	st.mu.Lock()
+	st.docs[loader] = r
+	st.mu.Unlock()
+	st.poke()
+}
+
+func (st *jobState) doc(loader cdp.LoaderID) *network.Response {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.docs[loader]
+}
+
+// seen reports whether the main frame's current document has fired the
+// lifecycle event. The current document is the one the job navigated to,
+// or a newer one if the page navigated on (a client-side redirect): a
+// document starts with "init", and this job's navigation is the first one
+// the job's state sees.
+func (st *jobState) seen(nav cdp.LoaderID, name string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	cur := nav
+	if st.latest != "" {
+		cur = st.latest
+	}
+	return st.events[cur][name]
+}
+
+func (st *jobState) waitLifecycle(ctx context.Context, nav cdp.LoaderID, name string) error {
+	for !st.seen(nav, name) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-st.changed:
+		}
+	}
+	return nil
+}
+
+func (st *jobState) blocks(rt network.ResourceType) bool {
+	return st.block[rt]
+}
+
+func (st *jobState) dialog() {
+	st.mu.Lock()
+	st.dialogs++
+	st.mu.Unlock()
+}
+
+func (st *jobState) consoleError(msg string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.console) >= st.maxConsole {
+		return
+	}
+	if len(msg) > maxConsoleLen {
+		msg = cutUTF8(msg, maxConsoleLen) + "…"
+	}
+	st.console = append(st.console, msg)
+}
+
+func (st *jobState) consoleAndDialogs() ([]string, int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return append([]string(nil), st.console...), st.dialogs
+}
+
+func consoleText(args []*runtime.RemoteObject) string {
+	parts := make([]string, 0, len(args))
+	for _, a := range args {
+		switch {
+		case a == nil:
+		case a.Type == runtime.RemoteObjectTypeString:
+			var s string
+			if json.Unmarshal(a.Value, &s) == nil {
+				parts = append(parts, s)
+				continue
+			}
+			parts = append(parts, string(a.Value))
+		case len(a.Value) > 0:
+			parts = append(parts, string(a.Value))
+		case a.UnserializableValue != "":
+			parts = append(parts, string(a.UnserializableValue))
+		case a.Description != "":
+			parts = append(parts, a.Description)
+		default:
+			parts = append(parts, string(a.Type))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func exceptionText(d *runtime.ExceptionDetails) string {
+	if d == nil {
+		return "unknown exception"
+	}
+	if d.Exception != nil && d.Exception.Description != "" {
+		return d.Exception.Description
+	}
+	return d.Text
+}

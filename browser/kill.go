@@ -1,0 +1,114 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
+)
+
+// gone reports whether Chrome has exited or its connection is lost. It looks
+// at the sources of Done directly, since Done closes a moment later.
+func (b *Browser) gone() bool {
+	select {
+	case <-b.done:
+		return true
+	case <-b.exited:
+		return true
+	case <-b.cdpB.LostConnection:
+		return true
+	default:
+		return false
+	}
+}
+
+// Healthy makes one CDP round trip to the browser process. It fails when
+// Chrome is gone or does not answer before ctx ends.
+func (b *Browser) Healthy(ctx context.Context) error {
+	if b.gone() {
+		return &Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")}
+	}
+	if _, err := cdp.Call(ctx, b.cdpB, browser.GetVersion, cdp.Empty{}); err != nil {
+		if b.gone() {
+			return &Error{Class: ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome is gone: %w", err)}
+		}
+		return &Error{Class: ClassUnresponsive, Retriable: true, Err: fmt.Errorf("chrome did not answer: %w", err)}
+	}
+	return nil
+}
+
+// Kill ends Chrome: SIGKILL to its whole process group (and to any process
+// of its tree that left the group), reaps the main process, waits until no
+// process of the group is left, and removes the profile directory. It is
+// idempotent and safe to call concurrently; every call returns the first
+// call's result once the work is done.
+func (b *Browser) Kill() error {
+	b.killOnce.Do(func() {
+		defer close(b.killed)
+		b.killErr = b.kill()
+	})
+	<-b.killed
+	return b.killErr
+}
+
+func (b *Browser) kill() error {
+	var errs []error
+	if b.pid > 0 {
+		// Processes that left the group (none are known to, but a zygote
+		// could call setsid) are found through the parent links before the
+		// main process dies and its children are re-parented.
+		tree, _ := processTree(context.Background(), int32(b.pid))
+		if err := syscall.Kill(-b.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("browser: killing process group %d: %w", b.pid, err))
+		}
+		for _, p := range tree {
+			// Errors mean the process is already gone.
+			_ = syscall.Kill(int(p), syscall.SIGKILL)
+		}
+		select {
+		case <-b.exited:
+		case <-time.After(killWait):
+			errs = append(errs, fmt.Errorf("browser: chrome %d not reaped %v after SIGKILL", b.pid, killWait))
+		}
+		if err := waitGone(b.pid, tree, b.profileDir, killWait); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.bg.Wait()
+	if b.logFile != nil {
+		b.logFile.Close()
+	}
+	if err := removeAllRetry(b.profileDir); err != nil {
+		errs = append(errs, fmt.Errorf("browser: removing the profile directory: %w", err))
+	}
+	if b.extraTmp != "" {
+		if err := removeAllRetry(b.extraTmp); err != nil {
+			errs = append(errs, fmt.Errorf("browser: removing chrome's temp dir: %w", err))
+		}
+	}
+	if b.pid > 0 {
+		b.log.Info("chrome killed")
+	}
+	return errors.Join(errs...)
+}
+
+// removeAllRetry removes dir; a dying child can still create a file in it
+// for a moment after the group is gone from /proc.
+func removeAllRetry(dir string) error {
+	var err error
+	for range 5 {
+		if err = os.RemoveAll(dir); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}

@@ -1,0 +1,418 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/css"
+	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/inspector"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+	"go.uber.org/zap"
+)
+
+// tab is one page target with its chromedp context, in a browser context of
+// its own (fresh) or in the default one (shared).
+type tab struct {
+	b      *Browser
+	ctx    context.Context // the chromedp tab context
+	cancel context.CancelFunc
+	t      *chromedp.Target
+	id     target.ID
+	bcid   cdp.BrowserContextID // "" for the default context
+	shared bool
+	own    bool // the session's reused tab of IsolationWipe
+	proxy  *proxySpec
+
+	unwatch func()
+
+	mu      sync.Mutex
+	closing bool
+	broken  bool
+	cur     *jobState
+	wg      sync.WaitGroup // event-driven CDP calls (dialogs, fetch)
+
+	// What pages did to the context since the last wipe: the origins of
+	// its documents (whose storage the wipe clears) and whether any of it
+	// is out of the wipe's reach (tainted).
+	origins map[string]bool
+	tainted bool
+
+	unwatchWorkers func() // set for the session's own tab
+
+	// What the last job changed on a shared tab, to undo for the next one.
+	dirtyHeaders, dirtyUA, dirtyViewport bool
+	fetchOn                              bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// newTab makes a tab: a browser context (unless shared), downloads denied in
+// it, a page target attached with chromedp, and the tab's event listener.
+func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*tab, error) {
+	b := s.b
+	t := &tab{b: b, shared: shared, proxy: proxy}
+	if !shared {
+		params := target.CreateBrowserContextParams{DisposeOnDetach: ptr(true)}
+		if proxy != nil {
+			params.ProxyServer = proxy.server
+			// Chrome bypasses proxies for loopback by default; a job that
+			// asks for a proxy gets it for every host.
+			params.ProxyBypassList = "<-loopback>"
+		}
+		res, err := cdp.Call(ctx, b.cdpB, target.CreateBrowserContext, params)
+		if err != nil {
+			return nil, fmt.Errorf("creating a browser context: %w", err)
+		}
+		t.bcid = res.BrowserContextID
+		if err := denyDownloads(ctx, b.cdpB, t.bcid); err != nil {
+			t.disposeContext()
+			return nil, fmt.Errorf("denying downloads: %w", err)
+		}
+	}
+	opts := []chromedp.ContextOption{chromedp.WithDetachOnCancel()}
+	if t.bcid != "" {
+		opts = append(opts, chromedp.WithExistingBrowserContext(t.bcid))
+	}
+	tctx, tcancel := chromedp.NewContext(s.ctx, opts...)
+	t.ctx, t.cancel = tctx, tcancel
+	// The first Run of a chromedp context binds the tab's event loop to the
+	// context it is given, so it gets tctx itself; ctx bounds it from here.
+	errc := make(chan error, 1)
+	go func() { errc <- chromedp.Do(tctx) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		tcancel()
+		<-errc
+		err = ctx.Err()
+	}
+	if err == nil {
+		if c := chromedp.FromContext(tctx); c != nil && c.Target != nil {
+			t.t = c.Target
+			t.id = c.Target.TargetID
+		} else {
+			err = errors.New("chromedp attached no target")
+		}
+	}
+	if err == nil {
+		err = chromedp.Listen(tctx, t.onEvent)
+	}
+	if err == nil {
+		t.unwatch = b.janitor.watchCrash(t.id, func(status string) { t.crashed("renderer crashed: " + status) })
+		err = t.slim(ctx)
+	}
+	if err != nil {
+		t.close()
+		return nil, fmt.Errorf("opening a tab: %w", err)
+	}
+	return t, nil
+}
+
+// slim turns off what chromedp enables on attach that the render path does
+// not use: the DOM and CSS agents (chromedp would fetch the document on every
+// navigation), target discovery and auto-attach (every tab would get every
+// target's events); and it sets the default viewport and user agent.
+func (t *tab) slim(ctx context.Context) error {
+	guard := fmt.Sprintf(jsConsoleGuard, maxConsoleLen, uncaughtMarker)
+	if _, err := cdp.Call(ctx, t.t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: guard}); err != nil {
+		return fmt.Errorf("Page.addScriptToEvaluateOnNewDocument: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, css.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("CSS.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, dom.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("DOM.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, target.SetAutoAttach, target.SetAutoAttachParams{AutoAttach: false}); err != nil {
+		return fmt.Errorf("Target.setAutoAttach: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, target.SetDiscoverTargets, target.SetDiscoverTargetsParams{Discover: false}); err != nil {
+		return fmt.Errorf("Target.setDiscoverTargets: %w", err)
+	}
+	if err := t.setViewport(ctx, Viewport{}); err != nil {
+		return err
+	}
+	return t.setUserAgent(ctx, "")
+}
+
+// setViewport sets the page's viewport; the zero Viewport is the default
+// 1280x800 (the window is that size, but its browser UI takes a part).
+func (t *tab) setViewport(ctx context.Context, v Viewport) error {
+	if v == (Viewport{}) {
+		v = Viewport{Width: windowWidth, Height: windowHeight}
+	}
+	_, err := cdp.Call(ctx, t.t, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{
+		Width: int64(v.Width), Height: int64(v.Height), DeviceScaleFactor: 1, Mobile: v.Mobile,
+	})
+	if err != nil {
+		return fmt.Errorf("Emulation.setDeviceMetricsOverride: %w", err)
+	}
+	return nil
+}
+
+func (t *tab) setUserAgent(ctx context.Context, ua string) error {
+	if ua == "" {
+		ua = t.b.userAgent
+	}
+	if ua == "" {
+		return nil
+	}
+	_, err := cdp.Call(ctx, t.t, emulation.SetUserAgentOverride, emulation.SetUserAgentOverrideParams{UserAgent: ua})
+	if err != nil {
+		return fmt.Errorf("Emulation.setUserAgentOverride: %w", err)
+	}
+	return nil
+}
+
+func (t *tab) isBroken() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.broken
+}
+
+func (t *tab) markBroken() {
+	t.mu.Lock()
+	t.broken = true
+	t.mu.Unlock()
+}
+
+// crashed is called from an event loop when the renderer died.
+func (t *tab) crashed(why string) {
+	t.mu.Lock()
+	t.broken = true
+	j := t.cur
+	t.mu.Unlock()
+	if j != nil {
+		j.abort(&Error{Class: ClassCrashed, Retriable: true, Err: errors.New(why)})
+	}
+}
+
+// spawn runs a CDP call that an event asks for (dialog, paused request) on
+// its own goroutine: event callbacks must not block. The tab owns it.
+func (t *tab) spawn(fn func(ctx context.Context)) {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		return
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithTimeout(t.ctx, closeWait)
+		defer cancel()
+		fn(ctx)
+	}()
+}
+
+// onEvent is the tab's event listener. chromedp calls it on the goroutine
+// that reads the tab's messages, so it must return at once.
+func (t *tab) onEvent(ev any) {
+	switch e := ev.(type) {
+	case *page.EventJavascriptDialogOpening:
+		// Leaving a page is allowed; every other dialog is dismissed.
+		accept := e.Type == page.DialogTypeBeforeunload
+		t.spawn(func(ctx context.Context) {
+			_, err := cdp.Call(ctx, t.t, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept})
+			if err != nil {
+				t.b.log.Debug("dismissing a dialog", zap.Error(err))
+			}
+		})
+		t.withJob(func(j *jobState) { j.dialog() })
+	case *page.EventLifecycleEvent:
+		if e.FrameID != cdp.FrameID(t.id) {
+			return
+		}
+		t.withJob(func(j *jobState) { j.lifecycle(e.LoaderID, e.Name) })
+	case *page.EventFrameNavigated:
+		if e.Frame != nil {
+			t.noteOrigin(e.Frame.SecurityOrigin)
+		}
+	case *page.EventFrameDetached:
+		// A frame that moved to another renderer (a cross-site iframe under
+		// site isolation) stores its data where this tab's agents do not
+		// see it: the wipe cannot vouch for it.
+		if e.Reason == page.FrameDetachedReasonSwap {
+			t.taint()
+		}
+	case *network.EventRequestWillBeSent:
+		// Every hop of the main document's redirects: where a refused
+		// tunnel was going.
+		if e.Type == network.ResourceTypeDocument && e.FrameID == cdp.FrameID(t.id) && e.Request != nil {
+			t.withJob(func(j *jobState) { j.docRequest(e.Request.URL) })
+		}
+	case *network.EventResponseReceivedExtraInfo:
+		// Chrome caches answered HTTP credentials per context, and no CDP
+		// call clears that cache: a challenge (even one the network stack
+		// answered itself, from URL credentials, which no responseReceived
+		// reports) or credentials on the wire leave the context tainted.
+		if e.StatusCode == 401 || e.StatusCode == 407 {
+			t.taint()
+		}
+	case *network.EventRequestWillBeSentExtraInfo:
+		for k := range e.Headers {
+			if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {
+				t.taint()
+				break
+			}
+		}
+	case *network.EventResponseReceived:
+		if e.Response != nil && (e.Response.Status == 401 || e.Response.Status == 407) {
+			t.taint()
+		}
+		if e.Type != network.ResourceTypeDocument || e.FrameID != cdp.FrameID(t.id) {
+			return
+		}
+		t.withJob(func(j *jobState) { j.response(e.LoaderID, e.Response) })
+	case *runtime.EventConsoleAPICalled:
+		if e.Type != runtime.ConsoleAPICalledTypeError && e.Type != runtime.ConsoleAPICalledTypeAssert {
+			return
+		}
+		msg := consoleText(e.Args)
+		if rest, ok := strings.CutPrefix(msg, uncaughtMarker); ok && e.Type == runtime.ConsoleAPICalledTypeError {
+			t.withJob(func(j *jobState) { j.consoleError("uncaught: " + rest) })
+			return
+		}
+		t.withJob(func(j *jobState) { j.consoleError("console." + string(e.Type) + ": " + msg) })
+	case *runtime.EventExceptionThrown:
+		msg := exceptionText(e.ExceptionDetails)
+		t.withJob(func(j *jobState) { j.consoleError("uncaught: " + msg) })
+	case *inspector.EventTargetCrashed:
+		t.crashed("renderer crashed")
+	case *fetch.EventRequestPaused:
+		t.onRequestPaused(e)
+	case *fetch.EventAuthRequired:
+		t.onAuthRequired(e)
+	}
+}
+
+func (t *tab) withJob(fn func(j *jobState)) {
+	t.mu.Lock()
+	j := t.cur
+	t.mu.Unlock()
+	if j != nil {
+		fn(j)
+	}
+}
+
+// onRequestPaused fails blocked resource types and lets the rest through.
+// Requests pause only for the blocked types, unless proxy authentication
+// needs Fetch to see every request.
+func (t *tab) onRequestPaused(e *fetch.EventRequestPaused) {
+	blocked := false
+	t.withJob(func(j *jobState) { blocked = j.blocks(e.ResourceType) })
+	id := e.RequestID
+	t.spawn(func(ctx context.Context) {
+		var err error
+		if blocked {
+			_, err = cdp.Call(ctx, t.t, fetch.FailRequest, fetch.FailRequestParams{RequestID: id, ErrorReason: network.ErrorReasonBlockedByClient})
+		} else {
+			_, err = cdp.Call(ctx, t.t, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+		}
+		if err != nil {
+			t.b.log.Debug("answering a paused request", zap.Error(err))
+		}
+	})
+}
+
+// onAuthRequired answers the proxy's challenge with the job's credentials;
+// a site's own challenge is left to Chrome's default (no credentials).
+func (t *tab) onAuthRequired(e *fetch.EventAuthRequired) {
+	resp := &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth}
+	if p := t.proxy; p != nil && p.hasAuth && e.AuthChallenge != nil && e.AuthChallenge.Source == fetch.AuthChallengeSourceProxy {
+		resp = &fetch.AuthChallengeResponse{
+			Response: fetch.AuthChallengeResponseResponseProvideCredentials,
+			Username: p.user,
+			Password: p.password,
+		}
+	}
+	id := e.RequestID
+	t.spawn(func(ctx context.Context) {
+		_, err := cdp.Call(ctx, t.t, fetch.ContinueWithAuth, fetch.ContinueWithAuthParams{RequestID: id, AuthChallengeResponse: resp})
+		if err != nil {
+			t.b.log.Debug("answering an auth challenge", zap.Error(err))
+		}
+	})
+}
+
+func (t *tab) beginJob(j *jobState) {
+	t.mu.Lock()
+	t.cur = j
+	t.mu.Unlock()
+}
+
+func (t *tab) endJob() {
+	t.mu.Lock()
+	t.cur = nil
+	t.mu.Unlock()
+}
+
+// close detaches from the tab, waits for its event-driven calls, and
+// disposes of its browser context (which closes the tab) or, for a shared
+// tab, closes the target. It is idempotent.
+func (t *tab) close() error {
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closing = true
+		t.mu.Unlock()
+		if t.unwatch != nil {
+			t.unwatch()
+		}
+		t.mu.Lock()
+		unwatchWorkers := t.unwatchWorkers
+		t.mu.Unlock()
+		if unwatchWorkers != nil {
+			unwatchWorkers()
+		}
+		if t.cancel != nil {
+			// Detaches (WithDetachOnCancel); the tab is closed below.
+			t.cancel()
+		}
+		t.wg.Wait()
+		if t.bcid != "" {
+			t.closeErr = t.disposeContext()
+		} else if t.id != "" {
+			ctx, cancel := context.WithTimeout(t.b.ctx, closeWait)
+			_, err := cdp.Call(ctx, t.b.cdpB, target.CloseTarget, target.CloseTargetParams{TargetID: t.id})
+			cancel()
+			if err != nil && !targetGone(err) {
+				t.closeErr = fmt.Errorf("closing tab %s: %w", t.id, err)
+			}
+		}
+	})
+	return t.closeErr
+}
+
+func (t *tab) disposeContext() error {
+	ctx, cancel := context.WithTimeout(t.b.ctx, closeWait)
+	defer cancel()
+	_, err := cdp.Call(ctx, t.b.cdpB, target.DisposeBrowserContext, target.DisposeBrowserContextParams{BrowserContextID: t.bcid})
+	if err != nil && !targetGone(err) {
+		return fmt.Errorf("disposing of browser context %s: %w", t.bcid, err)
+	}
+	return nil
+}
+
+// targetGone reports whether a tear-down call failed because there is
+// nothing left to tear down.
+func targetGone(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "No target with given id") ||
+		strings.Contains(s, "Failed to find context") ||
+		strings.Contains(s, "No browser context with given id")
+}
+
+func ptr[T any](v T) *T { return &v }
