@@ -574,7 +574,8 @@ func (r stopReason) exitReason() string {
 // holder is reported as the error.
 func (c *Consumer) register(ctx context.Context) (jobqueue.Node, jobqueue.Reclaimed, error) {
 	info := jobqueue.NodeInfo{ID: c.node, Hostname: c.cfg.Hostname, Capacity: c.cfg.Capacity,
-		Version: c.cfg.Version, PID: os.Getpid()}
+		Version: c.cfg.Version, PID: os.Getpid(),
+		ChromeRecycleJobs: c.cfg.Supervisor.ChromeRecycleJobs, ExitAfterJobs: c.cfg.Supervisor.ExitAfterJobs}
 	node, r, err := c.q.Register(ctx, info)
 	var inUse *jobqueue.NodeInUseError
 	if !errors.As(err, &inUse) || inUse.Hostname != c.cfg.Hostname || inUse.PID <= 0 || browser.ProcessRuns(inUse.PID) {
@@ -1008,6 +1009,7 @@ func (c *Consumer) liveJobs() []int64 {
 // load assembles the heartbeat's load report.
 func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 	st := c.sup.Stats()
+	pss := c.sup.TakePSSRange()
 	if st.Chromes > 0 {
 		c.mu.Lock()
 		c.lastChrome = time.Now()
@@ -1022,6 +1024,8 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 		ChromeRecycles:        int64(st.Recycles - st.MemoryRecycles),
 		ChromeMemoryRecycles:  int64(st.MemoryRecycles),
 		ChromeCrashes:         int64(st.ChromeCrashes),
+		ChromePSSMinBytes:     int64(pss.Min),
+		ChromePSSMaxBytes:     int64(pss.Max),
 	}
 	m, err := c.cfg.Load(ctx)
 	if err != nil {

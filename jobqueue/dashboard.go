@@ -49,6 +49,11 @@ type NodePoint struct {
 	ChromePSSBytes       int64     `json:"chrome_pss_bytes"`
 	JobsSinceChromeStart int64     `json:"jobs_since_chrome_start"`
 	ChromeRestarts       int64     `json:"chrome_restarts"`
+
+	// The range of the Chrome PSS over the bucket: each recycle's peak and
+	// trough, which one value per sample misses.
+	ChromePSSMinBytes int64 `json:"chrome_pss_min_bytes"`
+	ChromePSSMaxBytes int64 `json:"chrome_pss_max_bytes"`
 }
 
 // SampleReport says what RecordSamples wrote.
@@ -80,13 +85,32 @@ FROM (SELECT count(*) FILTER (WHERE state = 'completed') AS completed,
         AND finished_at > $3::timestamptz AND finished_at <= $2::timestamptz) f
 RETURNING pending, queued, processing, completed, failed, canceled`
 
+// recordNodesSQL takes each live node's Chrome PSS range gathered since the
+// previous sample and clears it, under the row lock, so that a heartbeat
+// lands wholly in one sample or the next and no range is counted twice or
+// lost. Every column comes from the locked read (taken): a heartbeat that
+// committed while the lock was awaited is seen there, not in the snapshot.
 const recordNodesSQL = `
+WITH taken AS (
+    SELECT id, state, capacity, busy_sessions, cpu_percent, mem_used_bytes, chrome_pss_bytes,
+           coalesce(chrome_pss_min_bytes, chrome_pss_bytes) AS pss_min,
+           coalesce(chrome_pss_max_bytes, chrome_pss_bytes) AS pss_max,
+           jobs_since_chrome_start, chrome_restarts
+    FROM nodes
+    WHERE state IN ('active', 'draining')
+    ORDER BY id
+    FOR NO KEY UPDATE
+), cleared AS (
+    UPDATE nodes n SET chrome_pss_min_bytes = NULL, chrome_pss_max_bytes = NULL
+    FROM taken t
+    WHERE n.id = t.id AND (n.chrome_pss_min_bytes IS NOT NULL OR n.chrome_pss_max_bytes IS NOT NULL)
+)
 INSERT INTO node_samples (at, node_id, state, capacity, busy_sessions, cpu_percent, mem_used_bytes,
-                          chrome_pss_bytes, jobs_since_chrome_start, chrome_restarts)
+                          chrome_pss_bytes, chrome_pss_min_bytes, chrome_pss_max_bytes,
+                          jobs_since_chrome_start, chrome_restarts)
 SELECT $1::timestamptz, id, state, capacity, busy_sessions, cpu_percent, mem_used_bytes,
-       chrome_pss_bytes, jobs_since_chrome_start, chrome_restarts
-FROM nodes
-WHERE state IN ('active', 'draining')`
+       chrome_pss_bytes, pss_min, pss_max, jobs_since_chrome_start, chrome_restarts
+FROM taken`
 
 // RecordSamples writes one queue sample (counts by live state, and the jobs
 // finished since the previous sample) and one load sample per active or
@@ -195,6 +219,7 @@ ORDER BY b`
 const nodeSamplesSQL = `
 SELECT date_bin(make_interval(secs => $2::float8), at, timestamptz 'epoch') AS b, node_id,
        max(capacity), max(busy_sessions), avg(cpu_percent), max(mem_used_bytes), max(chrome_pss_bytes),
+       min(coalesce(chrome_pss_min_bytes, chrome_pss_bytes)), max(coalesce(chrome_pss_max_bytes, chrome_pss_bytes)),
        max(jobs_since_chrome_start), max(chrome_restarts)
 FROM node_samples
 WHERE at >= $1
@@ -205,8 +230,8 @@ ORDER BY b, node_id`
 // buckets of step (at least one second) aligned to the Unix epoch, oldest
 // first. A queue bucket holds the last live counts of its samples and the
 // sums of their finishes; a node bucket holds the peaks of its samples
-// (peak PSS is what shows the recycling sawtooth) and the mean CPU. Since is
-// rounded down to its bucket's start.
+// (peak PSS is what shows the recycling sawtooth), the range of the PSS and
+// the mean CPU. Since is rounded down to its bucket's start.
 func (q *Queue) Samples(ctx context.Context, since time.Time, step time.Duration) ([]QueuePoint, []NodePoint, error) {
 	if step < time.Second {
 		step = time.Second
@@ -229,7 +254,7 @@ func (q *Queue) Samples(ctx context.Context, since time.Time, step time.Duration
 		for rows.Next() {
 			var p NodePoint
 			if err := rows.Scan(&p.At, &p.NodeID, &p.Capacity, &p.BusySessions, &p.CPUPercent, &p.MemUsedBytes,
-				&p.ChromePSSBytes, &p.JobsSinceChromeStart, &p.ChromeRestarts); err != nil {
+				&p.ChromePSSBytes, &p.ChromePSSMinBytes, &p.ChromePSSMaxBytes, &p.JobsSinceChromeStart, &p.ChromeRestarts); err != nil {
 				return err
 			}
 			np = append(np, p)

@@ -12,15 +12,19 @@ import (
 	"go.uber.org/zap"
 )
 
-const nodeCols = `n.id, n.hostname, n.version, n.capacity, n.state, n.incarnation, n.pid, n.process_restarts,
-    n.cpu_percent, n.mem_used_bytes, n.mem_total_bytes, n.chrome_pss_bytes, n.busy_sessions,
+const nodeCols = `n.id, n.hostname, n.version, n.capacity, n.chrome_recycle_jobs, n.exit_after_jobs, n.state,
+    n.incarnation, n.pid, n.process_restarts,
+    n.cpu_percent, n.mem_used_bytes, n.mem_total_bytes, n.chrome_pss_bytes,
+    coalesce(n.chrome_pss_min_bytes, n.chrome_pss_bytes), coalesce(n.chrome_pss_max_bytes, n.chrome_pss_bytes), n.busy_sessions,
     n.jobs_since_chrome_start, n.jobs_since_process_start, n.chrome_restarts,
     n.registered_at, n.started_at, n.heartbeat_at, n.state_changed_at`
 
 func scanNode(row pgx.Row, extra ...any) (Node, error) {
 	var n Node
-	dest := []any{&n.ID, &n.Hostname, &n.Version, &n.Capacity, &n.State, &n.Incarnation, &n.PID, &n.ProcessRestarts,
+	dest := []any{&n.ID, &n.Hostname, &n.Version, &n.Capacity, &n.ChromeRecycleJobs, &n.ExitAfterJobs, &n.State,
+		&n.Incarnation, &n.PID, &n.ProcessRestarts,
 		&n.Load.CPUPercent, &n.Load.MemUsedBytes, &n.Load.MemTotalBytes, &n.Load.ChromePSSBytes,
+		&n.Load.ChromePSSMinBytes, &n.Load.ChromePSSMaxBytes,
 		&n.Load.BusySessions, &n.Load.JobsSinceChromeStart, &n.Load.JobsSinceProcessStart,
 		&n.Load.ChromeRestarts, &n.RegisteredAt, &n.StartedAt, &n.HeartbeatAt, &n.StateChangedAt}
 	err := row.Scan(append(dest, extra...)...)
@@ -40,13 +44,15 @@ type Reclaimed struct {
 // than $7 seconds, other than $8 (one the caller proved dead). Then it
 // changes nothing and returns no row.
 const registerSQL = `
-INSERT INTO nodes AS n (id, hostname, version, capacity, state, incarnation, pid,
+INSERT INTO nodes AS n (id, hostname, version, capacity, chrome_recycle_jobs, exit_after_jobs, state, incarnation, pid,
                         registered_at, started_at, heartbeat_at, state_changed_at)
-VALUES ($1, $2, $3, $4, 'active', nextval('node_incarnations'), $6,
+VALUES ($1, $2, $3, $4, $9, $10, 'active', nextval('node_incarnations'), $6,
         coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()),
         coalesce($5::timestamptz, now()), coalesce($5::timestamptz, now()))
 ON CONFLICT (id) DO UPDATE SET
     hostname = EXCLUDED.hostname, version = EXCLUDED.version, capacity = EXCLUDED.capacity,
+    chrome_recycle_jobs = EXCLUDED.chrome_recycle_jobs, exit_after_jobs = EXCLUDED.exit_after_jobs,
+    chrome_pss_min_bytes = NULL, chrome_pss_max_bytes = NULL,
     state = 'active', process_restarts = n.process_restarts + 1,
     incarnation = EXCLUDED.incarnation, pid = EXCLUDED.pid, exit_reason = '',
     started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at,
@@ -148,6 +154,10 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 	if info.Capacity < 1 || info.Capacity > 1000 {
 		return Node{}, Reclaimed{}, fmt.Errorf("register node %q: capacity %d is out of range 1..1000", info.ID, info.Capacity)
 	}
+	if info.ChromeRecycleJobs < 0 || info.ExitAfterJobs < 0 {
+		return Node{}, Reclaimed{}, fmt.Errorf("register node %q: recycle thresholds must not be negative (chrome recycle %d, exit after %d)",
+			info.ID, info.ChromeRecycleJobs, info.ExitAfterJobs)
+	}
 	var node Node
 	var r Reclaimed
 	err := q.retryDeadlocks(ctx, "register", func() error {
@@ -164,7 +174,8 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 				return err
 			}
 			node, err = scanNode(tx.QueryRow(ctx, registerSQL, info.ID, cleanText(info.Hostname, 255),
-				cleanText(info.Version, 255), info.Capacity, q.now(), info.PID, q.cfg.StaleAfter.Seconds(), info.Replaces))
+				cleanText(info.Version, 255), info.Capacity, q.now(), info.PID, q.cfg.StaleAfter.Seconds(), info.Replaces,
+				info.ChromeRecycleJobs, info.ExitAfterJobs))
 			if errors.Is(err, pgx.ErrNoRows) {
 				return q.holder(ctx, tx, info.ID)
 			}
@@ -241,6 +252,8 @@ WITH prev AS (
 ), upd AS (
     UPDATE nodes n SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
         busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
+        chrome_pss_min_bytes = least(n.chrome_pss_min_bytes, $15::bigint),
+        chrome_pss_max_bytes = greatest(n.chrome_pss_max_bytes, $16::bigint),
         chrome_recycles = greatest(p.chrome_recycles, $12::bigint),
         chrome_memory_recycles = greatest(p.chrome_memory_recycles, $13::bigint),
         chrome_crashes = greatest(p.chrome_crashes, $14::bigint),
@@ -269,10 +282,11 @@ func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (No
 // the producer takes it back instead of the node holding its slot for ever.
 func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad, live []int64) (NodeState, error) {
 	var before, st NodeState
+	pssMin, pssMax := load.pssRange()
 	b := &pgx.Batch{}
 	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
 		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
-		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes).
+		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
 	var ids any
 	if live != nil {

@@ -751,7 +751,8 @@ func TestNodeStatesAndHeartbeat(t *testing.T) {
 	}
 	clock.Advance(5 * time.Second)
 	load := NodeLoad{CPUPercent: 71.5, MemUsedBytes: 3 << 30, MemTotalBytes: 8 << 30, ChromePSSBytes: 900 << 20,
-		BusySessions: 2, JobsSinceChromeStart: 7, JobsSinceProcessStart: 27, ChromeRestarts: 1}
+		BusySessions: 2, JobsSinceChromeStart: 7, JobsSinceProcessStart: 27, ChromeRestarts: 1,
+		ChromePSSMinBytes: 850 << 20, ChromePSSMaxBytes: 950 << 20}
 	if st, err := q.Heartbeat(ctx, "n1", load); err != nil || st != NodeDraining {
 		t.Fatalf("Heartbeat = %v, %v", st, err)
 	}

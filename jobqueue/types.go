@@ -233,6 +233,11 @@ type NodeInfo struct {
 	// over from it even while its last heartbeat is fresh; from any other
 	// live incarnation it does not.
 	Replaces int64
+
+	// ChromeRecycleJobs and ExitAfterJobs are the node's recycling
+	// thresholds (0: off), stored so that readers show the node's own.
+	ChromeRecycleJobs int
+	ExitAfterJobs     int
 }
 
 // DefaultCapacity is a node's capacity when NodeInfo.Capacity is 0.
@@ -253,6 +258,14 @@ type NodeLoad struct {
 	ChromeRecycles       int64 `json:"chrome_recycles"`
 	ChromeMemoryRecycles int64 `json:"chrome_memory_recycles"`
 	ChromeCrashes        int64 `json:"chrome_crashes"`
+
+	// ChromePSSMinBytes and ChromePSSMaxBytes are the range of the Chrome
+	// PSS the node saw since its previous heartbeat: a recycle's peak and
+	// trough, which one value per heartbeat misses. Both 0: no range,
+	// ChromePSSBytes stands for it. In a Node read back: the range since
+	// the dashboard's last sample.
+	ChromePSSMinBytes int64 `json:"chrome_pss_min_bytes"`
+	ChromePSSMaxBytes int64 `json:"chrome_pss_max_bytes"`
 }
 
 // Node is a consumer node as the queue sees it.
@@ -277,6 +290,10 @@ type Node struct {
 	Processing int `json:"processing"`
 	// Lifetime counts the node id's events across its process restarts.
 	Lifetime Counters `json:"lifetime"`
+
+	// The node's recycling thresholds, as it reported them (0: off).
+	ChromeRecycleJobs int `json:"chrome_recycle_jobs"`
+	ExitAfterJobs     int `json:"exit_after_jobs"`
 }
 
 // Free is the node's free capacity: how many more jobs it may be assigned.

@@ -407,6 +407,7 @@ func (a *actor) handle(ev event) {
 			return
 		}
 		c.pss = ev.mem.PSSBytes
+		s.pss.observe(s.livePSSLocked())
 		ceiling := s.cfg.MemoryCeilingBytes
 		hit := ceiling > 0 && c.pss > ceiling && !c.overMemory
 		if hit {
@@ -454,6 +455,9 @@ func (a *actor) kill(k killOrder, alive bool) {
 		}
 		cancel()
 	}
+	if alive {
+		a.samplePeak(c, pss)
+	}
 	c.cancel(&browser.Error{Class: k.class, Retriable: true,
 		Err: fmt.Errorf("chrome %d %s", c.pid, k.reason)})
 	err := c.proc.Kill()
@@ -472,6 +476,9 @@ func (a *actor) kill(k killOrder, alive bool) {
 	}
 	jobs, finished, inflight := c.starts, c.finished, c.inflight
 	s.mu.Unlock()
+	if alive {
+		a.sampleTrough()
+	}
 	fields := []zap.Field{zap.Int("pid", c.pid), zap.Int("chrome", c.seq), zap.String("reason", k.reason),
 		zap.Int("jobs", jobs), zap.Int("jobs_finished", finished), zap.Int("in_flight", inflight),
 		zap.Uint64("pss_bytes", pss), zap.Duration("age", time.Since(c.bootedAt))}

@@ -53,6 +53,7 @@ type Supervisor struct {
 	finished int // jobs finished
 	exited   bool
 	counts   counters
+	pss      pssAccumulator
 }
 
 // counters are the lifetime event counts reported by Stats.
@@ -258,10 +259,8 @@ func (s *Supervisor) Stats() Stats {
 		st.JobsSinceChromeStart = s.current.finished
 		st.ChromePID = s.current.pid
 	}
-	for _, c := range s.liveLocked() {
-		st.Chromes++
-		st.ChromePSSBytes += c.pss
-	}
+	st.Chromes = len(s.liveLocked())
+	st.ChromePSSBytes = s.livePSSLocked()
 	return st
 }
 

@@ -361,6 +361,11 @@ type nodeSeries struct {
 	ChromePSSBytes []*int64   `json:"chrome_pss_bytes"`
 	BusySessions   []*int64   `json:"busy_sessions"`
 	CPUPercent     []*float64 `json:"cpu_percent"`
+
+	// The PSS range of each bucket, drawn as a band around the line: a
+	// Chrome recycled between two samples shows as a tall band.
+	ChromePSSMinBytes []*int64 `json:"chrome_pss_min_bytes"`
+	ChromePSSMaxBytes []*int64 `json:"chrome_pss_max_bytes"`
 }
 
 type nodeSeriesSet struct {
@@ -397,12 +402,17 @@ func columns(qp []jobqueue.QueuePoint, np []jobqueue.NodePoint) (queueSeries, no
 				ChromePSSBytes: make([]*int64, len(ns.T)),
 				BusySessions:   make([]*int64, len(ns.T)),
 				CPUPercent:     make([]*float64, len(ns.T)),
+
+				ChromePSSMinBytes: make([]*int64, len(ns.T)),
+				ChromePSSMaxBytes: make([]*int64, len(ns.T)),
 			}
 			ns.Series[p.NodeID] = s
 		}
 		i := index[p.At.Unix()]
 		pss, busy, cpu := p.ChromePSSBytes, int64(p.BusySessions), math.Round(p.CPUPercent*10)/10
 		s.ChromePSSBytes[i], s.BusySessions[i], s.CPUPercent[i] = &pss, &busy, &cpu
+		lo, hi := p.ChromePSSMinBytes, p.ChromePSSMaxBytes
+		s.ChromePSSMinBytes[i], s.ChromePSSMaxBytes[i] = &lo, &hi
 	}
 	return qs, ns
 }

@@ -153,9 +153,17 @@ func history(t *testing.T, f *fixture, nodes []string) (failedID int64) {
 		for i, n := range nodes {
 			jobs := step + 7*i // node 2 is 7 jobs ahead in its cycle
 			since := int64(jobs % 20)
+			pss := (220 + since*38 + int64((step*17+i*5)%25)) << 20
+			// The range since the previous sample: from the previous
+			// value up, or, across a recycle, from the fresh Chrome's
+			// trough up to the old one's peak just before its kill.
+			lo, hi := pss-38<<20, pss
+			if since == 0 {
+				lo, hi = 180<<20, (220+19*38+30)<<20
+			}
 			load := jobqueue.NodeLoad{
 				CPUPercent: float64(30 + (step*7+i*13)%50), MemUsedBytes: int64(3+i) << 30, MemTotalBytes: 8 << 30,
-				ChromePSSBytes: (220 + since*38 + int64((step*17+i*5)%25)) << 20, BusySessions: 1 + (step+i)%6,
+				ChromePSSBytes: pss, ChromePSSMinBytes: lo, ChromePSSMaxBytes: hi, BusySessions: 1 + (step+i)%6,
 				JobsSinceChromeStart: since, JobsSinceProcessStart: int64(jobs % 80), ChromeRestarts: int64(jobs%80) / 20,
 			}
 			if _, err := q.Heartbeat(ctx, n, load); err != nil {
@@ -453,8 +461,31 @@ func TestDashboardInBrowser(t *testing.T) {
 		return !!c && !!c.throughput && !!c.backlog && !!c.pss &&
 			c.throughput.data[0].length >= 100 && c.throughput.data[1].some(v => v > 0) &&
 			c.backlog.data[1].some(v => v > 0) &&
-			c.pss.series.length === 4 && c.pss.data[1].filter(v => v !== null).length >= 100;
+			c.pss.series.length === 10 && c.pss.data[1].filter(v => v !== null).length >= 100;
 	})()`)
+	// The PSS chart carries each node's range as a band between its max and
+	// min series, and the band of a recycle spans the old Chrome's peak
+	// down to the new one's trough.
+	var band struct {
+		Bands    [][]int
+		Labels   []string
+		Recycles int
+	}
+	eval(`(() => {
+		const c = window.farmDashboard.charts.pss;
+		let recycles = 0;
+		c.data[2].forEach((hi, i) => {
+			const lo = c.data[3][i], line = c.data[1][i];
+			if (hi !== null && lo !== null && hi - lo > 600 && lo <= line && line <= hi) recycles++;
+		});
+		return {Bands: c.bands.map(b => b.series), Labels: c.series.map(s => s.label || ""), Recycles: recycles};
+	})()`, &band)
+	if fmt.Sprint(band.Bands) != "[[2 3] [5 6] [8 9]]" || band.Labels[2] != "web-node-1 max" || band.Labels[3] != "web-node-1 min" {
+		t.Errorf("PSS chart bands %v over series %q, want each node's max and min", band.Bands, band.Labels)
+	}
+	if band.Recycles < 5 {
+		t.Errorf("%d samples of node 1 have a band spanning a recycle, want at least 5 (one per 20 samples)", band.Recycles)
+	}
 	poll("the failures by class", `document.querySelectorAll('#failures .fgroup').length === 2`)
 
 	var rows []struct {
@@ -480,12 +511,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	// on the canvas (not merely axes and grid).
 	var pixels map[string]int
 	eval(`(() => {
-		const count = (id, rgb) => {
+		const count = (id, rgb, translucent) => {
 			const c = document.querySelector('#' + id + ' canvas');
 			const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
 			let n = 0;
 			for (let i = 0; i < d.length; i += 4) {
-				if (d[i + 3] > 200 && Math.abs(d[i] - rgb[0]) + Math.abs(d[i + 1] - rgb[1]) + Math.abs(d[i + 2] - rgb[2]) < 60) n++;
+				const a = d[i + 3], opaque = translucent ? a > 20 && a < 90 : a > 200;
+				if (opaque && Math.abs(d[i] - rgb[0]) + Math.abs(d[i + 1] - rgb[1]) + Math.abs(d[i + 2] - rgb[2]) < 60) n++;
 			}
 			return n;
 		};
@@ -495,6 +527,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			pending: count('chart-backlog', [234, 88, 12]),
 			pssNode1: count('chart-pss', [37, 99, 235]),
 			pssNode2: count('chart-pss', [220, 38, 38]),
+			pssBandNode1: count('chart-pss', [37, 99, 235], true),
 		};
 	})()`, &pixels)
 	for series, n := range pixels {

@@ -255,9 +255,9 @@
     return {width: Math.max(300, box.clientWidth), height: 220};
   }
 
-  function makeChart(id, series, yFmt, data) {
+  function makeChart(id, series, yFmt, data, extra) {
     const size = chartSize(id);
-    const opts = {
+    const opts = {...extra,
       width: size.width, height: size.height,
       scales: {x: {time: true}},
       series: [{}].concat(series),
@@ -299,16 +299,29 @@
     const ids = new Set();
     for (const t of nts) for (const id of state.nodeRows.get(t).keys()) ids.add(id);
     const nodeIDs = Array.from(ids).sort();
-    const pss = [nts].concat(nodeIDs.map((id) => nts.map((t) => {
-      const p = state.nodeRows.get(t).get(id);
-      return p && p.pss !== null ? p.pss / (1 << 20) : null;
-    })));
+    // Per node three series: the line (the peak of each sample), then the
+    // range the node saw over the sample, drawn as a band between its max
+    // and min — a Chrome recycled between two samples shows as a tall band.
+    const mib = (v) => (v === null || v === undefined ? null : v / (1 << 20));
+    const pss = [nts];
+    for (const id of nodeIDs) {
+      const pts = nts.map((t) => state.nodeRows.get(t).get(id));
+      pss.push(pts.map((p) => (p ? mib(p.pss) : null)));
+      pss.push(pts.map((p) => (p ? mib(p.pssMax) : null)));
+      pss.push(pts.map((p) => (p ? mib(p.pssMin) : null)));
+    }
     const sig = nodeIDs.join("\n");
     if (!state.charts.pss || state.pssNodes !== sig) {
       if (state.charts.pss) state.charts.pss.destroy();
-      state.charts.pss = makeChart("chart-pss", nodeIDs.map((id, i) => ({
-        label: id, stroke: PALETTE[i % PALETTE.length], width: 1.5,
-      })), mibFmt, pss);
+      const series = [], bands = [];
+      nodeIDs.forEach((id, i) => {
+        const c = PALETTE[i % PALETTE.length];
+        series.push({label: id, stroke: c, width: 1.5});
+        series.push({label: id + " max", stroke: c + "55", width: 0.5, points: {show: false}});
+        series.push({label: id + " min", stroke: c + "55", width: 0.5, points: {show: false}});
+        bands.push({series: [3 * i + 2, 3 * i + 3], fill: c + "2e"});
+      });
+      state.charts.pss = makeChart("chart-pss", series, mibFmt, pss, {bands});
       state.pssNodes = sig;
     } else {
       state.charts.pss.setData(pss);
@@ -338,7 +351,8 @@
       const row = new Map();
       for (const [id, ser] of Object.entries(n.series)) {
         if (ser.chrome_pss_bytes[i] === null) continue;
-        row.set(id, {pss: ser.chrome_pss_bytes[i], busy: ser.busy_sessions[i], cpu: ser.cpu_percent[i]});
+        row.set(id, {pss: ser.chrome_pss_bytes[i], pssMin: ser.chrome_pss_min_bytes[i], pssMax: ser.chrome_pss_max_bytes[i],
+          busy: ser.busy_sessions[i], cpu: ser.cpu_percent[i]});
       }
       state.nodeRows.set(t, row);
     });

@@ -1,0 +1,86 @@
+package farm
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// TestConsumerPSSRangeSpansRecycle: a node that recycles Chrome every 3 jobs
+// reports, through its heartbeats, a PSS range that holds the recycle —
+// from the old tree's peak just before its kill down to what is left after
+// — and the dashboard's sample carries that range, however the heartbeats
+// and the sample fall around the kill.
+func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testsite.StartT(t, testsite.Options{Items: 20})
+	db := newTestDB(t)
+	const node = "node-pss-range"
+	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
+		c.Supervisor.ChromeRecycleJobs, c.Supervisor.ExitAfterJobs = 3, 0
+	})
+	ctx := context.Background()
+	// The recorder's clock is the test's, so that its two samples fall in
+	// buckets of their own whatever the jobs take.
+	at := time.Now().Truncate(time.Minute).Add(-10 * time.Minute)
+	recorder := jobqueue.New(db.pool, jobqueue.Config{Now: func() time.Time { return at }})
+	record := func() jobqueue.SampleReport {
+		t.Helper()
+		at = at.Add(10 * time.Second)
+		rep, err := recorder.RecordSamples(ctx, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	// Once the first Chrome is sampled, a sample takes the range gathered
+	// so far (from before any Chrome ran: 0), so the next holds only what
+	// follows: every value then is a live Chrome's.
+	waitFor(t, time.Minute, "the first Chrome sampled", func() bool {
+		n, err := db.q.GetNode(ctx, node)
+		return err == nil && n.Load.ChromePSSBytes > 0
+	})
+	record()
+
+	batch, ids := db.enqueue(t, site.URL, pagePaths(6, "/page/%d"))
+	waitFor(t, 2*time.Minute, "every job final", func() bool { return db.counts(t, batch).Finished() == int64(len(ids)) })
+	if c := db.counts(t, batch); c.By[jobqueue.StateCompleted] != int64(len(ids)) {
+		t.Fatalf("counts %v, want %d completed", c.By, len(ids))
+	}
+	waitFor(t, time.Minute, "a recycled Chrome killed", func() bool { return rc.c.sup.Stats().ChromeKills >= 1 })
+
+	// A Chrome tree is tens of MiB at the least; a band narrower than that
+	// did not see the kill.
+	const wide = 20 << 20
+	var n jobqueue.Node
+	waitFor(t, time.Minute, "a heartbeat with the recycle's range", func() bool {
+		var err error
+		n, err = db.q.GetNode(ctx, node)
+		return err == nil && n.Load.ChromePSSMaxBytes-n.Load.ChromePSSMinBytes >= wide
+	})
+	t.Logf("node row: pss %d MiB, range %d..%d MiB", n.Load.ChromePSSBytes>>20,
+		n.Load.ChromePSSMinBytes>>20, n.Load.ChromePSSMaxBytes>>20)
+
+	if rep := record(); rep.Nodes != 1 {
+		t.Fatalf("record: %+v", rep)
+	}
+	_, np, err := db.q.Samples(ctx, at, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(np) != 1 {
+		t.Fatalf("node samples %+v, want the last one", np)
+	}
+	p := np[0]
+	if p.ChromePSSMinBytes == 0 || p.ChromePSSMaxBytes-p.ChromePSSMinBytes < wide ||
+		p.ChromePSSBytes < p.ChromePSSMinBytes || p.ChromePSSBytes > p.ChromePSSMaxBytes {
+		t.Fatalf("sample pss %d, range %d..%d: want a trough above 0 (the new Chrome) and a range at least %d MiB wide around the value",
+			p.ChromePSSBytes, p.ChromePSSMinBytes, p.ChromePSSMaxBytes, wide>>20)
+	}
+}
