@@ -75,7 +75,8 @@ type ConsumerConfig struct {
 	// Version is reported with the registration.
 	Version string
 	// Capacity is how many jobs the node runs at once (Chrome sessions).
-	// Default 6. It overrides Supervisor.Capacity.
+	// 0: Supervisor.Capacity, else the supervisor's default. It overrides
+	// Supervisor.Capacity.
 	Capacity int
 	// Supervisor sets the Chrome lifecycle: recycle every N jobs, exit after
 	// M, memory ceiling, health checks. DefaultConsumerConfig fills in
@@ -118,7 +119,6 @@ type ConsumerConfig struct {
 func DefaultConsumerConfig(queue *jobqueue.Queue) ConsumerConfig {
 	return ConsumerConfig{
 		Queue:              queue,
-		Capacity:           jobqueue.DefaultCapacity,
 		Supervisor:         supervisor.DefaultConfig(),
 		HeartbeatInterval:  DefaultHeartbeatInterval,
 		PollInterval:       DefaultPollInterval,
@@ -152,7 +152,7 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		c.Capacity = c.Supervisor.Capacity
 	}
 	if c.Capacity == 0 {
-		c.Capacity = jobqueue.DefaultCapacity
+		c.Capacity = supervisor.DefaultConfig().Capacity
 	}
 	if c.Capacity < 1 || c.Capacity > 1000 {
 		return c, fmt.Errorf("farm: consumer: capacity %d is out of range 1..1000", c.Capacity)

@@ -81,7 +81,7 @@ func TestConsumerChromeKilledMidJob(t *testing.T) {
 	batch, ids := db.enqueue(t, site.URL, pagePaths(12, "/page/%d?delay=1500"))
 	const node = "node-chrome-kill"
 	profiles := shortProfileRoot(t)
-	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, profiles, func(c *ConsumerConfig) {
 		c.Supervisor.ChromeRecycleJobs = 0
 		c.Supervisor.ExitAfterJobs = 0
@@ -157,7 +157,7 @@ func TestConsumerDrainOnStop(t *testing.T) {
 			batch, _ := db.enqueue(t, site.URL, pagePaths(9, "/page/%d?delay=1500"))
 			node := "node-drain"
 			profiles := shortProfileRoot(t)
-			db.startAssigner(t, node, jobqueue.DefaultCapacity)
+			db.startAssigner(t, node, defaultCapacity())
 			rc := startConsumer(t, db, node, profiles, func(c *ConsumerConfig) { c.DrainTimeout = tc.drain })
 			waitFor(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
 			if err := rc.stop(t, time.Minute); err != nil {
@@ -203,7 +203,7 @@ func TestConsumerChromeWillNotBoot(t *testing.T) {
 	db := newTestDB(t)
 	batch, _ := db.enqueue(t, "http://127.0.0.1:9", pagePaths(3, "/page/%d"))
 	const node = "node-no-chrome"
-	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
 		c.Supervisor.Browser.ExecPath = "/bin/false"
 		c.Supervisor.MaxBootFailures = 2

@@ -83,7 +83,7 @@ func TestConsumerEgressPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	const node = "node-egress"
-	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
 		c.Egress = egress.Policy{Allow: []egress.Rule{allow}}
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 // testSiteEgress lets the consumer tests' jobs reach the test site, which
@@ -307,3 +308,7 @@ func shortProfileRoot(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+// defaultCapacity is the node capacity the supervisor defaults to, which the
+// test consumers run with.
+func defaultCapacity() int { return supervisor.DefaultConfig().Capacity }

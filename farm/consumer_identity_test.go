@@ -84,7 +84,7 @@ func TestConsumerStopsWhenFenced(t *testing.T) {
 	old := db.waitRegistered(t, "fenced", a.cmd.Process.Pid)
 	// A newer process registers the id (it proved this one dead, wrongly:
 	// say it was paused).
-	newer, _, err := db.q.Register(context.Background(), jobqueue.NodeInfo{ID: "fenced", Hostname: "elsewhere", Replaces: old.Incarnation})
+	newer, _, err := db.q.Register(context.Background(), jobqueue.NodeInfo{ID: "fenced", Hostname: "elsewhere", Capacity: 6, Replaces: old.Incarnation})
 	if err != nil {
 		t.Fatal(err)
 	}

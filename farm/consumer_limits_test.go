@@ -38,7 +38,7 @@ func TestConsumerOversizedResultsFailAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	const node = "node-big-results"
-	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), nil)
 
 	waitFor(t, 2*time.Minute, "every job final", func() bool { return db.counts(t, batch).Finished() == int64(len(ids)) })

@@ -25,7 +25,7 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	batch, _ := db.enqueue(t, site.URL, pagePaths(100, "/page/%d"))
 	const node = "node-recycle"
 	profiles := shortProfileRoot(t)
-	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	db.startAssigner(t, node, defaultCapacity())
 	peakHeld := db.sampleHeld(t, node)
 
 	first := startChild(t, db, childOpts{node: node, recycle: 20, exitAfter: 80, profileRoot: profiles})
@@ -49,8 +49,8 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	if rep.ChromeStarts != 4 || rep.ChromeKills != 4 || rep.ChromeCrashes != 0 {
 		t.Errorf("chrome starts/kills/crashes = %d/%d/%d, want 4/4/0", rep.ChromeStarts, rep.ChromeKills, rep.ChromeCrashes)
 	}
-	if rep.MaxBusy > jobqueue.DefaultCapacity || rep.MaxBusy == 0 {
-		t.Errorf("busy sessions peaked at %d, want 1..%d", rep.MaxBusy, jobqueue.DefaultCapacity)
+	if rep.MaxBusy > defaultCapacity() || rep.MaxBusy == 0 {
+		t.Errorf("busy sessions peaked at %d, want 1..%d", rep.MaxBusy, defaultCapacity())
 	}
 	if rep.MaxChromes > 2 {
 		t.Errorf("%d Chromes were alive at once, want at most 2 (old and replacement)", rep.MaxChromes)
@@ -87,8 +87,8 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	if rows, jobs := db.resultRows(t); rows != 100 || jobs != 100 {
 		t.Errorf("result rows = %d for %d jobs, want 100 for 100", rows, jobs)
 	}
-	if peak := peakHeld(); peak > jobqueue.DefaultCapacity {
-		t.Errorf("the node held %d jobs at once, want at most %d", peak, jobqueue.DefaultCapacity)
+	if peak := peakHeld(); peak > defaultCapacity() {
+		t.Errorf("the node held %d jobs at once, want at most %d", peak, defaultCapacity())
 	}
 	if left := chromeProcs(profiles); len(left) > 0 {
 		t.Errorf("Chrome processes left after the second process exited: %v", left)
@@ -111,7 +111,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 	batch, ids := db.enqueue(t, site.URL, pagePaths(12, "/page/%d?delay=2000"))
 	const node = "node-killed"
 	profiles := shortProfileRoot(t)
-	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	db.startAssigner(t, node, defaultCapacity())
 
 	first := startChild(t, db, childOpts{node: node, recycle: 20, profileRoot: profiles})
 	waitFor(t, time.Minute, "six jobs processing", func() bool {

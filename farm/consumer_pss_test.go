@@ -21,7 +21,7 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	site := testsite.StartT(t, testsite.Options{Items: 20})
 	db := newTestDB(t)
 	const node = "node-pss-range"
-	db.startAssigner(t, node, jobqueue.DefaultCapacity)
+	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
 		c.Supervisor.ChromeRecycleJobs, c.Supervisor.ExitAfterJobs = 3, 0
 	})

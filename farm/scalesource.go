@@ -32,7 +32,7 @@ func ScaleSource(q *jobqueue.Queue) autoscale.Source {
 		for _, n := range nodes {
 			switch n.State {
 			case jobqueue.NodeActive, jobqueue.NodeDraining:
-				load.Nodes = append(load.Nodes, autoscale.Node{ID: n.ID, Busy: n.Queued + n.Processing})
+				load.Nodes = append(load.Nodes, autoscale.Node{ID: n.ID, Busy: n.Queued + n.Processing, Capacity: n.Capacity})
 			case jobqueue.NodeLost:
 				load.Lost++
 			}

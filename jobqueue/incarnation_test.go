@@ -139,23 +139,23 @@ func TestRegisterWaitsOnlyForALiveHolder(t *testing.T) {
 	clock := newFakeClock()
 	q, _ := newTestQueue(t, Config{Now: clock.Now, StaleAfter: 15 * time.Second})
 	ctx := context.Background()
-	a, _, err := q.Register(ctx, NodeInfo{ID: "n1", PID: 1})
+	a, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 6, PID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Incarnation(a).SetState(ctx, NodeExited, ExitRecycle); err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := q.Register(ctx, NodeInfo{ID: "n1", PID: 2})
+	b, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 6, PID: 2})
 	if err != nil {
 		t.Fatalf("register after an exit mark: %v", err)
 	}
 	clock.Advance(10 * time.Second)
-	if _, _, err := q.Register(ctx, NodeInfo{ID: "n1", PID: 3}); !errors.Is(err, ErrNodeIDInUse) {
+	if _, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 6, PID: 3}); !errors.Is(err, ErrNodeIDInUse) {
 		t.Fatalf("register while the holder's heartbeat is 10 s old = %v", err)
 	}
 	clock.Advance(6 * time.Second)
-	c, _, err := q.Register(ctx, NodeInfo{ID: "n1", PID: 3})
+	c, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 6, PID: 3})
 	if err != nil || c.Incarnation <= b.Incarnation {
 		t.Fatalf("register after the holder went stale = %+v, %v", c, err)
 	}

@@ -148,9 +148,6 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 	if err := ValidateNodeID(info.ID); err != nil {
 		return Node{}, Reclaimed{}, fmt.Errorf("register: %w", err)
 	}
-	if info.Capacity == 0 {
-		info.Capacity = DefaultCapacity
-	}
 	if info.Capacity < 1 || info.Capacity > 1000 {
 		return Node{}, Reclaimed{}, fmt.Errorf("register node %q: capacity %d is out of range 1..1000", info.ID, info.Capacity)
 	}

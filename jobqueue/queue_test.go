@@ -724,8 +724,16 @@ func TestRegisterReclaimsOwnAbandonedJobs(t *testing.T) {
 	if _, _, err := q.Register(ctx, NodeInfo{ID: "n2", Capacity: -1}); err == nil {
 		t.Fatal("negative capacity accepted")
 	}
-	if n, _, err := q.Register(ctx, NodeInfo{ID: "n3"}); err != nil || n.Capacity != DefaultCapacity {
-		t.Fatalf("default capacity: %+v, %v", n, err)
+	// The node's supervisor owns its capacity; the queue does not guess one.
+	if _, _, err := q.Register(ctx, NodeInfo{ID: "n3"}); err == nil || !strings.Contains(err.Error(), "capacity 0") {
+		t.Fatalf("Register without a capacity = %v, want an error naming the capacity", err)
+	}
+	if _, _, err := q.Register(ctx, NodeInfo{ID: "n4", Capacity: 6, ExitAfterJobs: -1}); err == nil || !strings.Contains(err.Error(), "exit after -1") {
+		t.Fatalf("Register with a negative threshold = %v", err)
+	}
+	n, _, err := q.Register(ctx, NodeInfo{ID: "n5", Capacity: 4, ChromeRecycleJobs: 10, ExitAfterJobs: 0})
+	if err != nil || n.Capacity != 4 || n.ChromeRecycleJobs != 10 || n.ExitAfterJobs != 0 {
+		t.Fatalf("the node's own policy: %+v, %v", n, err)
 	}
 }
 

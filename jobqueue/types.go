@@ -223,7 +223,9 @@ func (r Result) Blob(kind string) (BlobRef, bool) {
 type NodeInfo struct {
 	ID       string // see ValidateNodeID
 	Hostname string
-	Capacity int // concurrent Chrome sessions; 0 means DefaultCapacity
+	// Capacity is the node's concurrent Chrome sessions, 1..1000. The node's
+	// supervisor owns the number; the queue stores what the node reports.
+	Capacity int
 	Version  string
 	// PID is the registering process's id on Hostname, so that a later
 	// process on the same host can tell whether this one is gone.
@@ -239,9 +241,6 @@ type NodeInfo struct {
 	ChromeRecycleJobs int
 	ExitAfterJobs     int
 }
-
-// DefaultCapacity is a node's capacity when NodeInfo.Capacity is 0.
-const DefaultCapacity = 6
 
 // NodeLoad is what a node reports with each heartbeat.
 type NodeLoad struct {

@@ -25,6 +25,7 @@ import (
 	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 // fakeS3 serves an in-memory S3 (gofakes3) on 127.0.0.1 with the bucket
@@ -50,7 +51,7 @@ func keepAssigned(ctx context.Context, q *jobqueue.Queue, node string) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		_, _ = q.Assign(ctx, node, jobqueue.DefaultCapacity)
+		_, _ = q.Assign(ctx, node, supervisor.DefaultConfig().Capacity)
 		select {
 		case <-ctx.Done():
 			return

@@ -62,9 +62,9 @@ func (o *consumerOptions) register(fs *flagSet) {
 	o.blobs.register(fs)
 	d := supervisor.DefaultConfig()
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); one live process per id: a restarted process takes back its predecessor's jobs at once, while another process is refused the id while its holder heartbeats (unless the holder was a process of this host that no longer runs)")
-	fs.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions (jobs) on this node")
+	fs.IntVar(&o.capacity, "capacity", d.Capacity, "concurrent Chrome sessions (jobs) on this node")
 	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace Chrome after this many jobs (0: never)")
-	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, "exit with code 75 after this many jobs, to be restarted fresh (0: never)")
+	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, fmt.Sprintf("exit with code %d after this many jobs, to be restarted fresh (0: never)", exitRecycle))
 	fs.IntVar(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", 0, "replace Chrome early when its process tree's PSS passes this many MiB (0: off)")
 	fs.DurationVar(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
 	fs.DurationVar(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification")
@@ -82,7 +82,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.deny, "deny-destination", "", "addresses jobs may never reach although public, e.g. the producer's public listen address (same form as --allow-destination; beats it)")
 	fs.BoolVar(&o.noSandbox, "chrome-no-sandbox", false, "run Chrome without its own sandbox, for containers that refuse the user namespaces it needs (the container image sets it; always on as root)")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "serve GET /healthz on this address, e.g. 127.0.0.1:9091 (default: off)")
-	fs.BoolVar(&o.respawn, "respawn", false, "stay up and run the consumer as a child process, restarting it in place on exit 75 (for containers: Docker and Kubernetes back off restarts)")
+	fs.BoolVar(&o.respawn, "respawn", false, fmt.Sprintf("stay up and run the consumer as a child process, restarting it in place on exit %d (for containers: Docker and Kubernetes back off restarts)", exitRecycle))
 	fs.BoolVar(&o.awsProtection, "aws-instance-protection", false, "protect this EC2 instance from Auto Scaling scale-in while it has jobs (needs --aws-asg-name)")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "the Auto Scaling group of the consumer fleet, for --aws-instance-protection")
 	fs.StringVar(&o.awsRegion, "aws-region", "", "AWS region (default: the SDK's chain, then the instance metadata)")
@@ -236,7 +236,7 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) far
 }
 
 // runConsumer is `farm consumer`: one node. It exits 0 after SIGTERM/SIGINT
-// (in-flight jobs finished or handed back), 75 after --exit-after-jobs jobs
+// (in-flight jobs finished or handed back), exitRecycle after --exit-after-jobs jobs
 // so that its supervisor (systemd, `farm up`, or its own --respawn parent in
 // a container) starts a fresh process, and 1 on errors.
 func runConsumer(ctx context.Context, env *environment, args []string) error {

@@ -13,15 +13,19 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/browserfarm/browserfarm/farm/fleet"
 )
 
-// Exit codes. 75 (EX_TEMPFAIL) is the consumer's "recycle me": it finished
-// its --exit-after-jobs jobs and wants a fresh process.
+// Exit codes. exitRecycle is the consumer's "recycle me": it finished its
+// --exit-after-jobs jobs and wants a fresh process. Its number is the
+// restart contract with the parent, defined in fleet (farm up's and
+// --respawn's restarter) and spelled in the systemd unit and the README.
 const (
 	exitOK      = 0
 	exitError   = 1
 	exitUsage   = 2
-	exitRecycle = 75
+	exitRecycle = fleet.RecycleExitCode
 )
 
 // command is one subcommand.
@@ -110,7 +114,8 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun 'farm <command> --help' for a command's flags. Every flag can also be set")
 	fmt.Fprintln(w, "by an environment variable: --database-url is FARM_DATABASE_URL (flag beats env beats default).")
-	fmt.Fprintln(w, "\nexit codes: 0 ok, 1 error, 2 bad usage, 75 consumer asks to be restarted (recycle)")
+	fmt.Fprintf(w, "\nexit codes: %d ok, %d error, %d bad usage, %d consumer asks to be restarted (recycle)\n",
+		exitOK, exitError, exitUsage, exitRecycle)
 }
 
 // errRecycle makes realMain exit with exitRecycle.

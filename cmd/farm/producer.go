@@ -36,8 +36,6 @@ type producerOptions struct {
 	hostInterval    time.Duration
 	hostRules       multiFlag
 	politenessFile  string
-	recycleJobs     int
-	exitAfterJobs   int
 	scaleDriver     string
 	scaleMin        int
 	scaleMax        int
@@ -66,8 +64,6 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.DurationVar(&o.hostInterval, "host-min-interval", 0, "default politeness: least time between two job starts on one host, farm-wide")
 	fs.Var(&o.hostRules, "host-rule", "per-host politeness override HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms or .example.com=8 (repeatable; comma-separated in the environment)")
 	fs.StringVar(&o.politenessFile, "politeness-file", "", `JSON politeness config: {"default":{"max_concurrent":4,"min_interval":"250ms"},"hosts":{"shop.example.com":{...}}}`)
-	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", 20, "the consumers' Chrome recycle threshold (the dashboard measures against it; farm up passes it to its consumers)")
-	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", 80, "the consumers' process exit threshold (the dashboard measures against it; farm up passes it to its consumers)")
 	fs.StringVar(&o.scaleDriver, "autoscale", "none", "autoscaling driver: none (report only), aws (EC2 Auto Scaling group), exec (run a command)")
 	fs.IntVar(&o.scaleMin, "autoscale-min", 0, "fewest consumer nodes")
 	fs.IntVar(&o.scaleMax, "autoscale-max", 10, "most consumer nodes")
@@ -214,7 +210,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		// none it is only a Prometheus gauge (browserfarm_desired_nodes).
 		Desired: func() (int, bool) { return scaler.Desired(), po.scaleDriver != "none" },
 		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version, Blobs: blobs,
-		RecycleJobs: po.recycleJobs, ExitAfterJobs: po.exitAfterJobs, StaleAfter: po.staleAfter,
+		StaleAfter: po.staleAfter,
 		HostPolicy: pol.For,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}

@@ -20,7 +20,7 @@ const respawnStopGrace = 30 * time.Second
 
 // runRespawn is `farm consumer --respawn`: this process stays up as the
 // container's main process and runs the consumer as its child, restarting it
-// at once when it exits 75 after --exit-after-jobs jobs (the same
+// at once when it exits exitRecycle after --exit-after-jobs jobs (the same
 // fresh-process recycle systemd gives), and after a doubling backoff when it
 // crashes. Docker and Kubernetes never see the recycle, so they never back
 // off. SIGTERM/SIGINT reach the child, which drains; this process exits 0
@@ -50,7 +50,7 @@ func runRespawn(ctx context.Context, env *environment, args []string, drain time
 	if err != nil {
 		return err
 	}
-	log.Info("respawn: running the consumer as a child process; it is restarted in place on exit 75",
+	log.Info(fmt.Sprintf("respawn: running the consumer as a child process; it is restarted in place on exit %d", exitRecycle),
 		zap.Duration("stop_timeout", drain+respawnStopGrace))
 	if err := fl.Run(ctx); err != nil {
 		var ee *fleet.ExitError

@@ -31,6 +31,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 // upOptions are the flags of `farm up` beyond the producer's.
@@ -38,6 +39,8 @@ type upOptions struct {
 	drain       time.Duration
 	consumers   int
 	capacity    int
+	recycleJobs int
+	exitAfter   int
 	dataDir     string
 	chrome      string
 	browser     string
@@ -81,7 +84,10 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	lo.register(fs)
 	po.register(fs)
 	fs.IntVar(&uo.consumers, "consumers", defaultConsumers(), "consumer processes to run and restart (the demo uses 2 unless set)")
-	fs.IntVar(&uo.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions per consumer")
+	sv := supervisor.DefaultConfig()
+	fs.IntVar(&uo.capacity, "capacity", sv.Capacity, "concurrent Chrome sessions per consumer")
+	fs.IntVar(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace Chrome after this many jobs (0: never)")
+	fs.IntVar(&uo.exitAfter, "exit-after-jobs", sv.ExitAfterJobs, "consumers exit, to be restarted fresh, after this many jobs (0: never)")
 	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else ~/.local/state/browserfarm; the demo uses a temporary dir)")
 	fs.StringVar(&uo.chrome, "chrome", "", "browser binary for the consumers; overrides --browser")
 	fs.StringVar(&uo.browser, "browser", "", browserHelp)
@@ -100,6 +106,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	}
 	if uo.consumers < 1 || uo.capacity < 1 {
 		return usagef("--consumers and --capacity must be at least 1")
+	}
+	if uo.recycleJobs < 0 || uo.exitAfter < 0 {
+		return usagef("--chrome-recycle-jobs and --exit-after-jobs must not be negative")
 	}
 	if uo.demo && uo.demoJobs < 1 {
 		return usagef("--demo-jobs must be at least 1")
@@ -276,8 +285,8 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	consumerEnv := consumerEnvironment(os.Environ(), map[string]string{
 		"FARM_DATABASE_URL":        dbURL,
 		"FARM_CAPACITY":            strconv.Itoa(uo.capacity),
-		"FARM_CHROME_RECYCLE_JOBS": strconv.Itoa(po.recycleJobs),
-		"FARM_EXIT_AFTER_JOBS":     strconv.Itoa(po.exitAfterJobs),
+		"FARM_CHROME_RECYCLE_JOBS": strconv.Itoa(uo.recycleJobs),
+		"FARM_EXIT_AFTER_JOBS":     strconv.Itoa(uo.exitAfter),
 		"FARM_LOG_FORMAT":          "json",
 		"FARM_LOG_LEVEL":           lo.level,
 		"FARM_CHROME":              uo.chrome,
@@ -550,8 +559,8 @@ func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL s
 		c.Total, took.Round(10*time.Millisecond), float64(c.By[jobqueue.StateCompleted])/took.Seconds(),
 		c.By[jobqueue.StateCompleted], c.By[jobqueue.StateFailed])
 	fmt.Fprintf(env.stdout, "demo: browser %s\n", uo.chrome)
-	fmt.Fprintf(env.stdout, "demo: %d Chrome recycles, %d Chrome starts, %d consumer process restarts (%d recycles by exit 75, %d crashes)\n",
-		events.chromeRecycles.Load(), events.chromeStarts.Load(), fs.Recycles+fs.Crashes, fs.Recycles, fs.Crashes)
+	fmt.Fprintf(env.stdout, "demo: %d Chrome recycles, %d Chrome starts, %d consumer process restarts (%d recycles by exit %d, %d crashes)\n",
+		events.chromeRecycles.Load(), events.chromeStarts.Load(), fs.Recycles+fs.Crashes, fs.Recycles, exitRecycle, fs.Crashes)
 	if uo.keepData {
 		fmt.Fprintf(env.stdout, "demo: batch %s; its database stays in %s/pg (farm up --data-dir reuses it)\n", batch, filepath.Dir(logDir))
 	} else {

@@ -6,12 +6,13 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 // Defaults for Config fields left at their zero value.
 const (
 	DefaultMax               = 10
-	DefaultNodeCapacity      = 6
 	DefaultTargetUtilisation = 0.8
 	DefaultScaleInCooldown   = 5 * time.Minute
 	DefaultIdleGrace         = time.Minute
@@ -27,8 +28,9 @@ type Config struct {
 	// hard bound: lowering it takes effect at the next computation, without
 	// waiting for the cooldown.
 	Max int
-	// NodeCapacity is the number of jobs one consumer runs at once
-	// (default 6, the consumer's Chrome session limit).
+	// NodeCapacity is the number of jobs one consumer runs at once, for a
+	// fleet with no live node to say (default: the supervisor's capacity).
+	// Live nodes report their own capacity (Node.Capacity), which wins.
 	NodeCapacity int
 	// TargetUtilisation is the share of the fleet's slots the backlog should
 	// fill, in (0, 1] (default 0.8): the headroom absorbs the next burst
@@ -53,7 +55,7 @@ func (c Config) WithDefaults() Config {
 		c.Max = DefaultMax
 	}
 	if c.NodeCapacity == 0 {
-		c.NodeCapacity = DefaultNodeCapacity
+		c.NodeCapacity = supervisor.DefaultConfig().Capacity
 	}
 	if c.TargetUtilisation == 0 {
 		c.TargetUtilisation = DefaultTargetUtilisation
@@ -103,6 +105,9 @@ type Node struct {
 	ID string `json:"id"`
 	// Busy is the node's queued + processing job count.
 	Busy int `json:"busy"`
+	// Capacity is the node's concurrent sessions as it registered them
+	// (0: unknown).
+	Capacity int `json:"capacity,omitempty"`
 	// IdleSince is when Busy last became zero; zero time while busy or when
 	// unknown. A node with an unknown idle time is never a scale-in candidate.
 	IdleSince time.Time `json:"idle_since,omitzero"`
@@ -188,6 +193,22 @@ func NodesFor(work, capacity int, target float64) int {
 	return int(math.Ceil(float64(work)/perNode - 1e-9))
 }
 
+// nodeCapacity is the jobs one more node would run: the mean capacity the
+// live nodes reported (rounded down), or cfg.NodeCapacity when none did.
+func nodeCapacity(cfg Config, nodes []Node) int {
+	sum, n := 0, 0
+	for _, nd := range nodes {
+		if nd.Capacity > 0 {
+			sum += nd.Capacity
+			n++
+		}
+	}
+	if n == 0 {
+		return cfg.NodeCapacity
+	}
+	return max(sum/n, 1)
+}
+
 func clamp(n, lo, hi int) int {
 	if n < lo {
 		return lo
@@ -210,7 +231,7 @@ func Compute(cfg Config, st State, load Load, now time.Time) (Decision, State) {
 		cfg.Max = cfg.Min
 	}
 	work := max(load.Pending, 0) + max(load.Queued, 0) + max(load.Processing, 0)
-	need := clamp(NodesFor(work, cfg.NodeCapacity, cfg.TargetUtilisation), cfg.Min, cfg.Max)
+	need := clamp(NodesFor(work, nodeCapacity(cfg, load.Nodes), cfg.TargetUtilisation), cfg.Min, cfg.Max)
 
 	idle := idleCandidates(load.Nodes, now, cfg.IdleGrace)
 	if !st.Initialized {

@@ -18,7 +18,9 @@ import (
 )
 
 // RecycleExitCode is the exit code with which a child asks to be restarted
-// as a matter of course (it is not a failure).
+// as a matter of course (it is not a failure): 75, EX_TEMPFAIL. It is the
+// one definition: farm consumer exits with it, and the systemd unit, the
+// EC2 user data and the README spell it (a test in cmd/farm checks them).
 const RecycleExitCode = 75
 
 // Config says what to run and how to restart it.

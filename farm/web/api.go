@@ -59,8 +59,6 @@ func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"now":                 now,
-		"recycle_jobs":        s.cfg.RecycleJobs,
-		"exit_after_jobs":     s.cfg.ExitAfterJobs,
 		"stale_after_seconds": s.cfg.StaleAfter.Seconds(),
 		"nodes":               views,
 	})

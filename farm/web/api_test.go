@@ -388,13 +388,22 @@ func TestNodesStatsHealth(t *testing.T) {
 	f.start("calm", 1)
 
 	var nodes struct {
-		Nodes         []nodeView `json:"nodes"`
-		RecycleJobs   int        `json:"recycle_jobs"`
-		ExitAfterJobs int        `json:"exit_after_jobs"`
+		Nodes []nodeView `json:"nodes"`
 	}
 	f.call("GET", "/api/nodes", "", "", http.StatusOK, &nodes)
-	if len(nodes.Nodes) != 4 || nodes.RecycleJobs != 20 || nodes.ExitAfterJobs != 80 {
+	if len(nodes.Nodes) != 4 {
 		t.Fatalf("nodes answer: %+v", nodes)
+	}
+	// Each node carries the recycling policy it registered with: calm and
+	// hot the supervisor's defaults, lost and old none.
+	for _, n := range nodes.Nodes {
+		want := [2]int{20, 80}
+		if n.ID == "lost" || n.ID == "old" {
+			want = [2]int{0, 0}
+		}
+		if got := [2]int{n.ChromeRecycleJobs, n.ExitAfterJobs}; got != want {
+			t.Errorf("node %s: thresholds %v, want the %v it registered with", n.ID, got, want)
+		}
 	}
 	byID := map[string]nodeView{}
 	for _, n := range nodes.Nodes {

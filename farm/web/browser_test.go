@@ -144,7 +144,8 @@ func history(t *testing.T, f *fixture, nodes []string) (failedID int64) {
 	start := time.Now().Add(-steps * 10 * time.Second)
 	at = start
 	for _, n := range nodes {
-		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: n, Hostname: "host-" + n, Capacity: 6, Version: "v-test"}); err != nil {
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: n, Hostname: "host-" + n, Capacity: 6, Version: "v-test",
+			ChromeRecycleJobs: 20, ExitAfterJobs: 80}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,7 +259,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := f.q.RescueLost(ctx, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	f.register("web-node-hot", 6)
+	// The hot node runs its own policy: a Chrome every 30 jobs, no exit.
+	if _, _, err := f.q.Register(ctx, jobqueue.NodeInfo{ID: "web-node-hot", Hostname: "host-hot", Capacity: 6, Version: "v1",
+		ChromeRecycleJobs: 30}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.q.Heartbeat(ctx, "web-node-hot", jobqueue.NodeLoad{CPUPercent: 98, MemUsedBytes: 7 << 30, MemTotalBytes: 8 << 30,
 		ChromePSSBytes: 1900 << 20, BusySessions: 6, JobsSinceChromeStart: 19, JobsSinceProcessStart: 79, ChromeRestarts: 3}); err != nil {
 		t.Fatal(err)
@@ -505,6 +510,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if len(rows) != 4 {
 		t.Errorf("node rows: %v", byNode)
+	}
+	// Job counts stand against each node's own thresholds, and the headers
+	// list the live nodes' thresholds.
+	var policy struct{ HotChrome, HotProcess, Node1Chrome, HeadChrome, HeadProcess string }
+	eval(`(() => {
+		const cell = (node, cls) => document.querySelector('tr[data-node="' + node + '"] td.' + cls).textContent;
+		return {HotChrome: cell("web-node-hot", "since-chrome"), HotProcess: cell("web-node-hot", "since-process"),
+			Node1Chrome: cell("web-node-1", "since-chrome"),
+			HeadChrome: document.getElementById("th-since-chrome").textContent,
+			HeadProcess: document.getElementById("th-since-process").textContent};
+	})()`, &policy)
+	if policy.HotChrome != "19 / 30" || policy.HotProcess != "79 / –" || !strings.HasSuffix(policy.Node1Chrome, " / 20") ||
+		policy.HeadChrome != "Jobs / Chrome (of 20 / 30)" || policy.HeadProcess != "Jobs / process (of 80 / off)" {
+		t.Errorf("per-node thresholds on the dashboard: %+v", policy)
 	}
 
 	// Every chart drew its lines: pixels of each series' stroke colour are

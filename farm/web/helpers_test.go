@@ -21,6 +21,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -138,7 +139,9 @@ func (f *fixture) register(id string, capacity int) {
 	if n, err := f.q.GetNode(context.Background(), id); err == nil {
 		replaces = n.Incarnation
 	}
-	if _, _, err := f.q.Register(context.Background(), jobqueue.NodeInfo{ID: id, Hostname: "host-" + id, Capacity: capacity, Version: "v1", Replaces: replaces}); err != nil {
+	sv := supervisor.DefaultConfig()
+	if _, _, err := f.q.Register(context.Background(), jobqueue.NodeInfo{ID: id, Hostname: "host-" + id, Capacity: capacity, Version: "v1", Replaces: replaces,
+		ChromeRecycleJobs: sv.ChromeRecycleJobs, ExitAfterJobs: sv.ExitAfterJobs}); err != nil {
 		f.t.Fatalf("register %s: %v", id, err)
 	}
 }

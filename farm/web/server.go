@@ -73,11 +73,6 @@ type Config struct {
 	// StaleAfter is the heartbeat age at which the dashboard flags a node
 	// that is not yet declared lost. Default: 30 s.
 	StaleAfter time.Duration
-	// RecycleJobs and ExitAfterJobs are the consumers' recycling thresholds
-	// the dashboard measures the per-node job counters against.
-	// Defaults: 20 and 80.
-	RecycleJobs   int
-	ExitAfterJobs int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 	// HostPolicy returns the politeness limits of a host, for GET
@@ -87,12 +82,10 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes  = 8 << 20
-	DefaultChartWindow   = time.Hour
-	DefaultChartStep     = 10 * time.Second
-	DefaultStaleAfter    = 30 * time.Second
-	DefaultRecycleJobs   = 20
-	DefaultExitAfterJobs = 80
+	DefaultMaxBodyBytes = 8 << 20
+	DefaultChartWindow  = time.Hour
+	DefaultChartStep    = 10 * time.Second
+	DefaultStaleAfter   = 30 * time.Second
 	// maxChartPoints bounds the buckets of one /api/samples series; a wider
 	// window gets wider buckets.
 	maxChartPoints = 2000
@@ -115,12 +108,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StaleAfter <= 0 {
 		c.StaleAfter = DefaultStaleAfter
-	}
-	if c.RecycleJobs <= 0 {
-		c.RecycleJobs = DefaultRecycleJobs
-	}
-	if c.ExitAfterJobs <= 0 {
-		c.ExitAfterJobs = DefaultExitAfterJobs
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -15,7 +15,7 @@
   // State shared by the views; exposed for tests and for operators poking
   // at the console.
   const state = {
-    nodes: [], stats: null, nodeMeta: {recycle_jobs: 20, exit_after_jobs: 80},
+    nodes: [], stats: null,
     sort: {key: "id", desc: false},
     step: 0, queueRows: new Map(), nodeRows: new Map(),
     charts: {}, pssNodes: "", errors: {},
@@ -164,7 +164,6 @@
       const c = x < y ? -1 : x > y ? 1 : a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
       return desc ? -c : c;
     });
-    const rj = state.nodeMeta.recycle_jobs, xj = state.nodeMeta.exit_after_jobs;
     const rows = nodes.map((n) => {
       const l = n.load || {};
       const cls = [n.state];
@@ -179,8 +178,8 @@
         el("td", {class: l.cpu_percent >= 90 ? "bad" : ""}, (l.cpu_percent || 0).toFixed(0) + "%"),
         el("td", {class: memFrac >= 0.9 ? "bad" : ""}, l.mem_total_bytes ? fmtBytes(l.mem_used_bytes) + " / " + fmtBytes(l.mem_total_bytes) : "–"),
         el("td", null, l.chrome_pss_bytes ? fmtBytes(l.chrome_pss_bytes) : "–"),
-        el("td", null, l.jobs_since_chrome_start + " / " + rj, meter(l.jobs_since_chrome_start / rj)),
-        el("td", null, l.jobs_since_process_start + " / " + xj, meter(l.jobs_since_process_start / xj)),
+        ofThreshold("since-chrome", l.jobs_since_chrome_start, n.chrome_recycle_jobs, "Chrome recycle"),
+        ofThreshold("since-process", l.jobs_since_process_start, n.exit_after_jobs, "process exit"),
         el("td", {class: "life-recycles", title: "all time, across process restarts; the current process: " + l.chrome_restarts + " Chrome restarts"},
           lifeRecycleText(n.lifetime || {})),
         el("td", {class: "life-restarts", title: "process restarts after exit 75 (recycle), a stop, or a crash/kill/loss"},
@@ -198,6 +197,21 @@
     const lost = counts.lost || 0, over = state.nodes.filter((n) => n.overloaded).length;
     $("node-summary").textContent = Object.entries(counts).map(([s, c]) => c + " " + s).join(", ") +
       (over ? " · " + over + " overloaded" : "") + (lost ? " · " + lost + " lost" : "");
+  }
+
+  // A job count against the node's own threshold, as the node reported it
+  // when it registered (0: the threshold is off).
+  function ofThreshold(cls, count, limit, what) {
+    if (!limit) return el("td", {class: cls, title: "no " + what + " threshold on this node"}, count + " / –");
+    return el("td", {class: cls, title: what + " after " + limit + " jobs on this node"}, count + " / " + limit, meter(count / limit));
+  }
+
+  // The thresholds of the live nodes for a column header: one value when
+  // they agree, else each distinct one.
+  function thresholds(key) {
+    const vs = new Set();
+    for (const n of state.nodes) if (n.state === "active" || n.state === "draining") vs.add(n[key] ? String(n[key]) : "off");
+    return vs.size ? " (of " + Array.from(vs).sort().join(" / ") + ")" : "";
   }
 
   function tile(label, value, bad) {
@@ -240,10 +254,9 @@
   async function refreshNodes() {
     const [nodes, stats] = await Promise.all([getJSON("/api/nodes"), getJSON("/api/stats")]);
     state.nodes = nodes.nodes || [];
-    state.nodeMeta = nodes;
     state.stats = stats;
-    $("th-since-chrome").textContent = "Jobs / Chrome (of " + nodes.recycle_jobs + ")";
-    $("th-since-process").textContent = "Jobs / process (of " + nodes.exit_after_jobs + ")";
+    $("th-since-chrome").textContent = "Jobs / Chrome" + thresholds("chrome_recycle_jobs");
+    $("th-since-process").textContent = "Jobs / process" + thresholds("exit_after_jobs");
     renderNodes();
     renderStats();
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();

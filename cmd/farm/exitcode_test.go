@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The recycle exit code is defined once in Go (fleet.RecycleExitCode); the
+// files that cannot import it spell it, and must spell that number: the
+// systemd unit and EC2 user data (SuccessExitStatus, or every recycle counts
+// as a failure), the README's exit-code table and every "exit N" in the
+// deployment files' comments.
+func TestRecycleExitCodeSpelledConsistently(t *testing.T) {
+	code := fmt.Sprint(exitRecycle)
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, path := range []string{"../../scripts/farm-consumer.service", "../../scripts/ec2-user-data.sh"} {
+		if s := read(path); !strings.Contains(s, "\nSuccessExitStatus="+code+"\n") {
+			t.Errorf("%s: no SuccessExitStatus=%s", path, code)
+		}
+	}
+	if !strings.Contains(read("../../README.md"), "\n| "+code+" | **recycle**") {
+		t.Errorf("README.md: the exit-code table has no recycle row for %s", code)
+	}
+	// "exits 75", "exit 75", "exits with 75", "code 75" in prose.
+	mention := regexp.MustCompile(`(?i)\b(?:exits?(?: with)?|code) (\d+)\b`)
+	for _, path := range []string{"../../README.md", "../../Dockerfile", "../../scripts/farm-consumer.service",
+		"../../scripts/ec2-user-data.sh", "../../deploy/kubernetes/20-consumer.yaml"} {
+		for _, m := range mention.FindAllStringSubmatch(read(path), -1) {
+			if n := m[1]; len(n) == 2 && n != code {
+				t.Errorf("%s: %q names a two-digit exit code other than %s", path, m[0], code)
+			}
+		}
+	}
+}
