@@ -526,6 +526,17 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("per-node thresholds on the dashboard: %+v", policy)
 	}
 
+	// "desired nodes" is a tile only while an autoscale driver acts on the
+	// count: none so far, and it appears once the producer has a driver.
+	var tiles []string
+	eval(`Array.from(document.querySelectorAll('#tiles .tile .k')).map(e => e.textContent)`, &tiles)
+	if len(tiles) == 0 || strings.Contains(strings.Join(tiles, "|"), "desired nodes") {
+		t.Errorf("tiles without a driver: %q; want no desired nodes", tiles)
+	}
+	f.desired.Store(3)
+	poll("the desired-nodes tile with a driver", `Array.from(document.querySelectorAll('#tiles .tile')).some(e =>
+		e.querySelector('.k').textContent === 'desired nodes' && e.querySelector('.v').textContent === '3')`)
+
 	// Every chart drew its lines: pixels of each series' stroke colour are
 	// on the canvas (not merely axes and grid).
 	var pixels map[string]int
