@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -188,12 +187,9 @@ func TestProducerRescuesLostNode(t *testing.T) {
 		defer silent.mu.Unlock()
 		return silent.busy > 0
 	})
-	silent.freeze()
+	held := silent.freeze()
 	silent.setHeartbeat(false)
 	frozeAt := time.Now()
-	silent.mu.Lock()
-	held := slices.Clone(silent.claimed)
-	silent.mu.Unlock()
 
 	eventually(t, 2*time.Minute, "every job finished", func() bool {
 		c, err := q.BatchCounts(ctx, batch)

@@ -30,6 +30,7 @@ type simNode struct {
 	busy        int
 	maxBusy     int
 	claimed     []int64
+	passed      map[int64]bool // jobs past the freeze check: their completion is under way
 	starts      map[int64]time.Time
 	stopClaim   bool
 	completeErr []error
@@ -46,7 +47,20 @@ func newSimNode(t testing.TB, q *jobqueue.Queue, pool *pgxpool.Pool, id string, 
 func (n *simNode) setHeartbeat(on bool) { n.mu.Lock(); n.heartbeat = on; n.mu.Unlock() }
 
 // freeze makes the node stop claiming and completing, as if it hung.
-func (n *simNode) freeze() { n.mu.Lock(); n.stopClaim = true; n.mu.Unlock() }
+// It returns the jobs the node holds from then on: claimed, and not already
+// on their way to completion when it froze.
+func (n *simNode) freeze() []int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.stopClaim = true
+	var held []int64
+	for _, id := range n.claimed {
+		if !n.passed[id] {
+			held = append(held, id)
+		}
+	}
+	return held
+}
 
 // run works until ctx ends.
 func (n *simNode) run(ctx context.Context) error {
@@ -118,6 +132,12 @@ func (n *simNode) render(ctx context.Context, j jobqueue.Job) {
 	for {
 		n.mu.Lock()
 		frozen := n.stopClaim
+		if !frozen {
+			if n.passed == nil {
+				n.passed = map[int64]bool{}
+			}
+			n.passed[j.ID] = true
+		}
 		n.mu.Unlock()
 		if !frozen {
 			break
