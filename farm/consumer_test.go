@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -317,12 +318,12 @@ func TestProtectLoop(t *testing.T) {
 		c.signal(c.busyChanged)
 	}
 	setHeld(1)
-	waitFor(t, 10*time.Second, "busy", func() bool { return reflect.DeepEqual(p.get(), []bool{true}) })
+	testutil.Eventually(t, 10*time.Second, "busy", func() bool { return reflect.DeepEqual(p.get(), []bool{true}) })
 	setHeld(2) // still busy: no call
 	setHeld(0)
-	waitFor(t, 10*time.Second, "idle", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false}) })
+	testutil.Eventually(t, 10*time.Second, "idle", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false}) })
 	setHeld(1)
-	waitFor(t, 10*time.Second, "busy again", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false, true}) })
+	testutil.Eventually(t, 10*time.Second, "busy again", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false, true}) })
 	cancel()
 	wg.Wait()
 }
