@@ -312,8 +312,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 			return errDemoDone
 		}, func(error) { stopDemo() })
 	}
-	addContext(ctx, &g)
-	err = g.Run()
+	err = runUntil(ctx, &g)
 	switch {
 	case errors.Is(err, errDemoDone) || (uo.demo && demoRan):
 		err = demoErr
