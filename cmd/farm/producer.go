@@ -91,7 +91,7 @@ func (o *producerOptions) politeness() (farm.Politeness, error) {
 	p := farm.Politeness{Default: farm.HostPolicy{MaxConcurrent: o.hostMax, MinInterval: o.hostInterval}, Hosts: map[string]farm.HostPolicy{}}
 	if o.politenessFile != "" {
 		var err error
-		if p, err = farm.LoadPoliteness(o.politenessFile, p); err != nil {
+		if p, err = loadPoliteness(o.politenessFile, p); err != nil {
 			return p, usagef("--politeness-file: %v", err)
 		}
 	}
@@ -104,7 +104,7 @@ func (o *producerOptions) politeness() (farm.Politeness, error) {
 		}
 	}
 	for _, r := range rules {
-		host, pol, err := farm.ParseHostRule(r)
+		host, pol, err := parseHostRule(r)
 		if err != nil {
 			return p, usagef("--host-rule: %v", err)
 		}

@@ -39,6 +39,7 @@ type upOptions struct {
 	consumers   int
 	capacity    int
 	dataDir     string
+	pgBin       string
 	chrome      string
 	browser     string
 	heartbeat   time.Duration
@@ -83,6 +84,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	fs.IntVar(&uo.consumers, "consumers", defaultConsumers(), "consumer processes to run and restart (the demo uses 2 unless set)")
 	fs.IntVar(&uo.capacity, "capacity", jobqueue.DefaultCapacity, "concurrent Chrome sessions per consumer")
 	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else ~/.local/state/browserfarm; the demo uses a temporary dir)")
+	fs.StringVar(&uo.pgBin, "pg-bin", "", "directory holding PostgreSQL's initdb and postgres for the private cluster (default: found on PATH, by pg_config, or under /usr/lib/postgresql)")
 	fs.StringVar(&uo.chrome, "chrome", "", "browser binary for the consumers; overrides --browser")
 	fs.StringVar(&uo.browser, "browser", "", browserHelp)
 	fs.DurationVar(&uo.heartbeat, "heartbeat-interval", 0, "consumers' heartbeat interval (default: the consumer's; the demo uses 1s)")
@@ -183,7 +185,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	// The database: the one given, or a private cluster.
 	dbURL := db.url
 	if dbURL == "" {
-		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(uo.dataDir, "pg"), Logger: log.Named("postgres"),
+		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(uo.dataDir, "pg"), BinDir: uo.pgBin, Logger: log.Named("postgres"),
 			Settings: map[string]string{"max_connections": "200"}})
 		if err != nil {
 			return err
