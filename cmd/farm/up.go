@@ -330,7 +330,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 // consumerEnvironment is our environment plus set: the settings `farm up`
 // decides replace any the environment had, and a consumer's identity
 // (node id, health address) is never inherited, since K consumers share it.
-// Other FARM_* settings (FARM_JOB_TIMEOUT, FARM_CHROME_FLAGS, …) reach the
+// Other FARM_* settings (FARM_CHROME_FLAGS, FARM_MAX_EXTRACT_BYTES, …) reach the
 // consumers as they would a `farm consumer` started by hand.
 func consumerEnvironment(base []string, set map[string]string) []string {
 	var out []string
@@ -413,15 +413,11 @@ func consumerSlotEnv(base []string, nodeID string) []string {
 }
 
 // nodeIDFor names consumer slot i on this machine: the hostname made a node
-// id by the consumer's own rule, plus the slot. A restarted consumer keeps
-// its slot's id, so it takes back what its predecessor left.
+// id by the consumers' own rule (jobqueue.NodeIDFrom), plus the slot. A
+// restarted consumer keeps its slot's id, so it takes back what its
+// predecessor left.
 func nodeIDFor(hostname string, slot int) string {
-	suffix := fmt.Sprintf("-%d", slot+1)
-	id := farm.NodeIDFromHostname(hostname)
-	if len(id)+len(suffix) > jobqueue.MaxNodeIDLength {
-		id = id[:jobqueue.MaxNodeIDLength-len(suffix)]
-	}
-	return id + suffix
+	return jobqueue.NodeIDFrom(hostname, fmt.Sprintf("-%d", slot+1))
 }
 
 // childEvents counts events in the consumers' JSON logs as they stream past
