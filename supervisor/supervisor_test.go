@@ -650,7 +650,7 @@ func TestLastJobsSkipPreparation(t *testing.T) {
 				startOne()
 			}
 			if tc.recycle > 0 {
-				eventually(t, "chrome retired", func() bool { return h.logs.FilterMessage("chrome retired").Len() == 1 })
+				testutil.Eventually(t, time.Minute, "chrome retired", func() bool { return h.logs.FilterMessage("chrome retired").Len() == 1 })
 			}
 			finishOne(c1)
 			finishOne(c1)
