@@ -73,7 +73,7 @@ type Request struct {
 	// 0 means no cap.
 	MaxScreenshotBytes int
 	// MaxConsoleErrors caps Result.ConsoleErrors; later ones are dropped.
-	// 0 means 50.
+	// 0 means jobspec.DefaultMaxConsoleErrors.
 	MaxConsoleErrors int
 }
 
@@ -171,7 +171,7 @@ const (
 	defaultFollowMax    = jobspec.DefaultMaxLinks
 	// defaultMaxConsoleErrors applies to direct users of the package; a
 	// farm node passes its own limit.
-	defaultMaxConsoleErrors = 50
+	defaultMaxConsoleErrors = jobspec.DefaultMaxConsoleErrors
 	maxFollow               = jobspec.MaxCollectedLinks
 	defaultScrollWaitMs     = 1000
 	maxTimes                = jobspec.MaxActionTimes

@@ -48,6 +48,10 @@ const (
 	// MaxCollectedLinks is the most links taken from one page: the browser
 	// is asked for no more, and the result keeps no more.
 	MaxCollectedLinks = LinksAskedPerFollowed * MaxFollowLinks
+	// DefaultMaxConsoleErrors is how many console errors a result keeps
+	// unless the node is told otherwise (farm consumer
+	// --max-console-errors).
+	DefaultMaxConsoleErrors = 50
 )
 
 // Isolation names: what a job may see of the jobs before it on the same
