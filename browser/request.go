@@ -67,10 +67,11 @@ type Request struct {
 	FollowMax int
 	// MaxDataBytes caps the JSON of Extract's value; the page measures it
 	// before it is sent, so an over-cap value never crosses into Go. Over
-	// the cap the render fails with ClassTooLarge. 0 means no cap.
+	// the cap the render fails with ClassTooLarge. 0 means
+	// jobspec.DefaultMaxDataBytes.
 	MaxDataBytes int
 	// MaxScreenshotBytes caps the screenshot's PNG (ClassTooLarge over it).
-	// 0 means no cap.
+	// 0 means jobspec.DefaultMaxScreenshotBytes.
 	MaxScreenshotBytes int
 	// MaxConsoleErrors caps Result.ConsoleErrors; later ones are dropped.
 	// 0 means jobspec.DefaultMaxConsoleErrors.
@@ -169,8 +170,8 @@ const (
 	defaultTimeout      = jobspec.DefaultTimeoutMS * time.Millisecond
 	defaultHTMLMaxBytes = 2 << 20
 	defaultFollowMax    = jobspec.DefaultMaxLinks
-	// defaultMaxConsoleErrors applies to direct users of the package; a
-	// farm node passes its own limit.
+	// The result caps' defaults apply to direct users of the package; a
+	// farm node passes its own limits.
 	defaultMaxConsoleErrors = jobspec.DefaultMaxConsoleErrors
 	maxFollow               = jobspec.MaxCollectedLinks
 	defaultScrollWaitMs     = 1000
@@ -303,6 +304,12 @@ func (r Request) prepare() (*job, error) {
 	}
 	if j.MaxConsoleErrors == 0 {
 		j.MaxConsoleErrors = defaultMaxConsoleErrors
+	}
+	if j.MaxDataBytes == 0 {
+		j.MaxDataBytes = jobspec.DefaultMaxDataBytes
+	}
+	if j.MaxScreenshotBytes == 0 {
+		j.MaxScreenshotBytes = jobspec.DefaultMaxScreenshotBytes
 	}
 	if r.FollowMax < 0 || r.FollowMax > maxFollow {
 		return nil, invalid("follow max: %d is outside 0..%d", r.FollowMax, maxFollow)

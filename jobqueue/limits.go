@@ -26,12 +26,12 @@ type ResultLimits struct {
 	ConsoleErrors int `json:"console_errors"`
 }
 
-// Default result limits: the one home of these numbers (the console errors'
-// is internal/jobspec's, which the browser applies too); `farm consumer`'s
-// flags default to them. A zero field of a ResultLimits means its default.
+// Default result limits, from internal/jobspec (their one home: the browser
+// applies them too when its caller sets none); `farm consumer`'s flags
+// default to them. A zero field of a ResultLimits means its default.
 const (
-	DefaultMaxDataBytes       = 4 << 20
-	DefaultMaxScreenshotBytes = 8 << 20
+	DefaultMaxDataBytes       = jobspec.DefaultMaxDataBytes
+	DefaultMaxScreenshotBytes = jobspec.DefaultMaxScreenshotBytes
 	DefaultMaxConsoleErrors   = jobspec.DefaultMaxConsoleErrors
 	// hardMaxResultBytes is the most any one result field may be configured
 	// to: far under PostgreSQL's 1 GB per field, and small enough that a

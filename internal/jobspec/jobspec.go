@@ -48,10 +48,13 @@ const (
 	// MaxCollectedLinks is the most links taken from one page: the browser
 	// is asked for no more, and the result keeps no more.
 	MaxCollectedLinks = LinksAskedPerFollowed * MaxFollowLinks
-	// DefaultMaxConsoleErrors is how many console errors a result keeps
-	// unless the node is told otherwise (farm consumer
-	// --max-console-errors).
-	DefaultMaxConsoleErrors = 50
+	// Default result caps, unless the node is told otherwise (farm consumer
+	// --max-extract-bytes, --max-screenshot-bytes, --max-console-errors):
+	// the JSON of the extract expression's value, a screenshot's PNG, and
+	// how many console errors a result keeps.
+	DefaultMaxDataBytes       = 4 << 20
+	DefaultMaxScreenshotBytes = 8 << 20
+	DefaultMaxConsoleErrors   = 50
 )
 
 // Isolation names: what a job may see of the jobs before it on the same
