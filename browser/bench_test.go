@@ -17,6 +17,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // chromeCPU is the CPU time of Chrome's tree so far, counting the reaped
@@ -287,7 +288,7 @@ func benchNaiveChromedp(b *testing.B) {
 // jobs on the same warm Chrome for comparison. Chrome's tree and this
 // process (chromedp's side) are measured apart.
 func BenchmarkChromeLife(b *testing.B) {
-	site := testsite.StartT(b, testsite.Options{})
+	site := testutil.StartSite(b, testsite.Options{})
 	root := b.TempDir()
 	ctx := context.Background()
 	const capacity, life = 6, 20
@@ -379,7 +380,7 @@ func BenchmarkEgress(b *testing.B) {
 			name = "egress"
 		}
 		b.Run(name, func(b *testing.B) {
-			site := testsite.StartT(b, testsite.Options{})
+			site := testutil.StartSite(b, testsite.Options{})
 			opts := Options{Kind: testKind(b), ProfileRoot: b.TempDir(), ExtraFlags: testFlags}
 			if viaProxy {
 				u, _ := url.Parse(site.URL)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // TestEgressProxyLaunch: a Chrome launched behind an egress proxy sends
@@ -25,7 +26,7 @@ func TestEgressProxyLaunch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{})
+	site := testutil.StartSite(t, testsite.Options{})
 	u, _ := url.Parse(site.URL)
 	rule, err := egress.ParseRule(u.Host)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -50,7 +51,7 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{site: testsite.StartT(t, testsite.Options{}), root: t.TempDir()}
+	e := &env{site: testutil.StartSite(t, testsite.Options{}), root: t.TempDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b, err := Launch(ctx, Options{Kind: testKind(t), ProfileRoot: e.root, ExtraFlags: testFlags, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/target"
 )
@@ -87,7 +88,7 @@ func settleGoroutines(t *testing.T, want int) {
 // (one of them mid-preparation, one having rendered), and then finds no
 // Chrome process of ours, no profile directory and no goroutine left over.
 func TestLaunchKill30(t *testing.T) {
-	site := testsite.StartT(t, testsite.Options{})
+	site := testutil.StartSite(t, testsite.Options{})
 	root := shortTempDir(t)
 	ctx := context.Background()
 	settleGoroutines(t, goruntime.NumGoroutine())

@@ -1,7 +1,6 @@
 package browser
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/shirou/gopsutil/v3/process"
+
+	"github.com/browserfarm/browserfarm/internal/procstat"
 )
 
 // Memory is the memory of Chrome's whole process tree.
@@ -42,7 +43,7 @@ func (b *Browser) Memory(ctx context.Context) (Memory, error) {
 	}
 	var m Memory
 	for _, pid := range append([]int32{int32(b.pid)}, tree...) {
-		pss, err := pssBytes(pid)
+		pss, err := procstat.ReadPSS(int(pid))
 		if err != nil {
 			continue
 		}
@@ -93,40 +94,6 @@ func processTree(ctx context.Context, root int32) ([]int32, error) {
 		}
 	}
 	return out, nil
-}
-
-// pssBytes reads the Pss line of /proc/PID/smaps_rollup.
-func pssBytes(pid int32) (uint64, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(int(pid)) + "/smaps_rollup")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "Pss:") {
-			continue
-		}
-		return parseKB(strings.TrimPrefix(line, "Pss:"))
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("no Pss line in smaps_rollup of %d", pid)
-}
-
-// parseKB parses "   1234 kB" into bytes.
-func parseKB(s string) (uint64, error) {
-	fields := strings.Fields(s)
-	if len(fields) != 2 || fields[1] != "kB" {
-		return 0, fmt.Errorf("unexpected memory field %q", s)
-	}
-	n, err := strconv.ParseUint(fields[0], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("unexpected memory field %q: %w", s, err)
-	}
-	return n * 1024, nil
 }
 
 // procStat is the part of /proc/PID/stat that Kill needs.

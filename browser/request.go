@@ -3,12 +3,13 @@ package browser
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
+
+	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
 
 // Request is one page to render and what to take from it. It mirrors the
@@ -35,7 +36,7 @@ type Request struct {
 	// Screenshot asks for a PNG of the viewport.
 	Screenshot bool
 	// Timeout bounds the whole render: tab, navigation, wait, actions,
-	// extraction. 0 means 30 s.
+	// extraction. 0 means the job spec's default (jobspec.DefaultTimeoutMS).
 	Timeout time.Duration
 	// Block lists resource types not to load: image, font, media,
 	// stylesheet (also: script, xhr, fetch, websocket, texttrack, other).
@@ -50,7 +51,7 @@ type Request struct {
 	// Cookies are set in the job's browser context before navigation.
 	Cookies []Cookie
 	// Proxy is a proxy for this job only: http://[user:pass@]host:port,
-	// https://…, socks4://host:port or socks5://host:port. The job gets a
+	// https://…, or socks5://host:port (jobspec.ParseProxy). The job gets a
 	// brand-new browser context behind it (loopback included), whatever its
 	// Isolation; a proxy's authentication challenge is answered with the
 	// URL's credentials. It cannot be combined with IsolationShared.
@@ -61,17 +62,19 @@ type Request struct {
 	// FollowSelector picks links (elements with an href) whose absolute
 	// http(s) URLs, without fragment and de-duplicated, go to Result.Links.
 	FollowSelector string
-	// FollowMax caps Result.Links. 0 means 100.
+	// FollowMax caps Result.Links, at most jobspec.MaxCollectedLinks. 0
+	// means jobspec.DefaultMaxLinks.
 	FollowMax int
 	// MaxDataBytes caps the JSON of Extract's value; the page measures it
 	// before it is sent, so an over-cap value never crosses into Go. Over
-	// the cap the render fails with ClassTooLarge. 0 means no cap.
+	// the cap the render fails with ClassTooLarge. 0 means
+	// jobspec.DefaultMaxDataBytes.
 	MaxDataBytes int
 	// MaxScreenshotBytes caps the screenshot's PNG (ClassTooLarge over it).
-	// 0 means no cap.
+	// 0 means jobspec.DefaultMaxScreenshotBytes.
 	MaxScreenshotBytes int
 	// MaxConsoleErrors caps Result.ConsoleErrors; later ones are dropped.
-	// 0 means 50.
+	// 0 means jobspec.DefaultMaxConsoleErrors.
 	MaxConsoleErrors int
 }
 
@@ -87,17 +90,17 @@ const (
 	// met an HTTP authentication challenge leaves its context to be
 	// disposed of (Chrome keeps answered credentials where no CDP call
 	// clears them); the next job gets a brand-new one.
-	IsolationWipe Isolation = "wipe"
+	IsolationWipe Isolation = jobspec.IsolationWipe
 	// IsolationContext gives the job a brand-new browser context (and tab,
 	// and renderer), disposed of after it: the strongest isolation, at the
 	// price of a renderer start per job.
-	IsolationContext Isolation = "context"
+	IsolationContext Isolation = jobspec.IsolationContext
 	// IsolationShared opts out: the job runs in Chrome's default context,
 	// on a tab the session reuses, where cookies, storage, cache, service
 	// workers, permissions and HTTP credentials persist between jobs (as in
 	// a scraper's session). Only the job's own settings (headers, user
 	// agent, viewport, blocking) are undone for the next job.
-	IsolationShared Isolation = "shared"
+	IsolationShared Isolation = jobspec.IsolationShared
 )
 
 // ParseIsolation checks an isolation name; "" is the default, IsolationWipe.
@@ -120,10 +123,10 @@ type Wait struct {
 
 // Action types.
 const (
-	ActionClick  = "click"
-	ActionScroll = "scroll"
-	ActionType   = "type"
-	ActionWait   = "wait"
+	ActionClick  = jobspec.ActionClick
+	ActionScroll = jobspec.ActionScroll
+	ActionType   = jobspec.ActionType
+	ActionWait   = jobspec.ActionWait
 )
 
 // Action is one step performed on the page before extraction.
@@ -160,17 +163,20 @@ type Cookie struct {
 	HTTPOnly bool
 }
 
+// The bounds and defaults a job spec shares with the queue come from
+// internal/jobspec, their one home, so that what the queue accepts the
+// browser renders.
 const (
-	defaultTimeout      = 30 * time.Second
+	defaultTimeout      = jobspec.DefaultTimeoutMS * time.Millisecond
 	defaultHTMLMaxBytes = 2 << 20
-	defaultFollowMax    = 100
-	// defaultMaxConsoleErrors applies to direct users of the package; a
-	// farm node passes its own limit.
-	defaultMaxConsoleErrors = 50
-	maxFollow               = 40_000 // a listing page of 10,000 followed links, asked 4x
+	defaultFollowMax    = jobspec.DefaultMaxLinks
+	// The result caps' defaults apply to direct users of the package; a
+	// farm node passes its own limits.
+	defaultMaxConsoleErrors = jobspec.DefaultMaxConsoleErrors
+	maxFollow               = jobspec.MaxCollectedLinks
 	defaultScrollWaitMs     = 1000
-	maxTimes                = 1000
-	maxActionMs             = 10 * 60 * 1000
+	maxTimes                = jobspec.MaxActionTimes
+	maxActionMs             = jobspec.MaxActionMS
 )
 
 // blockTypes maps the names a spec may use to CDP resource types.
@@ -267,8 +273,10 @@ func (r Request) prepare() (*job, error) {
 		return nil, invalid("user_agent: contains a line break")
 	}
 	if v := r.Viewport; v != (Viewport{}) {
-		if v.Width < 100 || v.Width > 10000 || v.Height < 100 || v.Height > 10000 {
-			return nil, invalid("viewport: %dx%d is outside 100..10000", v.Width, v.Height)
+		if v.Width < jobspec.MinViewport || v.Width > jobspec.MaxViewportWidth ||
+			v.Height < jobspec.MinViewport || v.Height > jobspec.MaxViewportHeight {
+			return nil, invalid("viewport: %dx%d is outside %dx%d..%dx%d", v.Width, v.Height,
+				jobspec.MinViewport, jobspec.MinViewport, jobspec.MaxViewportWidth, jobspec.MaxViewportHeight)
 		}
 	}
 	for i, c := range r.Cookies {
@@ -296,6 +304,12 @@ func (r Request) prepare() (*job, error) {
 	}
 	if j.MaxConsoleErrors == 0 {
 		j.MaxConsoleErrors = defaultMaxConsoleErrors
+	}
+	if j.MaxDataBytes == 0 {
+		j.MaxDataBytes = jobspec.DefaultMaxDataBytes
+	}
+	if j.MaxScreenshotBytes == 0 {
+		j.MaxScreenshotBytes = jobspec.DefaultMaxScreenshotBytes
 	}
 	if r.FollowMax < 0 || r.FollowMax > maxFollow {
 		return nil, invalid("follow max: %d is outside 0..%d", r.FollowMax, maxFollow)
@@ -330,32 +344,11 @@ func (a Action) validate() error {
 }
 
 func parseProxy(s string) (*proxySpec, error) {
-	u, err := url.Parse(s)
+	p, err := jobspec.ParseProxy(s)
 	if err != nil {
 		return nil, err
 	}
-	switch u.Scheme {
-	case "http", "https", "socks4", "socks5":
-	default:
-		return nil, fmt.Errorf("scheme %q is not http, https, socks4 or socks5", u.Scheme)
-	}
-	host, port, err := net.SplitHostPort(u.Host)
-	if err != nil || host == "" || port == "" {
-		return nil, fmt.Errorf("want scheme://host:port, got %q", s)
-	}
-	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("unexpected path %q", u.Path)
-	}
-	p := &proxySpec{server: u.Scheme + "://" + u.Host}
-	if u.User != nil {
-		if strings.HasPrefix(u.Scheme, "socks") {
-			return nil, fmt.Errorf("chrome cannot authenticate to a SOCKS proxy")
-		}
-		p.user = u.User.Username()
-		p.password, _ = u.User.Password()
-		p.hasAuth = true
-	}
-	return p, nil
+	return &proxySpec{server: p.Server, user: p.User, password: p.Password, hasAuth: p.HasAuth}, nil
 }
 
 // jsString quotes s as a JavaScript string literal (JSON is a subset).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,7 +40,6 @@ const (
 	DefaultHeartbeatInterval  = 3 * time.Second
 	DefaultPollInterval       = 10 * time.Second
 	DefaultConsumerDrain      = time.Minute
-	DefaultJobTimeout         = 30 * time.Second
 	DefaultProtectorIdleAfter = 30 * time.Second
 	// renderSlack is added to a job's own timeout to bound a render that the
 	// browser failed to end in time; the browser enforces the timeout itself.
@@ -92,8 +90,6 @@ type ConsumerConfig struct {
 	// context ends (SIGTERM); past it they are canceled and handed back as
 	// retriable. Default 1 min; negative means no grace at all.
 	DrainTimeout time.Duration
-	// DefaultJobTimeout bounds a job whose spec has no timeout_ms. Default 30 s.
-	DefaultJobTimeout time.Duration
 	// Protector, if set, is told when the node goes busy and idle.
 	Protector Protector
 	// ProtectorIdleAfter is how long the node must hold no job before the
@@ -123,7 +119,6 @@ func DefaultConsumerConfig(queue *jobqueue.Queue) ConsumerConfig {
 		HeartbeatInterval:  DefaultHeartbeatInterval,
 		PollInterval:       DefaultPollInterval,
 		DrainTimeout:       DefaultConsumerDrain,
-		DefaultJobTimeout:  DefaultJobTimeout,
 		ProtectorIdleAfter: DefaultProtectorIdleAfter,
 	}
 }
@@ -173,9 +168,6 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 	if c.DrainTimeout < 0 {
 		c.DrainTimeout = 0
 	}
-	if c.DefaultJobTimeout <= 0 {
-		c.DefaultJobTimeout = DefaultJobTimeout
-	}
 	if c.ProtectorIdleAfter == 0 {
 		c.ProtectorIdleAfter = DefaultProtectorIdleAfter
 	}
@@ -188,28 +180,11 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 	return c, nil
 }
 
-// NodeIDFromHostname turns a hostname into a valid node id: characters
-// outside letters, digits, '.', '_', ':' and '-' become '-', and the result
-// is cut to the allowed length. An empty or unusable name gives "node".
-func NodeIDFromHostname(host string) string {
-	var b strings.Builder
-	for _, r := range host {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == ':', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('-')
-		}
-	}
-	id := strings.TrimLeft(b.String(), ".-_:")
-	if len(id) > jobqueue.MaxNodeIDLength {
-		id = id[:jobqueue.MaxNodeIDLength]
-	}
-	if id == "" {
-		return "node"
-	}
-	return id
-}
+// NodeIDFromHostname turns a hostname into a valid node id by the queue's
+// one node-id rule (jobqueue.NodeIDFrom): characters outside letters,
+// digits, '.', '_', ':' and '-' become '-', and the result is cut to the
+// allowed length. An empty or unusable name gives "node".
+func NodeIDFromHostname(host string) string { return jobqueue.NodeIDFrom(host, "") }
 
 // Consumer is one node of the farm: it registers with the queue, claims the
 // jobs the producer assigns to it (woken by LISTEN/NOTIFY, with a slow poll
@@ -765,7 +740,7 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 			Err: fmt.Errorf("node %s could not start the job: %w", c.node, err)}, 0)
 		return
 	}
-	req := SpecRequest(j.Spec, c.cfg.DefaultJobTimeout)
+	req := SpecRequest(j.Spec)
 	limitRequest(&req, c.q.ResultLimits())
 	if err := c.checkJobProxy(ctx, j.Spec.Proxy); err != nil {
 		slot.Release()
@@ -1110,22 +1085,21 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // SpecRequest maps a job's spec to the browser's render request. The spec
-// was validated at submit; a timeout of 0 becomes defaultTimeout.
-func SpecRequest(s jobqueue.Spec, defaultTimeout time.Duration) browser.Request {
+// was validated at submit, where the queue also stored its defaults; the
+// timeout is the spec's (jobqueue.Spec.Timeout), so a render is bounded the
+// same on every node.
+func SpecRequest(s jobqueue.Spec) browser.Request {
 	req := browser.Request{
 		URL:        s.URL,
 		Extract:    s.Extract,
 		HTML:       s.HTML,
 		Screenshot: s.Screenshot,
-		Timeout:    time.Duration(s.TimeoutMS) * time.Millisecond,
+		Timeout:    s.Timeout(),
 		Block:      s.Block,
 		Headers:    s.Headers,
 		UserAgent:  s.UserAgent,
 		Proxy:      s.Proxy,
 		Isolation:  browser.Isolation(s.EffectiveIsolation()),
-	}
-	if req.Timeout <= 0 {
-		req.Timeout = defaultTimeout
 	}
 	if s.Wait != nil {
 		req.Wait = browser.Wait{Selector: s.Wait.Selector, Visible: s.Wait.Visible, NetworkIdle: s.Wait.NetworkIdle}

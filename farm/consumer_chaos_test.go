@@ -12,6 +12,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -76,7 +77,7 @@ func TestConsumerChromeKilledMidJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	db := newTestDB(t)
 	batch, ids := db.enqueue(t, site.URL, pagePaths(12, "/page/%d?delay=1500"))
 	const node = "node-chrome-kill"
@@ -87,12 +88,12 @@ func TestConsumerChromeKilledMidJob(t *testing.T) {
 		c.Supervisor.ExitAfterJobs = 0
 	})
 
-	waitFor(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
+	testutil.Eventually(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
 	pid := rc.c.SupervisorStats().ChromePID
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, "all 12 jobs completed", func() bool {
+	testutil.Eventually(t, 90*time.Second, "all 12 jobs completed", func() bool {
 		return db.counts(t, batch).By[jobqueue.StateCompleted] == 12
 	})
 	st := rc.c.SupervisorStats()
@@ -118,7 +119,7 @@ func TestConsumerChromeKilledMidJob(t *testing.T) {
 	if rows, jobs := db.resultRows(t); rows != 12 || jobs != 12 {
 		t.Errorf("result rows = %d for %d jobs, want 12 for 12", rows, jobs)
 	}
-	waitFor(t, 30*time.Second, "a heartbeat with the Chrome's memory and the restart", func() bool {
+	testutil.Eventually(t, 30*time.Second, "a heartbeat with the Chrome's memory and the restart", func() bool {
 		n, err := db.q.GetNode(context.Background(), node)
 		return err == nil && n.Load.ChromePSSBytes > 0 && n.Load.MemTotalBytes > 0 && n.Load.ChromeRestarts == 1 &&
 			n.Load.JobsSinceProcessStart == 18
@@ -143,7 +144,7 @@ func TestConsumerDrainOnStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	for _, tc := range []struct {
 		name      string
 		drain     time.Duration
@@ -159,7 +160,7 @@ func TestConsumerDrainOnStop(t *testing.T) {
 			profiles := shortProfileRoot(t)
 			db.startAssigner(t, node, defaultCapacity())
 			rc := startConsumer(t, db, node, profiles, func(c *ConsumerConfig) { c.DrainTimeout = tc.drain })
-			waitFor(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
+			testutil.Eventually(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
 			if err := rc.stop(t, time.Minute); err != nil {
 				t.Fatalf("Run after stop = %v, want nil", err)
 			}

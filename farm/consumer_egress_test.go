@@ -14,6 +14,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -45,7 +46,7 @@ func TestConsumerEgressPolicy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	siteURL, _ := url.Parse(site.URL)
 	allow, err := egress.ParseRule(siteURL.Host) // 127.0.0.1:PORT, that port only
 	if err != nil {
@@ -87,7 +88,7 @@ func TestConsumerEgressPolicy(t *testing.T) {
 	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
 		c.Egress = egress.Policy{Allow: []egress.Rule{allow}}
 	})
-	waitFor(t, 2*time.Minute, "every job final", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "every job final", func() bool {
 		c := db.counts(t, batch)
 		return c.Finished() == c.Total
 	})

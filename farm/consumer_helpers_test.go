@@ -164,18 +164,6 @@ func (db testDB) sampleHeld(t *testing.T, node string) (stop func() int) {
 	return stop
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // chromeProcs lists live processes whose command line uses a profile
 // directory under root: the Chromes a test started.
 func chromeProcs(root string) []int {

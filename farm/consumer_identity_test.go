@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -28,7 +29,7 @@ func (db testDB) nodeOf(t *testing.T, id string) jobqueue.Node {
 func (db testDB) waitRegistered(t *testing.T, id string, pid int) jobqueue.Node {
 	t.Helper()
 	var n jobqueue.Node
-	waitFor(t, time.Minute, "the node registered by pid", func() bool {
+	testutil.Eventually(t, time.Minute, "the node registered by pid", func() bool {
 		var err error
 		n, err = db.q.GetNode(context.Background(), id)
 		return err == nil && n.PID == pid && n.State == jobqueue.NodeActive
@@ -139,7 +140,7 @@ func TestConsumerSweepsDeadProcessesProfileDirs(t *testing.T) {
 	a := startChild(t, db, childOpts{node: "sweeper", profileRoot: root})
 	apid := strconv.Itoa(a.cmd.Process.Pid)
 	var left []string
-	waitFor(t, time.Minute, "the first consumer's Chrome profile dir", func() bool {
+	testutil.Eventually(t, time.Minute, "the first consumer's Chrome profile dir", func() bool {
 		left = left[:0]
 		for d, owner := range profileDirs(t, root) {
 			if owner == apid {
@@ -159,7 +160,7 @@ func TestConsumerSweepsDeadProcessesProfileDirs(t *testing.T) {
 	b := startChild(t, db, childOpts{node: "sweeper", profileRoot: root})
 	bpid := strconv.Itoa(b.cmd.Process.Pid)
 	// The sweep runs before the new process makes its own profile dirs.
-	waitFor(t, time.Minute, "the restarted consumer's own profile dir", func() bool {
+	testutil.Eventually(t, time.Minute, "the restarted consumer's own profile dir", func() bool {
 		for _, owner := range profileDirs(t, root) {
 			if owner == bpid {
 				return true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -20,7 +21,7 @@ func TestConsumerOversizedResultsFailAlone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	db := newTestDB(t)
 	db.q = jobqueue.New(db.pool, jobqueue.Config{BackoffBase: testBackoff,
 		ResultLimits: jobqueue.ResultLimits{DataBytes: 1 << 20}})
@@ -41,7 +42,7 @@ func TestConsumerOversizedResultsFailAlone(t *testing.T) {
 	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), nil)
 
-	waitFor(t, 2*time.Minute, "every job final", func() bool { return db.counts(t, batch).Finished() == int64(len(ids)) })
+	testutil.Eventually(t, 2*time.Minute, "every job final", func() bool { return db.counts(t, batch).Finished() == int64(len(ids)) })
 	c := db.counts(t, batch)
 	if c.By[jobqueue.StateCompleted] != 14 || c.By[jobqueue.StateFailed] != 2 {
 		t.Fatalf("counts %v, want 14 completed and 2 failed", c.By)
@@ -56,7 +57,7 @@ func TestConsumerOversizedResultsFailAlone(t *testing.T) {
 				id, j.ErrorClass, j.LastError, j.Attempts)
 		}
 	}
-	waitFor(t, 10*time.Second, "the node holding nothing", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the node holding nothing", func() bool {
 		n, err := db.q.GetNode(context.Background(), node)
 		return err == nil && n.Queued+n.Processing == 0 && rc.c.Stats().Held == 0
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -20,7 +21,7 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	db := newTestDB(t)
 	batch, _ := db.enqueue(t, site.URL, pagePaths(100, "/page/%d"))
 	const node = "node-recycle"
@@ -71,7 +72,7 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 
 	// The next incarnation, same node id, finishes the rest.
 	second := startChild(t, db, childOpts{node: node, recycle: 20, exitAfter: 80, profileRoot: profiles})
-	waitFor(t, 2*time.Minute, "all 100 jobs completed", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "all 100 jobs completed", func() bool {
 		return db.counts(t, batch).By[jobqueue.StateCompleted] == 100
 	})
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -106,7 +107,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	db := newTestDB(t)
 	batch, ids := db.enqueue(t, site.URL, pagePaths(12, "/page/%d?delay=2000"))
 	const node = "node-killed"
@@ -114,7 +115,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 	db.startAssigner(t, node, defaultCapacity())
 
 	first := startChild(t, db, childOpts{node: node, recycle: 20, profileRoot: profiles})
-	waitFor(t, time.Minute, "six jobs processing", func() bool {
+	testutil.Eventually(t, time.Minute, "six jobs processing", func() bool {
 		return db.counts(t, batch).By[jobqueue.StateProcessing] == 6
 	})
 	if err := first.cmd.Process.Kill(); err != nil {
@@ -124,7 +125,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 		t.Errorf("killed process exit code = %d, want -1 (signal)", code)
 	}
 	// Chrome's parent-death signal takes its whole tree down with the node.
-	waitFor(t, 15*time.Second, "the killed node's Chromes to exit", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the killed node's Chromes to exit", func() bool {
 		return len(chromeProcs(profiles)) == 0
 	})
 	if got := db.counts(t, batch).By[jobqueue.StateProcessing]; got != 6 {
@@ -132,7 +133,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 	}
 
 	second := startChild(t, db, childOpts{node: node, recycle: 20, profileRoot: profiles})
-	waitFor(t, 90*time.Second, "all 12 jobs completed", func() bool {
+	testutil.Eventually(t, 90*time.Second, "all 12 jobs completed", func() bool {
 		return db.counts(t, batch).By[jobqueue.StateCompleted] == 12
 	})
 	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {

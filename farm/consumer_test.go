@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -153,8 +154,8 @@ func TestSpecRequest(t *testing.T) {
 			}
 		}},
 		{"defaults", jobqueue.Spec{URL: "http://x.test/", SharedContext: true}, func(t *testing.T, r browser.Request) {
-			if r.Timeout != 7*time.Second {
-				t.Errorf("Timeout = %v, want the default 7s", r.Timeout)
+			if want := jobqueue.DefaultTimeoutMS * time.Millisecond; r.Timeout != want {
+				t.Errorf("Timeout = %v, want the default %v", r.Timeout, want)
 			}
 			if r.Wait != (browser.Wait{}) || r.Actions != nil || r.Cookies != nil || r.FollowSelector != "" || r.FollowMax != 0 {
 				t.Errorf("unset fields were filled: %+v", r)
@@ -176,7 +177,7 @@ func TestSpecRequest(t *testing.T) {
 				}
 			}},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.check(t, SpecRequest(tc.spec, 7*time.Second)) })
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, SpecRequest(tc.spec)) })
 	}
 }
 
@@ -212,7 +213,7 @@ func TestConsumerConfigDefaults(t *testing.T) {
 		{"defaults", ConsumerConfig{Queue: q, Hostname: "host one"}, "", func(t *testing.T, c ConsumerConfig) {
 			if c.NodeID != "host-one" || c.Capacity != 6 || c.Supervisor.Capacity != 6 ||
 				c.HeartbeatInterval != DefaultHeartbeatInterval || c.PollInterval != DefaultPollInterval ||
-				c.DrainTimeout != DefaultConsumerDrain || c.DefaultJobTimeout != DefaultJobTimeout ||
+				c.DrainTimeout != DefaultConsumerDrain ||
 				c.ProtectorIdleAfter != DefaultProtectorIdleAfter || c.Load == nil || c.Logger == nil {
 				t.Errorf("defaults not filled: %+v", c)
 			}
@@ -317,12 +318,12 @@ func TestProtectLoop(t *testing.T) {
 		c.signal(c.busyChanged)
 	}
 	setHeld(1)
-	waitFor(t, 10*time.Second, "busy", func() bool { return reflect.DeepEqual(p.get(), []bool{true}) })
+	testutil.Eventually(t, 10*time.Second, "busy", func() bool { return reflect.DeepEqual(p.get(), []bool{true}) })
 	setHeld(2) // still busy: no call
 	setHeld(0)
-	waitFor(t, 10*time.Second, "idle", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false}) })
+	testutil.Eventually(t, 10*time.Second, "idle", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false}) })
 	setHeld(1)
-	waitFor(t, 10*time.Second, "busy again", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false, true}) })
+	testutil.Eventually(t, 10*time.Second, "busy again", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false, true}) })
 	cancel()
 	wg.Wait()
 }

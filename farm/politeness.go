@@ -1,12 +1,7 @@
 package farm
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -20,7 +15,8 @@ type HostPolicy = jobqueue.HostPolicy
 // domain suffix (".example.com" matches every subdomain and example.com
 // itself), else Default. The longest matching rule wins. A rule picks the
 // policy; the limits then count per host[:port], so ".example.com=4" allows 4
-// jobs on each subdomain, not 4 across the domain.
+// jobs on each subdomain, not 4 across the domain. cmd builds it from flags
+// and the politeness file; this package reads neither.
 type Politeness struct {
 	Default HostPolicy
 	Hosts   map[string]HostPolicy
@@ -48,103 +44,4 @@ func (p Politeness) For(host string) HostPolicy {
 		}
 	}
 	return best
-}
-
-// ParseHostRule parses one override as given on the command line:
-// "HOST=MAX/INTERVAL", e.g. "shop.example.com=2/500ms", ".example.com=4/0",
-// "api.example.com=1" (interval 0) or "slow.example.com=/2s" (no concurrency limit).
-func ParseHostRule(s string) (string, HostPolicy, error) {
-	host, spec, ok := strings.Cut(s, "=")
-	host = strings.ToLower(strings.TrimSpace(host))
-	if !ok || host == "" || host == "." {
-		return "", HostPolicy{}, fmt.Errorf("host rule %q: want HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms", s)
-	}
-	maxS, intervalS, _ := strings.Cut(strings.TrimSpace(spec), "/")
-	var pol HostPolicy
-	if maxS != "" {
-		n, err := strconv.Atoi(maxS)
-		if err != nil || n < 0 {
-			return "", HostPolicy{}, fmt.Errorf("host rule %q: max concurrent %q is not a whole number ≥ 0", s, maxS)
-		}
-		pol.MaxConcurrent = n
-	}
-	if intervalS != "" && intervalS != "0" {
-		d, err := time.ParseDuration(intervalS)
-		if err != nil || d < 0 {
-			return "", HostPolicy{}, fmt.Errorf("host rule %q: interval %q is not a duration like 500ms or 2s", s, intervalS)
-		}
-		pol.MinInterval = d
-	}
-	return host, pol, nil
-}
-
-// politenessFile is the JSON form of a politeness config file:
-//
-//	{"default": {"max_concurrent": 4, "min_interval": "250ms"},
-//	 "hosts": {"shop.example.com": {"max_concurrent": 2, "min_interval": "1s"}}}
-type politenessFile struct {
-	Default *filePolicy           `json:"default"`
-	Hosts   map[string]filePolicy `json:"hosts"`
-}
-
-// filePolicy is one policy in the file. A field left out inherits from the
-// default policy, so {"min_interval":"1s"} adds an interval without lifting
-// the default concurrency cap.
-type filePolicy struct {
-	MaxConcurrent *int    `json:"max_concurrent"`
-	MinInterval   *string `json:"min_interval"`
-}
-
-func (f filePolicy) policy(where string, base HostPolicy) (HostPolicy, error) {
-	pol := base
-	if f.MaxConcurrent != nil {
-		if *f.MaxConcurrent < 0 {
-			return HostPolicy{}, fmt.Errorf("%s: max_concurrent %d is negative", where, *f.MaxConcurrent)
-		}
-		pol.MaxConcurrent = *f.MaxConcurrent
-	}
-	if f.MinInterval != nil {
-		d, err := time.ParseDuration(*f.MinInterval)
-		if *f.MinInterval == "0" {
-			d, err = 0, nil
-		}
-		if err != nil || d < 0 {
-			return HostPolicy{}, fmt.Errorf("%s: min_interval %q is not a duration like 500ms or 2s", where, *f.MinInterval)
-		}
-		pol.MinInterval = d
-	}
-	return pol, nil
-}
-
-// LoadPoliteness reads a politeness config file (JSON, see politenessFile)
-// on top of base: the file's default replaces base's when present, its hosts
-// are added to base's.
-func LoadPoliteness(path string, base Politeness) (Politeness, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return base, fmt.Errorf("politeness file: %w", err)
-	}
-	var f politenessFile
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		return base, fmt.Errorf("politeness file %s: %w", path, err)
-	}
-	out := Politeness{Default: base.Default, Hosts: map[string]HostPolicy{}}
-	for h, p := range base.Hosts {
-		out.Hosts[h] = p
-	}
-	if f.Default != nil {
-		if out.Default, err = f.Default.policy(path+": default", base.Default); err != nil {
-			return base, err
-		}
-	}
-	for h, fp := range f.Hosts {
-		pol, err := fp.policy(fmt.Sprintf("%s: host %q", path, h), out.Default)
-		if err != nil {
-			return base, err
-		}
-		out.Hosts[strings.ToLower(h)] = pol
-	}
-	return out, nil
 }

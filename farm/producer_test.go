@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/internal/pgtest"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -99,7 +100,7 @@ func TestProducerCapacityAndPoliteness(t *testing.T) {
 		return nil
 	}
 	stop := runActors(t, ctx, append(actors, p.Run, sampler)...)
-	eventually(t, 3*time.Minute, "every job finished", func() bool {
+	testutil.Eventually(t, 3*time.Minute, "every job finished", func() bool {
 		c, err := q.BatchCounts(ctx, batch)
 		return err == nil && c.Finished() == int64(len(ids))
 	})
@@ -182,7 +183,7 @@ func TestProducerRescuesLostNode(t *testing.T) {
 	p := newTestProducer(t, q, pool, func(c *ProducerConfig) { c.StaleAfter = staleAfter })
 	stop := runActors(t, ctx, silent.run, a.run, b.run, p.Run)
 
-	eventually(t, time.Minute, "the silent node to hold running jobs", func() bool {
+	testutil.Eventually(t, time.Minute, "the silent node to hold running jobs", func() bool {
 		silent.mu.Lock()
 		defer silent.mu.Unlock()
 		return silent.busy > 0
@@ -191,7 +192,7 @@ func TestProducerRescuesLostNode(t *testing.T) {
 	silent.setHeartbeat(false)
 	frozeAt := time.Now()
 
-	eventually(t, 2*time.Minute, "every job finished", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "every job finished", func() bool {
 		c, err := q.BatchCounts(ctx, batch)
 		return err == nil && c.Finished() == int64(len(ids))
 	})
@@ -245,9 +246,9 @@ func TestProducerFailover(t *testing.T) {
 	p2 := newTestProducer(t, q, pool, nil)
 	runActors(t, ctx, n1.run, n2.run)
 	stop1 := runActors(t, ctx, p1.Run)
-	eventually(t, 30*time.Second, "p1 to lead", p1.IsLeader)
+	testutil.Eventually(t, 30*time.Second, "p1 to lead", p1.IsLeader)
 	runActors(t, ctx, p2.Run)
-	eventually(t, time.Minute, "a third of the jobs done", func() bool {
+	testutil.Eventually(t, time.Minute, "a third of the jobs done", func() bool {
 		c, err := q.BatchCounts(ctx, batch)
 		if p1.IsLeader() && p2.IsLeader() {
 			t.Fatal("two leaders at once")
@@ -259,9 +260,9 @@ func TestProducerFailover(t *testing.T) {
 	}
 	stop1() // the leader dies
 	killedAt := time.Now()
-	eventually(t, 30*time.Second, "the standby to take over", p2.IsLeader)
+	testutil.Eventually(t, 30*time.Second, "the standby to take over", p2.IsLeader)
 	t.Logf("standby took over %v after the leader died", time.Since(killedAt))
-	eventually(t, 2*time.Minute, "every job finished", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "every job finished", func() bool {
 		c, err := q.BatchCounts(ctx, batch)
 		return err == nil && c.Finished() == int64(len(ids))
 	})

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // Two electors on one database: exactly one leads; when its process "dies"
@@ -38,7 +40,7 @@ func TestElectorFailover(t *testing.T) {
 	defer stopB()
 	doneA, doneB := make(chan error), make(chan error)
 	go func() { doneA <- a.Run(ctxA, leadFn("a")) }()
-	waitUntil(t, "a leads", a.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "a leads", a.IsLeader)
 	go func() { doneB <- b.Run(ctxB, leadFn("b")) }()
 
 	// b keeps trying while a leads; give it several retry intervals.
@@ -53,7 +55,7 @@ func TestElectorFailover(t *testing.T) {
 	if err := <-doneA; err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "b takes over", b.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "b takes over", b.IsLeader)
 	if a.IsLeader() {
 		t.Fatal("a still claims leadership after stopping")
 	}
@@ -79,7 +81,7 @@ func TestElectorStepsDownWhenConnectionDies(t *testing.T) {
 	lost := make(chan struct{})
 	var once sync.Once
 	go a.Run(ctx, func(lctx context.Context) { <-lctx.Done(); once.Do(func() { close(lost) }) })
-	waitUntil(t, "a leads", a.IsLeader)
+	testutil.Eventually(t, 10*time.Second, "a leads", a.IsLeader)
 	// Kill the backend holding the lock, as a network failure or an admin would.
 	if _, err := pool.Exec(context.Background(), `
 		SELECT pg_terminate_backend(pid) FROM pg_locks
@@ -93,18 +95,7 @@ func TestElectorStepsDownWhenConnectionDies(t *testing.T) {
 	}
 	b := NewElector(pool, cfg)
 	go b.Run(ctx, func(lctx context.Context) { <-lctx.Done() })
-	waitUntil(t, "someone leads again", func() bool { return a.IsLeader() || b.IsLeader() })
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "someone leads again", func() bool { return a.IsLeader() || b.IsLeader() })
 }
 
 // A leader whose work ends on its own (a failed leader actor) gives up the

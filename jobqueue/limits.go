@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
 
 // ResultLimits bound what one result may hold. A node passes them to its
@@ -24,12 +26,13 @@ type ResultLimits struct {
 	ConsoleErrors int `json:"console_errors"`
 }
 
-// Default result limits: the one home of these numbers; `farm consumer`'s
-// flags default to them.
+// Default result limits, from internal/jobspec (their one home: the browser
+// applies them too when its caller sets none); `farm consumer`'s flags
+// default to them. A zero field of a ResultLimits means its default.
 const (
-	DefaultMaxDataBytes       = 4 << 20
-	DefaultMaxScreenshotBytes = 8 << 20
-	DefaultMaxConsoleErrors   = 50
+	DefaultMaxDataBytes       = jobspec.DefaultMaxDataBytes
+	DefaultMaxScreenshotBytes = jobspec.DefaultMaxScreenshotBytes
+	DefaultMaxConsoleErrors   = jobspec.DefaultMaxConsoleErrors
 	// hardMaxResultBytes is the most any one result field may be configured
 	// to: far under PostgreSQL's 1 GB per field, and small enough that a
 	// node holding a few of them stays within its memory.

@@ -1,5 +1,7 @@
 package jobqueue
 
+import "github.com/browserfarm/browserfarm/internal/jobspec"
+
 // Spec is what a user submits: one page to render and what to take from it.
 // It is stored as JSON in jobs.spec; the JSON names below are the public API
 // (CLI JSON-lines input, HTTP API bodies) and must stay stable.
@@ -17,7 +19,7 @@ type Spec struct {
 	// Screenshot asks for a PNG of the viewport.
 	Screenshot bool `json:"screenshot,omitempty"`
 	// TimeoutMS bounds the whole render (navigation, wait, actions, extract).
-	// 0 means the default (30 s).
+	// 0 means the default, DefaultTimeoutMS.
 	TimeoutMS int `json:"timeout_ms,omitempty"`
 	// Block lists resource types not to load: image, font, media, stylesheet.
 	Block []string `json:"block,omitempty"`
@@ -55,9 +57,9 @@ type Spec struct {
 
 // Isolation values of Spec.Isolation; "" means IsolationWipe.
 const (
-	IsolationWipe    = "wipe"
-	IsolationContext = "context"
-	IsolationShared  = "shared"
+	IsolationWipe    = jobspec.IsolationWipe
+	IsolationContext = jobspec.IsolationContext
+	IsolationShared  = jobspec.IsolationShared
 )
 
 // EffectiveIsolation is the spec's isolation with the default applied and

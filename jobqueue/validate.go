@@ -1,81 +1,39 @@
 package jobqueue
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"golang.org/x/net/publicsuffix"
+
+	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
-
-// Bounds of a Spec. A job is data a stranger may submit over the HTTP API, so
-// every field is bounded before it reaches the database or a browser.
-const (
-	MaxSpecBytes      = 64 << 10 // the whole spec as JSON
-	MaxURLLength      = 4096
-	MaxExtractLength  = 32 << 10
-	MaxSelectorLength = 1024
-	MaxActions        = 50
-	MaxActionTimes    = 100
-	MaxActionMS       = 60_000 // one wait or pause
-	MaxTypeText       = 4096
-	MaxHeaders        = 50
-	MaxHeaderBytes    = 16 << 10 // names and values together
-	MaxCookies        = 50
-	MaxCookieValue    = 4096
-	MaxUserAgent      = 1024
-	MinTimeoutMS      = 1000
-	MaxTimeoutMS      = 300_000
-	DefaultTimeoutMS  = 30_000
-	MinPriority       = -1000
-	MaxPriority       = 1000
-	MaxMaxAttempts    = 20
-	DefaultAttempts   = 3
-	MinViewport       = 100
-	MaxViewportWidth  = 7680
-	MaxViewportHeight = 4320
-	MaxFollowDepth    = 10
-	// MaxFollowLinks bounds follow.max_links: the children one page may
-	// enqueue, all in the transaction that completes it.
-	MaxFollowLinks = 10_000
-	// DefaultMaxLinks is follow.max_links when a spec leaves it 0: the one
-	// default of the spec, the CLI (--follow-max-links) and the API.
-	DefaultMaxLinks = 100
-	// LinksAskedPerFollowed is how many links a page is asked for per link
-	// it may follow, so that the host and duplicate filters still leave
-	// max_links to follow.
-	LinksAskedPerFollowed = 4
-	// MaxCollectedLinks is the most links taken from one page: the browser
-	// is asked for no more, and the result keeps no more.
-	MaxCollectedLinks = LinksAskedPerFollowed * MaxFollowLinks
-)
-
-// BlockTypes returns the resource types a spec may block.
-func BlockTypes() []string { return []string{"image", "font", "media", "stylesheet"} }
-
-// ActionTypes returns the action types a spec may use.
-func ActionTypes() []string { return []string{"click", "scroll", "type", "wait"} }
 
 // SpecError says what is wrong with one spec of a batch.
 type SpecError struct {
 	// Index is the spec's 0-based position in the submitted batch; -1 when
 	// the spec was validated on its own.
 	Index int
-	// Field is the JSON path of the offending field, e.g. "actions[2].selector".
+	// Field is the JSON path of the offending field, e.g. "actions[2].selector";
+	// "" when the spec as a whole is wrong (malformed JSON, say).
 	Field string
 	Msg   string
 }
 
 func (e *SpecError) Error() string {
-	if e.Index < 0 {
-		return fmt.Sprintf("field %q: %s", e.Field, e.Msg)
+	msg := e.Msg
+	if e.Field != "" {
+		msg = fmt.Sprintf("field %q: %s", e.Field, e.Msg)
 	}
-	return fmt.Sprintf("job %d: field %q: %s", e.Index, e.Field, e.Msg)
+	if e.Index < 0 {
+		return msg
+	}
+	return fmt.Sprintf("job %d: %s", e.Index, msg)
 }
 
 func specErr(field, format string, args ...any) *SpecError {
@@ -124,8 +82,8 @@ func (s *Spec) validate() *SpecError {
 			s.TimeoutMS, MinTimeoutMS, MaxTimeoutMS, DefaultTimeoutMS)
 	}
 	for i, b := range s.Block {
-		if !contains(BlockTypes(), b) {
-			return specErr(fmt.Sprintf("block[%d]", i), "unknown resource type %q (allowed: %s)", b, strings.Join(BlockTypes(), ", "))
+		if !slices.Contains(jobspec.BlockTypes(), b) {
+			return specErr(fmt.Sprintf("block[%d]", i), "unknown resource type %q (allowed: %s)", b, strings.Join(jobspec.BlockTypes(), ", "))
 		}
 	}
 	if e := validateHeaders(s.Headers); e != nil {
@@ -201,11 +159,11 @@ func (s *Spec) validate() *SpecError {
 }
 
 func (a *Action) validate(path string) *SpecError {
-	if !contains(ActionTypes(), a.Type) {
+	if !slices.Contains(jobspec.ActionTypes(), a.Type) {
 		if a.Type == "" {
-			return specErr(path+".type", "is required (one of: %s)", strings.Join(ActionTypes(), ", "))
+			return specErr(path+".type", "is required (one of: %s)", strings.Join(jobspec.ActionTypes(), ", "))
 		}
-		return specErr(path+".type", "unknown action %q (allowed: %s)", a.Type, strings.Join(ActionTypes(), ", "))
+		return specErr(path+".type", "unknown action %q (allowed: %s)", a.Type, strings.Join(jobspec.ActionTypes(), ", "))
 	}
 	if e := checkText(path+".selector", a.Selector, MaxSelectorLength); e != nil {
 		return e
@@ -222,11 +180,11 @@ func (a *Action) validate(path string) *SpecError {
 		return specErr(path+".ms", "%d is out of range 0..%d", a.Ms, MaxActionMS)
 	}
 	switch a.Type {
-	case "click":
+	case jobspec.ActionClick:
 		if a.Selector == "" {
 			return specErr(path+".selector", "is required for click")
 		}
-	case "type":
+	case jobspec.ActionType:
 		if a.Selector == "" {
 			return specErr(path+".selector", "is required for type")
 		}
@@ -236,12 +194,12 @@ func (a *Action) validate(path string) *SpecError {
 		if len(a.Text) > MaxTypeText {
 			return specErr(path+".text", "%d bytes; at most %d are allowed", len(a.Text), MaxTypeText)
 		}
-	case "wait":
+	case jobspec.ActionWait:
 		if a.Selector == "" && a.Ms == 0 {
 			return specErr(path, "wait needs a selector or ms")
 		}
 	}
-	if a.Type != "type" && a.Text != "" {
+	if a.Type != jobspec.ActionType && a.Text != "" {
 		return specErr(path+".text", "only type takes text")
 	}
 	return nil
@@ -299,176 +257,13 @@ func validateHeaders(h map[string]string) *SpecError {
 }
 
 func validateProxy(p string) *SpecError {
-	u, err := url.Parse(p)
-	if err != nil {
-		return specErr("proxy", "malformed proxy URL: %s", unwrapURLError(err))
-	}
-	switch strings.ToLower(u.Scheme) {
-	case "http", "https", "socks5":
-	case "":
-		return specErr("proxy", "the proxy URL needs a scheme (http, https or socks5), e.g. socks5://host:1080")
-	default:
-		return specErr("proxy", "proxy scheme %q is not allowed (use http, https or socks5)", u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return specErr("proxy", "the proxy URL has no host")
-	}
-	if p := u.Port(); p == "" {
-		return specErr("proxy", "the proxy URL needs a port, e.g. http://host:3128")
-	} else if len(p) > 5 || portNumber(p) < 1 || portNumber(p) > 65535 {
-		return specErr("proxy", "port %q is out of range 1..65535", p)
-	}
-	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
-		return specErr("proxy", "the proxy URL must be scheme://[user:password@]host:port, without a path or query")
-	}
 	if len(p) > MaxURLLength {
 		return specErr("proxy", "%d bytes; at most %d are allowed", len(p), MaxURLLength)
 	}
+	if _, err := jobspec.ParseProxy(p); err != nil {
+		return specErr("proxy", "%s", err)
+	}
 	return nil
-}
-
-// ParseJobURL parses a job URL and reports why it is not an acceptable page to
-// render: only absolute http and https URLs with a host are.
-func ParseJobURL(raw string) (*url.URL, *SpecError) {
-	if raw == "" {
-		return nil, specErr("url", "is required")
-	}
-	if len(raw) > MaxURLLength {
-		return nil, specErr("url", "%d bytes; at most %d are allowed", len(raw), MaxURLLength)
-	}
-	if !utf8.ValidString(raw) || hasControl(raw) || strings.ContainsAny(raw, " \t") {
-		return nil, specErr("url", "contains whitespace or a control character")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, specErr("url", "malformed URL: %s", unwrapURLError(err))
-	}
-	scheme := strings.ToLower(u.Scheme)
-	switch scheme {
-	case "http", "https":
-	case "":
-		return nil, specErr("url", "%q is not an absolute URL (it needs http:// or https://)", raw)
-	default:
-		return nil, specErr("url", "scheme %q is not allowed (use http or https)", scheme)
-	}
-	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
-		return nil, specErr("url", "missing host in %q", raw)
-	}
-	if p := u.Port(); p != "" {
-		if len(p) > 5 || p == "0" || portNumber(p) > 65535 {
-			return nil, specErr("url", "bad port %q", p)
-		}
-	}
-	return u, nil
-}
-
-func portNumber(p string) int {
-	n := 0
-	for _, c := range p {
-		n = n*10 + int(c-'0')
-	}
-	return n
-}
-
-// unwrapURLError drops url.Error's "parse <url>:" prefix, which repeats the input.
-func unwrapURLError(err error) string {
-	if ue, ok := err.(*url.Error); ok {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// HostKey is the lower-cased host[:port] of u with the scheme's default port
-// dropped: the unit of per-host politeness.
-func HostKey(u *url.URL) string {
-	host := strings.ToLower(u.Hostname())
-	port := u.Port()
-	scheme := strings.ToLower(u.Scheme)
-	if port == "" || (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
-		if strings.Contains(host, ":") {
-			return "[" + host + "]"
-		}
-		return host
-	}
-	if strings.Contains(host, ":") {
-		return "[" + host + "]:" + port
-	}
-	return host + ":" + port
-}
-
-// DedupKey is the normalized form under which a URL is crawled at most once per
-// crawl: scheme and host lower-cased, default port and fragment dropped, an
-// empty path made "/". The query is kept as given (its order can matter).
-func DedupKey(u *url.URL) string {
-	path := u.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
-	k := strings.ToLower(u.Scheme) + "://" + HostKey(u) + path
-	if u.RawQuery != "" {
-		k += "?" + u.RawQuery
-	}
-	return k
-}
-
-// WithDefaults returns s with zero fields that have a default filled in:
-// timeout_ms, max_attempts and follow.max_links. The queue stores specs this
-// way, so a consumer reads the effective values.
-func (s Spec) WithDefaults() Spec {
-	if s.TimeoutMS == 0 {
-		s.TimeoutMS = DefaultTimeoutMS
-	}
-	if s.MaxAttempts == 0 {
-		s.MaxAttempts = DefaultAttempts
-	}
-	if s.Follow != nil && s.Follow.MaxLinks == 0 {
-		f := *s.Follow
-		f.MaxLinks = DefaultMaxLinks
-		s.Follow = &f
-	}
-	return s
-}
-
-// Timeout is the effective render timeout of s.
-func (s *Spec) Timeout() time.Duration {
-	if s.TimeoutMS == 0 {
-		return DefaultTimeoutMS * time.Millisecond
-	}
-	return time.Duration(s.TimeoutMS) * time.Millisecond
-}
-
-// preparedSpec is a validated spec ready for insertion.
-type preparedSpec struct {
-	json     []byte
-	host     string
-	dedupKey *string // set for crawl roots (spec.follow)
-	priority int
-	attempts int
-}
-
-// prepare validates s, applies defaults and encodes it. The error is a
-// *SpecError carrying index.
-func prepare(index int, s Spec) (preparedSpec, error) {
-	if e := s.validate(); e != nil {
-		e.Index = index
-		return preparedSpec{}, e
-	}
-	u, _ := ParseJobURL(s.URL)
-	s = s.WithDefaults()
-	b, err := json.Marshal(s)
-	if err != nil {
-		return preparedSpec{}, &SpecError{Index: index, Field: "", Msg: "cannot encode: " + err.Error()}
-	}
-	if len(b) > MaxSpecBytes {
-		return preparedSpec{}, &SpecError{Index: index, Field: "(spec)",
-			Msg: fmt.Sprintf("the spec is %d bytes as JSON; at most %d are allowed", len(b), MaxSpecBytes)}
-	}
-	p := preparedSpec{json: b, host: HostKey(u), priority: s.Priority, attempts: s.MaxAttempts}
-	if s.Follow != nil {
-		k := DedupKey(u)
-		p.dedupKey = &k
-	}
-	return p, nil
 }
 
 func checkText(field, v string, maxLen int) *SpecError {
@@ -525,28 +320,3 @@ func cookieDomainProblem(domain, pageURL string) string {
 var tokenRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
 
 func isToken(s string) bool { return len(s) <= 256 && tokenRE.MatchString(s) }
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// nodeIDRE bounds node ids so that a node's NOTIFY channel name
-// ("browserfarm_node." + id) fits PostgreSQL's 63-byte identifier limit.
-var nodeIDRE = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,%d}$`, MaxNodeIDLength-1))
-
-// MaxNodeIDLength is the longest node id.
-const MaxNodeIDLength = 46
-
-// ValidateNodeID checks a node id: 1..MaxNodeIDLength characters of letters,
-// digits and ". _ : -", starting with a letter or digit.
-func ValidateNodeID(id string) error {
-	if !nodeIDRE.MatchString(id) {
-		return fmt.Errorf("%w %q: use 1..%d letters, digits, '.', '_', ':' or '-', starting with a letter or digit", ErrBadNodeID, id, MaxNodeIDLength)
-	}
-	return nil
-}

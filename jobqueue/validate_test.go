@@ -44,7 +44,8 @@ func TestSpecValidate(t *testing.T) {
 			s.UserAgent = "bot/1.0"
 			s.Viewport = &Viewport{Width: 390, Height: 844, Mobile: true}
 			s.Cookies = []Cookie{{Name: "session", Value: "abc", Domain: "example.com", Path: "/"}}
-			s.Proxy = "socks5://user:pw@proxy.local:1080"
+			// Not socks5 with a password: Chrome cannot authenticate to SOCKS.
+			s.Proxy = "http://user:pw@proxy.local:3128"
 			s.Priority = -1000
 			s.MaxAttempts = 20
 			s.Follow = &Follow{Selector: "a.next", MaxDepth: 10, MaxLinks: 1000, AnyHost: true}
@@ -102,6 +103,10 @@ func TestSpecValidate(t *testing.T) {
 		{"proxy scheme", ok(func(s *Spec) { s.Proxy = "ftp://proxy:21" }), "proxy", `proxy scheme "ftp" is not allowed (use http, https or socks5)`},
 		{"proxy no scheme", ok(func(s *Spec) { s.Proxy = "proxy.local:3128" }), "proxy", "scheme"},
 		{"proxy no host", ok(func(s *Spec) { s.Proxy = "http://:3128" }), "proxy", "no host"},
+		{"proxy without port", ok(func(s *Spec) { s.Proxy = "http://proxy.example" }), "proxy", "needs a port"},
+		{"socks5 proxy with credentials", ok(func(s *Spec) { s.Proxy = "socks5://u:p@h:1080" }), "proxy", "cannot authenticate to a SOCKS proxy"},
+		{"proxy with a path", ok(func(s *Spec) { s.Proxy = "http://h:3128/x" }), "proxy", "without a path"},
+		{"socks5 proxy", ok(func(s *Spec) { s.Proxy = "socks5://h:1080" }), "", ""},
 		{"proxy shared context", ok(func(s *Spec) { s.Proxy = "http://p:1"; s.SharedContext = true }), "proxy", "own browser context"},
 		{"proxy isolation shared", ok(func(s *Spec) { s.Proxy = "http://p:1"; s.Isolation = IsolationShared }), "proxy", "own browser context"},
 		{"isolation wipe", ok(func(s *Spec) { s.Isolation = IsolationWipe }), "", ""},

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // BenchmarkNode measures one node's throughput through the supervisor on
@@ -17,7 +18,7 @@ import (
 // over the internet does). Run with a fixed count so both arms do the same
 // work, e.g. -bench=Node -benchtime=200x, and compare pages/s.
 func BenchmarkNode(b *testing.B) {
-	site := testsite.StartT(b, testsite.Options{})
+	site := testutil.StartSite(b, testsite.Options{})
 	for _, wl := range []struct {
 		name  string
 		query string

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // fakeFleet launches fake Chromes and records what happens to them; it
@@ -265,20 +266,6 @@ func start(t *testing.T, cfg Config, fleet *fakeFleet) *harness {
 	return &harness{t: t, s: s, fleet: fleet, logs: logs, stop: stop}
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	// A bound for a hung condition only: real Chromes on a loaded 2-core
-	// machine took over 10 s to drain and be killed.
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func (h *harness) acquire() *Slot {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -333,7 +320,7 @@ func (f *fakeFleet) setRender(fn func(ctx context.Context, c *fakeChrome) error)
 func (h *harness) chrome(i int) *fakeChrome {
 	h.t.Helper()
 	var c *fakeChrome
-	eventually(h.t, fmt.Sprintf("chrome #%d launched", i+1), func() bool {
+	testutil.Eventually(h.t, time.Minute, fmt.Sprintf("chrome #%d launched", i+1), func() bool {
 		cs := h.fleet.snapshot()
 		if len(cs) > i {
 			c = cs[i]

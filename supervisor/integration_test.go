@@ -20,6 +20,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // These tests run the supervisor on real Chromium against the local test
@@ -119,7 +120,7 @@ func pageRequest(url string) browser.Request {
 // 12: exactly 3 Chromes started and killed, never more than 6 renders at
 // once, every job rendered, and nothing of Chrome left once Run returns.
 func TestRealRecycleAndExit(t *testing.T) {
-	site := testsite.StartT(t, testsite.Options{Items: 50})
+	site := testutil.StartSite(t, testsite.Options{Items: 50})
 	cfg := DefaultConfig()
 	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 5, 12
 	h := startReal(t, cfg)
@@ -184,7 +185,7 @@ func TestRealRecycleAndExit(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("ExitDue not closed")
 	}
-	eventually(t, "last chrome killed", func() bool { return h.s.Stats().ChromeKills == 3 })
+	testutil.Eventually(t, time.Minute, "last chrome killed", func() bool { return h.s.Stats().ChromeKills == 3 })
 	if err := h.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}

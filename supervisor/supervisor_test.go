@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // TestLifecycleCounts works whole process lives through fake Chromes with
@@ -72,7 +73,7 @@ func TestLifecycleCounts(t *testing.T) {
 			default:
 				t.Fatal("ExitDue not closed after every job finished")
 			}
-			eventually(t, "last chrome killed", func() bool { return h.s.Stats().ChromeKills == tt.wantChromes })
+			testutil.Eventually(t, time.Minute, "last chrome killed", func() bool { return h.s.Stats().ChromeKills == tt.wantChromes })
 			if err := h.stop(); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -179,7 +180,7 @@ func TestOverlapKeepsCapacity(t *testing.T) {
 		t.Fatalf("during overlap: busy=%d chromes=%d old killed=%v", st.Busy, st.Chromes, c1.killed())
 	}
 	g.finish(t, c1)
-	eventually(t, "old chrome killed after its last job", c1.killed)
+	testutil.Eventually(t, time.Minute, "old chrome killed after its last job", c1.killed)
 	g.finish(t, c2)
 	errs = append(errs, recv(t, errC))
 	select {
@@ -209,7 +210,7 @@ func TestPrebootBeforeLastStart(t *testing.T) {
 	held := []*Slot{h.acquire(), h.acquire()}
 	c1 := h.chrome(0)
 	c2 := h.chrome(1) // booting starts with 2 starts left
-	eventually(t, "replacement booted", func() bool { return h.s.Stats().ChromeStarts == 2 })
+	testutil.Eventually(t, time.Minute, "replacement booted", func() bool { return h.s.Stats().ChromeStarts == 2 })
 	if pid := h.s.Stats().ChromePID; pid != c1.pid {
 		t.Fatalf("current chrome %d, want %d still serving", pid, c1.pid)
 	}
@@ -229,7 +230,7 @@ func TestPrebootBeforeLastStart(t *testing.T) {
 		}
 		sl.Release()
 	}
-	eventually(t, "old chrome killed", c1.killed)
+	testutil.Eventually(t, time.Minute, "old chrome killed", c1.killed)
 	if st := h.s.Stats(); st.Recycles != 1 || st.ChromeKills != 1 || st.JobsSinceChromeStart != 1 || st.JobsSinceProcessStart != 5 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -267,7 +268,7 @@ func TestChromeLoss(t *testing.T) {
 			if !errors.As(err, &be) || !be.Retriable || be.Class != tt.class {
 				t.Fatalf("render error = %v, want retriable %q", err, tt.class)
 			}
-			eventually(t, "crash counted", func() bool { return h.s.Stats().ChromeCrashes == 1 })
+			testutil.Eventually(t, time.Minute, "crash counted", func() bool { return h.s.Stats().ChromeCrashes == 1 })
 
 			fleet.setRender(nil)
 			sl := h.acquire()
@@ -307,7 +308,7 @@ func TestMemoryCeiling(t *testing.T) {
 	c1 := h.chrome(0)
 	c1.set(func(c *fakeChrome) { c.pss = 5000 })
 	c2 := h.chrome(1)
-	eventually(t, "replacement serving", func() bool { return h.s.Stats().ChromePID == c2.pid })
+	testutil.Eventually(t, time.Minute, "replacement serving", func() bool { return h.s.Stats().ChromePID == c2.pid })
 	if c1.killed() {
 		t.Fatal("over-memory chrome killed with a job on it")
 	}
@@ -317,7 +318,7 @@ func TestMemoryCeiling(t *testing.T) {
 		sl.Release()
 	}
 	held.Release()
-	eventually(t, "over-memory chrome killed", c1.killed)
+	testutil.Eventually(t, time.Minute, "over-memory chrome killed", c1.killed)
 	if st := h.s.Stats(); st.Recycles != 1 || st.ChromeKills != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -325,7 +326,7 @@ func TestMemoryCeiling(t *testing.T) {
 	if len(hit) != 1 || hit[0].ContextMap()["pss_bytes"] != uint64(5000) {
 		t.Fatalf("ceiling log lines: %v", hit)
 	}
-	eventually(t, "kill logged", func() bool { return h.logs.FilterMessage("chrome killed").Len() == 1 })
+	testutil.Eventually(t, time.Minute, "kill logged", func() bool { return h.logs.FilterMessage("chrome killed").Len() == 1 })
 	if kill := h.logs.FilterMessage("chrome killed").All()[0].ContextMap(); kill["reason"] != reasonMemory || kill["pss_bytes"] != uint64(5000) {
 		t.Fatalf("kill line: %v", kill)
 	}
@@ -347,7 +348,7 @@ func TestDrainTimeout(t *testing.T) {
 	if !browser.IsRetriable(err) || !strings.Contains(err.Error(), reasonDrain) {
 		t.Fatalf("render error = %v, want retriable drain timeout", err)
 	}
-	eventually(t, "chrome killed", c1.killed)
+	testutil.Eventually(t, time.Minute, "chrome killed", c1.killed)
 	if st := h.s.Stats(); st.DrainTimeouts != 1 || st.ChromeKills != 1 || st.ChromeCrashes != 0 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -366,7 +367,7 @@ func TestDrain(t *testing.T) {
 	g.waitStarted(t)
 	drained := make(chan error, 1)
 	go func() { drained <- h.s.Drain(context.Background()) }()
-	eventually(t, "stopping", func() bool { return h.s.Stats().Stopping })
+	testutil.Eventually(t, time.Minute, "stopping", func() bool { return h.s.Stats().Stopping })
 	if _, err := h.s.Acquire(context.Background()); !errors.Is(err, ErrStopping) {
 		t.Fatalf("Acquire while draining = %v, want ErrStopping", err)
 	}
@@ -380,7 +381,7 @@ func TestDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "chrome killed after drain", c1.killed)
+	testutil.Eventually(t, time.Minute, "chrome killed after drain", c1.killed)
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +441,7 @@ func TestStopKillsEverything(t *testing.T) {
 func TestStopDuringBoot(t *testing.T) {
 	fleet := &fakeFleet{blockBoot: true}
 	h := start(t, testConfig(), fleet)
-	eventually(t, "boot started", func() bool {
+	testutil.Eventually(t, time.Minute, "boot started", func() bool {
 		fleet.mu.Lock()
 		defer fleet.mu.Unlock()
 		return fleet.launches == 1
@@ -649,7 +650,7 @@ func TestLastJobsSkipPreparation(t *testing.T) {
 				startOne()
 			}
 			if tc.recycle > 0 {
-				eventually(t, "chrome retired", func() bool { return h.logs.FilterMessage("chrome retired").Len() == 1 })
+				testutil.Eventually(t, time.Minute, "chrome retired", func() bool { return h.logs.FilterMessage("chrome retired").Len() == 1 })
 			}
 			finishOne(c1)
 			finishOne(c1)

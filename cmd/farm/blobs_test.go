@@ -24,6 +24,7 @@ import (
 	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -104,7 +105,7 @@ func TestBlobStoreS3(t *testing.T) {
 	ctx := context.Background()
 	storeURL := fakeS3(t, "farm-blobs")
 	url, q := migratedDB(t)
-	site := testsite.StartT(t, testsite.Options{Items: 8})
+	site := testutil.StartSite(t, testsite.Options{Items: 8})
 	specs := make([]jobqueue.Spec, 4)
 	for i := range specs {
 		specs[i] = jobqueue.Spec{URL: fmt.Sprintf("%s/page/%d", site.URL, i+1), Wait: &jobqueue.Wait{Selector: "#ready"},
@@ -276,7 +277,7 @@ func TestBlobStoreDatabaseSize(t *testing.T) {
 		t.Skip("a measurement: set FARM_MEASURE_BLOB_DB=1")
 	}
 	const jobs = 1000
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	measure := func(extra ...string) jobqueue.StorageSize {
 		url, q := migratedDB(t)
 		specs := make([]jobqueue.Spec, jobs)

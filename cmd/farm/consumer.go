@@ -37,7 +37,6 @@ type consumerOptions struct {
 	heartbeat       time.Duration
 	poll            time.Duration
 	drainTimeout    time.Duration
-	jobTimeout      time.Duration
 	chrome          string
 	browser         string
 	chromeFlags     string
@@ -69,7 +68,6 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.DurationVar(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
 	fs.DurationVar(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back")
-	fs.DurationVar(&o.jobTimeout, "job-timeout", farm.DefaultJobTimeout, "timeout of a job whose spec sets no timeout_ms")
 	fs.StringVar(&o.chrome, "chrome", "", "browser binary; overrides --browser")
 	fs.StringVar(&o.browser, "browser", "", browserHelp)
 	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
@@ -110,7 +108,7 @@ func (o *consumerOptions) check() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"--heartbeat-interval", o.heartbeat}, {"--poll-interval", o.poll}, {"--job-timeout", o.jobTimeout}} {
+	}{{"--heartbeat-interval", o.heartbeat}, {"--poll-interval", o.poll}} {
 		if f.v <= 0 {
 			errs = append(errs, fmt.Sprintf("%s %v: must be positive", f.name, f.v))
 		}
@@ -225,7 +223,6 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) far
 	if o.drainTimeout == 0 {
 		cfg.DrainTimeout = -1 // the flag's 0 means no grace, the config's means default
 	}
-	cfg.DefaultJobTimeout = o.jobTimeout
 	cfg.ProtectorIdleAfter = o.awsIdleAfter
 	if o.awsIdleAfter == 0 {
 		cfg.ProtectorIdleAfter = -1

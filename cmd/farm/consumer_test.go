@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -128,7 +129,7 @@ func TestConsumerCommandRecycles(t *testing.T) {
 		t.Skip("runs Chromium")
 	}
 	url, q := migratedDB(t)
-	site := testsite.StartT(t, testsite.Options{Items: 10})
+	site := testutil.StartSite(t, testsite.Options{Items: 10})
 	_, ids, err := q.Enqueue(context.Background(), []jobqueue.Spec{
 		{URL: site.URL + "/page/1?delay=300", Wait: &jobqueue.Wait{Selector: "#ready"}},
 		{URL: site.URL + "/page/2?delay=300", Wait: &jobqueue.Wait{Selector: "#ready"}},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 func TestLocalFarmRecord(t *testing.T) {
@@ -68,7 +69,7 @@ func TestUpThenSubmitWithoutFlags(t *testing.T) {
 	}
 	dataDir := filepath.Join(work, "data")
 	env := append(withoutFarmSettings(os.Environ()), "FARM_DATA_DIR="+dataDir)
-	site := testsite.StartT(t, testsite.Options{Items: 5})
+	site := testutil.StartSite(t, testsite.Options{Items: 5})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

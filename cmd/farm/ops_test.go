@@ -45,7 +45,7 @@ func TestReadSpecs(t *testing.T) {
 
 	bad := []struct{ in, want string }{
 		{"https://a.com\n{\"url\": \"https://b.com\",}\n", "jobs.txt line 2: bad JSON job spec"},
-		{"{\"url\":\"https://a.com\",\"colour\":\"red\"}", `jobs.txt line 1: bad JSON job spec: json: unknown field "colour"`},
+		{"{\"url\":\"https://a.com\",\"colour\":\"red\"}", `jobs.txt line 1: bad JSON job spec: field "colour": unknown field`},
 		{"{\"url\":\"https://a.com\"} {\"url\":\"https://b.com\"}", "line 1: bad JSON job spec: more than one value"},
 	}
 	for _, b := range bad {

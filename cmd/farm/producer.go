@@ -87,7 +87,7 @@ func (o *producerOptions) politeness() (farm.Politeness, error) {
 	p := farm.Politeness{Default: farm.HostPolicy{MaxConcurrent: o.hostMax, MinInterval: o.hostInterval}, Hosts: map[string]farm.HostPolicy{}}
 	if o.politenessFile != "" {
 		var err error
-		if p, err = farm.LoadPoliteness(o.politenessFile, p); err != nil {
+		if p, err = loadPoliteness(o.politenessFile, p); err != nil {
 			return p, usagef("--politeness-file: %v", err)
 		}
 	}
@@ -100,7 +100,7 @@ func (o *producerOptions) politeness() (farm.Politeness, error) {
 		}
 	}
 	for _, r := range rules {
-		host, pol, err := farm.ParseHostRule(r)
+		host, pol, err := parseHostRule(r)
 		if err != nil {
 			return p, usagef("--host-rule: %v", err)
 		}
@@ -144,8 +144,7 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 		ln.Close()
 		return err
 	}
-	addContext(ctx, &g)
-	return g.Run()
+	return runUntil(ctx, &g)
 }
 
 // addProducer adds the producer's actors to g: the producer itself (leader
@@ -265,16 +264,16 @@ func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log 
 		farm.ScaleSource(q), drv, log)
 }
 
-// addContext ends the group when ctx ends (SIGINT/SIGTERM from main).
-func addContext(ctx context.Context, g *run.Group) {
-	stop := make(chan struct{})
-	g.Add(func() error {
-		select {
-		case <-ctx.Done():
-		case <-stop:
-		}
+// runUntil runs g until ctx ends (SIGINT/SIGTERM from main) or one of its
+// actors returns. oklog/run's ContextHandler ends the group with ctx's error;
+// the end of ctx is the ordinary way to stop, so it is no error here.
+func runUntil(ctx context.Context, g *run.Group) error {
+	g.Add(run.ContextHandler(ctx))
+	err := g.Run()
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil
-	}, func(error) { close(stop) })
+	}
+	return err
 }
 
 // isLoopback reports whether a listener's address is a loopback one.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -62,7 +63,7 @@ func TestConsumerRespawn(t *testing.T) {
 	}
 	bin := buildFarm(t)
 	url, q := migratedDB(t)
-	site := testsite.StartT(t, testsite.Options{Items: 10})
+	site := testutil.StartSite(t, testsite.Options{Items: 10})
 	specs := make([]jobqueue.Spec, 200)
 	for i := range specs {
 		specs[i] = jobqueue.Spec{URL: fmt.Sprintf("%s/page/%d", site.URL, i+1), Wait: &jobqueue.Wait{Selector: "#ready"}}

@@ -14,6 +14,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -60,7 +61,7 @@ func TestStartEverythingAtOnce(t *testing.T) {
 	_ = os.Chmod(parent, 0o755)
 	dataDir := filepath.Join(parent, "d")
 	url := "host=" + dataDir + " port=5432 user=postgres dbname=postgres sslmode=disable"
-	site := testsite.StartT(t, testsite.Options{Items: 5})
+	site := testutil.StartSite(t, testsite.Options{Items: 5})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -50,7 +49,7 @@ func (f *specFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.screenshot, "screenshot", false, "keep a PNG screenshot")
 	fs.IntVar(&f.priority, "priority", 0, "priority, -1000..1000 (higher runs first)")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before a job fails, 1..20 (0: the queue's default, 3)")
-	fs.DurationVar(&f.timeout, "timeout", 0, "bound on one render, e.g. 30s (0: default 30s)")
+	fs.DurationVar(&f.timeout, "timeout", 0, fmt.Sprintf("bound on one render, e.g. 45s (0: default %v)", jobqueue.DefaultTimeoutMS*time.Millisecond))
 	fs.StringVar(&f.block, "block", "", "resource types not to load, comma-separated: image,font,media,stylesheet")
 	fs.Var(&f.headers, "header", "extra request header 'Name: value' (repeatable)")
 	fs.StringVar(&f.userAgent, "user-agent", "", "user agent override")
@@ -162,13 +161,9 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 func parseSpecLine(text string, flags *specFlags) (jobqueue.Spec, error) {
 	var spec jobqueue.Spec
 	if strings.HasPrefix(text, "{") {
-		dec := json.NewDecoder(strings.NewReader(text))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&spec); err != nil {
+		var err error
+		if spec, err = jobqueue.DecodeSpec([]byte(text)); err != nil {
 			return spec, fmt.Errorf("bad JSON job spec: %w", err)
-		}
-		if dec.More() {
-			return spec, errors.New("bad JSON job spec: more than one value on the line")
 		}
 	} else {
 		spec.URL = text

@@ -42,6 +42,7 @@ type upOptions struct {
 	recycleJobs int
 	exitAfter   int
 	dataDir     string
+	pgBin       string
 	chrome      string
 	browser     string
 	heartbeat   time.Duration
@@ -89,6 +90,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	fs.IntVar(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace Chrome after this many jobs (0: never)")
 	fs.IntVar(&uo.exitAfter, "exit-after-jobs", sv.ExitAfterJobs, "consumers exit, to be restarted fresh, after this many jobs (0: never)")
 	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else ~/.local/state/browserfarm; the demo uses a temporary dir)")
+	fs.StringVar(&uo.pgBin, "pg-bin", "", "directory holding PostgreSQL's initdb and postgres for the private cluster (default: found on PATH, by pg_config, or under /usr/lib/postgresql)")
 	fs.StringVar(&uo.chrome, "chrome", "", "browser binary for the consumers; overrides --browser")
 	fs.StringVar(&uo.browser, "browser", "", browserHelp)
 	fs.DurationVar(&uo.heartbeat, "heartbeat-interval", 0, "consumers' heartbeat interval (default: the consumer's; the demo uses 1s)")
@@ -192,7 +194,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	// The database: the one given, or a private cluster.
 	dbURL := db.url
 	if dbURL == "" {
-		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(uo.dataDir, "pg"), Logger: log.Named("postgres"),
+		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(uo.dataDir, "pg"), BinDir: uo.pgBin, Logger: log.Named("postgres"),
 			Settings: map[string]string{"max_connections": "200"}})
 		if err != nil {
 			return err
@@ -321,8 +323,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 			return errDemoDone
 		}, func(error) { stopDemo() })
 	}
-	addContext(ctx, &g)
-	err = g.Run()
+	err = runUntil(ctx, &g)
 	switch {
 	case errors.Is(err, errDemoDone) || (uo.demo && demoRan):
 		err = demoErr
@@ -338,7 +339,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 // consumerEnvironment is our environment plus set: the settings `farm up`
 // decides replace any the environment had, and a consumer's identity
 // (node id, health address) is never inherited, since K consumers share it.
-// Other FARM_* settings (FARM_JOB_TIMEOUT, FARM_CHROME_FLAGS, …) reach the
+// Other FARM_* settings (FARM_CHROME_FLAGS, FARM_MAX_EXTRACT_BYTES, …) reach the
 // consumers as they would a `farm consumer` started by hand.
 func consumerEnvironment(base []string, set map[string]string) []string {
 	var out []string
@@ -421,15 +422,11 @@ func consumerSlotEnv(base []string, nodeID string) []string {
 }
 
 // nodeIDFor names consumer slot i on this machine: the hostname made a node
-// id by the consumer's own rule, plus the slot. A restarted consumer keeps
-// its slot's id, so it takes back what its predecessor left.
+// id by the consumers' own rule (jobqueue.NodeIDFrom), plus the slot. A
+// restarted consumer keeps its slot's id, so it takes back what its
+// predecessor left.
 func nodeIDFor(hostname string, slot int) string {
-	suffix := fmt.Sprintf("-%d", slot+1)
-	id := farm.NodeIDFromHostname(hostname)
-	if len(id)+len(suffix) > jobqueue.MaxNodeIDLength {
-		id = id[:jobqueue.MaxNodeIDLength-len(suffix)]
-	}
-	return id + suffix
+	return jobqueue.NodeIDFrom(hostname, fmt.Sprintf("-%d", slot+1))
 }
 
 // childEvents counts events in the consumers' JSON logs as they stream past

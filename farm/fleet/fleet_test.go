@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 func TestBackoff(t *testing.T) {
@@ -42,18 +44,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // A child that exits 75 is restarted at once; one that crashes is restarted
 // after backoff. Each child appends a line to a file per start, so the test
 // counts incarnations from what the children did, not from the fleet's own counters.
@@ -78,7 +68,7 @@ func TestRestartsRecycledAndCrashedChildren(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(dir, "slot"+strconv.Itoa(slot)))
 		return strings.Count(string(b), "start")
 	}
-	waitFor(t, "5 incarnations of each child", func() bool { return starts(0) >= 5 && starts(1) >= 5 })
+	testutil.Eventually(t, 20*time.Second, "5 incarnations of each child", func() bool { return starts(0) >= 5 && starts(1) >= 5 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -113,7 +103,7 @@ func TestStopDrainsThenKills(t *testing.T) {
 	go func() { done <- f.Run(ctx) }()
 	var pids []int
 	for slot := 0; slot < 2; slot++ {
-		waitFor(t, "child pid file", func() bool { _, err := os.Stat(pidFile(slot)); return err == nil })
+		testutil.Eventually(t, 20*time.Second, "child pid file", func() bool { _, err := os.Stat(pidFile(slot)); return err == nil })
 		b, _ := os.ReadFile(pidFile(slot))
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil {

@@ -520,43 +520,6 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// describeJSONError turns a decoding error into a field and a message.
-func describeJSONError(err error) (field, msg string) {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		return typeErr.Field, fmt.Sprintf("expected %s, got JSON %s", typeName(typeErr.Type.Kind().String()), typeErr.Value)
-	case errors.As(err, &syntaxErr):
-		return "", fmt.Sprintf("malformed JSON at byte %d: %v", syntaxErr.Offset, err)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		if uerr != nil {
-			name = strings.TrimPrefix(err.Error(), "json: unknown field ")
-		}
-		return name, "unknown field"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "", "malformed JSON: unexpected end of input"
-	}
-	return "", strings.TrimPrefix(err.Error(), "json: ")
-}
-
-func typeName(kind string) string {
-	switch {
-	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"), strings.HasPrefix(kind, "float"):
-		return "a number"
-	case kind == "string":
-		return "a string"
-	case kind == "bool":
-		return "true or false"
-	case kind == "slice":
-		return "an array"
-	case kind == "struct", kind == "map":
-		return "an object"
-	}
-	return kind
-}
-
 // parseSpecs reads a submission: a JSON array of specs, or {"jobs": [...]}.
 func parseSpecs(body []byte) ([]jobqueue.Spec, error) {
 	body = bytes.TrimSpace(body)
@@ -566,7 +529,7 @@ func parseSpecs(body []byte) ([]jobqueue.Spec, error) {
 		return nil, &specParseError{index: -1, msg: "empty body: send a JSON array of job specs, or {\"jobs\": [...]}"}
 	case body[0] == '[':
 		if err := decodeStrict(body, &items); err != nil {
-			_, msg := describeJSONError(err)
+			_, msg := jobqueue.DescribeJSONError(err)
 			return nil, &specParseError{index: -1, msg: msg}
 		}
 	case body[0] == '{':
@@ -574,7 +537,7 @@ func parseSpecs(body []byte) ([]jobqueue.Spec, error) {
 			Jobs *[]json.RawMessage `json:"jobs"`
 		}
 		if err := decodeStrict(body, &env); err != nil {
-			field, msg := describeJSONError(err)
+			field, msg := jobqueue.DescribeJSONError(err)
 			if field != "" {
 				msg = fmt.Sprintf("field %q: %s (the body is {\"jobs\": [...]})", field, msg)
 			}
@@ -595,13 +558,11 @@ func parseSpecs(body []byte) ([]jobqueue.Spec, error) {
 	}
 	specs := make([]jobqueue.Spec, len(items))
 	for i, raw := range items {
-		if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-			return nil, &specParseError{index: i, msg: "a job spec must be a JSON object, e.g. {\"url\": \"https://example.com/\"}"}
+		spec, err := jobqueue.DecodeSpec(raw)
+		if se := (*jobqueue.SpecError)(nil); errors.As(err, &se) {
+			return nil, &specParseError{index: i, field: se.Field, msg: se.Msg}
 		}
-		if err := decodeStrict(raw, &specs[i]); err != nil {
-			field, msg := describeJSONError(err)
-			return nil, &specParseError{index: i, field: field, msg: msg}
-		}
+		specs[i] = spec
 	}
 	return specs, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -67,7 +68,7 @@ func TestImageRendersJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := jobqueue.New(pool, jobqueue.Config{})
-	site := testsite.StartT(t, testsite.Options{Items: 12})
+	site := testutil.StartSite(t, testsite.Options{Items: 12})
 	_, ids, err := q.Enqueue(ctx, []jobqueue.Spec{{
 		URL:        site.URL + "/page/7",
 		Wait:       &jobqueue.Wait{Selector: "#ready"},

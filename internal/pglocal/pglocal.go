@@ -75,16 +75,14 @@ type Cluster struct {
 // ErrNoBinaries is returned when no PostgreSQL installation can be found.
 var ErrNoBinaries = errors.New("pglocal: PostgreSQL server binaries (initdb, postgres) not found; " +
 	"install them, e.g. `apt-get install postgresql` on Debian/Ubuntu or `dnf install postgresql-server` on Fedora, " +
-	"or point FARM_PG_BIN at the directory holding initdb, or give a database URL instead")
+	"or name the directory holding initdb (farm up --pg-bin, FARM_PG_BIN), or give a database URL instead")
 
-// FindBinDir locates the directory holding initdb and postgres: $FARM_PG_BIN,
-// then PATH, then `pg_config --bindir`, then the newest
-// /usr/lib/postgresql/*/bin (Debian's layout, which keeps them off PATH).
+// FindBinDir locates the directory holding initdb and postgres: PATH, then
+// `pg_config --bindir`, then the newest /usr/lib/postgresql/*/bin (Debian's
+// layout, which keeps them off PATH). A directory the operator names is
+// Config.BinDir: this package reads no environment.
 func FindBinDir() (string, error) {
 	var candidates []string
-	if d := os.Getenv("FARM_PG_BIN"); d != "" {
-		candidates = append(candidates, d)
-	}
 	if p, err := exec.LookPath("initdb"); err == nil {
 		candidates = append(candidates, filepath.Dir(p))
 	}

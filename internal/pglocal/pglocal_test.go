@@ -155,7 +155,6 @@ func TestErrors(t *testing.T) {
 
 func TestFindBinDirMissingSaysHowToInstall(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	t.Setenv("FARM_PG_BIN", "")
 	dir, err := FindBinDir()
 	if err == nil {
 		// Debian keeps the binaries off PATH, under /usr/lib/postgresql; that is found.

@@ -2,7 +2,10 @@
 // binary (started with internal/pglocal, or the server named by
 // FARM_TEST_DATABASE_URL), and a fresh database per test so tests run in
 // parallel without seeing each other's rows or NOTIFY traffic (notifications
-// are scoped to a database).
+// are scoped to a database). Being test-only code (no product package
+// imports it), it reads its configuration from the environment itself:
+// FARM_TEST_DATABASE_URL and FARM_PG_BIN (the directory of initdb, as farm up
+// --pg-bin).
 package pgtest
 
 import (
@@ -55,7 +58,10 @@ func run(m *testing.M) int {
 	}
 	ctx := context.Background()
 	cluster, err := pglocal.Start(ctx, pglocal.Config{
-		DataDir:   dir + "/data",
+		DataDir: dir + "/data",
+		// The tests' stand-in for farm up --pg-bin: pglocal reads no
+		// environment, its callers do.
+		BinDir:    os.Getenv("FARM_PG_BIN"),
 		Ephemeral: true,
 		Settings:  map[string]string{"max_connections": "300"},
 	})

@@ -1,7 +1,9 @@
-// Package procstat reads what the benchmark harnesses measure of processes
-// from /proc: CPU time, process groups, Chrome trees by profile directory,
-// and PSS. It is for the harnesses under internal/ only; the product reads
-// its own Chrome's memory in the browser package.
+// Package procstat reads what is measured of processes from /proc: CPU time,
+// process groups, Chrome trees by profile directory, and PSS. The benchmark
+// harnesses under internal/ use all of it; the browser package reads its
+// Chrome tree's PSS with ReadPSS, the one PSS reader. It imports nothing of
+// the project, so browser, which imports nothing else of the project, stays
+// a leaf of the import graph.
 package procstat
 
 import (
@@ -157,23 +159,45 @@ func ChromeTrees(root string) map[int][]int {
 	return trees
 }
 
-// PSS reads a process's proportional set size in bytes; 0 if it is gone.
-func PSS(pid int) uint64 {
+// ReadPSS reads a process's proportional set size in bytes from the Pss line
+// of /proc/PID/smaps_rollup: each shared page divided among the processes
+// that map it, so that a tree's sum counts Chrome's shared pages once.
+func ReadPSS(pid int) (uint64, error) {
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-			if fs := strings.Fields(rest); len(fs) == 2 {
-				kb, _ := strconv.ParseUint(fs[0], 10, 64)
-				return kb << 10
-			}
+			return parseKB(rest)
 		}
 	}
-	return 0
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no Pss line in smaps_rollup of %d", pid)
+}
+
+// parseKB parses "   1234 kB" into bytes.
+func parseKB(s string) (uint64, error) {
+	fields := strings.Fields(s)
+	if len(fields) != 2 || fields[1] != "kB" {
+		return 0, fmt.Errorf("unexpected memory field %q", s)
+	}
+	n, err := strconv.ParseUint(fields[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("unexpected memory field %q: %w", s, err)
+	}
+	return n * 1024, nil
+}
+
+// PSS is ReadPSS for a harness that samples: 0 if the process is gone or
+// unreadable.
+func PSS(pid int) uint64 {
+	n, _ := ReadPSS(pid)
+	return n
 }
 
 // TreePSS sums the PSS of pids.

@@ -68,3 +68,23 @@ func TestSelect(t *testing.T) {
 		}
 	}
 }
+
+func TestParseKB(t *testing.T) {
+	tests := []struct {
+		in   string
+		want uint64
+		err  bool
+	}{
+		{"   1234 kB", 1234 * 1024, false},
+		{"0 kB", 0, false},
+		{"12 MB", 0, true},
+		{"x kB", 0, true},
+		{"", 0, true},
+	}
+	for _, tc := range tests {
+		got, err := parseKB(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("parseKB(%q) = %d, %v", tc.in, got, err)
+		}
+	}
+}

@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -712,21 +711,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}()
 	s.unwatch = context.AfterFunc(ctx, func() { s.shutdown() })
 	return s, nil
-}
-
-// StartT serves the site for one test and closes it when the test ends.
-func StartT(tb testing.TB, opts Options) *Server {
-	tb.Helper()
-	s, err := Start(context.Background(), opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			tb.Errorf("testsite: %v", err)
-		}
-	})
-	return s
 }
 
 // shutdown stops the server: it ends every waiting handler first, then closes

@@ -1,0 +1,136 @@
+// Package jobspec is the one home of what the two ends of a job check alike:
+// the bounds, defaults and names of a job spec that jobqueue enforces when a
+// job is submitted and browser enforces when it renders, and the rule for a
+// per-job proxy URL. With both reading the same values, a job the queue
+// accepts is one the browser can render (farm's TestAcceptedSpecsRender and
+// FuzzAcceptedSpecsRender hold the two to that).
+//
+// It is a leaf: it imports nothing of the project, so jobqueue and browser,
+// which import nothing else of the project, stay leaves of the import graph.
+// Bounds only the queue checks (sizes of texts, headers, cookies, the spec's
+// JSON) stay in jobqueue; capabilities only the browser has (the resource
+// types it can block beyond the spec's) stay in browser.
+package jobspec
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// Bounds and defaults of a spec that the browser also applies.
+const (
+	// DefaultTimeoutMS bounds a render whose spec sets no timeout_ms. The
+	// queue stores it in the spec at submit, so every node renders a job with
+	// the same timeout.
+	DefaultTimeoutMS = 30_000
+	MinTimeoutMS     = 1000
+	MaxTimeoutMS     = 300_000
+	// MaxActionTimes bounds an action's times (repeats of click and scroll).
+	MaxActionTimes = 100
+	// MaxActionMS bounds an action's ms: one pause or wait.
+	MaxActionMS = 60_000
+	// The viewport's sides, in CSS pixels: 8K at most.
+	MinViewport       = 100
+	MaxViewportWidth  = 7680
+	MaxViewportHeight = 4320
+	// DefaultMaxLinks is follow.max_links when a spec leaves it 0, and the
+	// links a render returns when its caller sets no cap.
+	DefaultMaxLinks = 100
+	// MaxFollowLinks bounds follow.max_links: the children one page may
+	// enqueue, all in the transaction that completes it.
+	MaxFollowLinks = 10_000
+	// LinksAskedPerFollowed is how many links a page is asked for per link
+	// it may follow, so that the host and duplicate filters still leave
+	// max_links to follow.
+	LinksAskedPerFollowed = 4
+	// MaxCollectedLinks is the most links taken from one page: the browser
+	// is asked for no more, and the result keeps no more.
+	MaxCollectedLinks = LinksAskedPerFollowed * MaxFollowLinks
+	// Default result caps, unless the node is told otherwise (farm consumer
+	// --max-extract-bytes, --max-screenshot-bytes, --max-console-errors):
+	// the JSON of the extract expression's value, a screenshot's PNG, and
+	// how many console errors a result keeps.
+	DefaultMaxDataBytes       = 4 << 20
+	DefaultMaxScreenshotBytes = 8 << 20
+	DefaultMaxConsoleErrors   = 50
+)
+
+// Isolation names: what a job may see of the jobs before it on the same
+// browser session. "" means IsolationWipe.
+const (
+	IsolationWipe    = "wipe"
+	IsolationContext = "context"
+	IsolationShared  = "shared"
+)
+
+// Action types.
+const (
+	ActionClick  = "click"
+	ActionScroll = "scroll"
+	ActionType   = "type"
+	ActionWait   = "wait"
+)
+
+// ActionTypes returns the action types a spec may use.
+func ActionTypes() []string { return []string{ActionClick, ActionScroll, ActionType, ActionWait} }
+
+// BlockTypes returns the resource types a spec may block.
+func BlockTypes() []string { return []string{"image", "font", "media", "stylesheet"} }
+
+// Proxy is a parsed per-job proxy URL.
+type Proxy struct {
+	// Server is scheme://host:port, as Chrome's proxyServer takes it.
+	Server   string
+	User     string
+	Password string
+	// HasAuth: the URL carried a user (the password may be empty).
+	HasAuth bool
+}
+
+// ParseProxy checks a per-job proxy URL, scheme://[user:password@]host:port
+// with scheme http, https or socks5, and splits it. Its errors are messages
+// for a person, without the field's name (the caller adds it).
+func ParseProxy(p string) (Proxy, error) {
+	u, err := url.Parse(p)
+	if err != nil {
+		if ue, ok := err.(*url.Error); ok {
+			// url.Error's "parse <url>:" prefix repeats the input.
+			err = ue.Err
+		}
+		return Proxy{}, fmt.Errorf("malformed proxy URL: %v", err)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	switch scheme {
+	case "http", "https", "socks5":
+	case "":
+		return Proxy{}, fmt.Errorf("the proxy URL needs a scheme (http, https or socks5), e.g. socks5://host:1080")
+	default:
+		return Proxy{}, fmt.Errorf("proxy scheme %q is not allowed (use http, https or socks5)", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return Proxy{}, fmt.Errorf("the proxy URL has no host")
+	}
+	port := u.Port()
+	if port == "" {
+		return Proxy{}, fmt.Errorf("the proxy URL needs a port, e.g. http://host:3128")
+	}
+	if n, err := strconv.Atoi(port); err != nil || len(port) > 5 || n < 1 || n > 65535 {
+		return Proxy{}, fmt.Errorf("port %q is out of range 1..65535", port)
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return Proxy{}, fmt.Errorf("the proxy URL must be scheme://[user:password@]host:port, without a path or query")
+	}
+	out := Proxy{Server: scheme + "://" + u.Host}
+	if u.User != nil {
+		if scheme == "socks5" {
+			// Chrome has no way to answer a SOCKS proxy's authentication.
+			return Proxy{}, fmt.Errorf("chrome cannot authenticate to a SOCKS proxy: drop the user and password, or use an http or https proxy")
+		}
+		out.User = u.User.Username()
+		out.Password, _ = u.User.Password()
+		out.HasAuth = true
+	}
+	return out, nil
+}

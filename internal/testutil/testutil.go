@@ -1,0 +1,47 @@
+// Package testutil holds the helpers that the tests of several packages
+// share. Only _test.go files import it: it links `testing`, which must stay
+// out of the farm binary (go list -deps ./cmd/farm | grep -x testing prints
+// nothing).
+package testutil
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+)
+
+// pollEvery is how often Eventually checks its condition: often enough that a
+// test does not idle, rarely enough not to load a shared 2-core machine.
+const pollEvery = 10 * time.Millisecond
+
+// Eventually polls cond until it holds and fails the test if it still does
+// not after within. within bounds a hung condition only; it is never what a
+// test measures, so make it generous.
+func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// StartSite serves internal/testsite for one test and closes it when the
+// test ends.
+func StartSite(tb testing.TB, opts testsite.Options) *testsite.Server {
+	tb.Helper()
+	s, err := testsite.Start(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			tb.Errorf("testsite: %v", err)
+		}
+	})
+	return s
+}
