@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -18,7 +19,7 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	db := newTestDB(t)
 	const node = "node-pss-range"
 	db.startAssigner(t, node, defaultCapacity())
@@ -42,24 +43,24 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	// Once the first Chrome is sampled, a sample takes the range gathered
 	// so far (from before any Chrome ran: 0), so the next holds only what
 	// follows: every value then is a live Chrome's.
-	waitFor(t, time.Minute, "the first Chrome sampled", func() bool {
+	testutil.Eventually(t, time.Minute, "the first Chrome sampled", func() bool {
 		n, err := db.q.GetNode(ctx, node)
 		return err == nil && n.Load.ChromePSSBytes > 0
 	})
 	record()
 
 	batch, ids := db.enqueue(t, site.URL, pagePaths(6, "/page/%d"))
-	waitFor(t, 2*time.Minute, "every job final", func() bool { return db.counts(t, batch).Finished() == int64(len(ids)) })
+	testutil.Eventually(t, 2*time.Minute, "every job final", func() bool { return db.counts(t, batch).Finished() == int64(len(ids)) })
 	if c := db.counts(t, batch); c.By[jobqueue.StateCompleted] != int64(len(ids)) {
 		t.Fatalf("counts %v, want %d completed", c.By, len(ids))
 	}
-	waitFor(t, time.Minute, "a recycled Chrome killed", func() bool { return rc.c.sup.Stats().ChromeKills >= 1 })
+	testutil.Eventually(t, time.Minute, "a recycled Chrome killed", func() bool { return rc.c.sup.Stats().ChromeKills >= 1 })
 
 	// A Chrome tree is tens of MiB at the least; a band narrower than that
 	// did not see the kill.
 	const wide = 20 << 20
 	var n jobqueue.Node
-	waitFor(t, time.Minute, "a heartbeat with the recycle's range", func() bool {
+	testutil.Eventually(t, time.Minute, "a heartbeat with the recycle's range", func() bool {
 		var err error
 		n, err = db.q.GetNode(ctx, node)
 		return err == nil && n.Load.ChromePSSMaxBytes-n.Load.ChromePSSMinBytes >= wide

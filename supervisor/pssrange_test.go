@@ -2,6 +2,9 @@ package supervisor
 
 import (
 	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 func TestPSSAccumulator(t *testing.T) {
@@ -73,8 +76,8 @@ func TestPSSRangeSpansRecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "recycled chrome killed", c1.killed)
-	eventually(t, "kill logged", func() bool { return h.logs.FilterMessage("chrome killed").Len() == 1 })
+	testutil.Eventually(t, time.Minute, "recycled chrome killed", c1.killed)
+	testutil.Eventually(t, time.Minute, "kill logged", func() bool { return h.logs.FilterMessage("chrome killed").Len() == 1 })
 	if got, want := h.s.TakePSSRange(), (PSSRange{Min: 0, Max: 900, Last: 0, Samples: 2}); got != want {
 		t.Fatalf("range over the recycle = %+v, want %+v", got, want)
 	}
