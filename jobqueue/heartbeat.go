@@ -1,0 +1,111 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+)
+
+// heartbeatSQL records the load of the node's incarnation $11 (any when 0)
+// and returns its state before and after. The current incarnation's
+// heartbeat is proof of life: a node it finds lost or exited — declared so
+// while its process lived on, e.g. through a database outage — is active
+// again (its jobs were taken back; it simply gets new ones).
+const heartbeatSQL = `
+WITH prev AS (
+    SELECT id, state, chrome_recycles, chrome_memory_recycles, chrome_crashes
+    FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR UPDATE
+), counted AS (
+    -- What the process counted since its last heartbeat joins the lifetime.
+    UPDATE node_counters c SET
+        chrome_recycles        = c.chrome_recycles + greatest($12::bigint - p.chrome_recycles, 0),
+        chrome_memory_recycles = c.chrome_memory_recycles + greatest($13::bigint - p.chrome_memory_recycles, 0),
+        chrome_crashes         = c.chrome_crashes + greatest($14::bigint - p.chrome_crashes, 0)
+    FROM prev p
+    WHERE c.node_id = p.id
+      AND ($12::bigint > p.chrome_recycles OR $13::bigint > p.chrome_memory_recycles OR $14::bigint > p.chrome_crashes)
+), upd AS (
+    UPDATE nodes n SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
+        busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
+        chrome_pss_min_bytes = least(n.chrome_pss_min_bytes, $15::bigint),
+        chrome_pss_max_bytes = greatest(n.chrome_pss_max_bytes, $16::bigint),
+        chrome_recycles = greatest(p.chrome_recycles, $12::bigint),
+        chrome_memory_recycles = greatest(p.chrome_memory_recycles, $13::bigint),
+        chrome_crashes = greatest(p.chrome_crashes, $14::bigint),
+        heartbeat_at = coalesce($10::timestamptz, now()),
+        state = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited') THEN 'active' ELSE p.state END,
+        state_changed_at = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited')
+                                THEN coalesce($10::timestamptz, now()) ELSE n.state_changed_at END
+    FROM prev p
+    WHERE n.id = p.id
+    RETURNING n.state
+)
+SELECT p.state, u.state FROM prev p, upd u`
+
+// Heartbeat records the node's load and liveness and renews the leases of
+// its processing jobs, in one round trip, and returns the node's state. It
+// is the operator's form, bound to no incarnation; a node's process uses
+// Incarnation.Heartbeat.
+func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (NodeState, error) {
+	return q.heartbeat(ctx, nodeID, 0, load, nil)
+}
+
+// heartbeat sends the heartbeat of incarnation inc (0: any) and renews the
+// leases of live — the jobs the node still renders or reports — or, with a
+// nil live, of every job it holds. A job the node holds in the queue but
+// gave up on (its outcome could not be recorded) is left to its lease, so
+// the producer takes it back instead of the node holding its slot for ever.
+func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad, live []int64) (NodeState, error) {
+	var before, st NodeState
+	pssMin, pssMax := load.pssRange()
+	b := &pgx.Batch{}
+	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
+		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
+		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
+	var ids any
+	if live != nil {
+		ids = live
+	}
+	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
+				return "", fmt.Errorf("heartbeat: %w", ferr)
+			}
+			return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, ErrNotFound)
+		}
+		return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, err)
+	}
+	if before != st {
+		q.log.Warn("node was "+string(before)+" while its process lived on; its heartbeat made it active again",
+			zap.String("node", nodeID), zap.Int64("incarnation", inc))
+		if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSlots); err != nil {
+			return st, fmt.Errorf("heartbeat of node %q: notify: %w", nodeID, err)
+		}
+	}
+	return st, nil
+}
+
+// fenceErr explains why a statement of incarnation inc of a node matched
+// nothing: a *FencedError when the node is gone or at another incarnation,
+// nil when inc is 0 or still current (the cause lies elsewhere).
+func (q *Queue) fenceErr(ctx context.Context, nodeID string, inc int64) error {
+	if inc == 0 {
+		return nil
+	}
+	var cur int64
+	err := q.pool.QueryRow(ctx, "SELECT incarnation FROM nodes WHERE id = $1", nodeID).Scan(&cur)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return &FencedError{NodeID: nodeID, Incarnation: inc}
+	case err != nil:
+		return fmt.Errorf("node %q: read incarnation: %w", nodeID, err)
+	case cur != inc:
+		return &FencedError{NodeID: nodeID, Incarnation: inc, Current: cur}
+	}
+	return nil
+}

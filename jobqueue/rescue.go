@@ -1,0 +1,119 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/zap"
+)
+
+// RescueReport says what RescueLost did.
+type RescueReport struct {
+	LostNodes []string // nodes just declared lost
+	Released  int64    // queued jobs of gone nodes returned free
+	Retried   int64    // processing jobs charged an attempt, back to pending
+	Failed    int64    // processing jobs that used their last attempt
+}
+
+// markLostSQL locks the stale nodes in id order first, like AssignFree, so
+// the two cannot deadlock.
+const markLostSQL = `
+WITH stale AS (
+    SELECT id FROM nodes
+    WHERE state IN ('active', 'draining')
+      AND heartbeat_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+    ORDER BY id
+    FOR UPDATE
+)
+UPDATE nodes n SET state = 'lost', state_changed_at = coalesce($1::timestamptz, now())
+FROM stale
+WHERE n.id = stale.id
+RETURNING n.id`
+
+// releaseGoneSQL also catches jobs assigned to a node in the instant it was
+// declared lost or exited, so none stays queued on a node that is gone.
+const releaseGoneSQL = `
+UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
+FROM nodes n
+WHERE j.state = 'queued' AND j.node_id = n.id AND n.state IN ('lost', 'exited')`
+
+var chargeGoneSQL = `
+WITH upd AS (
+    UPDATE jobs j SET
+` + chargeAttempt("$1", "$2") + `
+        last_error  = CASE WHEN j.lease_expires_at < coalesce($1::timestamptz, now())
+                           THEN 'lease expired on node ' || j.node_id
+                           ELSE 'node ' || j.node_id || ' was lost while the job was running' END,
+        error_class = CASE WHEN j.lease_expires_at < coalesce($1::timestamptz, now())
+                           THEN 'lease_expired' ELSE 'node_lost' END
+    WHERE j.state = 'processing'
+      AND (j.lease_expires_at < coalesce($1::timestamptz, now())
+           OR j.node_id IN (SELECT id FROM nodes WHERE state IN ('lost', 'exited')))
+    RETURNING j.state, j.node_id
+), counted AS (
+    ` + bumpNodeCounterSQL("jobs_failed",
+	"SELECT node_id, count(*) FROM upd WHERE state = 'failed' GROUP BY node_id ORDER BY node_id") + `
+)
+SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
+
+// RescueLost declares lost every active or draining node whose last heartbeat
+// is older than staleAfter, then takes back the jobs of gone (lost or exited)
+// nodes — queued ones free, processing ones charged an attempt — and every
+// processing job whose lease expired on any node. The producer runs it
+// periodically.
+func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (RescueReport, error) {
+	var rep RescueReport
+	now := q.now()
+	err := q.sendBatch(ctx, "rescue", func(b *pgx.Batch) {
+		// Each statement of the batch takes its own snapshot after the one
+		// before it finished: marking a node lost waits for an Assign holding
+		// its row, and the next statement then sees what that Assign queued.
+		b.Queue(markLostSQL, now, staleAfter.Seconds()).Query(func(rows pgx.Rows) error {
+			var err error
+			rep.LostNodes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		b.Queue(releaseGoneSQL).Exec(func(tag pgconn.CommandTag) error {
+			rep.Released = tag.RowsAffected()
+			return nil
+		})
+		b.Queue(chargeGoneSQL, now, q.delays()).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&rep.Retried, &rep.Failed)
+		})
+	})
+	if err != nil {
+		return RescueReport{}, fmt.Errorf("rescue lost jobs: %w", err)
+	}
+	if len(rep.LostNodes) > 0 || rep.Released+rep.Retried+rep.Failed > 0 {
+		q.log.Warn("rescued jobs of lost nodes and expired leases", zap.Strings("lost_nodes", rep.LostNodes),
+			zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed))
+		if rep.Released+rep.Retried > 0 {
+			if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSubmitted); err != nil {
+				return rep, fmt.Errorf("rescue lost jobs: notify: %w", err)
+			}
+		}
+	}
+	return rep, nil
+}
+
+// DeleteGoneNodes deletes exited and lost nodes that hold no job and whose
+// state changed before cutoff, and returns how many.
+func (q *Queue) DeleteGoneNodes(ctx context.Context, cutoff time.Time) (int64, error) {
+	// Their lifetime counters move into the farm's, in the same statement.
+	var n int64
+	err := q.pool.QueryRow(ctx, `
+        WITH gone AS (
+            DELETE FROM nodes n
+            WHERE n.state IN ('exited', 'lost') AND n.state_changed_at < $1
+              AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.node_id = n.id AND j.state IN ('queued', 'processing'))
+            RETURNING n.id
+        `+foldGoneCountersSQL+`
+        SELECT count(*), (SELECT count(*) FROM folded) FROM gone`, cutoff).Scan(&n, new(int64))
+	if err != nil {
+		return 0, fmt.Errorf("delete gone nodes: %w", err)
+	}
+	return n, nil
+}
