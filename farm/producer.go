@@ -26,6 +26,8 @@ type ProducerConfig struct {
 	Tick time.Duration
 	// AssignBatch caps the jobs assigned in one round. Default 5,000.
 	AssignBatch int
+	// Assign is which nodes get work first. Default jobqueue.AssignSpread.
+	Assign jobqueue.AssignPolicy
 	// StaleAfter: a node whose last heartbeat is older is lost, and its jobs
 	// go back to pending. Default 15 s (consumers heartbeat every 3 s).
 	StaleAfter time.Duration
@@ -74,6 +76,9 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	if cfg.AssignBatch <= 0 {
 		cfg.AssignBatch = 5000
+	}
+	if cfg.Assign == "" {
+		cfg.Assign = jobqueue.AssignSpread
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 15 * time.Second
@@ -146,14 +151,14 @@ func (p *Producer) assignLoop(ctx context.Context) error {
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
 	for {
-		rep, err := p.cfg.Queue.AssignPolite(ctx, p.cfg.Politeness.For, p.cfg.AssignBatch)
+		rep, err := p.cfg.Queue.AssignPolite(ctx, p.cfg.Politeness.For, p.cfg.AssignBatch, p.cfg.Assign)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			p.log.Warn("assignment round failed", zap.Error(err))
 		} else if n := rep.Total(); n > 0 {
-			p.log.Debug("assigned", zap.Int("jobs", n), zap.Int("nodes", len(rep.Assigned)),
+			p.log.Debug("assigned", zap.Int("jobs", n), zap.String("policy", string(p.cfg.Assign)), zap.Int("nodes", len(rep.Assigned)),
 				zap.Int("free_slots", rep.FreeSlots), zap.Int("throttled_hosts", rep.Throttled))
 			if p.cfg.OnAssigned != nil {
 				p.cfg.OnAssigned(rep)

@@ -43,7 +43,7 @@ func BenchmarkAssign100Nodes(b *testing.B) {
 			b.ResetTimer()
 			assigned, rounds := 0, 0
 			for assigned < b.N {
-				rep, err := q.AssignPolite(ctx, bc.pol.For, 5000)
+				rep, err := q.AssignPolite(ctx, bc.pol.For, 5000, jobqueue.AssignSpread)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -49,13 +49,6 @@ func (r AssignReport) Total() int {
 	return n
 }
 
-// nodeSlots is one active node's capacity as an assignment round sees it.
-type nodeSlots struct {
-	ID       string
-	Capacity int
-	Held     int // queued + processing
-}
-
 // hostState is what an assignment round knows of one host with pending jobs.
 type hostState struct {
 	Host        string
@@ -87,43 +80,6 @@ func hostBudget(pol HostPolicy, h hostState, now time.Time, unlimited int) (int,
 		n = min(n, 1)
 	}
 	return max(n, 0), time.Time{}
-}
-
-// distribute deals n jobs (already in priority order) to nodes, least loaded
-// first: each job goes to the node whose load after taking it would be lowest
-// (ties: the node id), so a short supply spreads evenly and a busy node is
-// filled last. It returns the node id for each job; fewer than n when the
-// nodes run out of free slots.
-func distribute(nodes []nodeSlots, n int) []string {
-	held := make([]int, len(nodes))
-	for i, nd := range nodes {
-		held[i] = nd.Held
-	}
-	out := make([]string, 0, n)
-	for len(out) < n {
-		best := -1
-		for i, nd := range nodes {
-			if held[i] >= nd.Capacity {
-				continue
-			}
-			if best < 0 {
-				best = i
-				continue
-			}
-			// Compare (held+1)/capacity without floating point.
-			a := (held[i] + 1) * nodes[best].Capacity
-			b := (held[best] + 1) * nd.Capacity
-			if a < b || (a == b && nd.ID < nodes[best].ID) {
-				best = i
-			}
-		}
-		if best < 0 {
-			break
-		}
-		held[best]++
-		out = append(out, nodes[best].ID)
-	}
-	return out
 }
 
 const lockAssignSQL = `SELECT pg_advisory_xact_lock($1)`
@@ -202,12 +158,13 @@ WITH assigned AS (
 SELECT pg_notify($4 || node_id, count(*)::text) FROM assigned GROUP BY node_id`
 
 // AssignPolite runs one farm-wide assignment round: it fills the free slots
-// of every active node, least loaded first, with ready pending jobs by
+// of the active nodes, in the order the assign policy gives (see
+// Distribute), with ready pending jobs by
 // priority then age, while no host exceeds its policy (see hostBudget) —
 // jobs of a throttled host wait without holding up other hosts. At most
 // limit jobs are assigned. Rounds are serialized farm-wide by an advisory
 // lock. Each node that got work is woken by NOTIFY.
-func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostPolicy, limit int) (AssignReport, error) {
+func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostPolicy, limit int, assign AssignPolicy) (AssignReport, error) {
 	rep := AssignReport{Assigned: map[string][]int64{}}
 	if limit <= 0 {
 		return rep, nil
@@ -223,8 +180,8 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		if err != nil {
 			return err
 		}
-		nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodeSlots, error) {
-			var n nodeSlots
+		nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeSlots, error) {
+			var n NodeSlots
 			err := r.Scan(&n.ID, &n.Capacity, &n.Held)
 			return n, err
 		})
@@ -310,7 +267,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 			}
 			return cands[i].id < cands[j].id
 		})
-		targets := distribute(nodes, len(cands))
+		targets := Distribute(assign, nodes, len(cands))
 		ids := make([]int64, len(targets))
 		for i, node := range targets {
 			ids[i] = cands[i].id

@@ -3,7 +3,6 @@ package jobqueue
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"testing"
 	"time"
 )
@@ -40,29 +39,6 @@ func TestHostBudget(t *testing.T) {
 	}
 }
 
-func TestDistribute(t *testing.T) {
-	tests := []struct {
-		name  string
-		nodes []nodeSlots
-		n     int
-		want  []string
-	}{
-		{"empty farm", nil, 3, []string{}},
-		{"least loaded first, evenly", []nodeSlots{{"a", 6, 4}, {"b", 6, 0}, {"c", 6, 2}}, 5,
-			[]string{"b", "b", "b", "c", "b"}},
-		{"short supply spreads", []nodeSlots{{"a", 6, 0}, {"b", 6, 0}, {"c", 6, 0}}, 3, []string{"a", "b", "c"}},
-		{"capacity bound", []nodeSlots{{"a", 2, 1}, {"b", 1, 0}}, 5, []string{"a", "b"}},
-		{"load is relative to capacity", []nodeSlots{{"big", 12, 6}, {"small", 2, 0}}, 3, []string{"small", "big", "big"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := distribute(tt.nodes, tt.n); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("distribute = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 // Within one round: every node filled up to capacity and no further, no host
 // over its concurrency, a rate-limited host given one job, a throttled host's
 // jobs waiting while other hosts' jobs go ahead, and priorities first.
@@ -91,7 +67,7 @@ func TestAssignPolite(t *testing.T) {
 		}
 		return HostPolicy{MaxConcurrent: 100}
 	}
-	rep, err := q.AssignPolite(ctx, policy, 1000)
+	rep, err := q.AssignPolite(ctx, policy, 1000, AssignSpread)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +103,7 @@ func TestAssignPolite(t *testing.T) {
 	}
 
 	// Nothing is free now: a second round assigns nothing.
-	rep, err = q.AssignPolite(ctx, policy, 1000)
+	rep, err = q.AssignPolite(ctx, policy, 1000, AssignSpread)
 	if err != nil || rep.Total() != 0 {
 		t.Fatalf("second round: %+v, %v", rep, err)
 	}

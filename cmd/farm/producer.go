@@ -32,6 +32,7 @@ type producerOptions struct {
 	rescueInterval  time.Duration
 	retention       time.Duration
 	assignBatch     int
+	assign          string
 	hostMax         int
 	hostInterval    time.Duration
 	hostRules       multiFlag
@@ -60,6 +61,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.DurationVar(&o.rescueInterval, "rescue-interval", 2*time.Second, "how often lost nodes and expired leases are looked for")
 	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "delete finished jobs and results older than this (0 keeps them)")
 	fs.IntVar(&o.assignBatch, "assign-batch", 5000, "most jobs assigned in one round")
+	fs.StringVar(&o.assign, "assign", "auto", "which nodes get work first: spread (least loaded), pack (busiest with a free slot, so idle nodes can scale in), auto (pack with an --autoscale driver, else spread; set pack when KEDA or an HPA scales the consumers)")
 	fs.IntVar(&o.hostMax, "host-max-concurrent", 4, "default politeness: most jobs of one host running at once, farm-wide (0: no limit)")
 	fs.DurationVar(&o.hostInterval, "host-min-interval", 0, "default politeness: least time between two job starts on one host, farm-wide")
 	fs.Var(&o.hostRules, "host-rule", "per-host politeness override HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms or .example.com=8 (repeatable; comma-separated in the environment)")
@@ -77,6 +79,26 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.DurationVar(&o.sampleInterval, "sample-interval", 5*time.Second, "how often node load and queue samples are recorded for the charts")
 	fs.DurationVar(&o.sampleRetention, "sample-retention", time.Hour, "how long chart samples are kept")
 	o.blobs.register(fs)
+}
+
+// assignPolicy resolves --assign: "auto" packs when this producer drives
+// the fleet's size, and spreads otherwise (a fixed fleet runs every node
+// anyway, and spreading keeps each node's load lowest).
+func (o *producerOptions) assignPolicy() (jobqueue.AssignPolicy, error) {
+	if o.assign == "auto" {
+		if o.scaleDriver != autoscale.DriverNone {
+			return jobqueue.AssignPack, nil
+		}
+		return jobqueue.AssignSpread, nil
+	}
+	if o.assign == "" {
+		return "", usagef("--assign: empty; use spread, pack or auto")
+	}
+	p, err := jobqueue.ParseAssignPolicy(o.assign)
+	if err != nil {
+		return "", usagef("--assign: %v", err)
+	}
+	return p, nil
 }
 
 // politeness builds the per-host policy from the flags and the optional file.
@@ -155,6 +177,10 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	if err != nil {
 		return err
 	}
+	assign, err := po.assignPolicy()
+	if err != nil {
+		return err
+	}
 	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue")})
 	blobs, err := po.blobs.open(ctx)
 	if err != nil {
@@ -184,7 +210,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		}
 	}}
 	producer, err := farm.NewProducer(farm.ProducerConfig{
-		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, AssignBatch: po.assignBatch,
+		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, AssignBatch: po.assignBatch, Assign: assign,
 		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention, Blobs: blobs,
 		LeaderActors: leaderActors, Logger: log.Named("producer"),
 		OnAssigned: func(rep jobqueue.AssignReport) {

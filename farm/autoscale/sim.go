@@ -6,10 +6,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 // SimConfig describes a simulated day: a diurnal stream of submits plus
@@ -43,10 +45,10 @@ type SimConfig struct {
 	// 1500).
 	Bursts    int `json:"bursts"`
 	BurstJobs int `json:"burst_jobs"`
-	// Spread assigns each job to the least-loaded node instead of packing
-	// jobs onto the busiest node with a free slot (the default). Packing
-	// lets nodes go idle, which is what scale-in needs.
-	Spread bool `json:"spread"`
+	// Assign is the producer's assignment policy (default
+	// jobqueue.AssignPack, what the producer uses with an autoscale driver):
+	// packing lets nodes go idle, which is what scale-in needs.
+	Assign jobqueue.AssignPolicy `json:"assign"`
 }
 
 // DefaultSimConfig returns the day Simulate runs for zero fields.
@@ -62,6 +64,7 @@ func DefaultSimConfig() SimConfig {
 		PeakRate:    120,
 		Bursts:      12,
 		BurstJobs:   1500,
+		Assign:      jobqueue.AssignPack,
 	}
 }
 
@@ -100,6 +103,9 @@ func (c SimConfig) withDefaults() SimConfig {
 	}
 	if c.BurstJobs <= 0 {
 		c.BurstJobs = d.BurstJobs
+	}
+	if c.Assign == "" {
+		c.Assign = d.Assign
 	}
 	return c
 }
@@ -260,6 +266,10 @@ type simFarm struct {
 	result  SimRun
 	hours   []SimHour
 	epoch   time.Time
+	// slots and byID are assign's scratch space: the ready nodes with a
+	// free slot, in launch (= id) order, and their simNodes.
+	slots []jobqueue.NodeSlots
+	byID  []*simNode
 }
 
 func newSimFarm(cfg SimConfig, policy Config, warm int, jobs []simJob) (*simFarm, error) {
@@ -314,7 +324,7 @@ func (f *simFarm) load(context.Context) (Load, error) {
 func (f *simFarm) launch(ready int64) {
 	at := f.now
 	f.nodes = append(f.nodes, &simNode{
-		id: "n" + strconv.Itoa(f.result.Launched), launched: at, ready: ready, terminated: -1, idleSince: ready,
+		id: fmt.Sprintf("n%06d", f.result.Launched), launched: at, ready: ready, terminated: -1, idleSince: ready,
 	})
 	f.result.Launched++
 }
@@ -363,23 +373,30 @@ func (f *simFarm) complete() {
 }
 
 // assign starts pending jobs on ready nodes with a free slot, like the
-// producer: FIFO, packing onto the busiest node (or spreading to the least
-// busy one).
+// producer's round: FIFO, placed by jobqueue.Distribute under the policy —
+// the producer's own placement code. Node ids are launch numbers, so ties
+// go to the older node as they would to the smaller id in a real fleet
+// named in order.
 func (f *simFarm) assign() {
+	if len(f.queue) == 0 {
+		return
+	}
 	capacity := f.cfg.Scaling.NodeCapacity
-	for len(f.queue) > 0 {
-		var best *simNode
-		for _, n := range f.nodes {
-			if n.ready > f.now || n.busy() >= capacity {
-				continue
-			}
-			if best == nil || (!f.cfg.Spread && n.busy() > best.busy()) || (f.cfg.Spread && n.busy() < best.busy()) {
-				best = n
-			}
+	f.slots = f.slots[:0]
+	f.byID = f.byID[:0]
+	for _, n := range f.nodes {
+		if n.ready > f.now || n.busy() >= capacity {
+			continue
 		}
-		if best == nil {
-			return
-		}
+		f.slots = append(f.slots, jobqueue.NodeSlots{ID: n.id, Capacity: capacity, Held: n.busy()})
+		f.byID = append(f.byID, n)
+	}
+	if len(f.slots) == 0 {
+		return
+	}
+	for _, id := range jobqueue.Distribute(f.cfg.Assign, f.slots, len(f.queue)) {
+		i, _ := slices.BinarySearchFunc(f.slots, id, func(s jobqueue.NodeSlots, id string) int { return strings.Compare(s.ID, id) })
+		best := f.byID[i]
 		j := f.jobs[f.queue[0]]
 		f.queue = f.queue[1:]
 		best.slots = append(best.slots, f.now+j.work)

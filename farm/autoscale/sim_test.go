@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 func TestSimulateDay(t *testing.T) {
@@ -171,16 +173,13 @@ func TestSimulatePolicies(t *testing.T) {
 // peak, and the longest time any job waited, packing jobs onto busy nodes
 // (what the producer should do) and spreading them.
 func BenchmarkSimulateDay(b *testing.B) {
-	for _, spread := range []bool{false, true} {
-		name := "pack"
-		if spread {
-			name = "spread"
-		}
+	for _, assign := range jobqueue.AssignPolicies {
+		name := string(assign)
 		b.Run(name, func(b *testing.B) {
 			var rep SimReport
 			for b.Loop() {
 				var err error
-				rep, err = Simulate(SimConfig{Spread: spread})
+				rep, err = Simulate(SimConfig{Assign: assign})
 				if err != nil {
 					b.Fatal(err)
 				}
