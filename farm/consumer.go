@@ -59,8 +59,13 @@ const (
 // ConsumerConfig configures a Consumer. Start from DefaultConsumerConfig.
 type ConsumerConfig struct {
 	// Queue is the job queue (required). Its pool also carries the LISTEN
-	// connection.
+	// connection (see ConsumerPoolConns for the budget).
 	Queue *jobqueue.Queue
+	// PollOnly: no LISTEN; the node looks for assigned jobs every
+	// PollInterval (set it short, e.g. DefaultPollOnlyInterval) and after
+	// each job it finishes. No session state is kept, so the pool may go
+	// through PgBouncer in transaction mode.
+	PollOnly bool
 	// Blobs, if set, is where HTML and screenshots go instead of the
 	// database (only their keys, sizes and hashes are kept there).
 	Blobs blobstore.Store
@@ -84,7 +89,8 @@ type ConsumerConfig struct {
 	// its leases. Default 3 s.
 	HeartbeatInterval time.Duration
 	// PollInterval is how often the node looks for assigned jobs when no
-	// notification woke it, in case one was lost. Default 10 s.
+	// notification woke it, in case one was lost; with PollOnly, how often
+	// it looks at all. Default 10 s.
 	PollInterval time.Duration
 	// DrainTimeout is the grace period in-flight jobs get when Run's
 	// context ends (SIGTERM); past it they are canceled and handed back as
@@ -404,15 +410,23 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	bgCtx, stopBG := context.WithCancel(base)
 	defer stopBG()
 	var bg sync.WaitGroup
-	listener := jobqueue.NewListener(c.q.Pool(), jobqueue.ListenerConfig{
-		Channels: []string{jobqueue.NodeChannel(c.node)},
-		Logger:   c.log.Named("listener"),
-	})
-	bg.Go(func() {
-		if err := listener.Run(bgCtx); err != nil {
-			c.log.Error("listener stopped", zap.Error(err))
-		}
-	})
+	// wake is what wakes the claim loop besides its own events: the
+	// node's NOTIFY channel, or nothing in poll-only mode.
+	noListener := make(chan struct{})
+	close(noListener)
+	wake := wakeups{ready: noListener}
+	if !c.cfg.PollOnly {
+		listener := jobqueue.NewListener(c.q.Pool(), jobqueue.ListenerConfig{
+			Channels: []string{jobqueue.NodeChannel(c.node)},
+			Logger:   c.log.Named("listener"),
+		})
+		wake = wakeups{ready: listener.Ready(), c: listener.C()}
+		bg.Go(func() {
+			if err := listener.Run(bgCtx); err != nil {
+				c.log.Error("listener stopped", zap.Error(err))
+			}
+		})
+	}
 	bg.Go(func() { c.heartbeatLoop(bgCtx) })
 	if c.cfg.Protector != nil {
 		bg.Go(func() { c.protectLoop(bgCtx) })
@@ -427,7 +441,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	defer cancelJobs(nil)
 	var jobs sync.WaitGroup
 
-	reason := c.loop(ctx, listener, supExited, jobsCtx, &jobs)
+	reason := c.loop(ctx, wake, supExited, jobsCtx, &jobs)
 
 	// Drain: take nothing new, hand back what has not started, finish what
 	// runs, then leave. A fenced process leaves at once: the node, its jobs
@@ -618,11 +632,11 @@ func waitJobs(ctx context.Context, wg *sync.WaitGroup, untilCtx bool, grace time
 // loop claims jobs while slots are free and starts one goroutine per job,
 // until ctx ends, every job the process may start has been claimed, or the
 // supervisor fails.
-func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supExited <-chan struct{}, jobsCtx context.Context, jobs *sync.WaitGroup) stopReason {
+func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{}, jobsCtx context.Context, jobs *sync.WaitGroup) stopReason {
 	// Jobs assigned before the LISTEN took effect are found by the first
 	// claim, made once listening, so none waits for the poll.
 	select {
-	case <-l.Ready():
+	case <-l.ready:
 	case <-ctx.Done():
 		return stopSignal
 	case <-supExited:
@@ -639,7 +653,7 @@ func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supExited <-c
 			return stopSignal
 		}
 		// Notifications that arrived so far are answered by this claim.
-		drainWakeups(l.C())
+		drainWakeups(l.c)
 		free, remaining := c.claimable()
 		if remaining == 0 {
 			return stopExitDue
@@ -676,7 +690,7 @@ func (c *Consumer) loop(ctx context.Context, l *jobqueue.Listener, supExited <-c
 			return stopFatal
 		case <-c.fenced:
 			return stopFenced
-		case <-l.C():
+		case <-l.c:
 		case <-c.jobDone:
 		case <-poll.C:
 		}
@@ -1059,6 +1073,13 @@ func (c *Consumer) protectLoop(ctx context.Context) {
 			idleC = idleTimer.C
 		}
 	}
+}
+
+// wakeups are the notifications that wake the claim loop: ready closes once
+// they are being received; c is nil when there are none (poll-only).
+type wakeups struct {
+	ready <-chan struct{}
+	c     <-chan jobqueue.Notification
 }
 
 // drainWakeups empties a notification channel without blocking.

@@ -22,8 +22,13 @@ type ProducerConfig struct {
 	// Politeness is the farm-wide per-host policy. Zero: no limits.
 	Politeness Politeness
 	// Tick is the fallback assignment interval; NOTIFY wakes the producer at
-	// once on submits and freed slots. Default 1 s.
+	// once on submits and freed slots. Default 1 s. With PollOnly it is the
+	// assignment interval (set it short: DefaultPollOnlyInterval).
 	Tick time.Duration
+	// PollOnly: no LISTEN connection; assignment runs every Tick. The
+	// leader election still holds a session lock on a connection of its
+	// own (see ConsumerConnBudget for the formula).
+	PollOnly bool
 	// AssignBatch caps the jobs assigned in one round. Default 5,000.
 	AssignBatch int
 	// Assign is which nodes get work first. Default jobqueue.AssignSpread.
@@ -137,14 +142,18 @@ func (p *Producer) lead(ctx context.Context) {
 // assignLoop assigns whenever work or capacity appears (NOTIFY), when a host
 // held back by its interval comes due, and on a fallback tick.
 func (p *Producer) assignLoop(ctx context.Context) error {
-	l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{
-		Channels: []string{jobqueue.ChannelProducer},
-		Logger:   p.log.Named("listener"),
-	})
-	lctx, stopListener := context.WithCancel(ctx)
-	listenerDone := make(chan error, 1)
-	go func() { listenerDone <- l.Run(lctx) }()
-	defer func() { stopListener(); <-listenerDone }()
+	var wake <-chan jobqueue.Notification // nil in poll-only mode: never ready
+	if !p.cfg.PollOnly {
+		l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{
+			Channels: []string{jobqueue.ChannelProducer},
+			Logger:   p.log.Named("listener"),
+		})
+		lctx, stopListener := context.WithCancel(ctx)
+		listenerDone := make(chan error, 1)
+		go func() { listenerDone <- l.Run(lctx) }()
+		defer func() { stopListener(); <-listenerDone }()
+		wake = l.C()
+	}
 
 	tick := time.NewTicker(p.cfg.Tick)
 	defer tick.Stop()
@@ -173,8 +182,8 @@ func (p *Producer) assignLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-l.C():
-			drain(l.C()) // one round answers every wake-up that arrived meanwhile
+		case <-wake:
+			drain(wake) // one round answers every wake-up that arrived meanwhile
 		case <-tick.C:
 		case <-due.C:
 		}

@@ -75,14 +75,27 @@ func BenchmarkAssign100Nodes(b *testing.B) {
 }
 
 // BenchmarkSubmitToStart measures, on an idle farm (a producer and one
-// node, both woken by NOTIFY), the time from Enqueue returning to the node's
-// Claim returning the job. The fallback tick is a full second, so a
-// poll-bound path would show as ~500 ms.
+// node), the time from Enqueue returning to the node's Claim returning the
+// job: woken by NOTIFY ("listen"; the fallback tick is a full second, so a
+// poll-bound path would show as ~500 ms), or polling every
+// DefaultPollOnlyInterval, producer and node ("poll-only": what going
+// without LISTEN costs).
 func BenchmarkSubmitToStart(b *testing.B) {
+	b.Run("listen", func(b *testing.B) { benchSubmitToStart(b, false) })
+	b.Run("poll-only", func(b *testing.B) { benchSubmitToStart(b, true) })
+}
+
+func benchSubmitToStart(b *testing.B, pollOnly bool) {
 	ctx := context.Background()
 	q, pool := newProducerQueue(b)
 	node := newSimNode(b, q, pool, "idle", 6, func() time.Duration { return 0 })
-	p := newTestProducer(b, q, pool, func(c *ProducerConfig) { c.Tick = time.Second })
+	node.pollOnly = pollOnly
+	p := newTestProducer(b, q, pool, func(c *ProducerConfig) {
+		c.Tick = time.Second
+		if pollOnly {
+			c.PollOnly, c.Tick = true, DefaultPollOnlyInterval
+		}
+	})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan struct{}, 2)

@@ -23,6 +23,9 @@ type simNode struct {
 	q        *jobqueue.Queue
 	pool     *pgxpool.Pool
 	work     func() time.Duration
+	// pollOnly: no LISTEN; claims every DefaultPollOnlyInterval, like a
+	// consumer with PollOnly.
+	pollOnly bool
 	// heartbeat, when false, stops the heartbeats (the node goes silent) while
 	// it keeps working.
 	mu          sync.Mutex
@@ -64,21 +67,27 @@ func (n *simNode) freeze() []int64 {
 
 // run works until ctx ends.
 func (n *simNode) run(ctx context.Context) error {
-	l := jobqueue.NewListener(n.pool, jobqueue.ListenerConfig{Channels: []string{jobqueue.NodeChannel(n.id)}})
 	lctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = l.Run(lctx) }()
-	go func() { defer wg.Done(); n.heartbeats(lctx) }()
 	defer wg.Wait()
-	select {
-	case <-l.Ready():
-	case <-ctx.Done():
-		return nil
+	wg.Go(func() { n.heartbeats(lctx) })
+	var wake <-chan jobqueue.Notification
+	pollEvery := 200 * time.Millisecond
+	if n.pollOnly {
+		pollEvery = DefaultPollOnlyInterval
+	} else {
+		l := jobqueue.NewListener(n.pool, jobqueue.ListenerConfig{Channels: []string{jobqueue.NodeChannel(n.id)}})
+		wg.Go(func() { _ = l.Run(lctx) })
+		select {
+		case <-l.Ready():
+		case <-ctx.Done():
+			return nil
+		}
+		wake = l.C()
 	}
 	done := make(chan struct{}, n.capacity)
-	poll := time.NewTicker(200 * time.Millisecond)
+	poll := time.NewTicker(pollEvery)
 	defer poll.Stop()
 	var work sync.WaitGroup
 	defer work.Wait()
@@ -116,7 +125,7 @@ func (n *simNode) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-l.C():
+		case <-wake:
 		case <-done:
 		case <-poll.C:
 		}

@@ -65,7 +65,7 @@ func keepAssigned(ctx context.Context, q *jobqueue.Queue, node string) {
 // flags, and an assigner keeping its slots filled, until the returned stop.
 func runNode(t *testing.T, url, node string, extra ...string) (stop func() error, logs *lockedBuffer) {
 	t.Helper()
-	pool, err := openPool(context.Background(), url, 2)
+	pool, err := openPool(context.Background(), url, 2, false)
 	if err != nil {
 		t.Fatal(err)
 	}

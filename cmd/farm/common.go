@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -64,6 +65,15 @@ type dbOptions struct {
 	findLocal bool
 	dataDir   string
 	getenv    func(string) string
+	// pollOnly (--poll-only) keeps no session state on pooled
+	// connections, for PgBouncer's transaction pooling (see openPool).
+	pollOnly bool
+}
+
+// registerPollOnly adds --poll-only to a command whose process stays
+// connected (producer, consumer).
+func (o *dbOptions) registerPollOnly(fs *flagSet, what string) {
+	fs.BoolVar(&o.pollOnly, "poll-only", false, "no LISTEN/NOTIFY and no named prepared statements: "+what)
 }
 
 // registerLocal adds --data-dir: with no --database-url the command uses the
@@ -88,21 +98,31 @@ func (o *dbOptions) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, er
 		if err != nil {
 			return nil, err
 		}
-		return openPool(ctx, url, maxConns)
+		return openPool(ctx, url, maxConns, o.pollOnly)
 	}
 	if o.url == "" {
 		return nil, usagef("--database-url (or FARM_DATABASE_URL) is required")
 	}
-	return openPool(ctx, o.url, maxConns)
+	return openPool(ctx, o.url, maxConns, o.pollOnly)
 }
 
-func openPool(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// openPool connects a pool of at most maxConns. stateless makes every
+// statement self-contained for PgBouncer's transaction pooling: pgx's
+// default caches a named prepared statement per connection, which a pooler
+// that hands each transaction another server connection breaks; cached
+// descriptions use only the unnamed statement, parsed and run in the same
+// round trip, and keep binary encoding (unlike the exec and simple-protocol
+// modes).
+func openPool(ctx context.Context, url string, maxConns int32, stateless bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, usagef("--database-url: %v", err)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	if stateless {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -57,6 +57,7 @@ type consumerOptions struct {
 func (o *consumerOptions) register(fs *flagSet) {
 	o.log.register(fs)
 	o.db.register(fs)
+	o.db.registerPollOnly(fs, "look for assigned jobs every --poll-interval, with no session state, so that the node can reach PostgreSQL through PgBouncer in transaction mode")
 	o.startup.register(fs, " and its schema")
 	o.blobs.register(fs)
 	d := supervisor.DefaultConfig()
@@ -66,7 +67,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, fmt.Sprintf("exit with code %d after this many jobs, to be restarted fresh (0: never)", exitRecycle))
 	fs.IntVar(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", 0, "replace Chrome early when its process tree's PSS passes this many MiB (0: off)")
 	fs.DurationVar(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
-	fs.DurationVar(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification")
+	fs.DurationVar(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification (with --poll-only: how often to look at all, default "+farm.DefaultPollOnlyInterval.String()+")")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back")
 	fs.StringVar(&o.chrome, "chrome", "", "browser binary; overrides --browser")
 	fs.StringVar(&o.browser, "browser", "", browserHelp)
@@ -219,6 +220,7 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) far
 	cfg.Supervisor = o.supervisorConfig(log)
 	cfg.HeartbeatInterval = o.heartbeat
 	cfg.PollInterval = o.poll
+	cfg.PollOnly = o.db.pollOnly
 	cfg.DrainTimeout = o.drainTimeout
 	if o.drainTimeout == 0 {
 		cfg.DrainTimeout = -1 // the flag's 0 means no grace, the config's means default
@@ -246,6 +248,9 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	if o.db.pollOnly && !fs.given["poll-interval"] {
+		o.poll = farm.DefaultPollOnlyInterval
+	}
 	if err := o.check(); err != nil {
 		return err
 	}
@@ -258,9 +263,9 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		return runRespawn(ctx, env, args, o.drainTimeout, log)
 	}
 
-	// Claims, completions, failures and heartbeats run concurrently with
-	// one connection held by the listener.
-	pool, err := o.startup.waitForPool(ctx, &o.db, int32(max(8, o.capacity+4)), log)
+	// The node's connection budget (farm.ConsumerConnBudget): the pool plus
+	// the listener's connection, or a pool of two in poll-only mode.
+	pool, err := o.startup.waitForPool(ctx, &o.db, farm.ConsumerPoolConns(o.db.pollOnly), log)
 	if err != nil {
 		return err
 	}

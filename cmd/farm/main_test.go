@@ -27,7 +27,7 @@ func farmRun(t *testing.T, stdin string, env map[string]string, args ...string) 
 func migratedDB(t *testing.T) (string, *jobqueue.Queue) {
 	t.Helper()
 	url := pgtest.NewDB(t)
-	pool, err := openPool(context.Background(), url, 4)
+	pool, err := openPool(context.Background(), url, 4, false)
 	if err != nil {
 		t.Fatal(err)
 	}

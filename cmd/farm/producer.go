@@ -33,6 +33,7 @@ type producerOptions struct {
 	retention       time.Duration
 	assignBatch     int
 	assign          string
+	pollOnly        bool // set from --poll-only, which the database options own
 	hostMax         int
 	hostInterval    time.Duration
 	hostRules       multiFlag
@@ -141,9 +142,14 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	lo.register(fs)
 	po.register(fs)
 	so.register(fs, "")
+	db.registerPollOnly(fs, "assign every --tick (default "+farm.DefaultPollOnlyInterval.String()+" with it) instead of waking on NOTIFY; the leader election still needs a session connection (direct, or a session pool)")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
+	if db.pollOnly && !fs.given["tick"] {
+		po.tick = farm.DefaultPollOnlyInterval
+	}
+	po.pollOnly = db.pollOnly
 	log, err := lo.newLogger(env.stderr)
 	if err != nil {
 		return err
@@ -210,7 +216,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		}
 	}}
 	producer, err := farm.NewProducer(farm.ProducerConfig{
-		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, AssignBatch: po.assignBatch, Assign: assign,
+		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, PollOnly: po.pollOnly, AssignBatch: po.assignBatch, Assign: assign,
 		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention, Blobs: blobs,
 		LeaderActors: leaderActors, Logger: log.Named("producer"),
 		OnAssigned: func(rep jobqueue.AssignReport) {

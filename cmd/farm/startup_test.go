@@ -90,7 +90,7 @@ func TestStartEverythingAtOnce(t *testing.T) {
 	waitForLog(t, producerLog, "database is ready", producerDone)
 	waitForLog(t, consumerLog, "database is ready", consumerDone)
 
-	pool, err := openPool(ctx, url, 2)
+	pool, err := openPool(ctx, url, 2, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestStartupWaitIsBounded(t *testing.T) {
 
 	// Once migrated, the schema check passes at once.
 	url, _ = migratedDB(t)
-	pool, err := openPool(ctx, url, 2)
+	pool, err := openPool(ctx, url, 2, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,7 +208,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		}()
 		dbURL = cluster.ConnString("postgres")
 	}
-	pool, err := openPool(ctx, dbURL, 24)
+	pool, err := openPool(ctx, dbURL, 24, false)
 	if err != nil {
 		return err
 	}

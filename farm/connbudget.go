@@ -1,0 +1,42 @@
+package farm
+
+import "time"
+
+// The connection budget. A fleet of a thousand nodes on one PostgreSQL
+// server is only possible if each node holds few connections, and behind
+// PgBouncer in transaction mode if it holds no session state at all.
+//
+// A consumer holds at most ConsumerConnBudget connections in steady state:
+//   - with LISTEN (the default): the listener's own connection plus a pool
+//     of one that the claim loop, the completer, failures and heartbeats
+//     share (each is one short statement or implicit transaction, so they
+//     queue for microseconds to milliseconds, not for a render);
+//   - with PollOnly: a pool of two and no listener, so a heartbeat never
+//     waits behind a completion; every statement is self-contained and the
+//     pool may sit behind PgBouncer's transaction pooling.
+//
+// A producer holds its pool (the command's --database-max-conns) plus, while
+// it runs, one connection for the leader election's session advisory lock
+// and, unless poll-only, one LISTEN connection:
+//
+//	producer connections = pool + 1 (election) + 1 (LISTEN, not with --poll-only)
+//
+// The election's session lock cannot pass through transaction pooling: a
+// producer connects to PostgreSQL directly (or through a session pool),
+// which costs a fixed number of connections however large the fleet.
+const ConsumerConnBudget = 2
+
+// ConsumerPoolConns is the pool size that keeps a consumer within
+// ConsumerConnBudget.
+func ConsumerPoolConns(pollOnly bool) int32 {
+	if pollOnly {
+		return ConsumerConnBudget
+	}
+	return ConsumerConnBudget - 1 // the listener takes its own
+}
+
+// DefaultPollOnlyInterval is how often a poll-only node looks for assigned
+// jobs, and a poll-only producer for new work and freed slots: what LISTEN
+// saves in latency (half of it on average, per hop), bought with one
+// indexed read per node per interval.
+const DefaultPollOnlyInterval = 250 * time.Millisecond
