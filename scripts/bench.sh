@@ -8,6 +8,10 @@
 #   scripts/bench.sh recycle   one node's pages/s, recycling every 20 vs never, latency- and CPU-bound
 #   scripts/bench.sh go        every Go benchmark (queue, assignment, latency, rendering, dashboard)
 #   scripts/bench.sh autoscale a simulated day: node-hours autoscaled vs a fixed fleet, longest wait
+#                              (pack and spread assignment)
+#   scripts/bench.sh river     BenchmarkLifecycle and BenchmarkEnqueue10k side by side with River v0.51
+#                              (bench/river, a module of its own) inserting then working the same
+#                              number of jobs on a private PostgreSQL with the same settings
 #   scripts/bench.sh crawlee   pages/s and CPU-ms/page of browser (fresh and shared context) vs
 #                              Crawlee's PuppeteerCrawler (default and incognito pages), 6 at once, CPU- and
 #                              latency-bound /page/ (installs @crawlee/puppeteer from npm into a temp dir)
@@ -18,7 +22,7 @@ cd "$(dirname "$0")/.."
 
 usage() {
   sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
-  echo "usage: scripts/bench.sh soak|recycle|go|autoscale|crawlee [mode flags]" >&2
+  echo "usage: scripts/bench.sh soak|recycle|go|autoscale|river|crawlee [mode flags]" >&2
 }
 
 [ $# -ge 1 ] || { usage; exit 2; }
@@ -38,6 +42,25 @@ case "$mode" in
   soak | recycle)
     build internal/benchfarm
     "$tmp/benchfarm" "$mode" "$@"
+    ;;
+  river)
+    # Our queue first, then River, in one run on one machine: compare only
+    # figures of the same run. Extra arguments go to the River harness.
+    out="$tmp/go-bench.txt"
+    go test -run '^$' -bench 'BenchmarkEnqueue10k|BenchmarkLifecycle' -benchtime 20x -count 1 ./jobqueue | tee "$out" >&2
+    echo "bench.sh: building bench/river" >&2
+    (cd bench/river && go build -o "$tmp/riverbench" .)
+    "$tmp/riverbench" -jobs 20000 "$@" > "$tmp/river.json"
+    awk '
+      /^Benchmark/ {
+        name=$1; sub(/-[0-9]+$/, "", name)
+        for (i = 3; i < NF; i += 2) { m[name "." $(i+1)] = $i }
+      }
+      END {
+        printf "{\"bench\":\"river\",\"load_avg\":\"%s\"", load
+        for (k in m) printf ",\"%s\":%s", k, m[k]
+      }' load="$(cut -d' ' -f1-3 /proc/loadavg)" "$out"
+    sed 's/^{"bench":"river"//' "$tmp/river.json"
     ;;
   go | autoscale)
     # Each benchmark with the iteration count that makes it meaningful (they

@@ -37,4 +37,6 @@ if [ $# -eq 0 ]; then
   # manifests, decoded strictly into the API types.
   printf '\n== deploy/kubernetes manifests\n'
   (cd deploy/kubernetes && go vet ./... && go test -count=1 ./...)
+  printf '\n== bench/river (the River baseline of scripts/bench.sh river: built and vetted, not run)\n'
+  (cd bench/river && go vet ./... && go build -o /dev/null .)
 fi

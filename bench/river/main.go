@@ -1,0 +1,179 @@
+// Command river measures River (github.com/riverqueue/river), the
+// PostgreSQL job queue for Go, on this machine as a baseline for
+// jobqueue's BenchmarkLifecycle: insert N jobs, then work them, on a
+// private PostgreSQL started with the same settings as the tests' (the
+// same internal/pglocal, ephemeral, max_connections 300).
+//
+// River runs as many workers as the lifecycle benchmark has slots (16
+// nodes × 6), tuned for throughput: a fetch cooldown of 2 ms and a poll
+// interval of 20 ms instead of the 100 ms and 1 s defaults, which cap 96
+// workers at about 960 jobs/s (one fetch of at most 96 jobs per 100 ms).
+// Here 10,000 workers (-workers) were slower than 96.
+//
+// It is a module of its own so that the product never depends on River.
+// Progress goes to stderr; the result is one JSON line on stdout:
+//
+//	{"bench":"river","river.insert.jobs/s":…,"river.worked/s":…,"river.insert-then-work.jobs/s":…}
+//
+// insert-then-work is N over insert time plus work time (until every
+// completion is written: Stop waits for River's batched completer);
+// worked/s is N over the time from the client's start to the last job's
+// Work returning.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/browserfarm/browserfarm/internal/pglocal"
+)
+
+// pageArgs is a job like the lifecycle benchmark's: a URL to render.
+type pageArgs struct {
+	URL string `json:"url"`
+}
+
+func (pageArgs) Kind() string { return "page" }
+
+type pageWorker struct {
+	river.WorkerDefaults[pageArgs]
+	worked *atomic.Int64
+	total  int64
+	done   chan struct{}
+}
+
+func (w *pageWorker) Work(ctx context.Context, job *river.Job[pageArgs]) error {
+	if w.worked.Add(1) == w.total {
+		close(w.done)
+	}
+	return nil
+}
+
+func main() {
+	jobs := flag.Int("jobs", 20000, "jobs to insert, then work")
+	workers := flag.Int("workers", 96, "River workers (the lifecycle benchmark has 16 nodes × 6 = 96 slots)")
+	cooldown := flag.Duration("fetch-cooldown", 2*time.Millisecond, "River's FetchCooldown (its default: 100ms)")
+	pollEvery := flag.Duration("fetch-poll-interval", 20*time.Millisecond, "River's FetchPollInterval (its default: 1s)")
+	batch := flag.Int("batch", 2000, "jobs per InsertManyFast (the lifecycle benchmark enqueues 2,000 at a time)")
+	dsn := flag.String("database-url", "", "an empty database to use instead of a private cluster")
+	flag.Parse()
+	if err := run(*jobs, *workers, *batch, *cooldown, *pollEvery, *dsn); err != nil {
+		fmt.Fprintln(os.Stderr, "river bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n, workers, batch int, cooldown, pollEvery time.Duration, dsn string) error {
+	ctx := context.Background()
+	if dsn == "" {
+		dir, err := os.MkdirTemp("", "river-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if err := os.Chmod(dir, 0o755); err != nil { // the server may run as another account
+			return err
+		}
+		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: dir + "/data", Ephemeral: true,
+			Settings: map[string]string{"max_connections": "300"}})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			_ = cluster.Stop(sctx)
+		}()
+		dsn = cluster.ConnString("postgres")
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 32 // what the lifecycle benchmark's pool (internal/pgtest) has
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	driver := riverpgxv5.New(pool)
+	mig, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+
+	w := &pageWorker{worked: new(atomic.Int64), total: int64(n), done: make(chan struct{})}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, w)
+	client, err := river.NewClient(driver, &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		Workers:           ws,
+		FetchCooldown:     cooldown,
+		FetchPollInterval: pollEvery,
+	})
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(os.Stderr, "river bench: inserting %d jobs in batches of %d\n", n, batch)
+	params := make([]river.InsertManyParams, n)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: pageArgs{URL: fmt.Sprintf("https://bench.example.com/p/%d", i)}}
+	}
+	t0 := time.Now()
+	for off := 0; off < n; off += batch {
+		if _, err := client.InsertManyFast(ctx, params[off:min(off+batch, n)]); err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+	}
+	insert := time.Since(t0)
+
+	fmt.Fprintf(os.Stderr, "river bench: working them with %d workers\n", workers)
+	t1 := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Minute):
+		return fmt.Errorf("only %d of %d jobs worked after 10 minutes", w.worked.Load(), n)
+	}
+	worked := time.Since(t1)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := client.Stop(sctx); err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	work := time.Since(t1)
+	var completed int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed); err != nil {
+		return err
+	}
+	if completed != n {
+		return fmt.Errorf("%d of %d jobs completed", completed, n)
+	}
+	out := map[string]any{
+		"bench":                         "river",
+		"river.jobs":                    n,
+		"river.workers":                 workers,
+		"river.insert.jobs/s":           round(float64(n) / insert.Seconds()),
+		"river.worked/s":                round(float64(n) / worked.Seconds()),
+		"river.insert-then-work.jobs/s": round(float64(n) / (insert + work).Seconds()),
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func round(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
