@@ -38,6 +38,9 @@ type AssignReport struct {
 	// CreatedAt holds the creation time of each assigned job, for the
 	// submit-to-assignment latency metric.
 	CreatedAt []time.Time
+	// Elapsed is how long the round took, from its first statement to its
+	// commit, as the producer saw it.
+	Elapsed time.Duration
 }
 
 // Total is the number of jobs assigned.
@@ -169,6 +172,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 	if limit <= 0 {
 		return rep, nil
 	}
+	start := time.Now()
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, lockAssignSQL, assignLockKey); err != nil {
 			return err
@@ -283,6 +287,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 	if err != nil {
 		return AssignReport{Assigned: map[string][]int64{}}, fmt.Errorf("assign (politeness-aware): %w", err)
 	}
+	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
 

@@ -12,6 +12,10 @@
 #   scripts/bench.sh river     BenchmarkLifecycle and BenchmarkEnqueue10k side by side with River v0.51
 #                              (bench/river, a module of its own) inserting then working the same
 #                              number of jobs on a private PostgreSQL with the same settings
+#   scripts/bench.sh fleet     10, 100 and 1,000 simulated nodes (real connections, heartbeats every 3 s,
+#                              6 slots, no browser) and one producer on one PostgreSQL: assignment round,
+#                              submit→start, connections per node and producer, PostgreSQL CPU share
+#                              (-poll-only for nodes and producer without LISTEN, -assign pack|spread)
 #   scripts/bench.sh crawlee   pages/s and CPU-ms/page of browser (fresh and shared context) vs
 #                              Crawlee's PuppeteerCrawler (default and incognito pages), 6 at once, CPU- and
 #                              latency-bound /page/ (installs @crawlee/puppeteer from npm into a temp dir)
@@ -22,7 +26,7 @@ cd "$(dirname "$0")/.."
 
 usage() {
   sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
-  echo "usage: scripts/bench.sh soak|recycle|go|autoscale|river|crawlee [mode flags]" >&2
+  echo "usage: scripts/bench.sh soak|recycle|go|autoscale|river|fleet|crawlee [mode flags]" >&2
 }
 
 [ $# -ge 1 ] || { usage; exit 2; }
@@ -42,6 +46,10 @@ case "$mode" in
   soak | recycle)
     build internal/benchfarm
     "$tmp/benchfarm" "$mode" "$@"
+    ;;
+  fleet)
+    build internal/benchfleet
+    "$tmp/benchfleet" "$@"
     ;;
   river)
     # Our queue first, then River, in one run on one machine: compare only
