@@ -49,15 +49,21 @@ type options struct {
 	heartbeat time.Duration
 	pollOnly  bool
 	assign    jobqueue.AssignPolicy
+	// bouncer puts the nodes behind PgBouncer in transaction mode with
+	// this many server connections (0: nodes connect directly).
+	bouncer int
 }
 
 // result is one fleet size's figures.
 type result struct {
-	Nodes     int    `json:"nodes"`
-	Mode      string `json:"mode"`
-	Assign    string `json:"assign"`
-	Jobs      int    `json:"jobs_measured"`
-	Unstarted int    `json:"jobs_not_started"`
+	Nodes int    `json:"nodes"`
+	Mode  string `json:"mode"`
+	// PgBouncerPool is the bouncer's server connections for the nodes
+	// (0: none; the nodes connected directly).
+	PgBouncerPool int    `json:"pgbouncer_pool"`
+	Assign        string `json:"assign"`
+	Jobs          int    `json:"jobs_measured"`
+	Unstarted     int    `json:"jobs_not_started"`
 	// Rounds that assigned something, and their duration.
 	Rounds        int     `json:"assign_rounds"`
 	RoundP50Ms    float64 `json:"assign_round_p50_ms"`
@@ -89,7 +95,11 @@ func main() {
 	flag.DurationVar(&o.heartbeat, "heartbeat", farm.DefaultHeartbeatInterval, "heartbeat interval")
 	flag.BoolVar(&o.pollOnly, "poll-only", false, "nodes and producer without LISTEN (as farm --poll-only)")
 	assign := flag.String("assign", "spread", "assignment policy: spread or pack")
+	flag.IntVar(&o.bouncer, "pgbouncer", 0, "with -poll-only: put the nodes behind PgBouncer in transaction mode with this many server connections (needs the pgbouncer binary)")
 	flag.Parse()
+	if o.bouncer > 0 && !o.pollOnly {
+		fatal(errors.New("-pgbouncer needs -poll-only: LISTEN does not pass transaction pooling"))
+	}
 	var err error
 	if o.assign, err = jobqueue.ParseAssignPolicy(*assign); err != nil {
 		fatal(fmt.Errorf("-assign: %w", err))
@@ -198,7 +208,16 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	})
 
 	progress("%d nodes: connecting and registering", n)
-	ncfg := nodeConfig{dsn: dsn, capacity: o.capacity, render: o.render, heartbeat: o.heartbeat, pollOnly: o.pollOnly, started: st.started}
+	nodeDSN := dsn
+	if o.bouncer > 0 {
+		b, err := startPgBouncer(runCtx, filepath.Join(dir, "pgbouncer"), cluster.SocketDir(), 5432, 2*n+16, o.bouncer)
+		if err != nil {
+			return res, err
+		}
+		defer b.stop()
+		nodeDSN = b.dsn()
+	}
+	ncfg := nodeConfig{dsn: nodeDSN, capacity: o.capacity, render: o.render, heartbeat: o.heartbeat, pollOnly: o.pollOnly, started: st.started}
 	nodes := make([]*simNode, 0, n)
 	for i := range n {
 		nd, err := startNode(runCtx, fmt.Sprintf("n%05d", i), o.heartbeat*time.Duration(i)/time.Duration(n), ncfg)
@@ -295,6 +314,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	if o.pollOnly {
 		res.Mode = "poll-only"
 	}
+	res.PgBouncerPool = o.bouncer
 	res.MaxNodeConns, res.MaxNodesConns, res.MaxProdConns, res.MaxTotalConns = c.perNode, c.nodes, c.producer, c.total
 	res.PGCPUShare = round3(meter.Total().Seconds() / (elapsed.Seconds() * cpus))
 	res.HarnessCPUShare = round3((tv(self1.Utime) + tv(self1.Stime) - tv(self0.Utime) - tv(self0.Stime)) / (elapsed.Seconds() * cpus))
@@ -316,7 +336,8 @@ func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 type connCounts struct{ perNode, nodes, producer, total int }
 
 // sampleConns reads pg_stat_activity every second until ctx ends, then
-// delivers the maxima.
+// delivers the maxima. A query is never cut by ctx: pgx closes a connection
+// whose query was canceled, and admin is used after the window.
 func sampleConns(ctx context.Context, admin *pgx.Conn) <-chan connCounts {
 	out := make(chan connCounts, 1)
 	go func() {
@@ -325,13 +346,15 @@ func sampleConns(ctx context.Context, admin *pgx.Conn) <-chan connCounts {
 		defer t.Stop()
 		for {
 			var perNode, nodes, producer, total int
-			err := admin.QueryRow(ctx, `
+			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err := admin.QueryRow(qctx, `
 				SELECT coalesce(max(c) FILTER (WHERE app LIKE '`+nodeAppPrefix+`%'), 0),
 				       coalesce(sum(c) FILTER (WHERE app LIKE '`+nodeAppPrefix+`%'), 0),
 				       coalesce(sum(c) FILTER (WHERE app = 'fleet-producer'), 0),
 				       coalesce(sum(c), 0)
 				FROM (SELECT application_name AS app, count(*) AS c FROM pg_stat_activity
 				      WHERE backend_type = 'client backend' GROUP BY 1) a`).Scan(&perNode, &nodes, &producer, &total)
+			cancel()
 			if err == nil {
 				c = connCounts{max(c.perNode, perNode), max(c.nodes, nodes), max(c.producer, producer), max(c.total, total)}
 			}
