@@ -60,10 +60,11 @@ type result struct {
 	Mode  string `json:"mode"`
 	// PgBouncerPool is the bouncer's server connections for the nodes
 	// (0: none; the nodes connected directly).
-	PgBouncerPool int    `json:"pgbouncer_pool"`
-	Assign        string `json:"assign"`
-	Jobs          int    `json:"jobs_measured"`
-	Unstarted     int    `json:"jobs_not_started"`
+	PgBouncerPool int     `json:"pgbouncer_pool"`
+	Assign        string  `json:"assign"`
+	Rate          float64 `json:"submits_per_s"`
+	Jobs          int     `json:"jobs_measured"`
+	Unstarted     int     `json:"jobs_not_started"`
 	// Rounds that assigned something, and their duration.
 	Rounds        int     `json:"assign_rounds"`
 	RoundP50Ms    float64 `json:"assign_round_p50_ms"`
@@ -89,7 +90,7 @@ func main() {
 	sizes := flag.String("nodes", "10,100,1000", "fleet sizes to run, one after the other, each on a fresh cluster")
 	flag.DurationVar(&o.warmup, "warmup", 15*time.Second, "time after the fleet is up before measuring")
 	flag.DurationVar(&o.window, "window", 60*time.Second, "measured time")
-	flag.Float64Var(&o.rate, "rate", 100, "one-job submits per second")
+	flag.Float64Var(&o.rate, "rate", 100, "one-job submits per second, at most a third of the fleet's slot throughput (nodes × capacity / render), so that a small fleet measures latency, not a growing backlog")
 	flag.DurationVar(&o.render, "render", 500*time.Millisecond, "how long a job holds its slot")
 	flag.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "slots per node")
 	flag.DurationVar(&o.heartbeat, "heartbeat", farm.DefaultHeartbeatInterval, "heartbeat interval")
@@ -241,10 +242,11 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	}
 
 	// One-job submits at the rate, all along; only those of the window count.
+	rate := min(o.rate, float64(n*o.capacity)/o.render.Seconds()/3)
 	measureFrom := time.Now().Add(o.warmup)
 	measureTo := measureFrom.Add(o.window)
 	wg.Go(func() {
-		every := time.Duration(float64(time.Second) / o.rate)
+		every := time.Duration(float64(time.Second) / rate)
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for i := 0; ; i++ {
@@ -315,6 +317,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 		res.Mode = "poll-only"
 	}
 	res.PgBouncerPool = o.bouncer
+	res.Rate = rate
 	res.MaxNodeConns, res.MaxNodesConns, res.MaxProdConns, res.MaxTotalConns = c.perNode, c.nodes, c.producer, c.total
 	res.PGCPUShare = round3(meter.Total().Seconds() / (elapsed.Seconds() * cpus))
 	res.HarnessCPUShare = round3((tv(self1.Utime) + tv(self1.Stime) - tv(self0.Utime) - tv(self0.Stime)) / (elapsed.Seconds() * cpus))
