@@ -48,6 +48,7 @@ type options struct {
 	capacity  int
 	heartbeat time.Duration
 	pollOnly  bool
+	poll      time.Duration
 	assign    jobqueue.AssignPolicy
 	// bouncer puts the nodes behind PgBouncer in transaction mode with
 	// this many server connections (0: nodes connect directly).
@@ -60,11 +61,13 @@ type result struct {
 	Mode  string `json:"mode"`
 	// PgBouncerPool is the bouncer's server connections for the nodes
 	// (0: none; the nodes connected directly).
-	PgBouncerPool int     `json:"pgbouncer_pool"`
-	Assign        string  `json:"assign"`
-	Rate          float64 `json:"submits_per_s"`
-	Jobs          int     `json:"jobs_measured"`
-	Unstarted     int     `json:"jobs_not_started"`
+	PgBouncerPool int `json:"pgbouncer_pool"`
+	// PollMs is the poll-only interval of nodes and producer.
+	PollMs    float64 `json:"poll_ms,omitempty"`
+	Assign    string  `json:"assign"`
+	Rate      float64 `json:"submits_per_s"`
+	Jobs      int     `json:"jobs_measured"`
+	Unstarted int     `json:"jobs_not_started"`
 	// Rounds that assigned something, and their duration.
 	Rounds        int     `json:"assign_rounds"`
 	RoundP50Ms    float64 `json:"assign_round_p50_ms"`
@@ -95,6 +98,7 @@ func main() {
 	flag.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "slots per node")
 	flag.DurationVar(&o.heartbeat, "heartbeat", farm.DefaultHeartbeatInterval, "heartbeat interval")
 	flag.BoolVar(&o.pollOnly, "poll-only", false, "nodes and producer without LISTEN (as farm --poll-only)")
+	flag.DurationVar(&o.poll, "poll-interval", farm.DefaultPollOnlyInterval, "with -poll-only: the nodes' --poll-interval and the producer's --tick")
 	assign := flag.String("assign", "spread", "assignment policy: spread or pack")
 	flag.IntVar(&o.bouncer, "pgbouncer", 0, "with -poll-only: put the nodes behind PgBouncer in transaction mode with this many server connections (needs the pgbouncer binary)")
 	flag.Parse()
@@ -195,7 +199,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	q := jobqueue.New(ppool, jobqueue.Config{})
 	tick := time.Second
 	if o.pollOnly {
-		tick = farm.DefaultPollOnlyInterval
+		tick = o.poll
 	}
 	prod, err := farm.NewProducer(farm.ProducerConfig{Queue: q, Pool: ppool, Tick: tick, PollOnly: o.pollOnly,
 		Assign: o.assign, OnAssigned: st.round})
@@ -218,7 +222,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 		defer b.stop()
 		nodeDSN = b.dsn()
 	}
-	ncfg := nodeConfig{dsn: nodeDSN, capacity: o.capacity, render: o.render, heartbeat: o.heartbeat, pollOnly: o.pollOnly, started: st.started}
+	ncfg := nodeConfig{dsn: nodeDSN, capacity: o.capacity, render: o.render, heartbeat: o.heartbeat, pollOnly: o.pollOnly, poll: o.poll, started: st.started}
 	nodes := make([]*simNode, 0, n)
 	for i := range n {
 		nd, err := startNode(runCtx, fmt.Sprintf("n%05d", i), o.heartbeat*time.Duration(i)/time.Duration(n), ncfg)
@@ -317,6 +321,9 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 		res.Mode = "poll-only"
 	}
 	res.PgBouncerPool = o.bouncer
+	if o.pollOnly {
+		res.PollMs = float64(o.poll.Milliseconds())
+	}
 	res.Rate = rate
 	res.MaxNodeConns, res.MaxNodesConns, res.MaxProdConns, res.MaxTotalConns = c.perNode, c.nodes, c.producer, c.total
 	res.PGCPUShare = round3(meter.Total().Seconds() / (elapsed.Seconds() * cpus))

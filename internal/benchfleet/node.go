@@ -20,6 +20,7 @@ type nodeConfig struct {
 	render    time.Duration
 	heartbeat time.Duration
 	pollOnly  bool
+	poll      time.Duration // with pollOnly
 	// started records a job's start (its Claim returning).
 	started func(id int64, at time.Time)
 }
@@ -78,7 +79,7 @@ func (n *simNode) run(ctx context.Context) error {
 	var wake <-chan jobqueue.Notification
 	poll := farm.DefaultPollInterval
 	if n.cfg.pollOnly {
-		poll = farm.DefaultPollOnlyInterval
+		poll = n.cfg.poll
 	} else {
 		l := jobqueue.NewListener(n.pool, jobqueue.ListenerConfig{Channels: []string{jobqueue.NodeChannel(n.id)}})
 		wg.Go(func() { _ = l.Run(ctx) })
