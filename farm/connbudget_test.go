@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
@@ -39,7 +38,7 @@ func TestConsumerConnectionBudget(t *testing.T) {
 			cfg.MaxConns = ConsumerPoolConns(pollOnly)
 			cfg.ConnConfig.RuntimeParams["application_name"] = app
 			if pollOnly {
-				cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+				jobqueue.ForTransactionPooling(cfg)
 			}
 			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 			if err != nil {

@@ -7,11 +7,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/term"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -107,12 +108,8 @@ func (o *dbOptions) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, er
 }
 
 // openPool connects a pool of at most maxConns. stateless makes every
-// statement self-contained for PgBouncer's transaction pooling: pgx's
-// default caches a named prepared statement per connection, which a pooler
-// that hands each transaction another server connection breaks; cached
-// descriptions use only the unnamed statement, parsed and run in the same
-// round trip, and keep binary encoding (unlike the exec and simple-protocol
-// modes).
+// statement self-contained for PgBouncer's transaction pooling (see
+// jobqueue.ForTransactionPooling).
 func openPool(ctx context.Context, url string, maxConns int32, stateless bool) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -122,7 +119,7 @@ func openPool(ctx context.Context, url string, maxConns int32, stateless bool) (
 		cfg.MaxConns = maxConns
 	}
 	if stateless {
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		jobqueue.ForTransactionPooling(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

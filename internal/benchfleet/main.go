@@ -171,7 +171,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	pc.MaxConns = 16 // what farm producer opens
 	pc.ConnConfig.RuntimeParams["application_name"] = "fleet-producer"
 	if o.pollOnly {
-		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		jobqueue.ForTransactionPooling(pc)
 	}
 	ppool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/farm"
@@ -53,7 +52,7 @@ func startNode(ctx context.Context, id string, hbOffset time.Duration, cfg nodeC
 	pc.MaxConns = farm.ConsumerPoolConns(cfg.pollOnly)
 	pc.ConnConfig.RuntimeParams["application_name"] = nodeAppPrefix + id
 	if cfg.pollOnly {
-		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		jobqueue.ForTransactionPooling(pc)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
