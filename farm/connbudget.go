@@ -15,9 +15,9 @@ import "time"
 //     waits behind a completion; every statement is self-contained and the
 //     pool may sit behind PgBouncer's transaction pooling.
 //
-// A producer holds its pool (the command's --database-max-conns) plus, while
-// it runs, one connection for the leader election's session advisory lock
-// and, unless poll-only, one LISTEN connection:
+// A producer holds its pool (at most 16 connections in farm producer, 24 in
+// farm up) plus one connection for the leader election's session advisory
+// lock and, unless poll-only, one LISTEN connection:
 //
 //	producer connections = pool + 1 (election) + 1 (LISTEN, not with --poll-only)
 //
