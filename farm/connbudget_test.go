@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -22,7 +23,7 @@ func TestConsumerConnectionBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testsite.StartT(t, testsite.Options{Items: 20})
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
 	for _, pollOnly := range []bool{false, true} {
 		name := "listen"
 		if pollOnly {
@@ -72,7 +73,7 @@ func TestConsumerConnectionBudget(t *testing.T) {
 			defer func() { stopSampler(); wg.Wait() }()
 
 			node := "node-budget"
-			db.startAssigner(t, node, jobqueue.DefaultCapacity)
+			db.startAssigner(t, node, defaultCapacity())
 			batch, _ := db.enqueue(t, site.URL, pagePaths(24, "/page/%d?delay=100"))
 			rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
 				c.Queue = nodeQ
@@ -81,7 +82,7 @@ func TestConsumerConnectionBudget(t *testing.T) {
 					c.PollInterval = DefaultPollOnlyInterval
 				}
 			})
-			waitFor(t, 3*time.Minute, "24 jobs completed", func() bool {
+			testutil.Eventually(t, 3*time.Minute, "24 jobs completed", func() bool {
 				return db.counts(t, batch).By[jobqueue.StateCompleted] == 24
 			})
 			if err := rc.stop(t, time.Minute); err != nil {

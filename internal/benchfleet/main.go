@@ -37,6 +37,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 type options struct {
@@ -95,7 +96,7 @@ func main() {
 	flag.DurationVar(&o.window, "window", 60*time.Second, "measured time")
 	flag.Float64Var(&o.rate, "rate", 100, "one-job submits per second, at most a third of the fleet's slot throughput (nodes × capacity / render), so that a small fleet measures latency, not a growing backlog")
 	flag.DurationVar(&o.render, "render", 500*time.Millisecond, "how long a job holds its slot")
-	flag.IntVar(&o.capacity, "capacity", jobqueue.DefaultCapacity, "slots per node")
+	flag.IntVar(&o.capacity, "capacity", supervisor.DefaultConfig().Capacity, "slots per node")
 	flag.DurationVar(&o.heartbeat, "heartbeat", farm.DefaultHeartbeatInterval, "heartbeat interval")
 	flag.BoolVar(&o.pollOnly, "poll-only", false, "nodes and producer without LISTEN (as farm --poll-only)")
 	flag.DurationVar(&o.poll, "poll-interval", farm.DefaultPollOnlyInterval, "with -poll-only: the nodes' --poll-interval and the producer's --tick")
