@@ -34,6 +34,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/browserfarm/browserfarm/internal/procstat"
 )
 
 func main() {
@@ -103,26 +105,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	out := map[string]any{"bench": "scale", "runs": runs, "wall_s": round(time.Since(start).Seconds()),
-		"loadavg_end": loadAvg()}
+		"loadavg_end": procstat.LoadAvg()}
 	if err := json.NewEncoder(stdout).Encode(out); err != nil {
 		fmt.Fprintln(stderr, "benchscale:", err)
 		return 1
 	}
 	return 0
-}
-
-// loadAvg is the machine's load average (1, 5, 15 min), to tell a shared
-// machine's figures apart.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func round(v float64) float64 {

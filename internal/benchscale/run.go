@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -147,7 +148,7 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 		}
 		r.Purged, r.PurgeDeletesPerS = deleted, round(float64(deleted)/time.Since(start).Seconds())
 	}
-	r.LoadAvg = loadAvg()
+	r.LoadAvg = procstat.LoadAvg()
 	progress("%d retained: %+v", n, r)
 	return r, nil
 }
