@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 // loadChunk is the rows of one COPY (one transaction): the count triggers'
@@ -40,7 +42,7 @@ func genRow(i, n int64, end time.Time, span time.Duration) historyRow {
 
 // loadHistory COPYs n finished jobs, the completed ones with a result, in
 // chunks, and moves the id sequence past them.
-func loadHistory(ctx context.Context, pool *pgxpool.Pool, n int64, span time.Duration, progress func(string, ...any)) error {
+func loadHistory(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, n int64, span time.Duration, progress func(string, ...any)) error {
 	end := time.Now().Add(-time.Minute)
 	jobCols := []string{"id", "batch_id", "state", "spec", "host", "node_id", "attempts", "max_attempts",
 		"run_after", "created_at", "queued_at", "started_at", "finished_at", "last_error", "error_class", "crawl_id"}
@@ -109,11 +111,16 @@ func loadHistory(ctx context.Context, pool *pgxpool.Pool, n int64, span time.Dur
 			return err
 		}
 	}
-	// What autovacuum does after a bulk insert: statistics, and the
-	// visibility map that index-only scans rely on.
-	for _, t := range []string{"jobs", "results"} {
-		if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+t); err != nil {
-			return fmt.Errorf("vacuum %s: %w", t, err)
+	// What the recorder and autovacuum do after a bulk insert: the counts'
+	// deltas folded, statistics, and the visibility map that index-only
+	// scans rely on. Then a checkpoint, so that writing the load's dirty
+	// pages out does not land in the measurements.
+	if _, err := q.CompactCounts(ctx); err != nil {
+		return err
+	}
+	for _, sql := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
 		}
 	}
 	return nil

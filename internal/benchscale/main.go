@@ -3,7 +3,8 @@
 // retained history of finished jobs, against an empty table. For each size
 // it starts from a fresh database on a private PostgreSQL (internal/pglocal),
 // loads that many finished jobs and their results with COPY of generated
-// rows, runs VACUUM ANALYZE (what autovacuum would have done), starts a
+// rows, runs VACUUM ANALYZE (what autovacuum would have done) and a
+// CHECKPOINT, starts a
 // producer and its HTTP server as `farm producer` does (in-process, on
 // 127.0.0.1), and measures:
 //

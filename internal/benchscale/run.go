@@ -105,9 +105,10 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 		return r, err
 	}
 
+	q := jobqueue.New(pool, jobqueue.Config{})
 	progress("%d retained: loading", n)
 	start := time.Now()
-	if err := loadHistory(ctx, pool, n, time.Duration(o.days)*24*time.Hour, progress); err != nil {
+	if err := loadHistory(ctx, pool, q, n, time.Duration(o.days)*24*time.Hour, progress); err != nil {
 		return r, err
 	}
 	r.LoadS = round(time.Since(start).Seconds())
@@ -117,7 +118,6 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 	r.DBSizeMB = round(r.DBSizeMB)
 	progress("%d retained: loaded in %.1f s (%.0f MB)", n, r.LoadS, r.DBSizeMB)
 
-	q := jobqueue.New(pool, jobqueue.Config{})
 	nodes := make([]string, lifecycleNodes)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("bench-node-%02d", i)
