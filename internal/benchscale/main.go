@@ -4,9 +4,8 @@
 // it starts from a fresh database on a private PostgreSQL (internal/pglocal),
 // loads that many finished jobs and their results with COPY of generated
 // rows, runs VACUUM ANALYZE (what autovacuum would have done) and a
-// CHECKPOINT, starts a
-// producer and its HTTP server as `farm producer` does (in-process, on
-// 127.0.0.1), and measures:
+// CHECKPOINT, starts a producer and its HTTP server as `farm producer` does
+// (in-process, on 127.0.0.1), and measures:
 //
 //   - p50/p99 of GET /api/stats, /api/failures, /metrics (uncached: the
 //     scrape cache is reset before each request), the dashboard's load (the
