@@ -49,6 +49,7 @@ type options struct {
 	lifecycleJobs int
 	purge         int64
 	days          int
+	hold          bool
 }
 
 func parseSizes(s string) ([]int64, error) {
@@ -79,6 +80,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.lifecycleJobs, "lifecycle-jobs", 20000, "jobs run through their lifecycle for jobs/s")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
+	fs.BoolVar(&o.hold, "hold", false, "after measuring each size, keep its database and print how to connect, until interrupted")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -149,6 +149,12 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 		r.Purged, r.PurgeDeletesPerS = deleted, round(float64(deleted)/time.Since(start).Seconds())
 	}
 	r.LoadAvg = procstat.LoadAvg()
+	if o.hold {
+		// For EXPLAIN by hand: the database stays until the harness is
+		// interrupted.
+		progress("%d retained: holding the database: psql '%s' (Ctrl-C ends)", n, cluster.ConnString(name))
+		<-ctx.Done()
+	}
 	progress("%d retained: %+v", n, r)
 	return r, nil
 }
