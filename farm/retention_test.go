@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/pgtest"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -77,11 +78,11 @@ func TestProducerRetention(t *testing.T) {
 		c.Retention, c.Now, c.StaleAfter = time.Hour, clock.Now, 1000*time.Hour
 	})
 	stop := runActors(t, ctx, p.Run)
-	eventually(t, time.Minute, "the gone node deleted", func() bool {
+	testutil.Eventually(t, time.Minute, "the gone node deleted", func() bool {
 		_, err := q.GetNode(ctx, "gone")
 		return errors.Is(err, jobqueue.ErrNotFound)
 	})
-	eventually(t, time.Minute, "the finished jobs purged", func() bool {
+	testutil.Eventually(t, time.Minute, "the finished jobs purged", func() bool {
 		var n int64
 		return pool.QueryRow(ctx, "SELECT count(*) FROM jobs WHERE state IN ('completed', 'failed')").Scan(&n) == nil && n == 0
 	})

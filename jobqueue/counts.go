@@ -9,7 +9,7 @@ import (
 )
 
 // Counts of jobs by state and of finishes per minute, kept by triggers on
-// jobs (migrations/008_job_counts.sql) so that the dashboard, the API, the
+// jobs (migrations/*_job_counts.sql) so that the dashboard, the API, the
 // metrics and `farm status` read a few rows instead of scanning the history.
 
 // compactLockKey lets one CompactCounts run at a time; others skip.
