@@ -40,7 +40,8 @@ type ProducerConfig struct {
 	// for. Default 2 s.
 	RescueInterval time.Duration
 	// Retention: finished jobs and their results older than this are
-	// deleted. 0 keeps them forever. Default (set by the command): 7 days.
+	// deleted, and so are nodes exited or lost longer ago. 0 keeps them
+	// forever. Default (set by the command): 7 days.
 	Retention time.Duration
 	// RetentionInterval is how often the purge runs. Default 1 min.
 	RetentionInterval time.Duration
@@ -212,7 +213,9 @@ func (p *Producer) rescueLoop(ctx context.Context) error {
 	}
 }
 
-// retentionLoop deletes old finished jobs in bounded batches.
+// retentionLoop deletes old finished jobs in bounded batches, and the rows
+// of nodes that exited or were lost longer than the retention ago (their
+// lifetime counters fold into the farm's).
 func (p *Producer) retentionLoop(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.RetentionInterval)
 	defer tick.Stop()
@@ -224,6 +227,13 @@ func (p *Producer) retentionLoop(ctx context.Context) error {
 			p.log.Warn("retention purge failed", zap.Error(err))
 		case n > 0:
 			p.log.Info("purged finished jobs", zap.Int64("jobs", n), zap.Time("finished_before", cutoff))
+		}
+		nodes, err := p.cfg.Queue.DeleteGoneNodes(ctx, cutoff)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("deleting gone nodes failed", zap.Error(err))
+		case nodes > 0:
+			p.log.Info("deleted gone nodes", zap.Int64("nodes", nodes), zap.Time("gone_before", cutoff))
 		}
 		select {
 		case <-ctx.Done():

@@ -302,22 +302,34 @@ type FailureGroup struct {
 // MaxFailureGroups bounds the classes FailureGroups returns.
 const MaxFailureGroups = 50
 
-// The finished index (finished_at, state) covers the filter; the window
-// functions count each class and number its jobs newest first in one pass.
+// failureGroupsSQL counts each class's failures in the window from the
+// per-minute counts (finishedCountsSQL's $1/$2 split) and lists each of the
+// largest classes' newest failures from the index of failed jobs by class:
+// the cost is the window's minutes and classes times perClass, not the
+// history. $3 is perClass, $4 the most classes.
 const failureGroupsSQL = `
-SELECT class, n, last_at, id, url, node_id, attempts, err, finished_at, proxy
-FROM (SELECT coalesce(nullif(j.error_class, ''), $3) AS class,
-             count(*) OVER w AS n,
-             max(j.finished_at) OVER w AS last_at,
-             row_number() OVER (PARTITION BY coalesce(nullif(j.error_class, ''), $3)
-                                ORDER BY j.finished_at DESC, j.id DESC) AS rn,
-             j.id, j.spec ->> 'url' AS url, coalesce(j.spec ->> 'proxy', '') AS proxy, coalesce(j.node_id, '') AS node_id, j.attempts,
-             left(coalesce(j.last_error, ''), 500) AS err, j.finished_at
-      FROM jobs j
-      WHERE j.state IN ('completed', 'failed', 'canceled') AND j.state = 'failed' AND j.finished_at >= $1
-      WINDOW w AS (PARTITION BY coalesce(nullif(j.error_class, ''), $3))) x
-WHERE rn <= $2
-ORDER BY n DESC, class, finished_at DESC, id DESC`
+WITH counts AS (
+    SELECT class, sum(n)::bigint AS n FROM (
+        SELECT class, n FROM finished_minutes WHERE state = 'failed' AND minute >= $2
+        UNION ALL
+        SELECT coalesce(error_class, ''), count(*)
+        FROM jobs
+        WHERE state IN ('completed', 'failed', 'canceled') AND state = 'failed' AND finished_at >= $1 AND finished_at < $2
+        GROUP BY 1) x
+    GROUP BY class HAVING sum(n) > 0
+    ORDER BY n DESC, class
+    LIMIT $4
+)
+SELECT c.class, c.n, r.id, r.url, r.node_id, r.attempts, r.err, r.finished_at, r.proxy
+FROM counts c
+CROSS JOIN LATERAL (
+    SELECT j.id, j.spec ->> 'url' AS url, coalesce(j.spec ->> 'proxy', '') AS proxy, coalesce(j.node_id, '') AS node_id,
+           j.attempts, left(coalesce(j.last_error, ''), 500) AS err, j.finished_at
+    FROM jobs j
+    WHERE j.state = 'failed' AND coalesce(j.error_class, '') = c.class AND j.finished_at >= $1
+    ORDER BY coalesce(j.error_class, ''), j.finished_at DESC, j.id DESC
+    LIMIT $3) r
+ORDER BY c.n DESC, c.class, r.finished_at DESC, r.id DESC`
 
 // FailureGroups returns the jobs that failed (for good: attempts exhausted
 // or a permanent error) at or after since, grouped by error class, the
@@ -328,7 +340,7 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 		perClass = 5
 	}
 	perClass = min(perClass, 100)
-	rows, err := q.pool.Query(ctx, failureGroupsSQL, since, perClass, Unclassified)
+	rows, err := q.pool.Query(ctx, failureGroupsSQL, since, minuteAfter(since), perClass, MaxFailureGroups)
 	if err != nil {
 		return nil, fmt.Errorf("failure groups: %w", err)
 	}
@@ -337,17 +349,20 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 	for rows.Next() {
 		var class string
 		var n int64
-		var last time.Time
 		var fj FailedJob
 		var proxy string
-		if err := rows.Scan(&class, &n, &last, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt, &proxy); err != nil {
+		if err := rows.Scan(&class, &n, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt, &proxy); err != nil {
 			return nil, fmt.Errorf("failure groups: %w", err)
+		}
+		if class == "" {
+			class = Unclassified
 		}
 		if len(groups) == 0 || groups[len(groups)-1].ErrorClass != class {
 			if len(groups) == MaxFailureGroups {
 				break
 			}
-			groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: last})
+			// Newest first: the group's first job is its last failure.
+			groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: fj.FinishedAt})
 		}
 		g := &groups[len(groups)-1]
 		secrets := (&Spec{URL: fj.URL, Proxy: proxy}).Secrets()
@@ -366,31 +381,6 @@ type FinishedCount struct {
 	State      State
 	ErrorClass string // "" unless State is failed; Unclassified when a failure has none
 	Count      int64
-}
-
-// FinishedSince counts the jobs that reached a final state at or after since,
-// by state and, for failed jobs, error class. A completed job keeps the
-// error class of an earlier failed attempt, which is not its outcome, so
-// only failures are split by class.
-func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedCount, error) {
-	rows, err := q.pool.Query(ctx, `
-        SELECT state, CASE WHEN state = 'failed' THEN coalesce(nullif(error_class, ''), $2) ELSE '' END AS class, count(*)
-        FROM jobs
-        WHERE state IN ('completed', 'failed', 'canceled') AND finished_at >= $1
-        GROUP BY 1, 2
-        ORDER BY 1, 2`, since, Unclassified)
-	if err != nil {
-		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedCount, error) {
-		var c FinishedCount
-		err := row.Scan(&c.State, &c.ErrorClass, &c.Count)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
-	}
-	return out, nil
 }
 
 // Ping checks that the database answers.

@@ -19,6 +19,10 @@
 #   scripts/bench.sh crawlee   pages/s and CPU-ms/page of browser (fresh and shared context) vs
 #                              Crawlee's PuppeteerCrawler (default and incognito pages), 6 at once, CPU- and
 #                              latency-bound /page/ (installs @crawlee/puppeteer from npm into a temp dir)
+#   scripts/bench.sh scale     with 0 and 10,000,000 retained finished jobs (COPY, -retained 0,1000,1000000 to
+#                              choose): p50/p99 of /api/stats, /api/failures, /metrics (uncached), the dashboard's
+#                              load and `farm status`, lifecycle jobs/s, and the retention purge's deletes/s
+#                              (10M: about 10 GB of disk under $TMPDIR)
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.
 set -euo pipefail
@@ -26,7 +30,7 @@ cd "$(dirname "$0")/.."
 
 usage() {
   sed -n '2,/^set /{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
-  echo "usage: scripts/bench.sh soak|recycle|go|autoscale|river|fleet|crawlee [mode flags]" >&2
+  echo "usage: scripts/bench.sh soak|recycle|go|autoscale|river|fleet|crawlee|scale [mode flags]" >&2
 }
 
 [ $# -ge 1 ] || { usage; exit 2; }
@@ -120,6 +124,10 @@ case "$mode" in
     cp scripts/crawlee-bench.mjs "$tmp/crawlee/"
     build internal/benchcrawlee
     "$tmp/benchcrawlee" -driver "$tmp/crawlee/crawlee-bench.mjs" "$@"
+    ;;
+  scale)
+    build internal/benchscale
+    "$tmp/benchscale" "$@"
     ;;
   -h | --help | help)
     usage

@@ -60,7 +60,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.DurationVar(&o.tick, "tick", time.Second, "fallback assignment interval (NOTIFY wakes the producer at once)")
 	fs.DurationVar(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.DurationVar(&o.rescueInterval, "rescue-interval", 2*time.Second, "how often lost nodes and expired leases are looked for")
-	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "delete finished jobs and results older than this (0 keeps them)")
+	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "delete finished jobs and results, and nodes exited or lost, older than this (0 keeps them)")
 	fs.IntVar(&o.assignBatch, "assign-batch", 5000, "most jobs assigned in one round")
 	fs.StringVar(&o.assign, "assign", "auto", "which nodes get work first: spread (least loaded), pack (busiest with a free slot, so idle nodes can scale in), auto (pack with an --autoscale driver, else spread; set pack when KEDA or an HPA scales the consumers)")
 	fs.IntVar(&o.hostMax, "host-max-concurrent", 4, "default politeness: most jobs of one host running at once, farm-wide (0: no limit)")

@@ -98,10 +98,14 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 }
 
-// Tick records one sample and prunes samples past the retention.
+// Tick records one sample, prunes samples past the retention and folds the
+// queue's count deltas (so that reading a count stays a few rows).
 func (r *Recorder) Tick(ctx context.Context) (jobqueue.SampleReport, error) {
 	rep, err := r.cfg.Queue.RecordSamples(ctx, r.cfg.Interval)
 	if err != nil {
+		return rep, err
+	}
+	if _, err := r.cfg.Queue.CompactCounts(ctx); err != nil {
 		return rep, err
 	}
 	_, err = r.cfg.Queue.PruneSamples(ctx, r.cfg.Now().Add(-r.cfg.Retention), r.cfg.PruneBatch)

@@ -209,7 +209,7 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 	}
 	defer os.RemoveAll(storage)
 
-	load0 := loadAvg()
+	load0 := procstat.LoadAvg()
 	b.progress("%d pages per run, concurrency %d, %d rounds, delays %v ms; load average %s", b.pages, b.conc, b.rounds, b.delays, load0)
 	var runs []runRecord
 	for r := range b.rounds {
@@ -244,7 +244,7 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 	}
 	out := map[string]any{"bench": "crawlee", "pages": b.pages, "concurrency": b.conc, "rounds": b.rounds,
 		"farm_chrome": b.chrome, "crawlee_chrome": b.crawleeChrome, "farm_recycle_jobs": b.recycle, "farm_exit_after_jobs": b.exitAfter,
-		"loadavg_start": load0, "loadavg_end": loadAvg(), "runs": runs}
+		"loadavg_start": load0, "loadavg_end": procstat.LoadAvg(), "runs": runs}
 	for _, d := range b.delays {
 		suffix := ""
 		if d > 0 {
@@ -434,21 +434,8 @@ func round2(x float64) float64 {
 	return v
 }
 
-// loadAvg is the first three fields of /proc/loadavg.
-func loadAvg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
-
 func load1() float64 {
-	f := strings.Fields(loadAvg())
+	f := strings.Fields(procstat.LoadAvg())
 	if len(f) == 0 {
 		return 0
 	}

@@ -273,3 +273,18 @@ func (m *Meter) Total() time.Duration {
 	}
 	return Ticks(sum)
 }
+
+// LoadAvg is the machine's load average over 1, 5 and 15 minutes (the first
+// three fields of /proc/loadavg), "" when unreadable: benchmarks record it,
+// since figures from a shared machine compare only at similar load.
+func LoadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

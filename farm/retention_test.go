@@ -1,0 +1,113 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/pgtest"
+	"github.com/browserfarm/browserfarm/internal/testutil"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// testClock is a settable clock shared by the queue and the producer.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// The leader's retention deletes what finished, and the nodes that went,
+// longer than the retention ago, and nothing live: pending, queued and
+// processing jobs older than the retention stay, and so does a node that
+// exited recently.
+func TestProducerRetention(t *testing.T) {
+	ctx := context.Background()
+	clock := &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	pool := pgtest.NewPool(t)
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	q := jobqueue.New(pool, jobqueue.Config{Now: clock.Now, Lease: 100 * time.Hour})
+	for _, id := range []string{"gone", "recent", "worker"} {
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: id, Hostname: "h", Capacity: 6}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, ids, err := q.Enqueue(ctx, pageSpecsFor(6, "retention.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ids[0:2] finished, ids[2] processing, ids[3] queued, the rest pending.
+	if _, err := q.Assign(ctx, "worker", 4); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := q.Claim(ctx, "worker", 3)
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("claim = %d, %v", len(jobs), err)
+	}
+	if _, err := q.Complete(ctx, jobs[0].ID, "worker", jobqueue.Result{Title: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Fail(ctx, jobs[1].ID, "worker", "boom", "http", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.SetNodeState(ctx, "gone", jobqueue.NodeExited); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(3 * time.Hour)
+	if _, err := q.SetNodeState(ctx, "recent", jobqueue.NodeExited); err != nil {
+		t.Fatal(err)
+	}
+	// The worker stays live for the stale check (heartbeats at the test
+	// clock's time are hours ahead of the database's).
+	p := newTestProducer(t, q, pool, func(c *ProducerConfig) {
+		c.Retention, c.Now, c.StaleAfter = time.Hour, clock.Now, 1000*time.Hour
+	})
+	stop := runActors(t, ctx, p.Run)
+	testutil.Eventually(t, time.Minute, "the gone node deleted", func() bool {
+		_, err := q.GetNode(ctx, "gone")
+		return errors.Is(err, jobqueue.ErrNotFound)
+	})
+	testutil.Eventually(t, time.Minute, "the finished jobs purged", func() bool {
+		var n int64
+		return pool.QueryRow(ctx, "SELECT count(*) FROM jobs WHERE state IN ('completed', 'failed')").Scan(&n) == nil && n == 0
+	})
+	stop()
+	if _, err := q.GetNode(ctx, "recent"); err != nil {
+		t.Errorf("a node exited less than the retention ago: %v", err)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if id == jobs[0].ID || id == jobs[1].ID {
+			continue
+		}
+		if j, err := q.Get(ctx, id); err != nil {
+			t.Errorf("live job %d: %v", id, err)
+		} else if j.State.Finished() {
+			t.Errorf("live job %d is %s", id, j.State)
+		}
+	}
+	if live := st.Jobs[jobqueue.StatePending] + st.Jobs[jobqueue.StateQueued] + st.Jobs[jobqueue.StateProcessing]; live != 4 {
+		t.Errorf("live jobs after the purge: %v, want 4", st.Jobs)
+	}
+	if st.Lifetime.JobsCompleted != 1 || st.Lifetime.JobsFailed != 1 {
+		t.Errorf("lifetime counters after the purge: %+v", st.Lifetime)
+	}
+}

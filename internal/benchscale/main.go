@@ -1,0 +1,120 @@
+// Command benchscale is the harness behind `scripts/bench.sh scale`: it
+// measures what the producer's reads and the queue's lifecycle cost with a
+// retained history of finished jobs, against an empty table. For each size
+// it starts from a fresh database on a private PostgreSQL (internal/pglocal),
+// loads that many finished jobs and their results with COPY of generated
+// rows, runs VACUUM ANALYZE (what autovacuum would have done) and a
+// CHECKPOINT, starts a producer and its HTTP server as `farm producer` does
+// (in-process, on 127.0.0.1), and measures:
+//
+//   - p50/p99 of GET /api/stats, /api/failures, /metrics (uncached: the
+//     scrape cache is reset before each request), the dashboard's load (the
+//     page and the four API calls it makes on load) and `farm status` (the
+//     queue calls it makes);
+//   - lifecycle jobs/s: jobs enqueued, assigned, claimed and completed by 16
+//     simulated nodes of 6 slots;
+//   - retention: finished jobs (and results) deleted per second by the
+//     producer's purge, on the oldest part of the history.
+//
+// Progress goes to stderr, one JSON line to stdout.
+//
+//	benchscale [-retained 0,1000,10000000] [-requests 50] [-lifecycle-jobs 20000] [-purge 100000]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/procstat"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the harness's flags.
+type options struct {
+	retained      []int64
+	requests      int
+	lifecycleJobs int
+	purge         int64
+	days          int
+	hold          bool
+}
+
+func parseSizes(s string) ([]int64, error) {
+	var out []int64
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("-retained: %q is not a job count ≥ 0", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-retained: no size given")
+	}
+	return out, nil
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("benchscale", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	retained := fs.String("retained", "0,10000000", "comma-separated retained finished jobs to measure, each on a fresh database (0: the empty-table baseline)")
+	var o options
+	fs.IntVar(&o.requests, "requests", 50, "requests per read measured (p50/p99 over them)")
+	fs.IntVar(&o.lifecycleJobs, "lifecycle-jobs", 20000, "jobs run through their lifecycle for jobs/s")
+	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
+	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
+	fs.BoolVar(&o.hold, "hold", false, "after measuring each size, keep its database and print how to connect, until interrupted")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var err error
+	if o.retained, err = parseSizes(*retained); err != nil {
+		fmt.Fprintln(stderr, "benchscale:", err)
+		return 2
+	}
+	if o.requests < 1 || o.lifecycleJobs < 1 || o.purge < 0 || o.days < 1 {
+		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs and -days must be ≥ 1, -purge ≥ 0")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "benchscale: "+format+"\n", a...) }
+
+	start := time.Now()
+	runs, err := runAll(ctx, o, progress)
+	if err != nil {
+		fmt.Fprintln(stderr, "benchscale:", err)
+		return 1
+	}
+	out := map[string]any{"bench": "scale", "runs": runs, "wall_s": round(time.Since(start).Seconds()),
+		"loadavg_end": procstat.LoadAvg()}
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		fmt.Fprintln(stderr, "benchscale:", err)
+		return 1
+	}
+	return 0
+}
+
+func round(v float64) float64 {
+	return float64(int64(v*100+0.5)) / 100
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/procstat"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// sizeRun is what one retained size measured.
+type sizeRun struct {
+	Retained int64   `json:"retained"`
+	LoadS    float64 `json:"load_s"`
+	// Reads: p50/p99 in ms of each read.
+	Reads map[string]latency `json:"reads"`
+	// LifecycleJobsPerS is enqueue → assign → claim → complete.
+	LifecycleJobsPerS float64 `json:"lifecycle_jobs_per_s"`
+	// Purged and PurgeDeletesPerS: the retention purge on the oldest jobs.
+	Purged           int64   `json:"purged"`
+	PurgeDeletesPerS float64 `json:"purge_deletes_per_s,omitempty"`
+	DBSizeMB         float64 `json:"db_size_mb"`
+	LoadAvg          string  `json:"loadavg"`
+}
+
+type latency struct {
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+}
+
+// runAll starts the private PostgreSQL and measures each size on a fresh
+// database of its own, dropped afterwards.
+func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs []sizeRun, err error) {
+	dir, err := os.MkdirTemp("", "benchscale-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	// The server may run as another account when the harness runs as root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	progress("starting a private PostgreSQL")
+	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dir, "pg"), Ephemeral: true,
+		Settings: map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		err = errors.Join(err, cluster.Stop(sctx))
+	}()
+	for _, n := range o.retained {
+		r, err := runSize(ctx, cluster, o, n, progress)
+		if err != nil {
+			return nil, fmt.Errorf("%d retained: %w", n, err)
+		}
+		runs = append(runs, r)
+	}
+	return runs, nil
+}
+
+func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, progress func(string, ...any)) (sizeRun, error) {
+	r := sizeRun{Retained: n}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return r, err
+	}
+	name := "scale_" + hex.EncodeToString(b[:])
+	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
+	if err != nil {
+		return r, err
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return r, err
+	}
+	defer func() {
+		if _, err := admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			progress("dropping %s: %v", name, err)
+		}
+	}()
+	cfg, err := pgxpool.ParseConfig(cluster.ConnString(name))
+	if err != nil {
+		return r, err
+	}
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return r, err
+	}
+	defer pool.Close()
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		return r, err
+	}
+
+	q := jobqueue.New(pool, jobqueue.Config{})
+	progress("%d retained: loading", n)
+	start := time.Now()
+	if err := loadHistory(ctx, pool, q, n, time.Duration(o.days)*24*time.Hour, progress); err != nil {
+		return r, err
+	}
+	r.LoadS = round(time.Since(start).Seconds())
+	if err := pool.QueryRow(ctx, "SELECT pg_database_size(current_database()) / 1048576.0").Scan(&r.DBSizeMB); err != nil {
+		return r, err
+	}
+	r.DBSizeMB = round(r.DBSizeMB)
+	progress("%d retained: loaded in %.1f s (%.0f MB)", n, r.LoadS, r.DBSizeMB)
+
+	nodes := make([]string, lifecycleNodes)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("bench-node-%02d", i)
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: nodes[i], Hostname: "bench", Capacity: lifecycleCapacity}); err != nil {
+			return r, err
+		}
+	}
+	if r.Reads, err = measureReads(ctx, pool, q, o.requests, progress); err != nil {
+		return r, err
+	}
+	progress("%d retained: lifecycle of %d jobs", n, o.lifecycleJobs)
+	if r.LifecycleJobsPerS, err = lifecycle(ctx, pool, q, nodes, o.lifecycleJobs); err != nil {
+		return r, err
+	}
+	r.LifecycleJobsPerS = round(r.LifecycleJobsPerS)
+	if purge := min(o.purge, n); purge > 0 {
+		// The oldest purge jobs: the history is in finished_at order by id,
+		// each finish at its own microsecond.
+		var cutoff time.Time
+		if err := pool.QueryRow(ctx, "SELECT finished_at + interval '1 microsecond' FROM jobs WHERE id = $1", purge).Scan(&cutoff); err != nil {
+			return r, err
+		}
+		progress("%d retained: purging the oldest %d", n, purge)
+		start := time.Now()
+		deleted, err := q.DeleteFinishedBefore(ctx, cutoff, 0, nil)
+		if err != nil {
+			return r, err
+		}
+		r.Purged, r.PurgeDeletesPerS = deleted, round(float64(deleted)/time.Since(start).Seconds())
+	}
+	r.LoadAvg = procstat.LoadAvg()
+	if o.hold {
+		// For EXPLAIN by hand: the database stays until the harness is
+		// interrupted.
+		progress("%d retained: holding the database: psql '%s' (Ctrl-C ends)", n, cluster.ConnString(name))
+		<-ctx.Done()
+	}
+	progress("%d retained: %+v", n, r)
+	return r, nil
+}

@@ -1,0 +1,114 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Counts of jobs by state and of finishes per minute, kept by triggers on
+// jobs (migrations/*_job_counts.sql) so that the dashboard, the API, the
+// metrics and `farm status` read a few rows instead of scanning the history.
+
+// compactLockKey lets one CompactCounts run at a time; others skip.
+const compactLockKey int64 = 0x6266636f756e7473 // "bfcounts"
+
+// The delta rows of each table are replaced by one row per key, in one
+// transaction: a reader sees either the deltas or their sum. Rows a
+// transaction still open inserted are not visible here and stay for the
+// next compaction.
+const (
+	compactJobCountsSQL = `
+WITH d AS (DELETE FROM job_counts RETURNING state, n)
+INSERT INTO job_counts (state, n)
+SELECT state, sum(n) FROM d GROUP BY state HAVING sum(n) <> 0`
+	compactFinishedSQL = `
+WITH d AS (DELETE FROM finished_minutes RETURNING minute, state, class, n)
+INSERT INTO finished_minutes (minute, state, class, n)
+SELECT minute, state, class, sum(n) FROM d GROUP BY minute, state, class HAVING sum(n) <> 0`
+)
+
+// CompactCounts folds the delta rows the triggers appended into one row per
+// key, and returns how many rows it folded. The leader's recorder runs it
+// every sample, which keeps a count read to a few hundred rows (finishes
+// per minute of retained history, by state and failure class). It does
+// nothing when another compaction is running.
+func (q *Queue) CompactCounts(ctx context.Context) (int64, error) {
+	var folded int64
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		var locked bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", compactLockKey).Scan(&locked); err != nil {
+			return err
+		}
+		if !locked {
+			return nil
+		}
+		for _, sql := range []string{compactJobCountsSQL, compactFinishedSQL} {
+			tag, err := tx.Exec(ctx, sql)
+			if err != nil {
+				return err
+			}
+			folded += tag.RowsAffected()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("compact counts: %w", err)
+	}
+	return folded, nil
+}
+
+// finishedCountsSQL counts the jobs that finished at or after $1 from the
+// per-minute rows of the whole minutes from $2 on, plus the jobs themselves
+// of the part-minute [$1, $2): what a window costs is its minutes and at
+// most one minute of finishes, not the history.
+const finishedCountsSQL = `
+SELECT state, class, sum(n)::bigint FROM (
+    SELECT state, class, n FROM finished_minutes WHERE minute >= $2
+    UNION ALL
+    SELECT state, finished_class(state, error_class), count(*)
+    FROM jobs
+    WHERE state IN ('completed', 'failed', 'canceled') AND finished_at >= $1 AND finished_at < $2
+    GROUP BY 1, 2) x
+GROUP BY 1, 2 HAVING sum(n) <> 0
+ORDER BY 1, 2`
+
+// minuteAfter is the first minute boundary at or after t.
+func minuteAfter(t time.Time) time.Time {
+	b := t.Truncate(time.Minute)
+	if b.Before(t) {
+		b = b.Add(time.Minute)
+	}
+	return b
+}
+
+// FinishedSince counts the jobs that reached a final state at or after since,
+// by state and, for failed jobs, error class. A completed job keeps the
+// error class of an earlier failed attempt, which is not its outcome, so
+// only failures are split by class.
+func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedCount, error) {
+	rows, err := q.pool.Query(ctx, finishedCountsSQL, since, minuteAfter(since))
+	if err != nil {
+		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedCount, error) {
+		var c FinishedCount
+		err := row.Scan(&c.State, &c.ErrorClass, &c.Count)
+		if c.State == StateFailed && c.ErrorClass == "" {
+			c.ErrorClass = Unclassified
+		}
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
+	}
+	return out, nil
+}
+
+// jobCountsSQL reads the jobs in final states from the maintained counts.
+const jobCountsSQL = `
+SELECT state, sum(n)::bigint FROM job_counts
+WHERE state IN ('completed', 'failed', 'canceled')
+GROUP BY state`

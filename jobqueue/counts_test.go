@@ -1,0 +1,248 @@
+package jobqueue
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// checkCounts compares every maintained count with a scan of jobs: the
+// counts by state that Stats reports, the finishes of every minute by state
+// and class, and what FinishedSince and FailureGroups answer for a window
+// starting mid-minute. It checks before and after a compaction, which must
+// change no sum.
+func checkCounts(t *testing.T, q *Queue, pool *pgxpool.Pool, step string) {
+	t.Helper()
+	ctx := context.Background()
+	scan := func(sql string) map[string]int64 {
+		t.Helper()
+		rows, err := pool.Query(ctx, sql)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", step, sql, err)
+		}
+		m := map[string]int64{}
+		for rows.Next() {
+			var k string
+			var n int64
+			if err := rows.Scan(&k, &n); err != nil {
+				t.Fatalf("%s: %v", step, err)
+			}
+			m[k] = n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		return m
+	}
+	const minutesSQL = `SELECT minute::text || ' ' || state || ' ' || class, sum(n)::bigint FROM finished_minutes
+        GROUP BY minute, state, class HAVING sum(n) <> 0`
+	const minutesScanSQL = `SELECT finished_minute(finished_at)::text || ' ' || state || ' ' || finished_class(state, error_class), count(*)
+        FROM jobs WHERE state IN ('completed', 'failed', 'canceled') GROUP BY 1`
+	var since time.Time
+	if err := pool.QueryRow(ctx, `SELECT coalesce(min(finished_at), now()) + interval '30 seconds' FROM jobs`).Scan(&since); err != nil {
+		t.Fatal(err)
+	}
+	for _, compact := range []bool{false, true} {
+		if compact {
+			if _, err := q.CompactCounts(ctx); err != nil {
+				t.Fatalf("%s: %v", step, err)
+			}
+			if n := countRows(t, pool, `SELECT count(*) FROM (SELECT state FROM job_counts GROUP BY state HAVING count(*) > 1) x`); n != 0 {
+				t.Fatalf("%s: %d states with several rows after a compaction", step, n)
+			}
+		}
+		want := scan(`SELECT state, count(*) FROM jobs GROUP BY state`)
+		st, err := q.Stats(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		for _, s := range States() {
+			if st.Jobs[s] != want[string(s)] {
+				t.Errorf("%s (compacted %v): Stats %s = %d, COUNT(*) = %d", step, compact, s, st.Jobs[s], want[string(s)])
+			}
+		}
+		if got, want := scan(minutesSQL), scan(minutesScanSQL); !maps.Equal(got, want) {
+			t.Errorf("%s (compacted %v): finished per minute %v, scan %v", step, compact, got, want)
+		}
+		fin, err := q.FinishedSince(ctx, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, f := range fin {
+			got[string(f.State)+" "+f.ErrorClass] = f.Count
+		}
+		wantFin := scan(fmt.Sprintf(`SELECT state || ' ' || CASE WHEN state = 'failed' THEN coalesce(nullif(error_class, ''), '%s') ELSE '' END, count(*)
+            FROM jobs WHERE state IN ('completed', 'failed', 'canceled') AND finished_at >= '%s' GROUP BY 1`,
+			Unclassified, since.Format(time.RFC3339Nano)))
+		if !maps.Equal(got, wantFin) {
+			t.Errorf("%s (compacted %v): FinishedSince %v, scan %v", step, compact, got, wantFin)
+		}
+		groups, err := q.FailureGroups(ctx, since, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotFail := map[string]int64{}
+		for _, g := range groups {
+			gotFail[g.ErrorClass] = g.Count
+			if int64(len(g.Recent)) != g.Count || !g.LastAt.Equal(g.Recent[0].FinishedAt) {
+				t.Errorf("%s: group %s lists %d jobs for %d failures, last at %v", step, g.ErrorClass, len(g.Recent), g.Count, g.LastAt)
+			}
+		}
+		wantFail := scan(fmt.Sprintf(`SELECT coalesce(nullif(error_class, ''), '%s'), count(*)
+            FROM jobs WHERE state = 'failed' AND finished_at >= '%s' GROUP BY 1`, Unclassified, since.Format(time.RFC3339Nano)))
+		if !maps.Equal(gotFail, wantFail) {
+			t.Errorf("%s (compacted %v): FailureGroups %v, scan %v", step, compact, gotFail, wantFail)
+		}
+	}
+}
+
+// TestCountsStayExact walks jobs through every change of state, with the
+// clock moving across minutes, and compares the maintained counts with
+// COUNT(*) after each.
+func TestCountsStayExact(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	q, pool := newTestQueue(t, Config{Now: clock.Now, Lease: 10 * time.Second})
+	ctx := context.Background()
+	checkCounts(t, q, pool, "empty")
+
+	ids := mustEnqueue(t, q, pageSpecs(30, "c.test")...)
+	checkCounts(t, q, pool, "enqueue")
+	mustRegister(t, q, "n1", 12)
+	mustRegister(t, q, "n2", 12)
+	if _, err := q.Assign(ctx, "n1", 12); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Assign(ctx, "n2", 4); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, q, pool, "assign")
+	j1, err := q.Claim(ctx, "n1", 10)
+	if err != nil || len(j1) != 10 {
+		t.Fatalf("claim = %d, %v", len(j1), err)
+	}
+	j2, err := q.Claim(ctx, "n2", 2)
+	if err != nil || len(j2) != 2 {
+		t.Fatalf("claim = %d, %v", len(j2), err)
+	}
+	checkCounts(t, q, pool, "claim")
+	if _, err := q.RenewLeases(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, q, pool, "renew leases")
+
+	for i, j := range j1[:4] {
+		clock.Advance(20 * time.Second)
+		if _, err := q.Complete(ctx, j.ID, "n1", Result{Title: "ok"}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			checkCounts(t, q, pool, "complete")
+		}
+	}
+	out, err := q.CompleteMany(ctx, []Completion{{JobID: j1[4].ID, NodeID: "n1"}, {JobID: j1[5].ID, NodeID: "n1"}})
+	if err != nil || len(out) != 2 {
+		t.Fatalf("complete many = %v, %v", out, err)
+	}
+	checkCounts(t, q, pool, "complete many")
+	clock.Advance(time.Minute)
+	for i, class := range []string{"http", "http", "", "timeout"} {
+		if _, err := q.Fail(ctx, j1[6+i].ID, "n1", "boom", class, false); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(15 * time.Second)
+	}
+	if st, err := q.Fail(ctx, j2[0].ID, "n2", "flaky", "net", true); err != nil || st != StatePending {
+		t.Fatalf("retriable fail = %v, %v", st, err)
+	}
+	checkCounts(t, q, pool, "fail")
+
+	// n2's other job outlives its lease; n1 holds only queued jobs now.
+	clock.Advance(30 * time.Second)
+	if _, err := q.Heartbeat(ctx, "n1", NodeLoad{}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := q.RescueLost(ctx, time.Hour); err != nil || rep.Retried != 1 {
+		t.Fatalf("rescue = %+v, %v", rep, err)
+	}
+	checkCounts(t, q, pool, "lease expiry")
+
+	if n, err := q.Retry(ctx, j1[6].ID, j1[8].ID); err != nil || n != 2 {
+		t.Fatalf("retry = %d, %v", n, err)
+	}
+	checkCounts(t, q, pool, "retry")
+	if n, err := q.Cancel(ctx, ids[25], ids[26], j1[0].ID); err != nil || n != 2 {
+		t.Fatalf("cancel = %d, %v", n, err)
+	}
+	if n, err := q.Release(ctx, "n1"); err != nil || n == 0 {
+		t.Fatalf("release = %d, %v", n, err)
+	}
+	checkCounts(t, q, pool, "cancel and release")
+
+	// Purge what finished more than a minute ago, then the rest.
+	clock.Advance(time.Minute)
+	if _, err := q.DeleteFinishedBefore(ctx, clock.Now().Add(-90*time.Second), 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, q, pool, "partial purge")
+	if n, err := q.DeleteFinishedBefore(ctx, clock.Now().Add(time.Hour), 3, nil); err != nil || n == 0 {
+		t.Fatalf("purge = %d, %v", n, err)
+	}
+	checkCounts(t, q, pool, "purge")
+	if n := countRows(t, pool, `SELECT count(*) FROM finished_minutes`); n != 0 {
+		// After the purge and compaction nothing finished is left to count.
+		t.Errorf("finished_minutes holds %d rows after everything finished was purged", n)
+	}
+}
+
+// TestCountsMigrationCountsExistingJobs drops the counts to what a database
+// that predates them had, then runs the migration's counting step again,
+// as an upgrade does.
+func TestCountsMigrationCountsExistingJobs(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustEnqueue(t, q, pageSpecs(5, "m.test")...)
+	mustRegister(t, q, "n1", 3)
+	for _, j := range assignClaim(t, q, "n1", 3) {
+		if _, err := q.Fail(ctx, j.ID, "n1", "x", "http", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// By name without its number, which changes when migrations merge.
+	names, err := fs.Glob(migrationFiles, "migrations/*_job_counts.sql")
+	if err != nil || len(names) != 1 {
+		t.Fatalf("the counts migration: %v, %v", names, err)
+	}
+	body, err := migrationFiles.ReadFile(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Undo the migration, then apply it again, as on an upgraded database
+	// that already has jobs.
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for _, sql := range []string{
+			`DROP TABLE job_counts, finished_minutes`,
+			`DROP FUNCTION jobs_count_deltas, jobs_count_truncate CASCADE`,
+			`DROP INDEX jobs_failed_class_idx`,
+			`DROP FUNCTION finished_minute, finished_class`,
+			string(body),
+		} {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("%.60s: %w", sql, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, q, pool, "after the migration on existing jobs")
+}
