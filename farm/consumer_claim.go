@@ -1,0 +1,196 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// loop claims jobs while slots are free and starts one goroutine per job,
+// until ctx ends, every job the process may start has been claimed, or the
+// supervisor fails.
+func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{}, jobsCtx context.Context, jobs *sync.WaitGroup) stopReason {
+	// Jobs assigned before the LISTEN took effect are found by the first
+	// claim, made once listening, so none waits for the poll.
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		return stopSignal
+	case <-supExited:
+		return stopFatal
+	}
+	poll := time.NewTicker(c.cfg.PollInterval)
+	defer poll.Stop()
+	claimBackoff := time.Duration(0)
+	for {
+		if c.isFenced() {
+			return stopFenced
+		}
+		if ctx.Err() != nil {
+			return stopSignal
+		}
+		// Notifications that arrived so far are answered by this claim.
+		drainWakeups(l.c)
+		free, remaining := c.claimable()
+		if remaining == 0 {
+			return stopExitDue
+		}
+		if free > 0 {
+			claimed, err := c.inc.Claim(ctx, free)
+			switch {
+			case errors.Is(err, jobqueue.ErrFenced):
+				c.noteFenced(err)
+				return stopFenced
+			case err != nil && ctx.Err() != nil:
+				return stopSignal
+			case err != nil:
+				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
+				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", claimBackoff))
+				if !sleepCtx(ctx, claimBackoff) {
+					return stopSignal
+				}
+				continue
+			}
+			claimBackoff = 0
+			for _, j := range claimed {
+				c.start(jobsCtx, jobs, j)
+			}
+			if len(claimed) == free {
+				// There may be more queued; look again at once.
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return stopSignal
+		case <-supExited:
+			return stopFatal
+		case <-c.fenced:
+			return stopFenced
+		case <-l.c:
+		case <-c.jobDone:
+		case <-poll.C:
+		}
+	}
+}
+
+// claimable is how many jobs may be claimed now (free slots) and how many
+// more this process may start, both net of claimed jobs that have not taken
+// their slot yet. unacquired is read before the supervisor: a goroutine
+// takes its slot before it stops counting as unacquired, so the sum can
+// only overstate what is in use, never understate it.
+func (c *Consumer) claimable() (free, remaining int) {
+	c.mu.Lock()
+	pending := c.unacquired
+	c.mu.Unlock()
+	free = c.sup.Available() - pending
+	remaining = c.sup.Remaining() - pending
+	return max(0, min(free, remaining)), max(0, remaining)
+}
+
+// start runs one claimed job on its own goroutine.
+func (c *Consumer) start(jobsCtx context.Context, jobs *sync.WaitGroup, j jobqueue.Job) {
+	c.mu.Lock()
+	c.unacquired++
+	c.held++
+	c.live[j.ID] = struct{}{}
+	c.mu.Unlock()
+	c.signal(c.busyChanged)
+	jobs.Go(func() {
+		defer func() {
+			c.mu.Lock()
+			c.held--
+			delete(c.live, j.ID)
+			c.mu.Unlock()
+			c.signal(c.busyChanged)
+			c.signal(c.jobDone)
+		}()
+		c.runJob(jobsCtx, j)
+	})
+}
+
+// signal wakes the reader of a capacity-1 channel without blocking.
+func (c *Consumer) signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// runJob renders one job on a supervisor slot and records the outcome.
+func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
+	log := c.log.With(zap.Int64("job", j.ID), zap.Int("attempt", j.Attempts))
+	slot, err := c.sup.Acquire(ctx)
+	c.mu.Lock()
+	c.unacquired--
+	c.mu.Unlock()
+	if err != nil {
+		// The node is stopping or its supervisor failed before the job
+		// started: not the job's fault.
+		c.fail(j, log, &browser.Error{Class: browser.ClassCanceled, Retriable: true,
+			Err: fmt.Errorf("node %s could not start the job: %w", c.node, err)}, 0)
+		return
+	}
+	req := SpecRequest(j.Spec)
+	limitRequest(&req, c.q.ResultLimits())
+	if err := c.checkJobProxy(ctx, j.Spec.Proxy); err != nil {
+		slot.Release()
+		c.signal(c.jobDone)
+		c.fail(j, log, err, 0)
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, req.Timeout+renderSlack)
+	t0 := time.Now()
+	res, err := slot.Render(rctx, req)
+	took := time.Since(t0)
+	cancel()
+	pid := slot.ChromePID()
+	slot.Release()
+	c.signal(c.jobDone)
+	if err != nil {
+		if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%w)", cause, err)
+		}
+		c.failWithResult(j, log.With(zap.Int("chrome_pid", pid)), err, took, res)
+		return
+	}
+	res.Links = c.followable(res.Links)
+	c.complete(ctx, j, log, res, took)
+}
+
+// wakeups are the notifications that wake the claim loop: ready closes once
+// they are being received; c is nil when there are none (poll-only).
+type wakeups struct {
+	ready <-chan struct{}
+	c     <-chan jobqueue.Notification
+}
+
+// drainWakeups empties a notification channel without blocking.
+func drainWakeups(ch <-chan jobqueue.Notification) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
+		}
+	}
+}
+
+// sleepCtx pauses for d unless ctx ends first, and reports whether it slept.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

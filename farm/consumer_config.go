@@ -1,0 +1,191 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
+)
+
+// ErrRecycle is what Consumer.Run returns after the node finished its
+// supervisor's ExitAfterJobs jobs, drained and marked itself exited: the
+// process should exit (farm consumer exits with code 75) so that its
+// orchestrator starts a fresh one.
+var ErrRecycle = errors.New("farm: consumer finished its exit-after-jobs jobs; restart the process")
+
+// ErrFenced is what Consumer.Run returns (wrapped, with the incarnations)
+// when another process registered the node's id: this process's calls are
+// refused from then on, so it stops at once without touching the node.
+var ErrFenced = jobqueue.ErrFenced
+
+// Protector is told when the node starts holding work and when it has been
+// idle for a while, e.g. to protect a busy EC2 instance from scale-in
+// (autoscale.InstanceProtector). Errors are logged, never fatal.
+type Protector interface {
+	SetBusy(ctx context.Context, busy bool) error
+}
+
+// ConsumerConfig configures a Consumer. Start from DefaultConsumerConfig.
+type ConsumerConfig struct {
+	// Queue is the job queue (required). Its pool also carries the LISTEN
+	// connection (see ConsumerPoolConns for the budget).
+	Queue *jobqueue.Queue
+	// PollOnly: no LISTEN; the node looks for assigned jobs every
+	// PollInterval (set it short, e.g. DefaultPollOnlyInterval) and after
+	// each job it finishes. No session state is kept, so the pool may go
+	// through PgBouncer in transaction mode.
+	PollOnly bool
+	// Blobs, if set, is where HTML and screenshots go instead of the
+	// database (only their keys, sizes and hashes are kept there).
+	Blobs blobstore.Store
+	// NodeID names the node in the queue. Default: the hostname, made a
+	// valid node id. A restarted process with the same id takes back what
+	// its previous incarnation left behind.
+	NodeID string
+	// Hostname is reported with the registration. Default: os.Hostname.
+	Hostname string
+	// Version is reported with the registration.
+	Version string
+	// Capacity is how many jobs the node runs at once (Chrome sessions).
+	// 0: Supervisor.Capacity, else the supervisor's default. It overrides
+	// Supervisor.Capacity.
+	Capacity int
+	// Supervisor sets the Chrome lifecycle: recycle every N jobs, exit after
+	// M, memory ceiling, health checks. DefaultConsumerConfig fills in
+	// supervisor.DefaultConfig(); a zero threshold disables it.
+	Supervisor supervisor.Config
+	// HeartbeatInterval is how often the node reports its load and renews
+	// its leases. Default 3 s.
+	HeartbeatInterval time.Duration
+	// PollInterval is how often the node looks for assigned jobs when no
+	// notification woke it, in case one was lost; with PollOnly, how often
+	// it looks at all. Default 10 s.
+	PollInterval time.Duration
+	// DrainTimeout is the grace period in-flight jobs get when Run's
+	// context ends (SIGTERM); past it they are canceled and handed back as
+	// retriable. Default 1 min; negative means no grace at all.
+	DrainTimeout time.Duration
+	// Protector, if set, is told when the node goes busy and idle.
+	Protector Protector
+	// ProtectorIdleAfter is how long the node must hold no job before the
+	// Protector is told it is idle, so that protection does not flap
+	// between jobs. Default 30 s; negative means at once.
+	ProtectorIdleAfter time.Duration
+	// Egress is what the node's jobs may reach: by default public addresses
+	// only — no loopback, link-local (the cloud metadata service), private
+	// range or the farm's own listen addresses (list those in Deny when they
+	// are public). The node runs a filtering proxy in front of its Chrome
+	// that enforces it on every resolved address; followed links to refused
+	// literal addresses are dropped, and a job's own proxy must be allowed.
+	Egress egress.Policy
+	// Load samples the node's load for heartbeats. Default: a
+	// ProcessLoadSampler (this process and its Chromes, not the machine,
+	// which several nodes may share); MemUsedBytes gets the Chromes' PSS added.
+	Load func(ctx context.Context) (MachineLoad, error)
+	// Logger; default zap.NewNop().
+	Logger *zap.Logger
+}
+
+// DefaultConsumerConfig returns the documented defaults around queue.
+func DefaultConsumerConfig(queue *jobqueue.Queue) ConsumerConfig {
+	return ConsumerConfig{
+		Queue:              queue,
+		Supervisor:         supervisor.DefaultConfig(),
+		HeartbeatInterval:  DefaultHeartbeatInterval,
+		PollInterval:       DefaultPollInterval,
+		DrainTimeout:       DefaultConsumerDrain,
+		ProtectorIdleAfter: DefaultProtectorIdleAfter,
+	}
+}
+
+func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
+	if c.Queue == nil {
+		return c, errors.New("farm: consumer: Queue is required")
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Hostname == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return c, fmt.Errorf("farm: consumer: hostname: %w", err)
+		}
+		c.Hostname = h
+	}
+	if c.NodeID == "" {
+		c.NodeID = NodeIDFromHostname(c.Hostname)
+	}
+	if err := jobqueue.ValidateNodeID(c.NodeID); err != nil {
+		return c, fmt.Errorf("farm: consumer: %w", err)
+	}
+	if c.Capacity == 0 {
+		c.Capacity = c.Supervisor.Capacity
+	}
+	if c.Capacity == 0 {
+		c.Capacity = supervisor.DefaultConfig().Capacity
+	}
+	if c.Capacity < 1 || c.Capacity > 1000 {
+		return c, fmt.Errorf("farm: consumer: capacity %d is out of range 1..1000", c.Capacity)
+	}
+	c.Supervisor.Capacity = c.Capacity
+	if c.Supervisor.Logger == nil {
+		c.Supervisor.Logger = c.Logger.Named("supervisor")
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultConsumerDrain
+	}
+	if c.DrainTimeout < 0 {
+		c.DrainTimeout = 0
+	}
+	if c.ProtectorIdleAfter == 0 {
+		c.ProtectorIdleAfter = DefaultProtectorIdleAfter
+	}
+	if c.ProtectorIdleAfter < 0 {
+		c.ProtectorIdleAfter = 0
+	}
+	if c.Load == nil {
+		c.Load = new(ProcessLoadSampler).Sample
+	}
+	return c, nil
+}
+
+// NodeIDFromHostname turns a hostname into a valid node id by the queue's
+// one node-id rule (jobqueue.NodeIDFrom): characters outside letters,
+// digits, '.', '_', ':' and '-' become '-', and the result is cut to the
+// allowed length. An empty or unusable name gives "node".
+func NodeIDFromHostname(host string) string { return jobqueue.NodeIDFrom(host, "") }
+
+// Consumer defaults.
+const (
+	DefaultHeartbeatInterval  = 3 * time.Second
+	DefaultPollInterval       = 10 * time.Second
+	DefaultConsumerDrain      = time.Minute
+	DefaultProtectorIdleAfter = 30 * time.Second
+	// renderSlack is added to a job's own timeout to bound a render that the
+	// browser failed to end in time; the browser enforces the timeout itself.
+	renderSlack = 15 * time.Second
+	// reportTimeout bounds the attempts to record one job's outcome; past it
+	// the job's lease runs out and the producer hands it out again.
+	reportTimeout = time.Minute
+	// shutdownTimeout bounds each database call made after Run's context ended.
+	shutdownTimeout = 15 * time.Second
+	// maxCompleteBatch bounds one CompleteMany.
+	maxCompleteBatch = 64
+	// healthBootGrace is how long the node counts as healthy without a live
+	// Chrome (the first boot, a replacement after a crash).
+	healthBootGrace = time.Minute
+)

@@ -1,0 +1,150 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// heartbeatLoop reports the node's load and renews its leases every
+// HeartbeatInterval until ctx ends.
+func (c *Consumer) heartbeatLoop(ctx context.Context) {
+	// The first sample only primes the CPU counters.
+	if _, err := c.cfg.Load(ctx); err != nil {
+		c.log.Debug("load sample failed", zap.Error(err))
+	}
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.heartbeat(ctx)
+	}
+}
+
+// heartbeat sends one heartbeat. The queue makes a node that was declared
+// lost while this process lived on active again; a heartbeat refused because
+// another process registered the id stops the node.
+func (c *Consumer) heartbeat(ctx context.Context) {
+	load := c.load(ctx)
+	// A heartbeat sent is let finish, not canceled with ctx: pgx returns at
+	// once on cancel while the server may still commit the statement, and a
+	// heartbeat committed after the exit mark would make the node active
+	// again. Stopping waits for it (bounded by the timeout).
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.cfg.HeartbeatInterval, 5*time.Second))
+	defer cancel()
+	_, err := c.inc.HeartbeatLive(hctx, load, c.liveJobs())
+	c.mu.Lock()
+	c.beatErr = err
+	if err == nil {
+		c.lastBeat = time.Now()
+	}
+	c.mu.Unlock()
+	if errors.Is(err, jobqueue.ErrFenced) {
+		c.noteFenced(err)
+		return
+	}
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("heartbeat failed", zap.Error(err))
+	}
+}
+
+// liveJobs lists the jobs whose leases the next heartbeat renews: those
+// still rendering or being reported. A job whose report was given up on is
+// not among them, so its lease runs out and the producer takes it back.
+func (c *Consumer) liveJobs() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]int64, 0, len(c.live))
+	for id := range c.live {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// load assembles the heartbeat's load report.
+func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
+	st := c.sup.Stats()
+	pss := c.sup.TakePSSRange()
+	if st.Chromes > 0 {
+		c.mu.Lock()
+		c.lastChrome = time.Now()
+		c.mu.Unlock()
+	}
+	l := jobqueue.NodeLoad{
+		ChromePSSBytes:        int64(st.ChromePSSBytes),
+		BusySessions:          st.Busy,
+		JobsSinceChromeStart:  int64(st.JobsSinceChromeStart),
+		JobsSinceProcessStart: int64(st.JobsSinceProcessStart),
+		ChromeRestarts:        int64(max(st.ChromeStarts-1, 0)),
+		ChromeRecycles:        int64(st.Recycles - st.MemoryRecycles),
+		ChromeMemoryRecycles:  int64(st.MemoryRecycles),
+		ChromeCrashes:         int64(st.ChromeCrashes),
+		ChromePSSMinBytes:     int64(pss.Min),
+		ChromePSSMaxBytes:     int64(pss.Max),
+	}
+	m, err := c.cfg.Load(ctx)
+	if err != nil {
+		c.log.Debug("load sample failed", zap.Error(err))
+		return l
+	}
+	l.CPUPercent = m.CPUPercent
+	l.MemUsedBytes = int64(m.MemUsedBytes) + l.ChromePSSBytes
+	l.MemTotalBytes = int64(m.MemTotalBytes)
+	return l
+}
+
+// protectLoop tells the Protector when the node starts holding jobs (at
+// once) and when it has held none for ProtectorIdleAfter.
+func (c *Consumer) protectLoop(ctx context.Context) {
+	var idleTimer *time.Timer
+	var idleC <-chan time.Time
+	stopTimer := func() {
+		if idleTimer != nil {
+			idleTimer.Stop()
+			idleTimer, idleC = nil, nil
+		}
+	}
+	defer stopTimer()
+	set := func(busy bool) {
+		pctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		defer cancel()
+		if err := c.cfg.Protector.SetBusy(pctx, busy); err != nil && ctx.Err() == nil {
+			c.log.Warn("protector failed", zap.Bool("busy", busy), zap.Error(err))
+		}
+	}
+	busy := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-idleC:
+			idleTimer, idleC = nil, nil
+			if c.Stats().Held == 0 && busy {
+				busy = false
+				set(false)
+			}
+			continue
+		case <-c.busyChanged:
+		}
+		held := c.Stats().Held
+		switch {
+		case held > 0:
+			stopTimer()
+			if !busy {
+				busy = true
+				set(true)
+			}
+		case busy && idleTimer == nil:
+			idleTimer = time.NewTimer(c.cfg.ProtectorIdleAfter)
+			idleC = idleTimer.C
+		}
+	}
+}

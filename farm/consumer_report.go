@@ -1,0 +1,175 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// completion is one render handed to the batching completer.
+type completion struct {
+	c     jobqueue.Completion
+	reply chan error
+}
+
+// complete hands a render to the batching completer and waits for its outcome.
+func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger, res *browser.Result, took time.Duration) {
+	rec := ResultRecord(res)
+	if c.cfg.Blobs != nil {
+		// Not tied to Run's context: a render finished during a drain is kept.
+		if err := blobstore.Offload(context.WithoutCancel(ctx), c.cfg.Blobs, j.ID, &rec); err != nil {
+			c.fail(j, log, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}, took)
+			return
+		}
+	}
+	reply := make(chan error, 1)
+	c.completions <- completion{c: c.inc.Completion(j.ID, rec), reply: reply}
+	err := <-reply
+	switch {
+	case err == nil:
+		c.mu.Lock()
+		c.jobsCompleted++
+		c.mu.Unlock()
+		log.Debug("job completed", zap.Duration("took", took), zap.Int("status", res.Status))
+	case errors.Is(err, jobqueue.ErrAlreadyFinished):
+		// Canceled by a user, or finished elsewhere after its lease ran out:
+		// the first outcome stands.
+		log.Info("job was already finished; result dropped", zap.Error(err))
+	case errors.Is(err, jobqueue.ErrFenced):
+		c.noteFenced(err)
+		log.Error("result refused: another process registered this node id", zap.Error(err))
+	case errors.Is(err, errReport):
+		log.Error("cannot record the job's result; its lease will expire and it will run again", zap.Error(err))
+	default:
+		// The queue refused the result itself (over a limit, not JSON, or
+		// refused by the database): running the job again would produce
+		// the same, so the job fails at once with the queue's class.
+		class := "result"
+		var re *jobqueue.ResultError
+		if errors.As(err, &re) {
+			class = re.Class
+		}
+		c.fail(j, log, &browser.Error{Class: class, Err: err}, took)
+	}
+}
+
+// errReport marks a failure to reach the database while recording an outcome.
+var errReport = errors.New("recording the outcome failed")
+
+// fail records a failed attempt: retried with backoff by the queue when the
+// error is retriable and attempts remain, failed at once otherwise.
+func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.Duration) {
+	c.failWithResult(j, log, rerr, took, nil)
+}
+
+// failWithResult is fail keeping what the page answered (res, when the
+// browser returned one) as the result of a job that failed for good.
+func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, took time.Duration, res *browser.Result) {
+	retriable := browser.IsRetriable(rerr)
+	class := browser.ClassOf(rerr)
+	// The error may quote the job's URL or proxy; what is stored and
+	// logged must not show their credentials.
+	text := jobqueue.RedactText(rerr.Error(), j.Spec.Secrets()...)
+	var st jobqueue.State
+	err := retryReport(c.log, func(ctx context.Context) error {
+		var err error
+		st, err = c.inc.Fail(ctx, j.ID, text, class, retriable)
+		return err
+	})
+	c.mu.Lock()
+	c.jobsFailed++
+	c.mu.Unlock()
+	if err == nil && st == jobqueue.StateFailed && res != nil {
+		rec := ResultRecord(res)
+		rec.FinalURL = jobqueue.RedactText(rec.FinalURL, j.Spec.Secrets()...)
+		if serr := retryReport(c.log, func(ctx context.Context) error {
+			return c.q.SaveFailedResult(ctx, j.ID, c.node, rec)
+		}); serr != nil {
+			log.Warn("cannot keep the failed job's answer", zap.Error(serr))
+		}
+	}
+	switch {
+	case err == nil:
+		log.Warn("job attempt failed", zap.String("class", class), zap.Bool("retriable", retriable),
+			zap.String("state", string(st)), zap.Duration("took", took), zap.String("error", text))
+	case errors.Is(err, jobqueue.ErrFenced):
+		c.noteFenced(err)
+		log.Error("failure refused: another process registered this node id", zap.String("render_error", text), zap.Error(err))
+	case errors.Is(err, jobqueue.ErrAlreadyFinished), errors.Is(err, jobqueue.ErrNotHeld):
+		log.Info("job attempt failed, but the job is no longer this node's", zap.String("class", class),
+			zap.String("render_error", text), zap.Error(err))
+	default:
+		log.Error("cannot record the job's failure; its lease will expire and it will run again",
+			zap.String("class", class), zap.String("render_error", text), zap.Error(err))
+	}
+}
+
+// retryReport runs a database write until it succeeds, fails for a reason
+// that retrying cannot change, or reportTimeout passes. The write is not
+// tied to Run's context: an outcome is worth recording during a drain.
+func retryReport(log *zap.Logger, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+	defer cancel()
+	pause := 100 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || errors.Is(err, jobqueue.ErrAlreadyFinished) || errors.Is(err, jobqueue.ErrNotHeld) ||
+			errors.Is(err, jobqueue.ErrNotFound) || errors.Is(err, jobqueue.ErrFenced) {
+			return err
+		}
+		log.Warn("recording a job outcome failed; retrying", zap.Duration("retry_in", pause), zap.Error(err))
+		if !sleepCtx(ctx, pause) {
+			return fmt.Errorf("%w: %w", errReport, err)
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+}
+
+// completer records renders in batches: it takes what is waiting at the
+// moment (up to maxCompleteBatch) and completes it in one CompleteMany, so a
+// busy node pays one commit for several jobs and an idle one no delay. It
+// returns when ctx ends; Run stops it only after every job goroutine ended.
+func (c *Consumer) completer(ctx context.Context) {
+	for {
+		var batch []completion
+		select {
+		case <-ctx.Done():
+			return
+		case x := <-c.completions:
+			batch = append(batch, x)
+		}
+	gather:
+		for len(batch) < maxCompleteBatch {
+			select {
+			case x := <-c.completions:
+				batch = append(batch, x)
+			default:
+				break gather
+			}
+		}
+		items := make([]jobqueue.Completion, len(batch))
+		for i, x := range batch {
+			items[i] = x.c
+		}
+		var outcomes []jobqueue.CompleteOutcome
+		err := retryReport(c.log, func(ctx context.Context) error {
+			var err error
+			outcomes, err = c.q.CompleteMany(ctx, items)
+			return err
+		})
+		for i, x := range batch {
+			if err != nil {
+				x.reply <- err
+				continue
+			}
+			x.reply <- outcomes[i].Err
+		}
+	}
+}
