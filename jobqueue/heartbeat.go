@@ -45,6 +45,11 @@ WITH prev AS (
 )
 SELECT p.state, u.state FROM prev p, upd u`
 
+// heartbeatLockSQL locks the row of the node's incarnation $2 (any when 0)
+// first, so that the renewal of its jobs comes after it as in every
+// statement that changes a node and its jobs.
+const heartbeatLockSQL = `SELECT 1 FROM nodes WHERE id = $1 AND ($2::bigint = 0 OR incarnation = $2::bigint) FOR UPDATE`
+
 // Heartbeat records the node's load and liveness and renews the leases of
 // its processing jobs, in one round trip, and returns the node's state. It
 // is the operator's form, bound to no incarnation; a node's process uses
@@ -61,16 +66,23 @@ func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (No
 func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad, live []int64) (NodeState, error) {
 	var before, st NodeState
 	pssMin, pssMax := load.pssRange()
-	b := &pgx.Batch{}
-	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
-		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
-		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
 	var ids any
 	if live != nil {
 		ids = live
 	}
+	// One implicit transaction, its locks taken in the order every other
+	// statement takes them: the node row, then its jobs (a completion in
+	// flight may hold some: the renewal waits for it), then the node's
+	// lifetime counters, which a completion bumps after locking its jobs.
+	// Bumping the counters before renewing deadlocked against completions
+	// whenever a heartbeat carried a Chrome recycle.
+	b := &pgx.Batch{}
+	b.Queue(heartbeatLockSQL, nodeID, inc)
 	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
+	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
+		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
+		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
 	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 func TestResultLimitsCheck(t *testing.T) {
@@ -174,5 +176,56 @@ func TestSaveFailedResult(t *testing.T) {
 	}
 	if r, _ := q.GetResult(ctx, ids[0]); r.Status != 200 || r.Title != "OK" {
 		t.Fatalf("result after completion %+v", r)
+	}
+}
+
+// TestHeartbeatAndCompletionTakeLocksInOneOrder replays the deadlock a
+// recycle brought: a completion holds its job's row and then bumps the
+// node's lifetime counters, while the node's heartbeat — carrying a Chrome
+// recycle, so it bumps the same counters — renews that job's lease. The
+// heartbeat must wait for the job without holding the counters.
+func TestHeartbeatAndCompletionTakeLocksInOneOrder(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{})
+	ctx := context.Background()
+	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Hostname: "test", Capacity: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := q.Incarnation(node)
+	ids := mustEnqueue(t, q, pageSpecs(1, "order.test")...)
+	assignClaim(t, q, "n1", 1)
+
+	// The completion: its job locked first.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT id FROM jobs WHERE id = $1 FOR UPDATE", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	hb := make(chan error, 1)
+	go func() {
+		_, err := in.Heartbeat(ctx, NodeLoad{ChromeRecycles: 1})
+		hb <- err
+	}()
+	testutil.Eventually(t, time.Minute, "the heartbeat waiting for the job's lock", func() bool {
+		return countRows(t, pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%lease_expires_at%'`) == 1
+	})
+	// Then the completion's counter bump: with the heartbeat holding the
+	// counters row this is a deadlock, and PostgreSQL aborts one side.
+	if _, err := tx.Exec(ctx, "UPDATE node_counters SET jobs_completed = jobs_completed + 1 WHERE node_id = $1", "n1"); err != nil {
+		t.Fatalf("the completion's counter bump: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hb; err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	if n := countRows(t, pool, "SELECT chrome_recycles FROM node_counters WHERE node_id = 'n1'"); n != 1 {
+		t.Errorf("node counters: %d chrome recycles, want 1", n)
 	}
 }
