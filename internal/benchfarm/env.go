@@ -109,6 +109,9 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	}
 	cfg := farm.DefaultConsumerConfig(q)
 	cfg.NodeID = "bench-" + r.name
+	// The assigner below needs the node's capacity; 0 would mean "the
+	// supervisor's default" to the consumer but "no slots" to it.
+	cfg.Capacity = supervisor.DefaultConfig().Capacity
 	cfg.Logger = e.log.Named(r.name)
 	cfg.Supervisor.ChromeRecycleJobs = r.recycleEvery
 	cfg.Supervisor.ExitAfterJobs = 0
