@@ -569,13 +569,13 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// Live: a heartbeat with more busy sessions shows up without a reload.
 	busy1.Store(6)
-	poll("the live update of busy sessions", `document.querySelector('tr[data-node="web-node-1"]').dataset.busy === "6"`)
+	poll("the live update of busy sessions", `document.querySelector('tr[data-node="web-node-1"]')?.dataset.busy === "6"`)
 
 	// Sorting: Chrome PSS, largest first, puts the overloaded node on top.
 	if err := chromedp.Do(bctx, chromedp.Click(`th[data-key="pss"]`), chromedp.Click(`th[data-key="pss"]`)); err != nil {
 		t.Fatalf("sort: %v", err)
 	}
-	poll("sorting by Chrome PSS", `document.querySelector('#nodes tbody tr').dataset.node === "web-node-hot" &&
+	poll("sorting by Chrome PSS", `document.querySelector('#nodes tbody tr')?.dataset.node === "web-node-hot" &&
 		document.querySelector('th[data-key="pss"]').classList.contains('desc')`)
 	shoot("dashboard.png", true)
 
@@ -642,7 +642,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("retry: %v", err)
 	}
 	// The live worker may pick the retried job up at once: it is live again.
-	poll("the retry's answer", `document.getElementById('job-action-msg').textContent === 'queued again'`)
+	// The detail is rebuilt after the answer ("loading…" in between): a
+	// predicate that throws would end chromedp's in-page poll for good.
+	poll("the retry's answer", `document.getElementById('job-action-msg')?.textContent === 'queued again'`)
 	shoot("job-retried.png", false)
 	if j, err := f.q.Get(ctx, failedID); err != nil || j.State.Finished() {
 		t.Fatalf("after Retry in the dashboard the job is %s, %v", j.State, err)
