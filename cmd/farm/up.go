@@ -1,31 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/oklog/run"
-	"github.com/schollz/progressbar/v3"
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
-	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/fleet"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
@@ -336,44 +329,6 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	return err
 }
 
-// consumerEnvironment is our environment plus set: the settings `farm up`
-// decides replace any the environment had, and a consumer's identity
-// (node id, health address) is never inherited, since K consumers share it.
-// Other FARM_* settings (FARM_CHROME_FLAGS, FARM_MAX_EXTRACT_BYTES, …) reach the
-// consumers as they would a `farm consumer` started by hand.
-func consumerEnvironment(base []string, set map[string]string) []string {
-	var out []string
-	for _, kv := range base {
-		name, _, _ := strings.Cut(kv, "=")
-		if _, decided := set[name]; decided || name == "FARM_NODE_ID" || name == "FARM_HEALTH_ADDR" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	for k, v := range set {
-		if v != "" {
-			out = append(out, k+"="+v)
-		}
-	}
-	return out
-}
-
-// rulesString is rules in the form --allow-destination takes.
-func rulesString(rules []egress.Rule) string {
-	s := make([]string, len(rules))
-	for i, r := range rules {
-		s[i] = r.String()
-	}
-	return strings.Join(s, ",")
-}
-
-func durationOrEmpty(d time.Duration) string {
-	if d == 0 {
-		return ""
-	}
-	return d.String()
-}
-
 // politenessSummary says, in one line, the per-host limits the producer
 // applies and the flags that change them.
 func politenessSummary(p farm.Politeness) string {
@@ -398,173 +353,4 @@ func politenessSummary(p farm.Politeness) string {
 		s += "; " + h + ": " + limit(p.Hosts[h])
 	}
 	return s
-}
-
-// consumerCommand builds the command of consumer slot i for the fleet,
-// which calls it from each slot's goroutine at every (re)start: path with
-// args, base plus the slot's node id as environment, output to out[slot].
-func consumerCommand(path string, args, base []string, hostname string, out []io.Writer) func(slot int) *exec.Cmd {
-	return func(slot int) *exec.Cmd {
-		cmd := exec.Command(path, args...)
-		cmd.Env = consumerSlotEnv(base, nodeIDFor(hostname, slot))
-		cmd.Stdout, cmd.Stderr = out[slot], out[slot]
-		return cmd
-	}
-}
-
-// consumerSlotEnv is base plus one consumer's node id, in a slice of its
-// own. The fleet starts its slots concurrently: appending to a shared base
-// whose backing array has room would let two children write (and receive)
-// the same element, so two consumers would run under one node id.
-func consumerSlotEnv(base []string, nodeID string) []string {
-	env := make([]string, 0, len(base)+1)
-	return append(append(env, base...), "FARM_NODE_ID="+nodeID)
-}
-
-// nodeIDFor names consumer slot i on this machine: the hostname made a node
-// id by the consumers' own rule (jobqueue.NodeIDFrom), plus the slot. A
-// restarted consumer keeps its slot's id, so it takes back what its
-// predecessor left.
-func nodeIDFor(hostname string, slot int) string {
-	return jobqueue.NodeIDFrom(hostname, fmt.Sprintf("-%d", slot+1))
-}
-
-// childEvents counts events in the consumers' JSON logs as they stream past
-// — what a log shipper would see — for the demo's live numbers.
-type childEvents struct {
-	chromeRecycles atomic.Int64
-	chromeStarts   atomic.Int64
-}
-
-func (e *childEvents) watch(w io.Writer) io.Writer {
-	return &lineWatcher{w: w, onLine: e.line}
-}
-
-func (e *childEvents) line(b []byte) {
-	if !bytes.Contains(b, []byte(`"chrome `)) {
-		return
-	}
-	var ev struct {
-		Msg    string `json:"msg"`
-		Reason string `json:"reason"`
-	}
-	if json.Unmarshal(b, &ev) != nil {
-		return
-	}
-	switch {
-	case ev.Msg == "chrome retired" && (ev.Reason == "recycle" || ev.Reason == "memory"):
-		e.chromeRecycles.Add(1)
-	case ev.Msg == "chrome started":
-		e.chromeStarts.Add(1)
-	}
-}
-
-// lineWatcher passes bytes through and calls onLine for each complete line.
-type lineWatcher struct {
-	mu     sync.Mutex
-	w      io.Writer
-	buf    []byte
-	onLine func([]byte)
-}
-
-func (l *lineWatcher) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		l.onLine(l.buf[:i])
-		l.buf = l.buf[i+1:]
-	}
-	if len(l.buf) > 1<<20 { // a runaway line: don't hold it
-		l.buf = l.buf[:0]
-	}
-	return l.w.Write(p)
-}
-
-// runDemo submits the demo's pages, shows progress until they are all
-// finished, and prints a summary. It fails if any page failed, or if the
-// consumers cannot start at all (no Chrome, say).
-func runDemo(ctx context.Context, env *environment, q *jobqueue.Queue, siteURL string, uo upOptions, fl *fleet.Fleet, events *childEvents, logDir string) error {
-	specs := make([]jobqueue.Spec, uo.demoJobs)
-	for i := range specs {
-		u := fmt.Sprintf("%s/page/%d", siteURL, i+1)
-		if uo.demoDelay > 0 {
-			u += fmt.Sprintf("?delay=%d", uo.demoDelay.Milliseconds())
-		}
-		specs[i] = jobqueue.Spec{
-			URL:     u,
-			Wait:    &jobqueue.Wait{Selector: "#ready"},
-			Extract: `({title: document.querySelector('h1').textContent, items: document.querySelectorAll('li.item').length})`,
-		}
-	}
-	batch, ids, err := q.Enqueue(ctx, specs)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	bar := newProgress(env.stderr, int64(len(ids)), false,
-		progressbar.OptionSetWidth(30),
-		progressbar.OptionShowCount(),
-		progressbar.OptionThrottle(200*time.Millisecond),
-		progressbar.OptionSetPredictTime(false),
-		progressbar.OptionFullWidth(),
-	)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	var c jobqueue.BatchCounts
-	for {
-		if c, err = q.BatchCounts(ctx, batch); err != nil {
-			return err
-		}
-		nodes, err := q.ListNodes(ctx)
-		if err != nil {
-			return err
-		}
-		active := 0
-		for _, n := range nodes {
-			if n.State == jobqueue.NodeActive {
-				active++
-			}
-		}
-		fs := fl.Stats()
-		elapsed := time.Since(start).Seconds()
-		bar.Set(c.Finished(), c.Total, fmt.Sprintf("%.1f pages/s · %d failed · %d nodes · %d Chrome recycles · %d process restarts",
-			float64(c.By[jobqueue.StateCompleted])/max(elapsed, 0.001), c.By[jobqueue.StateFailed], active,
-			events.chromeRecycles.Load(), fs.Recycles+fs.Crashes))
-		if c.Finished() == c.Total {
-			break
-		}
-		if fs.Crashes >= 3 && c.By[jobqueue.StateCompleted] == 0 {
-			bar.Stop()
-			return fmt.Errorf("the consumers keep crashing before finishing a job (is Chromium installed? see %s)", logDir)
-		}
-		select {
-		case <-ctx.Done():
-			bar.Stop()
-			return fmt.Errorf("demo interrupted at %d of %d pages", c.Finished(), c.Total)
-		case <-tick.C:
-		}
-	}
-	bar.Finish()
-	took := time.Since(start)
-	fs := fl.Stats()
-	fmt.Fprintf(env.stdout, "\ndemo: %d pages in %s (%.1f pages/s): %d completed, %d failed\n",
-		c.Total, took.Round(10*time.Millisecond), float64(c.By[jobqueue.StateCompleted])/took.Seconds(),
-		c.By[jobqueue.StateCompleted], c.By[jobqueue.StateFailed])
-	fmt.Fprintf(env.stdout, "demo: browser %s\n", uo.chrome)
-	fmt.Fprintf(env.stdout, "demo: %d Chrome recycles, %d Chrome starts, %d consumer process restarts (%d recycles by exit %d, %d crashes)\n",
-		events.chromeRecycles.Load(), events.chromeStarts.Load(), fs.Recycles+fs.Crashes, fs.Recycles, exitRecycle, fs.Crashes)
-	if uo.keepData {
-		fmt.Fprintf(env.stdout, "demo: batch %s; its database stays in %s/pg (farm up --data-dir reuses it)\n", batch, filepath.Dir(logDir))
-	} else {
-		fmt.Fprintf(env.stdout, "demo: batch %s (with --keep-data the database stays for farm results)\n", batch)
-	}
-	if n := c.By[jobqueue.StateFailed]; n > 0 {
-		return fmt.Errorf("%d of %d demo pages failed", n, c.Total)
-	}
-	return nil
 }

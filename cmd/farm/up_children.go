@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// consumerEnvironment is our environment plus set: the settings `farm up`
+// decides replace any the environment had, and a consumer's identity
+// (node id, health address) is never inherited, since K consumers share it.
+// Other FARM_* settings (FARM_CHROME_FLAGS, FARM_MAX_EXTRACT_BYTES, …) reach the
+// consumers as they would a `farm consumer` started by hand.
+func consumerEnvironment(base []string, set map[string]string) []string {
+	var out []string
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, decided := set[name]; decided || name == "FARM_NODE_ID" || name == "FARM_HEALTH_ADDR" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	for k, v := range set {
+		if v != "" {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+// consumerCommand builds the command of consumer slot i for the fleet,
+// which calls it from each slot's goroutine at every (re)start: path with
+// args, base plus the slot's node id as environment, output to out[slot].
+func consumerCommand(path string, args, base []string, hostname string, out []io.Writer) func(slot int) *exec.Cmd {
+	return func(slot int) *exec.Cmd {
+		cmd := exec.Command(path, args...)
+		cmd.Env = consumerSlotEnv(base, nodeIDFor(hostname, slot))
+		cmd.Stdout, cmd.Stderr = out[slot], out[slot]
+		return cmd
+	}
+}
+
+// consumerSlotEnv is base plus one consumer's node id, in a slice of its
+// own. The fleet starts its slots concurrently: appending to a shared base
+// whose backing array has room would let two children write (and receive)
+// the same element, so two consumers would run under one node id.
+func consumerSlotEnv(base []string, nodeID string) []string {
+	env := make([]string, 0, len(base)+1)
+	return append(append(env, base...), "FARM_NODE_ID="+nodeID)
+}
+
+// nodeIDFor names consumer slot i on this machine: the hostname made a node
+// id by the consumers' own rule (jobqueue.NodeIDFrom), plus the slot. A
+// restarted consumer keeps its slot's id, so it takes back what its
+// predecessor left.
+func nodeIDFor(hostname string, slot int) string {
+	return jobqueue.NodeIDFrom(hostname, fmt.Sprintf("-%d", slot+1))
+}
+
+// childEvents counts events in the consumers' JSON logs as they stream past
+// — what a log shipper would see — for the demo's live numbers.
+type childEvents struct {
+	chromeRecycles atomic.Int64
+	chromeStarts   atomic.Int64
+}
+
+func (e *childEvents) watch(w io.Writer) io.Writer {
+	return &lineWatcher{w: w, onLine: e.line}
+}
+
+func (e *childEvents) line(b []byte) {
+	if !bytes.Contains(b, []byte(`"chrome `)) {
+		return
+	}
+	var ev struct {
+		Msg    string `json:"msg"`
+		Reason string `json:"reason"`
+	}
+	if json.Unmarshal(b, &ev) != nil {
+		return
+	}
+	switch {
+	case ev.Msg == "chrome retired" && (ev.Reason == "recycle" || ev.Reason == "memory"):
+		e.chromeRecycles.Add(1)
+	case ev.Msg == "chrome started":
+		e.chromeStarts.Add(1)
+	}
+}
+
+// lineWatcher passes bytes through and calls onLine for each complete line.
+type lineWatcher struct {
+	mu     sync.Mutex
+	w      io.Writer
+	buf    []byte
+	onLine func([]byte)
+}
+
+func (l *lineWatcher) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.onLine(l.buf[:i])
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 1<<20 { // a runaway line: don't hold it
+		l.buf = l.buf[:0]
+	}
+	return l.w.Write(p)
+}
+
+// rulesString is rules in the form --allow-destination takes.
+func rulesString(rules []egress.Rule) string {
+	s := make([]string, len(rules))
+	for i, r := range rules {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func durationOrEmpty(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
