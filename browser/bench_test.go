@@ -24,7 +24,7 @@ import (
 // children of each process (renderers of disposed contexts) through
 // cutime/cstime. Clock ticks are 100 per second on Linux.
 func chromeCPU(b *Browser) time.Duration {
-	tree, _ := processTree(context.Background(), int32(b.PID()))
+	tree := processTree(int32(b.PID()))
 	var ticks int64
 	for _, pid := range append(tree, int32(b.PID())) {
 		data, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")

@@ -62,7 +62,7 @@ func (b *Browser) kill() error {
 		// Processes that left the group (none are known to, but a zygote
 		// could call setsid) are found through the parent links before the
 		// main process dies and its children are re-parented.
-		tree, _ := processTree(context.Background(), int32(b.pid))
+		tree := processTree(int32(b.pid))
 		if err := syscall.Kill(-b.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("browser: killing process group %d: %w", b.pid, err))
 		}

@@ -163,21 +163,42 @@ func ChromeTrees(root string) map[int][]int {
 // of /proc/PID/smaps_rollup: each shared page divided among the processes
 // that map it, so that a tree's sum counts Chrome's shared pages once.
 func ReadPSS(pid int) (uint64, error) {
+	pss, _, err := ReadMemory(pid)
+	return pss, err
+}
+
+// ReadMemory reads a process's PSS and RSS in bytes from one read of
+// /proc/PID/smaps_rollup (the kernel walks the process's page tables for
+// it: the costly part of a memory sample).
+func ReadMemory(pid int) (pss, rss uint64, err error) {
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
+	var havePSS bool
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-			return parseKB(rest)
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "Rss:"); ok {
+			if rss, err = parseKB(rest); err != nil {
+				return 0, 0, err
+			}
+		} else if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+			if pss, err = parseKB(rest); err != nil {
+				return 0, 0, err
+			}
+			havePSS = true
+			break // Rss comes before Pss
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return 0, fmt.Errorf("no Pss line in smaps_rollup of %d", pid)
+	if !havePSS {
+		return 0, 0, fmt.Errorf("no Pss line in smaps_rollup of %d", pid)
+	}
+	return pss, rss, nil
 }
 
 // parseKB parses "   1234 kB" into bytes.

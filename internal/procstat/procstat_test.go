@@ -1,6 +1,7 @@
 package procstat
 
 import (
+	"os"
 	"slices"
 	"testing"
 )
@@ -86,5 +87,23 @@ func TestParseKB(t *testing.T) {
 		if (err != nil) != tc.err || got != tc.want {
 			t.Errorf("parseKB(%q) = %d, %v", tc.in, got, err)
 		}
+	}
+}
+
+// TestReadMemory reads this test process's own memory: PSS and RSS come
+// from one smaps_rollup read, and a process's PSS never exceeds its RSS.
+func TestReadMemory(t *testing.T) {
+	pss, rss, err := ReadMemory(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pss == 0 || rss < pss {
+		t.Fatalf("pss %d, rss %d: want 0 < pss <= rss", pss, rss)
+	}
+	if p, err := ReadPSS(os.Getpid()); err != nil || p == 0 {
+		t.Fatalf("ReadPSS: %d, %v", p, err)
+	}
+	if _, _, err := ReadMemory(-1); err == nil {
+		t.Fatal("ReadMemory of no process: no error")
 	}
 }
