@@ -23,12 +23,12 @@ import (
 // Create it with NewConsumer and call Run once.
 type Consumer struct {
 	cfg    ConsumerConfig
-	q      *jobqueue.Queue
+	q      consumerQueue
 	sup    *supervisor.Supervisor
 	log    *zap.Logger
 	node   string
-	egress *egress.Proxy         // served by Run
-	inc    *jobqueue.Incarnation // set by Run's registration, before anything uses it
+	egress *egress.Proxy   // served by Run
+	inc    nodeIncarnation // set by Run's registration, before anything uses it
 
 	fenced     chan struct{} // closed when a newer incarnation took the id
 	fenceOnce  sync.Once
@@ -80,7 +80,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	return &Consumer{
 		egress:      proxy,
 		cfg:         cfg,
-		q:           cfg.Queue,
+		q:           pgQueue{cfg.Queue},
 		sup:         sup,
 		log:         log,
 		node:        cfg.NodeID,
@@ -234,10 +234,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	close(noListener)
 	wake := wakeups{ready: noListener}
 	if !c.cfg.PollOnly {
-		listener := jobqueue.NewListener(c.q.Pool(), jobqueue.ListenerConfig{
-			Channels: []string{jobqueue.NodeChannel(c.node)},
-			Logger:   c.log.Named("listener"),
-		})
+		listener := c.q.Wakeups(c.node, c.log.Named("listener"))
 		wake = wakeups{ready: listener.Ready(), c: listener.C()}
 		bg.Go(func() {
 			if err := listener.Run(bgCtx); err != nil {
@@ -272,19 +269,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			zap.Error(c.fenceCause), zap.Int("in_flight_abandoned", c.Stats().Held))
 		cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: c.fenceCause})
 	} else {
-		dctx, cancel := context.WithTimeout(base, shutdownTimeout)
-		if _, err := c.inc.SetState(dctx, jobqueue.NodeDraining, ""); err != nil {
-			c.noteFenced(err)
-			c.log.Warn("cannot mark the node draining", zap.Error(err))
-		}
-		released, err := c.inc.Release(dctx)
-		cancel()
-		if err != nil {
-			c.noteFenced(err)
-			c.log.Warn("cannot release the unstarted jobs", zap.Error(err))
-		}
-		c.log.Info("node draining", zap.String("why", reason.String()), zap.Int64("released_queued", released),
-			zap.Int("in_flight", c.Stats().Held))
+		c.handBack(base, reason)
 	}
 
 	// After an exit-after-jobs stop nobody asked the node to hurry: the
@@ -347,6 +332,25 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		return ErrRecycle
 	}
 	return nil
+}
+
+// handBack marks the node draining and hands its unstarted jobs back to
+// the queue, so the producer gives them to other nodes while this one
+// finishes what runs. A refusal because the id was taken fences the node.
+func (c *Consumer) handBack(base context.Context, reason stopReason) {
+	dctx, cancel := context.WithTimeout(base, shutdownTimeout)
+	defer cancel()
+	if _, err := c.inc.SetState(dctx, jobqueue.NodeDraining, ""); err != nil {
+		c.noteFenced(err)
+		c.log.Warn("cannot mark the node draining", zap.Error(err))
+	}
+	released, err := c.inc.Release(dctx)
+	if err != nil {
+		c.noteFenced(err)
+		c.log.Warn("cannot release the unstarted jobs", zap.Error(err))
+	}
+	c.log.Info("node draining", zap.String("why", reason.String()), zap.Int64("released_queued", released),
+		zap.Int("in_flight", c.Stats().Held))
 }
 
 func (r stopReason) String() string {

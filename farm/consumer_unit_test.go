@@ -1,0 +1,323 @@
+package farm
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os/exec"
+	"slices"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// These tests run the consumer's own logic against fakeQueue: no
+// PostgreSQL, no Chrome. What needs a rendering Chrome (Run end to end, the
+// render itself, egress checks) is covered by the integration tests.
+
+func TestUnitCompleterRoutesEachOutcome(t *testing.T) {
+	tooLarge := &jobqueue.ResultError{Class: jobqueue.ClassResultTooLarge, Msg: "data is 2 MiB, over 1 MiB"}
+	invalid := &jobqueue.ResultError{Class: jobqueue.ClassResultInvalid, Msg: "data is not JSON"}
+	finished := &jobqueue.FinishedError{JobID: 2, State: jobqueue.StateCanceled}
+	fenced := &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2}
+	for _, tc := range []struct {
+		name          string
+		outcomes      map[int64]error
+		manyErrs      []error
+		wantCompleted []int64
+		wantFails     []fakeFail // text is not compared
+		wantFenced    bool
+	}{
+		{name: "all written", wantCompleted: []int64{1, 2, 3}},
+		{name: "one too large fails alone", outcomes: map[int64]error{2: tooLarge},
+			wantCompleted: []int64{1, 3}, wantFails: []fakeFail{{id: 2, class: jobqueue.ClassResultTooLarge}}},
+		{name: "one invalid fails alone", outcomes: map[int64]error{3: invalid},
+			wantCompleted: []int64{1, 2}, wantFails: []fakeFail{{id: 3, class: jobqueue.ClassResultInvalid}}},
+		{name: "already finished is dropped", outcomes: map[int64]error{2: finished},
+			wantCompleted: []int64{1, 3}},
+		{name: "whole batch unreachable then written", manyErrs: []error{errors.New("connection refused")},
+			wantCompleted: []int64{1, 2, 3}},
+		{name: "fenced stops the node", outcomes: map[int64]error{1: fenced},
+			wantCompleted: []int64{2, 3}, wantFenced: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{complete: tc.outcomes, manyErrs: tc.manyErrs, failState: jobqueue.StateFailed}
+			c := fakeConsumer(t, fq, 6, 0)
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Go(func() { c.completer(ctx) })
+			var jobs sync.WaitGroup
+			for _, j := range fakeJobs(3) {
+				jobs.Go(func() {
+					c.complete(ctx, j, zap.NewNop(), &browser.Result{FinalURL: j.Spec.URL, Status: 200}, 0)
+				})
+			}
+			jobs.Wait()
+			stop()
+			wg.Wait()
+
+			got := fq.snapshot()
+			slices.Sort(got.completed)
+			if !slices.Equal(got.completed, tc.wantCompleted) {
+				t.Errorf("completed %v, want %v", got.completed, tc.wantCompleted)
+			}
+			for i := range got.fails {
+				got.fails[i].text = ""
+			}
+			if !slices.Equal(got.fails, tc.wantFails) {
+				t.Errorf("fails %+v, want %+v", got.fails, tc.wantFails)
+			}
+			if st := c.Stats(); st.Completed != int64(len(tc.wantCompleted)) || st.Failed != int64(len(tc.wantFails)) {
+				t.Errorf("stats %+v, want %d completed, %d failed", st, len(tc.wantCompleted), len(tc.wantFails))
+			}
+			if c.isFenced() != tc.wantFenced {
+				t.Errorf("fenced = %v, want %v", c.isFenced(), tc.wantFenced)
+			}
+			if tc.manyErrs != nil && got.manyCalls < 2 {
+				t.Errorf("CompleteMany called %d times; the refused batch was not retried", got.manyCalls)
+			}
+		})
+	}
+}
+
+func TestUnitFailKeepsTheAnswerOfAFinalFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		state     jobqueue.State
+		res       *browser.Result
+		wantClass string
+		wantRetry bool
+		wantSaved bool
+	}{
+		{name: "http error, final, answer kept", err: &browser.Error{Class: browser.ClassHTTP, Err: errors.New("status 404")},
+			state: jobqueue.StateFailed, res: &browser.Result{Status: 404, FinalURL: "https://u:secret@example.com/x"},
+			wantClass: browser.ClassHTTP, wantSaved: true},
+		{name: "retried: nothing kept", err: &browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errors.New("drain")},
+			state: jobqueue.StateQueued, res: &browser.Result{Status: 200},
+			wantClass: browser.ClassCanceled, wantRetry: true},
+		{name: "final without an answer", err: &browser.Error{Class: browser.ClassHTTP, Err: errors.New("status 500")},
+			state: jobqueue.StateFailed, wantClass: browser.ClassHTTP},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{failState: tc.state}
+			c := fakeConsumer(t, fq, 6, 0)
+			j := jobqueue.Job{ID: 7, Spec: jobqueue.Spec{URL: "https://u:secret@example.com/x"}}
+			c.failWithResult(j, zap.NewNop(), tc.err, 0, tc.res)
+			got := fq.snapshot()
+			if len(got.fails) != 1 || got.fails[0].id != 7 || got.fails[0].class != tc.wantClass || got.fails[0].retriable != tc.wantRetry {
+				t.Fatalf("fails %+v, want one of job 7 class %q retriable %v", got.fails, tc.wantClass, tc.wantRetry)
+			}
+			if len(got.saved) != map[bool]int{true: 1}[tc.wantSaved] {
+				t.Fatalf("saved %+v, want saved=%v", got.saved, tc.wantSaved)
+			}
+			if tc.wantSaved {
+				s := got.saved[0]
+				if s.id != 7 || s.node != c.node || s.res.Status != tc.res.Status {
+					t.Errorf("saved %+v", s)
+				}
+				if s.res.FinalURL == tc.res.FinalURL {
+					t.Errorf("saved final URL %q keeps the credentials", s.res.FinalURL)
+				}
+			}
+		})
+	}
+}
+
+func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
+	fq := &fakeQueue{}
+	c := fakeConsumer(t, fq, 6, 0)
+	c.live[3], c.live[5] = struct{}{}, struct{}{}
+	c.heartbeat(context.Background())
+	delete(c.live, 3) // its report was given up on: its lease must run out
+	c.heartbeat(context.Background())
+
+	got := fq.snapshot()
+	if len(got.beats) != 2 {
+		t.Fatalf("%d heartbeats, want 2", len(got.beats))
+	}
+	slices.Sort(got.beats[0])
+	if !slices.Equal(got.beats[0], []int64{3, 5}) || !slices.Equal(got.beats[1], []int64{5}) {
+		t.Errorf("renewed %v, want [[3 5] [5]]", got.beats)
+	}
+	if c.isFenced() {
+		t.Error("fenced after accepted heartbeats")
+	}
+}
+
+func TestUnitFencedHeartbeatStopsTheClaimLoop(t *testing.T) {
+	fq := &fakeQueue{beatErr: &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2}, jobs: fakeJobs(3)}
+	c := fakeConsumer(t, fq, 6, 0)
+	c.heartbeat(context.Background())
+	if !c.isFenced() || !errors.Is(c.fenceCause, jobqueue.ErrFenced) {
+		t.Fatalf("fenced %v, cause %v", c.isFenced(), c.fenceCause)
+	}
+	if r := runLoop(t, c); r != stopFenced {
+		t.Errorf("loop stopped for %v, want fenced", r)
+	}
+	if got := fq.snapshot(); len(got.claims) != 0 {
+		t.Errorf("a fenced node claimed %v", got.claims)
+	}
+}
+
+func TestUnitFencedClaimStopsTheClaimLoop(t *testing.T) {
+	fq := &fakeQueue{claimErr: &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2}}
+	c := fakeConsumer(t, fq, 6, 0)
+	if r := runLoop(t, c); r != stopFenced {
+		t.Errorf("loop stopped for %v, want fenced", r)
+	}
+	if got := fq.snapshot(); len(got.claims) != 1 || !c.isFenced() {
+		t.Errorf("claims %v, fenced %v: want one refused claim, then none", got.claims, c.isFenced())
+	}
+}
+
+// TestUnitClaimLoopStopsAtExitAfterJobs: the loop claims no more than the
+// free slots and the jobs the process may still start, and stops claiming
+// once the last of those is claimed.
+func TestUnitClaimLoopStopsAtExitAfterJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name                          string
+		capacity, exitAfter, perClaim int
+		queued                        int
+		wantClaims                    []int
+	}{
+		{name: "exit before capacity", capacity: 6, exitAfter: 2, queued: 10, wantClaims: []int{2}},
+		{name: "exit at capacity", capacity: 3, exitAfter: 3, queued: 10, wantClaims: []int{3}},
+		{name: "trickle: each claim asks only what is left", capacity: 6, exitAfter: 4, perClaim: 1, queued: 10,
+			wantClaims: []int{4, 3, 2, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{jobs: fakeJobs(tc.queued), perClaim: tc.perClaim, failState: jobqueue.StateQueued}
+			c := fakeConsumer(t, fq, tc.capacity, tc.exitAfter)
+			c.cfg.PollInterval = 1 // a short claim is followed by the next poll at once
+			if r := runLoop(t, c); r != stopExitDue {
+				t.Errorf("loop stopped for %v, want exit-after-jobs", r)
+			}
+			got := fq.snapshot()
+			if !slices.Equal(got.claims, tc.wantClaims) {
+				t.Errorf("claims asked %v, want %v", got.claims, tc.wantClaims)
+			}
+			// The claimed jobs never got a slot (no Chrome): they were
+			// handed back as retriable, not lost.
+			if len(got.fails) != tc.exitAfter {
+				t.Errorf("%d jobs handed back, want %d", len(got.fails), tc.exitAfter)
+			}
+			for _, f := range got.fails {
+				if !f.retriable || f.class != browser.ClassCanceled {
+					t.Errorf("handed back %+v, want retriable %q", f, browser.ClassCanceled)
+				}
+			}
+		})
+	}
+}
+
+func TestUnitClaimable(t *testing.T) {
+	for _, tc := range []struct {
+		capacity, exitAfter, unacquired int
+		wantFree, wantRemaining         int
+	}{
+		{capacity: 6, exitAfter: 80, wantFree: 6, wantRemaining: 80},
+		{capacity: 6, exitAfter: 80, unacquired: 4, wantFree: 2, wantRemaining: 76},
+		{capacity: 6, exitAfter: 80, unacquired: 6, wantFree: 0, wantRemaining: 74},
+		{capacity: 6, exitAfter: 3, wantFree: 3, wantRemaining: 3},
+		{capacity: 6, exitAfter: 3, unacquired: 3, wantFree: 0, wantRemaining: 0},
+		{capacity: 2, exitAfter: 0, unacquired: 1, wantFree: 1, wantRemaining: math.MaxInt - 1},
+	} {
+		c := fakeConsumer(t, &fakeQueue{}, tc.capacity, tc.exitAfter)
+		c.unacquired = tc.unacquired
+		free, remaining := c.claimable()
+		if free != tc.wantFree || remaining != tc.wantRemaining {
+			t.Errorf("capacity %d, exit after %d, %d unacquired: free %d remaining %d, want %d %d",
+				tc.capacity, tc.exitAfter, tc.unacquired, free, remaining, tc.wantFree, tc.wantRemaining)
+		}
+	}
+}
+
+func TestUnitHandBack(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		releaseErr error
+		wantFenced bool
+	}{
+		{name: "released"},
+		{name: "release refused: fenced", releaseErr: &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2},
+			wantFenced: true},
+		{name: "release failed: not fenced", releaseErr: errors.New("connection reset")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{releaseErr: tc.releaseErr, jobs: fakeJobs(2)}
+			c := fakeConsumer(t, fq, 6, 0)
+			c.handBack(context.Background(), stopSignal)
+			got := fq.snapshot()
+			if !slices.Equal(got.states, []jobqueue.NodeState{jobqueue.NodeDraining}) || got.released != 1 {
+				t.Errorf("states %v, released %d times; want draining, then one release", got.states, got.released)
+			}
+			if c.isFenced() != tc.wantFenced {
+				t.Errorf("fenced = %v, want %v", c.isFenced(), tc.wantFenced)
+			}
+		})
+	}
+}
+
+func TestUnitRegisterTakesOverOnlyADeadProcessOfThisHost(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := dead.ProcessState.Pid()
+	if browser.ProcessRuns(deadPID) {
+		t.Skipf("pid %d was reused at once", deadPID)
+	}
+	inUse := func(host string, pid int) error {
+		return &jobqueue.NodeInUseError{NodeID: "unit-node", Hostname: host, PID: pid, Incarnation: 4}
+	}
+	for _, tc := range []struct {
+		name      string
+		holder    error
+		wantCalls int
+		wantErr   bool
+	}{
+		{name: "free id", wantCalls: 1},
+		{name: "dead process of this host", holder: inUse("unit-host", deadPID), wantCalls: 2},
+		{name: "live process of this host", holder: inUse("unit-host", 1), wantCalls: 1, wantErr: true},
+		{name: "process of another host", holder: inUse("other-host", deadPID), wantCalls: 1, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{}
+			if tc.holder != nil {
+				fq.register = []registerAnswer{{err: tc.holder}}
+			}
+			c := fakeConsumer(t, fq, 6, 0)
+			_, _, err := c.register(context.Background())
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("register: %v, want error %v", err, tc.wantErr)
+			}
+			got := fq.snapshot()
+			if len(got.registered) != tc.wantCalls {
+				t.Fatalf("%d registrations, want %d", len(got.registered), tc.wantCalls)
+			}
+			if tc.wantCalls == 2 && got.registered[1].Replaces != 4 {
+				t.Errorf("takeover replaces incarnation %d, want 4", got.registered[1].Replaces)
+			}
+		})
+	}
+}
+
+// runLoop runs the claim loop in poll-only mode until it stops, then ends
+// the jobs it started (they wait in Acquire: no Chrome) and returns why it
+// stopped.
+func runLoop(t *testing.T, c *Consumer) stopReason {
+	t.Helper()
+	ready := make(chan struct{})
+	close(ready)
+	jobsCtx, cancelJobs := context.WithCancelCause(context.Background())
+	var jobs sync.WaitGroup
+	r := c.loop(t.Context(), wakeups{ready: ready}, make(chan struct{}), jobsCtx, &jobs)
+	cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errors.New("test over")})
+	jobs.Wait()
+	return r
+}
