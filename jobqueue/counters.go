@@ -1,13 +1,9 @@
 package jobqueue
 
-import (
-	"context"
-	"fmt"
-	"strings"
-)
+import "strings"
 
 // Counters are lifetime event counts, of one node id across its process
-// restarts (Node.Lifetime) or of the whole farm (FarmCounters). They only
+// restarts (Node.Lifetime) or of the whole farm (Stats.Lifetime). They only
 // go up: they are kept in counter rows updated by the transactions that
 // complete and fail jobs, take heartbeats and register nodes, so that a
 // retention purge or a process restart does not reset them, and reading
@@ -54,16 +50,8 @@ func bumpNodeCounterSQL(col, src string) string {
 // lifetimeCols selects a node's counters from node_counters c (LEFT JOINed).
 var lifetimeCols = counterList(func(col string) string { return "coalesce(c." + col + ", 0)" })
 
-// FarmCounters returns the farm's lifetime counters: those of every node id
+// farmCountersSQL reads the farm's lifetime counters: those of every node id
 // the queue knows plus those of node ids deleted since (DeleteGoneNodes).
-func (q *Queue) FarmCounters(ctx context.Context) (Counters, error) {
-	var c Counters
-	if err := q.pool.QueryRow(ctx, farmCountersSQL).Scan(counterDest(&c)...); err != nil {
-		return Counters{}, fmt.Errorf("farm counters: %w", err)
-	}
-	return c, nil
-}
-
 var farmCountersSQL = `SELECT ` + counterList(func(col string) string {
 	return "f." + col + " + coalesce((SELECT sum(" + col + ") FROM node_counters), 0)::bigint"
 }) + ` FROM farm_counters f`

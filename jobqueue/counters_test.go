@@ -74,8 +74,8 @@ func TestLifetimeCounters(t *testing.T) {
 	if err != nil || n.Lifetime != want {
 		t.Fatalf("node lifetime = %+v, %v; want %+v", n.Lifetime, err, want)
 	}
-	if got, err := q.FarmCounters(ctx); err != nil || got != want {
-		t.Fatalf("farm counters = %+v, %v; want %+v", got, err, want)
+	if st, err := q.Stats(ctx); err != nil || st.Lifetime != want {
+		t.Fatalf("farm counters = %+v, %v; want %+v", st.Lifetime, err, want)
 	}
 
 	// Retention deletes the finished jobs; the node exits and is deleted:
@@ -90,7 +90,7 @@ func TestLifetimeCounters(t *testing.T) {
 	if deleted, err := q.DeleteGoneNodes(ctx, clock.Now()); err != nil || deleted != 1 {
 		t.Fatalf("delete gone nodes = %d, %v", deleted, err)
 	}
-	if got, err := q.FarmCounters(ctx); err != nil || got != want {
-		t.Fatalf("farm counters after purge and node deletion = %+v, %v; want %+v", got, err, want)
+	if st, err := q.Stats(ctx); err != nil || st.Lifetime != want {
+		t.Fatalf("farm counters after purge and node deletion = %+v, %v; want %+v", st.Lifetime, err, want)
 	}
 }

@@ -133,7 +133,7 @@ func TestCountsStayExact(t *testing.T) {
 		t.Fatalf("claim = %d, %v", len(j2), err)
 	}
 	checkCounts(t, q, pool, "claim")
-	if _, err := q.RenewLeases(ctx, "n1"); err != nil {
+	if _, err := q.Heartbeat(ctx, "n1", NodeLoad{}); err != nil {
 		t.Fatal(err)
 	}
 	checkCounts(t, q, pool, "renew leases")
@@ -181,7 +181,7 @@ func TestCountsStayExact(t *testing.T) {
 	if n, err := q.Cancel(ctx, ids[25], ids[26], j1[0].ID); err != nil || n != 2 {
 		t.Fatalf("cancel = %d, %v", n, err)
 	}
-	if n, err := q.Release(ctx, "n1"); err != nil || n == 0 {
+	if n, err := currentIncarnation(t, q, "n1").Release(ctx); err != nil || n == 0 {
 		t.Fatalf("release = %d, %v", n, err)
 	}
 	checkCounts(t, q, pool, "cancel and release")

@@ -366,7 +366,7 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 		}
 		g := &groups[len(groups)-1]
 		secrets := (&Spec{URL: fj.URL, Proxy: proxy}).Secrets()
-		fj.URL, fj.Error = RedactURL(fj.URL, false), RedactText(fj.Error, secrets...)
+		fj.URL, fj.Error = redactURL(fj.URL, false), RedactText(fj.Error, secrets...)
 		g.Recent = append(g.Recent, fj)
 	}
 	if err := rows.Err(); err != nil {

@@ -54,6 +54,17 @@ func mustRegister(t testing.TB, q *Queue, id string, capacity int) {
 	}
 }
 
+// currentIncarnation is the handle of the node's current registration, as
+// its process holds it.
+func currentIncarnation(t testing.TB, q *Queue, id string) *Incarnation {
+	t.Helper()
+	n, err := q.GetNode(context.Background(), id)
+	if err != nil {
+		t.Fatalf("node %s: %v", id, err)
+	}
+	return q.Incarnation(n)
+}
+
 func mustEnqueue(t testing.TB, q *Queue, specs ...Spec) []int64 {
 	t.Helper()
 	_, ids, err := q.Enqueue(context.Background(), specs)

@@ -49,7 +49,8 @@ func (in *Incarnation) Completion(jobID int64, res Result) Completion {
 	return Completion{JobID: jobID, NodeID: in.NodeID, Incarnation: in.N, Result: res}
 }
 
-// Release hands the node's unstarted jobs back (Queue.Release).
+// Release hands the node's queued (unstarted) jobs back to pending without
+// charging an attempt — what a draining node does — and returns how many.
 func (in *Incarnation) Release(ctx context.Context) (int64, error) {
 	return in.q.release(ctx, in.NodeID, in.N)
 }

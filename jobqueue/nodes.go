@@ -31,8 +31,8 @@ func scanNode(row pgx.Row, extra ...any) (Node, error) {
 	return n, err
 }
 
-// Reclaimed counts the jobs a node got back from its previous life (Register,
-// ReclaimOwn) or handed back when it exited.
+// Reclaimed counts the jobs a node got back from its previous life
+// (Register) or handed back when it exited.
 type Reclaimed struct {
 	Released int64 // queued jobs returned to pending, no attempt charged
 	Retried  int64 // processing jobs charged an attempt and returned to pending
@@ -136,7 +136,7 @@ func (q *Queue) queueReclaim(b *pgx.Batch, nodeID string, inc int64, why, class 
 // reset and its process restart count raised, and whatever the previous
 // process left behind is taken back at once, in the same transaction: its
 // queued jobs return to pending free, its processing ones are charged an
-// attempt (see ReclaimOwn). From then on the previous incarnation is fenced:
+// attempt. From then on the previous incarnation is fenced:
 // whatever it sends is refused with a *FencedError.
 //
 // Two live processes never share an id: while an incarnation is active or
@@ -212,20 +212,6 @@ func (q *Queue) holder(ctx context.Context, tx pgx.Tx, nodeID string) error {
 	}
 	e.HeartbeatAge = time.Duration(ageSecs * float64(time.Second))
 	return e
-}
-
-// ReclaimOwn takes back everything a node holds — queued jobs free, processing
-// ones charged an attempt — for a node that knows its previous process died
-// with them. Register does this itself.
-func (q *Queue) ReclaimOwn(ctx context.Context, nodeID string) (Reclaimed, error) {
-	var r Reclaimed
-	err := q.sendBatch(ctx, "reclaim", func(b *pgx.Batch) {
-		q.queueReclaim(b, nodeID, 0, "node "+nodeID+" restarted while the job was running", ClassNodeRestarted, &r)
-	})
-	if err != nil {
-		return Reclaimed{}, fmt.Errorf("reclaim jobs of node %q: %w", nodeID, err)
-	}
-	return r, nil
 }
 
 // SetNodeState moves a node to draining (takes nothing new), back to active,

@@ -58,38 +58,6 @@ func (q *Queue) GetResult(ctx context.Context, jobID int64) (Result, error) {
 	return r, nil
 }
 
-// BatchResults returns up to limit (1..1000, default 100) results of a batch,
-// including its followed children, in job id order after afterID (keyset
-// paging: pass the last JobID seen).
-func (q *Queue) BatchResults(ctx context.Context, batchID string, afterID int64, limit int) ([]Result, error) {
-	if err := checkUUID(batchID); err != nil {
-		return nil, err
-	}
-	limit = pageLimit(limit)
-	rows, err := q.pool.Query(ctx, `
-        SELECT `+resultCols+`
-        FROM jobs j JOIN results r ON r.job_id = j.id
-        WHERE j.batch_id = $1::uuid AND j.id > $2 AND j.state = 'completed'
-        ORDER BY j.id
-        LIMIT $3`, batchID, afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("results of batch %s: %w", batchID, err)
-	}
-	defer rows.Close()
-	var out []Result
-	for rows.Next() {
-		r, err := scanResult(rows)
-		if err != nil {
-			return nil, fmt.Errorf("results of batch %s: %w", batchID, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("results of batch %s: %w", batchID, err)
-	}
-	return out, nil
-}
-
 // ListFilter selects jobs for List. Zero fields do not filter.
 type ListFilter struct {
 	States       []State
@@ -217,7 +185,7 @@ type Stats struct {
 	// CompletedLastMinute and FailedLastMinute measure recent throughput.
 	CompletedLastMinute int64 `json:"completed_last_minute"`
 	FailedLastMinute    int64 `json:"failed_last_minute"`
-	// Lifetime is the farm's lifetime counters (FarmCounters): unlike
+	// Lifetime is the farm's lifetime counters: unlike
 	// Jobs, they do not drop when retention deletes finished jobs.
 	Lifetime Counters `json:"lifetime"`
 }

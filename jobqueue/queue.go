@@ -34,7 +34,7 @@ type Config struct {
 	// BackoffMax caps the retry delay. Default: 10 min.
 	BackoffMax time.Duration
 	// Lease is how long a claimed job stays with its node without a
-	// renewal (Heartbeat, RenewLeases) before RescueLost takes it back.
+	// renewal (a heartbeat) before RescueLost takes it back.
 	// Default: 2 min.
 	Lease time.Duration
 	// StaleAfter is the heartbeat age past which a node is presumed dead:
@@ -311,17 +311,6 @@ WHERE j.node_id = $1 AND j.state = 'processing'
   AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining')
               AND ($4::bigint = 0 OR n.incarnation = $4::bigint))`
 
-// RenewLeases extends the lease of every job processing on the node (not on
-// a lost or exited one) and returns how many it renewed. Heartbeat does the
-// same in its round trip.
-func (q *Queue) RenewLeases(ctx context.Context, nodeID string) (int64, error) {
-	tag, err := q.pool.Exec(ctx, renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), 0, nil)
-	if err != nil {
-		return 0, fmt.Errorf("renew leases of node %q: %w", nodeID, err)
-	}
-	return tag.RowsAffected(), nil
-}
-
 // failSQL ends the attempt of a job processing on the node: pending again
 // after a backoff while attempts remain and the error is retriable, else
 // failed. $5 holds the delay per attempt number.
@@ -404,14 +393,7 @@ WITH upd AS (
 )
 SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
 
-// Release hands the node's queued (unstarted) jobs back to pending without
-// charging an attempt — what a draining node does — and returns how many.
-// This is the form bound to no incarnation; a node's process uses
-// Incarnation.Release.
-func (q *Queue) Release(ctx context.Context, nodeID string) (int64, error) {
-	return q.release(ctx, nodeID, 0)
-}
-
+// release is Incarnation.Release.
 func (q *Queue) release(ctx context.Context, nodeID string, inc int64) (int64, error) {
 	var n, notified int64
 	err := q.retryDeadlocks(ctx, "release", func() error {

@@ -323,7 +323,7 @@ func TestAssignFreeSpreadsAndRespectsCapacity(t *testing.T) {
 func TestClaimAndLease(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	q, _ := newTestQueue(t, Config{Now: clock.Now, Lease: 45 * time.Second})
+	q, pool := newTestQueue(t, Config{Now: clock.Now, Lease: 45 * time.Second})
 	ctx := context.Background()
 	mustRegister(t, q, "n1", 4)
 	ids := mustEnqueue(t, q, Spec{URL: "http://a.test/x", Extract: "document.title", Block: []string{"image"}},
@@ -343,8 +343,12 @@ func TestClaimAndLease(t *testing.T) {
 		t.Fatalf("claimed job %+v", j)
 	}
 	clock.Advance(10 * time.Second)
-	if n, err := q.RenewLeases(ctx, "n1"); err != nil || n != 1 {
-		t.Fatalf("RenewLeases = %d, %v", n, err)
+	// The heartbeat renews the leases of the jobs processing on the node.
+	if _, err := q.Heartbeat(ctx, "n1", NodeLoad{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, pool, "SELECT count(*) FROM jobs WHERE node_id = 'n1' AND lease_expires_at = $1", clock.Now().Add(45*time.Second)); n != 1 {
+		t.Fatalf("heartbeat renewed %d leases, want 1", n)
 	}
 	if j := mustGet(t, q, ids[0]); !j.LeaseExpiresAt.Equal(clock.Now().Add(45 * time.Second)) {
 		t.Fatalf("lease not renewed: %v", j.LeaseExpiresAt)
@@ -561,7 +565,7 @@ func TestReleaseReturnsQueuedFree(t *testing.T) {
 	if err != nil || len(running) != 1 {
 		t.Fatal(running, err)
 	}
-	n, err := q.Release(ctx, "n1")
+	n, err := currentIncarnation(t, q, "n1").Release(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("Release = %d, %v; want 2", n, err)
 	}
@@ -577,7 +581,7 @@ func TestReleaseReturnsQueuedFree(t *testing.T) {
 			t.Fatalf("released job %+v", j)
 		}
 	}
-	if n, _ := q.Release(ctx, "n1"); n != 0 {
+	if n, _ := currentIncarnation(t, q, "n1").Release(ctx); n != 0 {
 		t.Fatalf("second Release = %d", n)
 	}
 }
@@ -715,8 +719,9 @@ func TestRegisterReclaimsOwnAbandonedJobs(t *testing.T) {
 	if n := countRows(t, pool, "SELECT count(*) FROM jobs WHERE error_class = $1", ClassNodeRestarted); n != 3 {
 		t.Fatalf("%d jobs charged as node_restarted, want 3", n)
 	}
-	if rec, err := q.ReclaimOwn(ctx, "n1"); err != nil || rec != (Reclaimed{}) {
-		t.Fatalf("ReclaimOwn with nothing held = %+v, %v", rec, err)
+	// Taking the id over again, with nothing held, takes nothing back.
+	if _, rec, err := q.Register(ctx, NodeInfo{ID: "n1", Hostname: "h1", Capacity: 6, Version: "v2", Replaces: node.Incarnation}); err != nil || rec != (Reclaimed{}) {
+		t.Fatalf("reclaim with nothing held = %+v, %v", rec, err)
 	}
 	if _, _, err := q.Register(ctx, NodeInfo{ID: "bad id"}); !errors.Is(err, ErrBadNodeID) {
 		t.Fatalf("Register(bad id) = %v", err)
@@ -768,7 +773,7 @@ func TestNodeStatesAndHeartbeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Load != load || !n.HeartbeatAt.Equal(clock.Now()) || n.State != NodeDraining || n.Queued != 1 || n.Processing != 2 || n.Free() != 0 {
+	if n.Load != load || !n.HeartbeatAt.Equal(clock.Now()) || n.State != NodeDraining || n.Queued != 1 || n.Processing != 2 {
 		t.Fatalf("node after heartbeat %+v", n)
 	}
 	rec, err := q.SetNodeState(ctx, "n1", NodeExited)
@@ -1038,9 +1043,15 @@ func TestListPagingAndStats(t *testing.T) {
 		s.OldestPending == nil || !s.OldestPending.Equal(clock.Now().Add(-time.Minute)) {
 		t.Fatalf("stats %+v", s)
 	}
-	res, err := q.BatchResults(ctx, batchA, 0, 10)
+	var res []Result
+	err = q.ExportResults(ctx, ExportFilter{BatchID: batchA, States: []State{StateCompleted}}, func(r ExportRow) error {
+		if r.Result != nil {
+			res = append(res, *r.Result)
+		}
+		return nil
+	})
 	if err != nil || len(res) != 1 || res[0].JobID != idsA[0] {
-		t.Fatalf("BatchResults = %+v, %v", res, err)
+		t.Fatalf("batch results = %+v, %v", res, err)
 	}
 }
 

@@ -33,10 +33,10 @@ func RedactText(s string, secrets ...string) string {
 	return userinfoRE.ReplaceAllString(s, "${1}"+Redacted+"@")
 }
 
-// RedactURL replaces the userinfo of a URL: all of it for a page URL (a
+// redactURL replaces the userinfo of a URL: all of it for a page URL (a
 // token in the user part is as secret as a password), only the password
 // for a proxy (keepUser), whose user name says which account is used.
-func RedactURL(raw string, keepUser bool) string {
+func redactURL(raw string, keepUser bool) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return RedactText(raw)
@@ -71,11 +71,11 @@ func (s *Spec) Secrets() []string {
 	return out
 }
 
-// Redacted returns the spec as reads show it.
-func (s Spec) Redacted() Spec {
-	s.URL = RedactURL(s.URL, false)
+// redacted returns the spec as reads show it.
+func (s Spec) redacted() Spec {
+	s.URL = redactURL(s.URL, false)
 	if s.Proxy != "" {
-		s.Proxy = RedactURL(s.Proxy, true)
+		s.Proxy = redactURL(s.Proxy, true)
 	}
 	return s
 }
@@ -83,7 +83,7 @@ func (s Spec) Redacted() Spec {
 // redact rewrites a job read for anyone but its node.
 func (j *Job) redact() {
 	secrets := j.Spec.Secrets()
-	j.Spec = j.Spec.Redacted()
+	j.Spec = j.Spec.redacted()
 	j.LastError = RedactText(j.LastError, secrets...)
 }
 

@@ -33,8 +33,8 @@ func TestRedact(t *testing.T) {
 		{"http://bob:hunter2@proxy.test:3128", true, "http://bob:redacted@proxy.test:3128"},
 		{"socks5://proxy.test:1080", true, "socks5://proxy.test:1080"},
 	} {
-		if got := RedactURL(tc.in, tc.keepUser); got != tc.want {
-			t.Errorf("RedactURL(%q, %v) = %q, want %q", tc.in, tc.keepUser, got, tc.want)
+		if got := redactURL(tc.in, tc.keepUser); got != tc.want {
+			t.Errorf("redactURL(%q, %v) = %q, want %q", tc.in, tc.keepUser, got, tc.want)
 		}
 	}
 }

@@ -294,11 +294,3 @@ type Node struct {
 	ChromeRecycleJobs int `json:"chrome_recycle_jobs"`
 	ExitAfterJobs     int `json:"exit_after_jobs"`
 }
-
-// Free is the node's free capacity: how many more jobs it may be assigned.
-func (n Node) Free() int {
-	if n.State != NodeActive {
-		return 0
-	}
-	return max(0, n.Capacity-n.Queued-n.Processing)
-}
