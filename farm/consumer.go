@@ -77,10 +77,16 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	log.Info("egress proxy listening", zap.String("addr", proxy.Addr()),
 		zap.Stringers("allow", cfg.Egress.Allow), zap.Stringers("deny", cfg.Egress.Deny))
+	c := newConsumer(cfg, pgQueue{cfg.Queue}, sup, log)
+	c.egress = proxy
+	return c, nil
+}
+
+// newConsumer assembles a Consumer of checked cfg over q and sup.
+func newConsumer(cfg ConsumerConfig, q consumerQueue, sup *supervisor.Supervisor, log *zap.Logger) *Consumer {
 	return &Consumer{
-		egress:      proxy,
 		cfg:         cfg,
-		q:           pgQueue{cfg.Queue},
+		q:           q,
 		sup:         sup,
 		log:         log,
 		node:        cfg.NodeID,
@@ -89,7 +95,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		busyChanged: make(chan struct{}, 1),
 		fenced:      make(chan struct{}),
 		live:        map[int64]struct{}{},
-	}, nil
+	}
 }
 
 // NodeID is the node's id in the queue.

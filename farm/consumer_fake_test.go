@@ -185,19 +185,9 @@ func fakeConsumer(t *testing.T, fq *fakeQueue, capacity, exitAfter int) *Consume
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Consumer{
-		cfg:         cfg,
-		q:           fq,
-		inc:         fq,
-		sup:         sup,
-		log:         cfg.Logger,
-		node:        cfg.NodeID,
-		jobDone:     make(chan struct{}, 1),
-		completions: make(chan completion),
-		busyChanged: make(chan struct{}, 1),
-		fenced:      make(chan struct{}),
-		live:        map[int64]struct{}{},
-	}
+	c := newConsumer(cfg, fq, sup, cfg.Logger)
+	c.inc = fq // as Run's registration sets it
+	return c
 }
 
 // fakeJobs returns n jobs with ids 1..n.
