@@ -84,6 +84,36 @@ func TestUnitCompleterRoutesEachOutcome(t *testing.T) {
 	}
 }
 
+// TestUnitCompleterAnswersEachJobItsOwnOutcome: renders waiting together
+// go in one CompleteMany, and each job hears its own outcome back.
+func TestUnitCompleterAnswersEachJobItsOwnOutcome(t *testing.T) {
+	tooLarge := &jobqueue.ResultError{Class: jobqueue.ClassResultTooLarge, Msg: "over the cap"}
+	fq := &fakeQueue{complete: map[int64]error{1: tooLarge}}
+	c := fakeConsumer(t, fq, 6, 0)
+	// Three renders already waiting when the completer looks: one batch.
+	c.completions = make(chan completion, 3)
+	replies := make([]chan error, 3)
+	for i := range replies {
+		replies[i] = make(chan error, 1)
+		c.completions <- completion{c: fq.Completion(int64(i+1), jobqueue.Result{}), reply: replies[i]}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.completer(ctx) })
+	var got []error
+	for _, r := range replies {
+		got = append(got, <-r)
+	}
+	stop()
+	wg.Wait()
+	if calls := fq.snapshot().manyCalls; calls != 1 {
+		t.Errorf("%d CompleteMany calls for three waiting renders, want 1", calls)
+	}
+	if !errors.Is(got[0], tooLarge) || got[1] != nil || got[2] != nil {
+		t.Errorf("replies %v, want [%v nil nil]", got, tooLarge)
+	}
+}
+
 func TestUnitFailKeepsTheAnswerOfAFinalFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
