@@ -1,0 +1,185 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSharedContext checks the opt-out of isolation: a session reuses its
+// tab in the default context, so storage persists, and a page with an
+// onbeforeunload prompt does not stop the next job.
+func TestSharedContext(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	visit := func() string {
+		t.Helper()
+		res, err := s.Render(ctx, Request{URL: e.url("/storage"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		unmarshal(t, res.Data, &out)
+		return out
+	}
+	if first, second := visit(), visit(); first != "cookie=1 local=1" || second != "cookie=2 local=2" {
+		t.Fatalf("visits %q then %q, want the second to see the first", first, second)
+	}
+	shared := s.shared
+	// A fresh job in between sees none of it and leaves the shared tab be.
+	res, err := s.Render(ctx, Request{URL: e.url("/storage"), Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
+	if err != nil || string(res.Data) != `"cookie=1 local=1"` {
+		t.Fatalf("fresh job: %v, %s", err, res.Data)
+	}
+	if got := visit(); got != "cookie=3 local=3" || s.shared != shared {
+		t.Fatalf("third shared visit %q (same tab %v)", got, s.shared == shared)
+	}
+
+	// beforeunload: a click gives the page a user gesture, so Chrome would
+	// ask before leaving it; the session answers and the next job runs.
+	if _, err := s.Render(ctx, Request{URL: e.url("/hostile/beforeunload"), Isolation: IsolationShared, Actions: []Action{{Type: ActionClick, Selector: "#touch"}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err, took := render(t, s, Request{URL: e.url("/page/4"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("leaving a beforeunload page: %v", err)
+	}
+	wantDuration(t, took, 0, 20*time.Second)
+	if res.Title != "Page 4" || res.Dialogs != 1 || s.shared != shared {
+		t.Fatalf("title %q after %d dialogs (same tab %v)", res.Title, res.Dialogs, s.shared == shared)
+	}
+
+	// Settings of one job do not leak into the next on the same tab.
+	if _, err := s.Render(ctx, Request{URL: e.url("/echo"), Isolation: IsolationShared, UserAgent: "One/1", Headers: map[string]string{"X-One": "1"}, Viewport: Viewport{Width: 500, Height: 500}, Block: []string{"image"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Render(ctx, Request{URL: e.url("/echo"), Isolation: IsolationShared,
+		Extract: `({h: JSON.parse(document.getElementById('data').textContent).headers, vp: document.getElementById('viewport').textContent})`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		H  map[string]string
+		VP string
+	}
+	unmarshal(t, res.Data, &d)
+	if d.H["x-one"] != "" || d.H["user-agent"] == "One/1" || d.VP != "1280x800" {
+		t.Fatalf("the previous job's settings leaked: headers %v viewport %q", d.H, d.VP)
+	}
+	res, err = s.Render(ctx, Request{URL: e.url("/images"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent`})
+	if err != nil || string(res.Data) != `"loaded"` {
+		t.Fatalf("blocking leaked into the next job: %v %s", err, res.Data)
+	}
+
+	// A timeout leaves the shared tab unusable (the page may still run):
+	// the next shared job gets a new tab, in the same context.
+	_, err = s.Render(ctx, Request{URL: e.url("/hostile/loop"), Isolation: IsolationShared, Timeout: time.Second})
+	wantClass(t, err, ClassTimeout, true)
+	if s.shared != nil {
+		t.Fatal("the shared tab is kept after a timeout")
+	}
+	if got := visit(); got != "cookie=4 local=4" {
+		t.Fatalf("after a new shared tab: %q", got)
+	}
+}
+
+// TestProxy runs jobs behind per-job proxies, with and without
+// credentials.
+func TestProxy(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	echo := `JSON.parse(document.getElementById('data').textContent).headers`
+
+	open := newTestProxy(t, "", "")
+	res, err := s.Render(ctx, Request{URL: e.url("/echo"), Proxy: open.URL, Extract: echo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h map[string]string
+	unmarshal(t, res.Data, &h)
+	if h["x-via-proxy"] != "farm-test" || open.served.Load() == 0 {
+		t.Fatalf("not proxied: headers %v, proxy served %d", h, open.served.Load())
+	}
+
+	authed := newTestProxy(t, "farm", "s3cret")
+	u := strings.Replace(authed.URL, "http://", "http://farm:s3cret@", 1)
+	res, err = s.Render(ctx, Request{URL: e.url("/page/2"), Proxy: u, Wait: Wait{Selector: "#ready"}, Extract: `document.querySelectorAll('li.item').length`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Data) != "200" || authed.served.Load() < 2 {
+		t.Fatalf("through the authenticating proxy: %s items, %d requests", res.Data, authed.served.Load())
+	}
+
+	// Wrong credentials: the proxy keeps refusing.
+	bad := strings.Replace(authed.URL, "http://", "http://farm:wrong@", 1)
+	res, err = s.Render(ctx, Request{URL: e.url("/page/2"), Proxy: bad, Timeout: 20 * time.Second})
+	if err == nil {
+		t.Fatalf("wrong proxy credentials rendered %+v", res)
+	}
+	if c := ClassOf(err); c != ClassHTTP && c != ClassNetwork {
+		t.Fatalf("wrong proxy credentials: %v", err)
+	}
+
+	// The proxy is the job's only: the next job goes direct.
+	before := open.served.Load() + authed.served.Load()
+	res, err = s.Render(ctx, Request{URL: e.url("/echo"), Extract: echo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var direct map[string]string
+	unmarshal(t, res.Data, &direct)
+	if direct["x-via-proxy"] != "" || open.served.Load()+authed.served.Load() != before {
+		t.Fatalf("a job without proxy was proxied: %v", direct)
+	}
+}
+
+// TestConcurrentSessions renders on six sessions of one Chrome at once.
+func TestConcurrentSessions(t *testing.T) {
+	e := newEnv(t)
+	const sessions, each = 6, 3
+	errs := make(chan error, sessions*each)
+	results := make(chan json.RawMessage, sessions*each)
+	done := make(chan struct{})
+	for i := range sessions {
+		s := e.session(t)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range each {
+				res, err := s.Render(context.Background(), Request{
+					URL:       e.url("/page/" + strings.Repeat("1", i+1)),
+					Wait:      Wait{Selector: "#ready"},
+					Isolation: map[bool]Isolation{true: IsolationShared}[k == 1],
+					Extract:   "document.querySelectorAll('li.item').length",
+				})
+				if err != nil {
+					errs <- err
+					continue
+				}
+				results <- res.Data
+			}
+		}()
+	}
+	for range sessions {
+		<-done
+	}
+	close(errs)
+	close(results)
+	for err := range errs {
+		t.Error(err)
+	}
+	n := 0
+	for d := range results {
+		n++
+		if string(d) != "200" {
+			t.Errorf("rendered %s items, want 200", d)
+		}
+	}
+	if n != sessions*each {
+		t.Fatalf("%d renders succeeded, want %d", n, sessions*each)
+	}
+}
