@@ -17,7 +17,7 @@ import (
 const heartbeatSQL = `
 WITH prev AS (
     SELECT id, state, chrome_recycles, chrome_memory_recycles, chrome_crashes
-    FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR UPDATE
+    FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR NO KEY UPDATE
 ), counted AS (
     -- What the process counted since its last heartbeat joins the lifetime.
     UPDATE node_counters c SET
@@ -47,8 +47,10 @@ SELECT p.state, u.state FROM prev p, upd u`
 
 // heartbeatLockSQL locks the row of the node's incarnation $2 (any when 0)
 // first, so that the renewal of its jobs comes after it as in every
-// statement that changes a node and its jobs.
-const heartbeatLockSQL = `SELECT 1 FROM nodes WHERE id = $1 AND ($2::bigint = 0 OR incarnation = $2::bigint) FOR UPDATE`
+// statement that changes a node and its jobs. FOR NO KEY UPDATE, the mode of
+// the row's own UPDATE: it still excludes every other writer of the row, but
+// not an assignment round's FOR KEY SHARE (see lockNodesSQL).
+const heartbeatLockSQL = `SELECT 1 FROM nodes WHERE id = $1 AND ($2::bigint = 0 OR incarnation = $2::bigint) FOR NO KEY UPDATE`
 
 // Heartbeat records the node's load and liveness and renews the leases of
 // its processing jobs, in one round trip, and returns the node's state. It

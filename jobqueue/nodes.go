@@ -229,8 +229,16 @@ func (q *Queue) setNodeState(ctx context.Context, nodeID string, inc int64, st N
 	switch st {
 	case NodeActive, NodeDraining:
 		tag, err := q.pool.Exec(ctx, `
-            UPDATE nodes SET state = $2, state_changed_at = coalesce($3::timestamptz, now())
-            WHERE id = $1 AND state IN ('active', 'draining') AND ($4::bigint = 0 OR incarnation = $4::bigint)`,
+            WITH locked AS (
+                -- FOR UPDATE, not the UPDATE's own FOR NO KEY UPDATE: an
+                -- assignment round's FOR KEY SHARE must keep the node active
+                -- until the round commits (see lockNodesSQL).
+                SELECT id FROM nodes
+                WHERE id = $1 AND state IN ('active', 'draining') AND ($4::bigint = 0 OR incarnation = $4::bigint)
+                FOR UPDATE
+            )
+            UPDATE nodes n SET state = $2, state_changed_at = coalesce($3::timestamptz, now())
+            FROM locked WHERE n.id = locked.id`,
 			nodeID, st, q.now(), inc)
 		if err != nil {
 			return r, fmt.Errorf("set node %q %s: %w", nodeID, st, err)
@@ -258,8 +266,11 @@ func (q *Queue) setNodeState(ctx context.Context, nodeID string, inc int64, st N
 	case NodeExited:
 		found := false
 		err := q.sendBatch(ctx, "exit", func(b *pgx.Batch) {
-			b.Queue(`UPDATE nodes SET state = 'exited', exit_reason = $4, state_changed_at = coalesce($2::timestamptz, now())
-                     WHERE id = $1 AND ($3::bigint = 0 OR incarnation = $3::bigint)`,
+			// Locked FOR UPDATE first, like a drain (see lockNodesSQL).
+			b.Queue(`WITH locked AS (
+                         SELECT id FROM nodes WHERE id = $1 AND ($3::bigint = 0 OR incarnation = $3::bigint) FOR UPDATE)
+                     UPDATE nodes n SET state = 'exited', exit_reason = $4, state_changed_at = coalesce($2::timestamptz, now())
+                     FROM locked WHERE n.id = locked.id`,
 				nodeID, q.now(), inc, cleanText(reason, 64)).Exec(func(tag pgconn.CommandTag) error {
 				found = tag.RowsAffected() == 1
 				return nil
