@@ -37,6 +37,16 @@ func BenchmarkEnqueue10k(b *testing.B) {
 // through their whole life, so that one -benchtime=Nx suits both benchmarks.
 const lifecycleOpJobs = 1000
 
+// The product's defaults (farm's producer batch and tick, the consumer's
+// fallback poll): jobqueue cannot import farm, so they are restated here.
+const (
+	benchAssignBatch  = 5000
+	benchProducerTick = time.Second
+	benchNodePoll     = 10 * time.Second
+)
+
+func noHostLimits(string) HostPolicy { return HostPolicy{} }
+
 // lifecycleSim runs the whole job lifecycle without a browser: a producer
 // assigns pending jobs to nodes as slots free up, each node claims what it
 // was assigned and completes it at once through a shared batching completer.
@@ -208,26 +218,33 @@ func benchLifecycle(b *testing.B, sharedListener bool) {
 	b.ResetTimer()
 	start := time.Now()
 	goRun(comp.run)
-	// Producer.
+	// Producer: what farm's producer does — a politeness-aware round
+	// (AssignPolite; no host limits here, so this measures the queue, not the
+	// politeness policy) of up to its default batch, again at once when the
+	// batch was full, else on NOTIFY or its fallback tick.
 	goRun(func(ctx context.Context) error {
-		poll := time.NewTicker(50 * time.Millisecond)
-		defer poll.Stop()
+		tick := time.NewTicker(benchProducerTick)
+		defer tick.Stop()
 		for {
-			if _, err := q.AssignFree(ctx, nodes*capacity); err != nil {
+			rep, err := q.AssignPolite(ctx, noHostLimits, benchAssignBatch, AssignSpread)
+			if err != nil {
 				return err
+			}
+			if rep.Total() == benchAssignBatch {
+				continue
 			}
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-prodL.C():
-			case <-poll.C:
+			case <-tick.C:
 			}
 		}
 	})
-	// Nodes.
+	// Nodes: claim when woken by NOTIFY, with the consumer's fallback poll.
 	for i, id := range sim.nodes {
 		goRun(func(ctx context.Context) error {
-			poll := time.NewTicker(50 * time.Millisecond)
+			poll := time.NewTicker(benchNodePoll)
 			defer poll.Stop()
 			for {
 				jobs, err := q.Claim(ctx, id, capacity)

@@ -24,7 +24,7 @@ func TestFollowTenThousandLinksCountsTheRest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.AssignFree(ctx, 10); err != nil {
+	if _, err := assignRound(ctx, q, 10); err != nil {
 		t.Fatal(err)
 	}
 	in := q.Incarnation(node)

@@ -114,3 +114,10 @@ func assignClaim(t testing.TB, q *Queue, node string, n int) []Job {
 	}
 	return jobs
 }
+
+// assignRound runs one assignment round the way the producer does
+// (AssignPolite, spread), with no host limits, and returns the job ids per node.
+func assignRound(ctx context.Context, q *Queue, limit int) (map[string][]int64, error) {
+	rep, err := q.AssignPolite(ctx, func(string) HostPolicy { return HostPolicy{} }, limit, AssignSpread)
+	return rep.Assigned, err
+}

@@ -127,7 +127,7 @@ func TestCurrentIncarnationHeartbeatReactivates(t *testing.T) {
 		t.Fatalf("heartbeat of the exited node = %s, %v; want active", st, err)
 	}
 	mustEnqueue(t, q, pageSpecs(1, "r.test")...)
-	if got, err := q.AssignFree(ctx, 10); err != nil || len(got["n1"]) != 1 {
+	if got, err := assignRound(ctx, q, 10); err != nil || len(got["n1"]) != 1 {
 		t.Fatalf("assigned %v, %v; the reactivated node should get the job", got, err)
 	}
 }

@@ -49,7 +49,7 @@ func TestListenerWakeUpsAndReconnect(t *testing.T) {
 		t.Fatalf("assign %v, %v", got, err)
 	}
 	expect(NodeChannel("n1"), "2")
-	if _, err := q.AssignFree(ctx, 10); err != nil {
+	if _, err := assignRound(ctx, q, 10); err != nil {
 		t.Fatal(err)
 	}
 	expect(NodeChannel("n1"), "1")

@@ -255,7 +255,7 @@ func TestConcurrentAssignNeverExceedsCapacity(t *testing.T) {
 			case 1:
 				_, err = q.Assign(ctx, "n2", 4)
 			default:
-				_, err = q.AssignFree(ctx, 100)
+				_, err = assignRound(ctx, q, 100)
 			}
 			errs <- err
 		})
@@ -274,7 +274,7 @@ func TestConcurrentAssignNeverExceedsCapacity(t *testing.T) {
 	}
 }
 
-func TestAssignFreeSpreadsAndRespectsCapacity(t *testing.T) {
+func TestAssignRoundSpreadsAndRespectsCapacity(t *testing.T) {
 	t.Parallel()
 	q, _ := newTestQueue(t, Config{})
 	ctx := context.Background()
@@ -287,7 +287,7 @@ func TestAssignFreeSpreadsAndRespectsCapacity(t *testing.T) {
 	}
 	mustEnqueue(t, q, pageSpecs(3, "s.test")...)
 	// Short supply: three jobs go to three different nodes.
-	got, err := q.AssignFree(ctx, 100)
+	got, err := assignRound(ctx, q, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,14 +295,14 @@ func TestAssignFreeSpreadsAndRespectsCapacity(t *testing.T) {
 		t.Fatalf("short supply assigned %v, want one job each to a, b and d", got)
 	}
 	mustEnqueue(t, q, pageSpecs(20, "s.test")...)
-	got, err = q.AssignFree(ctx, 4)
+	got, err = assignRound(ctx, q, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := len(got["a"]) + len(got["b"]) + len(got["d"]); n != 4 || len(got["c"]) != 0 {
 		t.Fatalf("limit 4 assigned %v", got)
 	}
-	if _, err := q.AssignFree(ctx, 100); err != nil {
+	if _, err := assignRound(ctx, q, 100); err != nil {
 		t.Fatal(err)
 	}
 	nodes, err := q.ListNodes(ctx)
@@ -867,7 +867,7 @@ func TestFollowEnqueuesDedupedChildren(t *testing.T) {
 	mustRegister(t, q, "n1", 6)
 	run := func(id int64, links ...string) int {
 		t.Helper()
-		if _, err := q.AssignFree(ctx, 100); err != nil {
+		if _, err := assignRound(ctx, q, 100); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := q.Claim(ctx, "n1", 6); err != nil {

@@ -18,8 +18,8 @@ type RescueReport struct {
 	Failed    int64    // processing jobs that used their last attempt
 }
 
-// markLostSQL locks the stale nodes in id order first, like AssignFree, so
-// the two cannot deadlock.
+// markLostSQL locks the stale nodes in id order first, like an assignment
+// round (lockNodesSQL), so the two cannot deadlock.
 const markLostSQL = `
 WITH stale AS (
     SELECT id FROM nodes

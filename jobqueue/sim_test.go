@@ -124,7 +124,7 @@ func TestConcurrentFarmSimulation(t *testing.T) {
 		defer poll.Stop()
 		lastRescue := time.Now()
 		for {
-			if _, err := q.AssignFree(ctx, 500); err != nil {
+			if _, err := assignRound(ctx, q, 500); err != nil {
 				return err
 			}
 			if time.Since(lastRescue) > 100*time.Millisecond {

@@ -122,7 +122,9 @@ func lifecycle(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, nodes
 		poll := time.NewTicker(50 * time.Millisecond)
 		defer poll.Stop()
 		for {
-			if _, err := q.AssignFree(ctx, len(nodes)*lifecycleCapacity); err != nil {
+			// The producer's round (no host limits: this measures the queue).
+			if _, err := q.AssignPolite(ctx, func(string) jobqueue.HostPolicy { return jobqueue.HostPolicy{} },
+				len(nodes)*lifecycleCapacity, jobqueue.AssignSpread); err != nil {
 				return err
 			}
 			select {
