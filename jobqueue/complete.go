@@ -115,7 +115,15 @@ WITH input AS (
 ), kids AS (
     SELECT c.parent_id, count(*) AS n FROM children c GROUP BY c.parent_id
 ), slots AS (
-    SELECT pg_notify($18, $19) FROM done HAVING count(*) > 0
+    -- A freed slot wakes the producer only when a pending job may want it.
+    -- PostgreSQL signals every listening backend of the database on each
+    -- notifying commit (every node's LISTEN connection), and nodes complete
+    -- all the time: with no job waiting this wake-up found nothing to do.
+    -- A job enqueued while this statement runs wakes the producer itself;
+    -- if the fleet is full at that instant and its round cannot see this
+    -- slot yet, the job waits for the producer's next wake-up or tick.
+    SELECT pg_notify($18, $19) FROM done
+    HAVING count(*) > 0 AND EXISTS (SELECT 1 FROM jobs p WHERE p.state = 'pending')
 ), submitted AS (
     SELECT pg_notify($18, $20) FROM children HAVING count(*) > 0
 )

@@ -43,7 +43,7 @@ func TestListenerWakeUpsAndReconnect(t *testing.T) {
 		}
 	}
 
-	ids := mustEnqueue(t, q, pageSpecs(3, "l.test")...)
+	ids := mustEnqueue(t, q, pageSpecs(4, "l.test")...)
 	expect(ChannelProducer, PayloadSubmitted)
 	if got, err := q.Assign(ctx, "n1", 2); err != nil || len(got) != 2 {
 		t.Fatalf("assign %v, %v", got, err)
@@ -52,10 +52,22 @@ func TestListenerWakeUpsAndReconnect(t *testing.T) {
 	if _, err := assignRound(ctx, q, 10); err != nil {
 		t.Fatal(err)
 	}
-	expect(NodeChannel("n1"), "1")
+	expect(NodeChannel("n1"), "2")
 	if _, err := q.Claim(ctx, "n1", 6); err != nil {
 		t.Fatal(err)
 	}
+	// A completion with no job pending wakes nobody: the next notification
+	// is a marker sent after it committed.
+	if _, err := q.Complete(ctx, ids[3], "n1", Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT pg_notify($1, 'marker')", ChannelProducer); err != nil {
+		t.Fatal(err)
+	}
+	expect(ChannelProducer, "marker")
+	// With a job pending, it wakes the producer.
+	mustEnqueue(t, q, pageSpecs(1, "l.test")...)
+	expect(ChannelProducer, PayloadSubmitted)
 	if _, err := q.Complete(ctx, ids[0], "n1", Result{}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,9 @@ const (
 	// PayloadSubmitted: pending jobs appeared (Enqueue, followed links,
 	// Retry, a released or rescued job).
 	PayloadSubmitted = "submitted"
-	// PayloadSlots: a node has free capacity (a job completed, failed or was
-	// canceled, a node registered or released its queue).
+	// PayloadSlots: a node has free capacity (a job completed while jobs
+	// were pending, a job failed or was canceled, a node registered or
+	// released its queue).
 	PayloadSlots = "slots"
 
 	// NodeChannelPrefix + node id is the channel that wakes one node (see
