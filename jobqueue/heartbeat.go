@@ -49,7 +49,7 @@ SELECT p.state, u.state FROM prev p, upd u`
 // first, so that the renewal of its jobs comes after it as in every
 // statement that changes a node and its jobs. FOR NO KEY UPDATE, the mode of
 // the row's own UPDATE: it still excludes every other writer of the row, but
-// not an assignment round's FOR KEY SHARE (see lockNodesSQL).
+// not an assignment round's FOR KEY SHARE (see lockTargetsSQL).
 const heartbeatLockSQL = `SELECT 1 FROM nodes WHERE id = $1 AND ($2::bigint = 0 OR incarnation = $2::bigint) FOR NO KEY UPDATE`
 
 // Heartbeat records the node's load and liveness and renews the leases of

@@ -232,7 +232,7 @@ func (q *Queue) setNodeState(ctx context.Context, nodeID string, inc int64, st N
             WITH locked AS (
                 -- FOR UPDATE, not the UPDATE's own FOR NO KEY UPDATE: an
                 -- assignment round's FOR KEY SHARE must keep the node active
-                -- until the round commits (see lockNodesSQL).
+                -- until the round commits (see lockTargetsSQL).
                 SELECT id FROM nodes
                 WHERE id = $1 AND state IN ('active', 'draining') AND ($4::bigint = 0 OR incarnation = $4::bigint)
                 FOR UPDATE
@@ -266,7 +266,7 @@ func (q *Queue) setNodeState(ctx context.Context, nodeID string, inc int64, st N
 	case NodeExited:
 		found := false
 		err := q.sendBatch(ctx, "exit", func(b *pgx.Batch) {
-			// Locked FOR UPDATE first, like a drain (see lockNodesSQL).
+			// Locked FOR UPDATE first, like a drain (see lockTargetsSQL).
 			b.Queue(`WITH locked AS (
                          SELECT id FROM nodes WHERE id = $1 AND ($3::bigint = 0 OR incarnation = $3::bigint) FOR UPDATE)
                      UPDATE nodes n SET state = 'exited', exit_reason = $4, state_changed_at = coalesce($2::timestamptz, now())

@@ -3,6 +3,7 @@ package jobqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -87,18 +88,28 @@ func hostBudget(pol HostPolicy, h hostState, now time.Time, unlimited int) (int,
 
 const lockAssignSQL = `SELECT pg_advisory_xact_lock($1)`
 
-// lockNodesSQL key-share-locks the active nodes in id order (the order every
-// multi-node locker uses) for the round: a node cannot be declared lost,
-// start draining, exit or re-register with another capacity between the
-// round's reading of its free slots and its assigning to it, because each of
-// those takes its node row FOR UPDATE first, which conflicts with FOR KEY
-// SHARE. A heartbeat takes the row FOR NO KEY UPDATE, which does not: it
-// writes only the node's load and liveness, none of which the round reads,
-// and the one state change it makes (a lost or exited node active again)
-// concerns a row the round did not select. So a round no longer waits for
-// the heartbeats of the whole fleet (hundreds a second at 1,000 nodes), nor
-// they for it.
-const lockNodesSQL = `SELECT id FROM nodes WHERE state = 'active' ORDER BY id FOR KEY SHARE`
+// lockTargetsSQL key-share-locks the nodes a round is about to assign to,
+// in id order (the order every multi-node locker uses): a node cannot be
+// declared lost, start draining, exit or re-register with another capacity
+// until the round commits, because each of those takes its node row FOR
+// UPDATE first, which conflicts with FOR KEY SHARE. A heartbeat takes the
+// row FOR NO KEY UPDATE, which does not: it writes only the node's load and
+// liveness, none of which the round reads, and the one state change it makes
+// (a lost or exited node active again) concerns a node the round does not
+// assign to. Only the round's targets are locked (a few per round), not
+// every active node: each tuple lock is a write and a WAL record, which at
+// 1,000 nodes made the round's cost grow with the fleet.
+const lockTargetsSQL = `SELECT id FROM nodes WHERE id = ANY($1::text[]) ORDER BY id FOR KEY SHARE`
+
+// targetFreeSQL reads the free slots of the locked targets in a statement of
+// its own, so in a snapshot taken after the locks were granted: whatever
+// changed a target between the round's first look and its lock is seen.
+const targetFreeSQL = `
+SELECT n.id, n.capacity - count(h.id)::int
+FROM nodes n
+LEFT JOIN jobs h ON h.node_id = n.id AND h.state IN ('queued', 'processing')
+WHERE n.id = ANY($1::text[]) AND n.state = 'active'
+GROUP BY n.id, n.capacity`
 
 const politeNodesSQL = `
 SELECT n.id, n.capacity, count(h.id)::int
@@ -134,10 +145,9 @@ LEFT JOIN hosts h ON h.host = ph.host
 WHERE ph.host IS NOT NULL`
 
 // politePickSQL takes, for every host, its budget of ready pending jobs by
-// priority then age, keeps the best $4 of them farm-wide, and locks only
-// those: locking a row writes to it, so the candidates that lose are read,
-// never locked. Rounds are serialized by assignLockKey; SKIP LOCKED only
-// steps around a cancel or retry touching the same job at the same moment.
+// priority then age, and keeps the best $4 of them farm-wide. It locks
+// nothing: the nodes are locked first (lockTargetsSQL), then the picked jobs
+// (politeLockSQL), in the order every statement takes nodes and jobs.
 const politePickSQL = `
 WITH best AS (
     SELECT c.id
@@ -152,8 +162,13 @@ WITH best AS (
     LIMIT $4
 )
 SELECT j.id, j.priority, j.created_at FROM jobs j
-WHERE j.id IN (SELECT id FROM best) AND j.state = 'pending'
-FOR UPDATE SKIP LOCKED`
+WHERE j.id IN (SELECT id FROM best) AND j.state = 'pending'`
+
+// politeLockSQL locks the picked jobs that are still pending. Locking a row
+// writes to it, so only the winners are locked. Rounds are serialized by
+// assignLockKey; SKIP LOCKED only steps around a cancel or retry touching
+// the same job at the same moment.
+const politeLockSQL = `SELECT id FROM jobs WHERE id = ANY($1::bigint[]) AND state = 'pending' FOR UPDATE SKIP LOCKED`
 
 const politeHostRowsSQL = `INSERT INTO hosts (host) SELECT unnest($1::text[]) ON CONFLICT (host) DO NOTHING`
 
@@ -183,9 +198,8 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		if _, err := tx.Exec(ctx, lockAssignSQL, assignLockKey); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, lockNodesSQL); err != nil {
-			return err
-		}
+		// The nodes are read unlocked; the ones the round picks are locked
+		// and read again below.
 		rows, err := tx.Query(ctx, politeNodesSQL)
 		if err != nil {
 			return err
@@ -278,16 +292,48 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 			return cands[i].id < cands[j].id
 		})
 		targets := Distribute(assign, nodes, len(cands))
-		ids := make([]int64, len(targets))
+		if len(targets) == 0 {
+			return nil
+		}
+		freeNow, err := lockTargets(ctx, tx, targets)
+		if err != nil {
+			return err
+		}
+		candIDs := make([]int64, len(targets))
+		for i := range targets {
+			candIDs[i] = cands[i].id
+		}
+		rows, err = tx.Query(ctx, politeLockSQL, candIDs)
+		if err != nil {
+			return err
+		}
+		lockedIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		locked := make(map[int64]bool, len(lockedIDs))
+		for _, id := range lockedIDs {
+			locked[id] = true
+		}
+		// A job taken meanwhile, or a target that changed before its lock
+		// (gone, draining, fewer free slots), leaves jobs pending for the
+		// next round; no node ever gets more than it has free.
+		var ids []int64
+		var to []string
 		for i, node := range targets {
-			ids[i] = cands[i].id
+			if !locked[cands[i].id] || freeNow[node] <= 0 {
+				continue
+			}
+			freeNow[node]--
+			ids = append(ids, cands[i].id)
+			to = append(to, node)
 			rep.Assigned[node] = append(rep.Assigned[node], cands[i].id)
 			rep.CreatedAt = append(rep.CreatedAt, cands[i].created)
 		}
 		if len(ids) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, politeUpdateSQL, ids, targets, q.now(), NodeChannelPrefix)
+		_, err = tx.Exec(ctx, politeUpdateSQL, ids, to, q.now(), NodeChannelPrefix)
 		return err
 	})
 	if err != nil {
@@ -295,6 +341,28 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
+}
+
+// lockTargets locks the distinct nodes of targets (lockTargetsSQL) and
+// returns their free slots as read after the locks (targetFreeSQL); a node
+// no longer active is absent.
+func lockTargets(ctx context.Context, tx pgx.Tx, targets []string) (map[string]int, error) {
+	distinct := slices.Compact(slices.Sorted(slices.Values(targets)))
+	if _, err := tx.Exec(ctx, lockTargetsSQL, distinct); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, targetFreeSQL, distinct)
+	if err != nil {
+		return nil, err
+	}
+	free := make(map[string]int, len(distinct))
+	var id string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		free[id] = n
+		return nil
+	})
+	return free, err
 }
 
 // ActiveByHost counts, per host, the jobs assigned or running farm-wide

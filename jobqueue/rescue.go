@@ -19,7 +19,7 @@ type RescueReport struct {
 }
 
 // markLostSQL locks the stale nodes in id order first, like an assignment
-// round (lockNodesSQL), so the two cannot deadlock.
+// round locks its targets (lockTargetsSQL), so the two cannot deadlock.
 const markLostSQL = `
 WITH stale AS (
     SELECT id FROM nodes

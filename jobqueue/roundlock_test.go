@@ -29,7 +29,7 @@ func TestRoundLockLetsHeartbeatsThrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer round.Rollback(ctx)
-	if _, err := round.Exec(ctx, lockNodesSQL); err != nil {
+	if _, err := round.Exec(ctx, lockTargetsSQL, []string{"n1"}); err != nil {
 		t.Fatal(err)
 	}
 	// Blocking here would hang the test: the heartbeat must not wait.
