@@ -295,25 +295,13 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		if len(targets) == 0 {
 			return nil
 		}
-		freeNow, err := lockTargets(ctx, tx, targets)
-		if err != nil {
-			return err
-		}
 		candIDs := make([]int64, len(targets))
 		for i := range targets {
 			candIDs[i] = cands[i].id
 		}
-		rows, err = tx.Query(ctx, politeLockSQL, candIDs)
+		freeNow, locked, err := lockTargets(ctx, tx, targets, candIDs)
 		if err != nil {
 			return err
-		}
-		lockedIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		locked := make(map[int64]bool, len(lockedIDs))
-		for _, id := range lockedIDs {
-			locked[id] = true
 		}
 		// A job taken meanwhile, or a target that changed before its lock
 		// (gone, draining, fewer free slots), leaves jobs pending for the
@@ -343,26 +331,37 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 	return rep, nil
 }
 
-// lockTargets locks the distinct nodes of targets (lockTargetsSQL) and
-// returns their free slots as read after the locks (targetFreeSQL); a node
-// no longer active is absent.
-func lockTargets(ctx context.Context, tx pgx.Tx, targets []string) (map[string]int, error) {
+// lockTargets locks the distinct nodes of targets (lockTargetsSQL), reads
+// their free slots after the locks (targetFreeSQL; a node no longer active
+// is absent), then locks the candidate jobs still pending (politeLockSQL):
+// three statements, each with its own snapshot, in one round trip.
+func lockTargets(ctx context.Context, tx pgx.Tx, targets []string, candIDs []int64) (map[string]int, map[int64]bool, error) {
 	distinct := slices.Compact(slices.Sorted(slices.Values(targets)))
-	if _, err := tx.Exec(ctx, lockTargetsSQL, distinct); err != nil {
-		return nil, err
-	}
-	rows, err := tx.Query(ctx, targetFreeSQL, distinct)
-	if err != nil {
-		return nil, err
-	}
 	free := make(map[string]int, len(distinct))
-	var id string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
-		free[id] = n
-		return nil
+	locked := make(map[int64]bool, len(candIDs))
+	b := &pgx.Batch{}
+	b.Queue(lockTargetsSQL, distinct)
+	b.Queue(targetFreeSQL, distinct).Query(func(rows pgx.Rows) error {
+		var id string
+		var n int
+		_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+			free[id] = n
+			return nil
+		})
+		return err
 	})
-	return free, err
+	b.Queue(politeLockSQL, candIDs).Query(func(rows pgx.Rows) error {
+		var id int64
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+			locked[id] = true
+			return nil
+		})
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, err
+	}
+	return free, locked, nil
 }
 
 // ActiveByHost counts, per host, the jobs assigned or running farm-wide
