@@ -83,7 +83,7 @@ func TestProducerCapacityAndPoliteness(t *testing.T) {
 			if err != nil {
 				return nil
 			}
-			byHost, err := q.ActiveByHost(ctx)
+			byHost, err := q.HostActivity(ctx, 0)
 			if err != nil {
 				return nil
 			}
@@ -92,8 +92,8 @@ func TestProducerCapacityAndPoliteness(t *testing.T) {
 			for _, n := range ns {
 				maxNode = max(maxNode, n.Queued+n.Processing)
 			}
-			for _, c := range byHost {
-				maxHost = max(maxHost, c)
+			for _, h := range byHost {
+				maxHost = max(maxHost, int(h.Queued+h.Processing))
 			}
 			mu.Unlock()
 		}

@@ -363,27 +363,3 @@ func lockTargets(ctx context.Context, tx pgx.Tx, targets []string, candIDs []int
 	}
 	return free, locked, nil
 }
-
-// ActiveByHost counts, per host, the jobs assigned or running farm-wide
-// (queued + processing): what the politeness limits bound.
-func (q *Queue) ActiveByHost(ctx context.Context) (map[string]int, error) {
-	rows, err := q.pool.Query(ctx, `SELECT host, count(*)::int FROM jobs WHERE state IN ('queued', 'processing') GROUP BY host`)
-	if err != nil {
-		return nil, fmt.Errorf("active jobs by host: %w", err)
-	}
-	out := map[string]int{}
-	for rows.Next() {
-		var h string
-		var n int
-		if err := rows.Scan(&h, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("active jobs by host: %w", err)
-		}
-		out[h] = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("active jobs by host: %w", err)
-	}
-	return out, nil
-}

@@ -1,0 +1,305 @@
+package jobqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestCancelAndRetry(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, pageSpecs(5, "cr.test")...)
+	if _, err := q.Assign(ctx, "n1", 3); err != nil { // ids 0..2 queued
+		t.Fatal(err)
+	}
+	if _, err := q.Claim(ctx, "n1", 2); err != nil { // 0, 1 processing
+		t.Fatal(err)
+	}
+	if _, err := q.Complete(ctx, ids[0], "n1", Result{}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := q.Cancel(ctx, ids[0], ids[1], ids[2], ids[3])
+	if err != nil || n != 3 {
+		t.Fatalf("Cancel = %d, %v; want 3 (the completed job stays)", n, err)
+	}
+	if j := mustGet(t, q, ids[0]); j.State != StateCompleted {
+		t.Fatalf("Cancel touched a completed job: %+v", j)
+	}
+	// The node running a canceled job finds out when it reports.
+	if _, err := q.Complete(ctx, ids[1], "n1", Result{}); !errors.Is(err, ErrAlreadyFinished) {
+		t.Fatalf("Complete of a canceled job = %v", err)
+	}
+	if _, err := q.Fail(ctx, ids[1], "n1", "x", "x", true); !errors.Is(err, ErrAlreadyFinished) {
+		t.Fatalf("Fail of a canceled job = %v", err)
+	}
+	if got, _ := q.Assign(ctx, "n1", 6); !slices.Equal(got, []int64{ids[4]}) {
+		t.Fatalf("after cancel the node got %v, want [%d]", got, ids[4])
+	}
+	n, err = q.Retry(ctx, ids[0], ids[1], ids[3])
+	if err != nil || n != 2 {
+		t.Fatalf("Retry = %d, %v; want 2", n, err)
+	}
+	if j := mustGet(t, q, ids[1]); j.State != StatePending || j.Attempts != 0 || j.NodeID != "" || j.FinishedAt != nil {
+		t.Fatalf("retried job %+v", j)
+	}
+	batchID, _, err := q.Enqueue(ctx, pageSpecs(4, "batch.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.CancelBatch(ctx, batchID); err != nil || n != 4 {
+		t.Fatalf("CancelBatch = %d, %v", n, err)
+	}
+	if _, err := q.CancelBatch(ctx, "not-a-uuid"); err == nil {
+		t.Fatal("CancelBatch accepted a bad batch id")
+	}
+}
+
+func TestFollowEnqueuesDedupedChildren(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	run := func(id int64, links ...string) int {
+		t.Helper()
+		if _, err := assignRound(ctx, q, 100); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q.Claim(ctx, "n1", 6); err != nil {
+			t.Fatal(err)
+		}
+		n, err := q.Complete(ctx, id, "n1", Result{Status: 200, Links: links})
+		if err != nil {
+			t.Fatalf("complete %d: %v", id, err)
+		}
+		return n
+	}
+	batchID, ids, err := q.Enqueue(ctx, []Spec{
+		{URL: "http://site.test/", Extract: "1", Priority: 3, Follow: &Follow{Selector: "a", MaxDepth: 2, MaxLinks: 3}},
+		{URL: "http://site.test/", Follow: &Follow{Selector: "a", MaxDepth: 1, AnyHost: true}},
+		{URL: "http://site.test/plain"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := ids[0]
+	n := run(root,
+		"http://site.test/a", "http://site.test/a#section", "http://SITE.test:80/b", "http://other.test/x",
+		"mailto:me@site.test", "javascript:void(0)", "http://site.test/", "http://site.test/c", "http://site.test/d")
+	// Same-host links in order: a, b, / (the root itself), c, d; max_links 3
+	// takes a, b and /; / is already part of this crawl.
+	if n != 2 {
+		t.Fatalf("root produced %d children, want 2", n)
+	}
+	page, err := q.List(ctx, ListFilter{BatchID: batchID, States: []State{StatePending}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var children []Job
+	for _, j := range page.Jobs {
+		if j.ParentID == root {
+			children = append(children, j)
+		}
+	}
+	slices.SortFunc(children, func(a, b Job) int { return int(a.ID - b.ID) })
+	// A child's URL is the link as found, without its fragment.
+	if len(children) != 2 || children[0].Spec.URL != "http://site.test/a" || children[1].Spec.URL != "http://SITE.test:80/b" {
+		t.Fatalf("children %+v", children)
+	}
+	for _, c := range children {
+		if c.Depth != 1 || c.CrawlID != root || c.BatchID != batchID || c.Priority != 3 || c.Host != "site.test" ||
+			c.Spec.Extract != "1" || c.Spec.Follow == nil || c.Spec.Follow.MaxDepth != 2 || c.MaxAttempts != DefaultAttempts {
+			t.Fatalf("child %+v", c)
+		}
+	}
+	// A child links back to a page of the crawl and to a new one.
+	a := children[0].ID
+	if n := run(a, "http://site.test/b", "http://site.test/e", "http://site.test/a"); n != 1 {
+		t.Fatalf("depth-1 page produced %d children, want 1 (e)", n)
+	}
+	var e int64
+	if err := pool.QueryRow(ctx, "SELECT id FROM jobs WHERE parent_id = $1", a).Scan(&e); err != nil {
+		t.Fatal(err)
+	}
+	if j := mustGet(t, q, e); j.Depth != 2 || j.CrawlID != root || j.Spec.URL != "http://site.test/e" {
+		t.Fatalf("depth-2 job %+v", j)
+	}
+	// Depth 2 is max_depth: no further children.
+	if n := run(e, "http://site.test/f"); n != 0 {
+		t.Fatalf("a page at max depth produced %d children", n)
+	}
+	// Another crawl of the same site is de-duplicated on its own, and any_host follows other hosts.
+	if n := run(ids[1], "http://site.test/a", "http://other.test/x", "ftp://site.test/f"); n != 2 {
+		t.Fatalf("any_host crawl produced %d children, want 2", n)
+	}
+	// A job without follow enqueues nothing.
+	if n := run(ids[2], "http://site.test/zzz"); n != 0 {
+		t.Fatalf("a job without follow produced %d children", n)
+	}
+	if n := countRows(t, pool, "SELECT count(*) FROM jobs WHERE crawl_id = $1", root); n != 4 {
+		t.Fatalf("crawl has %d jobs, want 4 (root, a, b, e)", n)
+	}
+}
+
+func TestListPagingAndStats(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	q, _ := newTestQueue(t, Config{Now: clock.Now})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 2)
+	mustRegister(t, q, "n2", 2)
+	batchA, idsA, err := q.Enqueue(ctx, pageSpecs(5, "a.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	batchB, idsB, err := q.Enqueue(ctx, pageSpecs(3, "b.test:8080"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assignClaim(t, q, "n1", 1)                        // idsA[0] processing on n1
+	if _, err := q.Assign(ctx, "n2", 2); err != nil { // idsA[1,2] queued on n2
+		t.Fatal(err)
+	}
+	if _, err := q.Complete(ctx, idsA[0], "n1", Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Cancel(ctx, idsB[2]); err != nil {
+		t.Fatal(err)
+	}
+
+	ids := func(p Page) []int64 {
+		var out []int64
+		for _, j := range p.Jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		f    ListFilter
+		want []int64
+	}{
+		{"all, newest first", ListFilter{}, []int64{idsB[2], idsB[1], idsB[0], idsA[4], idsA[3], idsA[2], idsA[1], idsA[0]}},
+		{"by state", ListFilter{States: []State{StateQueued, StateCompleted}}, []int64{idsA[2], idsA[1], idsA[0]}},
+		{"by node", ListFilter{NodeID: "n2"}, []int64{idsA[2], idsA[1]}},
+		{"by batch", ListFilter{BatchID: batchB}, []int64{idsB[2], idsB[1], idsB[0]}},
+		{"by host", ListFilter{Host: "B.test:8080", States: []State{StatePending}}, []int64{idsB[1], idsB[0]}},
+		{"created since", ListFilter{CreatedSince: clock.Now()}, []int64{idsB[2], idsB[1], idsB[0]}},
+		{"created until", ListFilter{CreatedUntil: clock.Now(), BatchID: batchA, Limit: 2}, []int64{idsA[4], idsA[3]}},
+	}
+	for _, tt := range tests {
+		p, err := q.List(ctx, tt.f)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !slices.Equal(ids(p), tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, ids(p), tt.want)
+		}
+	}
+	// Keyset paging walks every job exactly once.
+	var seen []int64
+	f := ListFilter{Limit: 3}
+	for pages := 0; ; pages++ {
+		if pages > 5 {
+			t.Fatal("paging does not end")
+		}
+		p, err := q.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, ids(p)...)
+		if p.Next == 0 {
+			break
+		}
+		f.Before = p.Next
+	}
+	if len(seen) != 8 || !slices.IsSortedFunc(seen, func(a, b int64) int { return int(b - a) }) {
+		t.Fatalf("pages gave %v", seen)
+	}
+	if _, err := q.List(ctx, ListFilter{States: []State{"bogus"}}); err == nil {
+		t.Fatal("List accepted an unknown state")
+	}
+	if _, err := q.List(ctx, ListFilter{BatchID: "x"}); err == nil {
+		t.Fatal("List accepted a bad batch id")
+	}
+
+	s, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[State]int64{StatePending: 4, StateQueued: 2, StateProcessing: 0, StateCompleted: 1, StateFailed: 0, StateCanceled: 1}
+	for st, n := range want {
+		if s.Jobs[st] != n {
+			t.Errorf("Stats.Jobs[%s] = %d, want %d", st, s.Jobs[st], n)
+		}
+	}
+	if s.Ready != 4 || s.CompletedLastMinute != 1 || len(s.Nodes) != 1 || s.Nodes[0] != (NodeJobs{NodeID: "n2", Queued: 2}) ||
+		s.OldestPending == nil || !s.OldestPending.Equal(clock.Now().Add(-time.Minute)) {
+		t.Fatalf("stats %+v", s)
+	}
+	var res []Result
+	err = q.ExportResults(ctx, ExportFilter{BatchID: batchA, States: []State{StateCompleted}}, func(r ExportRow) error {
+		if r.Result != nil {
+			res = append(res, *r.Result)
+		}
+		return nil
+	})
+	if err != nil || len(res) != 1 || res[0].JobID != idsA[0] {
+		t.Fatalf("batch results = %+v, %v", res, err)
+	}
+}
+
+func TestDeleteFinishedBefore(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	q, pool := newTestQueue(t, Config{Now: clock.Now})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, pageSpecs(6, "d.test")...)
+	for i, j := range assignClaim(t, q, "n1", 4) {
+		res := Result{HTML: "<p>x</p>"}
+		if i < 2 { // kept in a blob store: the purge hands their keys back
+			res = Result{Blobs: []BlobRef{{Kind: BlobHTML, Key: fmt.Sprintf("jobs/%d/h.html", j.ID), Size: 8, SHA256: "ab"},
+				{Kind: BlobScreenshot, Key: fmt.Sprintf("jobs/%d/s.png", j.ID), Size: 9, SHA256: "cd"}}}
+		}
+		if _, err := q.Complete(ctx, j.ID, "n1", res); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			got, err := q.GetResult(ctx, j.ID)
+			if err != nil || !reflect.DeepEqual(got.Blobs, res.Blobs) {
+				t.Fatalf("blobs read back %+v (%v), want %+v", got.Blobs, err, res.Blobs)
+			}
+		}
+	}
+	if _, err := q.Cancel(ctx, ids[4]); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(48 * time.Hour)
+	// Finished after the cutoff: kept.
+	jobs := assignClaim(t, q, "n1", 1)
+	if _, err := q.Complete(ctx, jobs[0].ID, "n1", Result{}); err != nil {
+		t.Fatal(err)
+	}
+	var gone []string
+	n, err := q.DeleteFinishedBefore(ctx, clock.Now().Add(-24*time.Hour), 2, func(keys []string) { gone = append(gone, keys...) })
+	if err != nil || n != 5 {
+		t.Fatalf("DeleteFinishedBefore = %d, %v; want 5", n, err)
+	}
+	if len(gone) != 4 {
+		t.Errorf("blob keys of the deleted results = %q, want 4", gone)
+	}
+	if left := countRows(t, pool, "SELECT count(*) FROM jobs"); left != 1 {
+		t.Fatalf("%d jobs left, want 1", left)
+	}
+	if left := countRows(t, pool, "SELECT count(*) FROM results"); left != 1 {
+		t.Fatalf("%d results left, want 1", left)
+	}
+}
