@@ -121,8 +121,11 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 		for {
 			g := nodes.current()
 			slot, err := g.sup.Acquire(ctx)
-			if errors.Is(err, supervisor.ErrExitDue) {
-				// The "process" is due to exit: wait for its successor.
+			if errors.Is(err, supervisor.ErrExitDue) || errors.Is(err, supervisor.ErrStopping) {
+				// The "process" is due to exit, or already draining (the
+				// keeper drains it as soon as its exit is due; a page that
+				// took it as current just before asks a stopping one):
+				// wait for its successor.
 				if err := nodes.waitNext(ctx, g); err != nil {
 					return err
 				}
