@@ -1,0 +1,50 @@
+package jobqueue_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/browserfarm/browserfarm/internal/pgtest"
+	"github.com/browserfarm/browserfarm/internal/queuesim"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// lifecycleOpJobs is the number of jobs one BenchmarkLifecycle op carries
+// through their whole life, so that one -benchtime=Nx suits both benchmarks.
+const lifecycleOpJobs = 1000
+
+// BenchmarkLifecycle: enqueue → assign → claim → complete for 16 simulated
+// nodes of 6 slots, driven as the farm's producer and consumers drive the
+// queue (internal/queuesim, the driver the scale bench uses too); one op is
+// 1,000 jobs. Sub-benchmarks differ in how nodes hear NOTIFY: one LISTEN
+// connection per node (as 16 separate node processes would), or one shared
+// by all the nodes of this process.
+func BenchmarkLifecycle(b *testing.B) {
+	b.Run("listener=per-node", func(b *testing.B) { benchLifecycle(b, false) })
+	b.Run("listener=shared", func(b *testing.B) { benchLifecycle(b, true) })
+}
+
+func benchLifecycle(b *testing.B, sharedListener bool) {
+	const nodes, capacity = 16, 6
+	ctx := context.Background()
+	pool := pgtest.NewPool(b)
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		b.Fatalf("migrate: %v", err)
+	}
+	q := jobqueue.New(pool, jobqueue.Config{})
+	cfg := queuesim.Config{Capacity: capacity, Jobs: b.N * lifecycleOpJobs, SharedListener: sharedListener, OnStart: b.ResetTimer}
+	for i := range nodes {
+		id := fmt.Sprintf("bench-node-%02d", i)
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: id, Hostname: "bench", Capacity: capacity}); err != nil {
+			b.Fatalf("register %s: %v", id, err)
+		}
+		cfg.Nodes = append(cfg.Nodes, id)
+	}
+	elapsed, err := queuesim.Run(ctx, pool, q, cfg)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(cfg.Jobs)/elapsed.Seconds(), "jobs/s")
+}
