@@ -187,14 +187,17 @@ type bench struct {
 
 // runRecord is one run in the output.
 type runRecord struct {
-	Round           int     `json:"round"`
-	Side            side    `json:"side"`
-	DelayMs         int     `json:"delay_ms"`
-	PagesPerS       float64 `json:"pages_per_s"`
-	CPUMsPerPage    float64 `json:"cpu_ms_per_page"`
-	MeanConcurrency float64 `json:"mean_concurrency"`
-	MaxConcurrency  int     `json:"max_concurrency"`
-	Load1           float64 `json:"load1"`
+	Round        int     `json:"round"`
+	Side         side    `json:"side"`
+	DelayMs      int     `json:"delay_ms"`
+	PagesPerS    float64 `json:"pages_per_s"`
+	CPUMsPerPage float64 `json:"cpu_ms_per_page"`
+	// SelfCPUMsPerPage is the farm worker's own Go process, a part of
+	// CPUMsPerPage (farm sides only).
+	SelfCPUMsPerPage float64 `json:"self_cpu_ms_per_page,omitempty"`
+	MeanConcurrency  float64 `json:"mean_concurrency"`
+	MaxConcurrency   int     `json:"max_concurrency"`
+	Load1            float64 `json:"load1"`
 }
 
 func (b *bench) run(ctx context.Context) (map[string]any, error) {
@@ -230,15 +233,16 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 				}
 				rec := runRecord{
 					Round: r + 1, Side: s, DelayMs: d,
-					PagesPerS:       float64(res.OK) / (res.ElapsedMs / 1000),
-					CPUMsPerPage:    float64(cpu.Milliseconds()) / float64(b.pages),
-					MeanConcurrency: res.MeanConcurrency,
-					MaxConcurrency:  res.MaxConcurrency,
-					Load1:           load1(),
+					PagesPerS:        float64(res.OK) / (res.ElapsedMs / 1000),
+					CPUMsPerPage:     float64(cpu.Milliseconds()) / float64(b.pages),
+					SelfCPUMsPerPage: res.SelfCPUMs / float64(b.pages),
+					MeanConcurrency:  res.MeanConcurrency,
+					MaxConcurrency:   res.MaxConcurrency,
+					Load1:            load1(),
 				}
 				runs = append(runs, rec)
-				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page, concurrency mean %.2f max %d, load1 %.1f",
-					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1)
+				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page (worker process %.1f), concurrency mean %.2f max %d, load1 %.1f",
+					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, rec.SelfCPUMsPerPage, rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1)
 			}
 		}
 	}
@@ -262,9 +266,45 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 			out[string(s)+suffix+"_pages_per_s"] = round2(median(pps))
 			out[string(s)+suffix+"_cpu_ms_per_page"] = round2(median(cpu))
 			out[string(s)+suffix+"_mean_concurrency"] = round2(median(conc))
+			if s != b.sides[0] {
+				pr, cr := pairedRatios(runs, b.sides[0], s, d)
+				out[string(s)+suffix+"_pages_per_s_paired_ratio"] = round3(median(pr))
+				out[string(s)+suffix+"_cpu_ms_per_page_paired_ratio"] = round3(median(cr))
+			}
 		}
 	}
 	return out, nil
+}
+
+// pairedRatios returns, for every round, side s's pages/s and CPU-ms/page
+// over base's in the same round. Neighbouring runs share the machine's
+// state of the moment, so the median of these ratios resists a load that
+// drifts during the bench better than a ratio of the sides' medians.
+func pairedRatios(runs []runRecord, base, s side, delay int) (pps, cpu []float64) {
+	byRound := map[int]map[side]runRecord{}
+	for _, r := range runs {
+		if r.DelayMs != delay {
+			continue
+		}
+		if byRound[r.Round] == nil {
+			byRound[r.Round] = map[side]runRecord{}
+		}
+		byRound[r.Round][r.Side] = r
+	}
+	for _, m := range byRound {
+		b, ok1 := m[base]
+		o, ok2 := m[s]
+		if ok1 && ok2 && b.PagesPerS > 0 && b.CPUMsPerPage > 0 {
+			pps = append(pps, o.PagesPerS/b.PagesPerS)
+			cpu = append(cpu, o.CPUMsPerPage/b.CPUMsPerPage)
+		}
+	}
+	return pps, cpu
+}
+
+func round3(x float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(x, 'f', 3, 64), 64)
+	return v
 }
 
 // runWorker runs one side's worker as a child process and returns its
