@@ -446,16 +446,15 @@ func (a *actor) kill(k killOrder, alive bool) {
 	c := k.c
 	s.mu.Lock()
 	pss := c.pss
+	sample := alive && s.pss.sampleKill()
 	s.mu.Unlock()
-	if alive {
+	if sample {
 		// The PSS right before the kill is what recycling saves; /proc reads only.
 		mctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		if m, err := c.proc.Memory(mctx); err == nil {
 			pss = m.PSSBytes
 		}
 		cancel()
-	}
-	if alive {
 		a.samplePeak(c, pss)
 	}
 	c.cancel(&browser.Error{Class: k.class, Retriable: true,
@@ -476,7 +475,7 @@ func (a *actor) kill(k killOrder, alive bool) {
 	}
 	jobs, finished, inflight := c.starts, c.finished, c.inflight
 	s.mu.Unlock()
-	if alive {
+	if sample {
 		a.sampleTrough()
 	}
 	fields := []zap.Field{zap.Int("pid", c.pid), zap.Int("chrome", c.seq), zap.String("reason", k.reason),

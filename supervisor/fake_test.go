@@ -77,6 +77,7 @@ type fakeChrome struct {
 	endings   []bool // per finished render: whether its session was retired by then
 	unhealthy bool
 	pss       uint64
+	memReads  int
 }
 
 func (c *fakeChrome) exit()                    { c.once.Do(func() { close(c.done) }) }
@@ -96,6 +97,7 @@ func (c *fakeChrome) Healthy(ctx context.Context) error {
 func (c *fakeChrome) Memory(ctx context.Context) (browser.Memory, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.memReads++
 	return browser.Memory{PSSBytes: c.pss, RSSBytes: 3 * c.pss, Processes: 5}, nil
 }
 

@@ -85,3 +85,57 @@ func TestPSSRangeSpansRecycle(t *testing.T) {
 		t.Fatalf("range after the take = %+v, want %+v", got, want)
 	}
 }
+
+// TestPSSRangeSamplesOneKillPerRange: only the first kill of a range reads
+// the trees; the next recycles before the take read nothing, and the first
+// kill after the take samples again.
+func TestPSSRangeSamplesOneKillPerRange(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.ChromeRecycleJobs, cfg.ReplacementLead, cfg.ExitAfterJobs = 2, 0, 0
+	h := start(t, cfg, fleet)
+	reads := func(c *fakeChrome) (n int) {
+		c.set(func(c *fakeChrome) { n = c.memReads })
+		return n
+	}
+	jobs := func(n int) {
+		for range n {
+			if err := recv(t, renderAsync(h.acquire())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	killed := func(n int) {
+		testutil.Eventually(t, time.Minute, "kills logged", func() bool { return h.logs.FilterMessage("chrome killed").Len() == n })
+	}
+
+	c1 := h.chrome(0)
+	c1.set(func(c *fakeChrome) { c.pss = 900 })
+	jobs(2)
+	killed(1)
+	if got := reads(c1); got != 1 {
+		t.Errorf("the first kill read its tree %d times, want 1 (the peak)", got)
+	}
+	// The first kill's trough read chrome 2 if it had booted by then; the
+	// kill logs after the trough, so the count is final here.
+	c2 := h.chrome(1)
+	before := reads(c2)
+	jobs(2)
+	killed(2)
+	if got := reads(c2); got != before {
+		t.Errorf("chrome 2 was read %d times at its own kill, want none: it is the range's second", got-before)
+	}
+	if got := h.s.TakePSSRange(); got.Samples != 2 || got.Max != 900 {
+		t.Fatalf("range over two recycles = %+v, want the first kill's peak (900) and trough only", got)
+	}
+	c3 := h.chrome(2)
+	c3.set(func(c *fakeChrome) { c.pss = 800 })
+	jobs(2)
+	killed(3)
+	if got := reads(c3); got != 1 {
+		t.Errorf("chrome 3 was read %d times at its kill in a new range, want 1", got)
+	}
+	if got := h.s.TakePSSRange(); got.Samples != 2 || got.Max != 800 {
+		t.Fatalf("range after the take = %+v, want chrome 3's peak (800) and its trough", got)
+	}
+}
