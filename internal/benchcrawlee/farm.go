@@ -15,6 +15,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/browser/egress"
+	farmpkg "github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/supervisor"
 	"go.uber.org/zap"
 )
@@ -268,6 +269,11 @@ func startNodes(ctx context.Context, cfg supervisor.Config) (*nodes, error) {
 }
 
 func (ns *nodes) keep(ctx context.Context) {
+	// A consumer takes its supervisor's PSS range at every heartbeat, and
+	// what a recycle samples depends on it (one kill per range reads the
+	// trees): the worker does the same.
+	beat := time.NewTicker(farmpkg.DefaultHeartbeatInterval)
+	defer beat.Stop()
 	for {
 		ns.mu.Lock()
 		cur := ns.cur
@@ -275,6 +281,9 @@ func (ns *nodes) keep(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-beat.C:
+			cur.sup.TakePSSRange()
+			continue
 		case <-cur.sup.ExitDue():
 		}
 		err := cur.sup.Drain(ctx)
