@@ -286,9 +286,29 @@ func benchNaiveChromedp(b *testing.B) {
 // to the first CDP answer, the six sessions' tabs (a browser context and a
 // renderer each), the first job of each session, the next 14, and then 20
 // jobs on the same warm Chrome for comparison. Chrome's tree and this
-// process (chromedp's side) are measured apart.
+// process (chromedp's side) are measured apart. The egress sub-benchmark
+// puts the Chrome behind an egress proxy that allows the site, as on a
+// node; -count N alternates the two.
 func BenchmarkChromeLife(b *testing.B) {
 	site := testutil.StartSite(b, testsite.Options{})
+	b.Run("direct", func(b *testing.B) { benchChromeLife(b, site, nil) })
+	u, _ := url.Parse(site.URL)
+	rule, err := egress.ParseRule(u.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- proxy.Serve(pctx) }()
+	defer func() { stop(); <-served }()
+	b.Run("egress", func(b *testing.B) { benchChromeLife(b, site, proxy) })
+}
+
+func benchChromeLife(b *testing.B, site *testsite.Server, proxy *egress.Proxy) {
 	root := b.TempDir()
 	ctx := context.Background()
 	const capacity, life = 6, 20
@@ -314,7 +334,11 @@ func BenchmarkChromeLife(b *testing.B) {
 	}
 	for b.Loop() {
 		lives++
-		br, err := Launch(ctx, Options{Kind: testKind(b), ProfileRoot: root, ExtraFlags: testFlags})
+		opts := Options{Kind: testKind(b), ProfileRoot: root, ExtraFlags: testFlags}
+		if proxy != nil {
+			opts.EgressProxy, opts.EgressRefused = proxy.URL(), proxy.Refused
+		}
+		br, err := Launch(ctx, opts)
 		if err != nil {
 			b.Fatal(err)
 		}
