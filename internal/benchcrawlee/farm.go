@@ -66,6 +66,11 @@ type workerResult struct {
 	// its Chromes: what the filter costs in Go, told apart from what it
 	// costs Chrome.
 	SelfCPUMs float64 `json:"self_cpu_ms,omitempty"`
+	// AcquireWaitMs and RenderMs split the farm side's time in pages, all
+	// sessions summed: waiting for a slot (no Chrome taking sessions) and
+	// the rest (rendering, and the session's wait for its tab).
+	AcquireWaitMs float64 `json:"acquire_wait_ms,omitempty"`
+	RenderMs      float64 `json:"render_ms,omitempty"`
 }
 
 const wantItems = "200"
@@ -124,10 +129,16 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	}
 	defer func() { err = errors.Join(err, nodes.stop()) }()
 
+	// acquireWait is the time pages spent waiting for a slot: with every
+	// session busy, none; a page that waits found no Chrome taking sessions
+	// (a recycle's replacement not ready yet, or a node's restart).
+	var acquireWait atomic.Int64
 	render := func(n int) error {
 		for {
 			g := nodes.current()
+			t0 := time.Now()
 			slot, err := g.sup.Acquire(ctx)
+			acquireWait.Add(int64(time.Since(t0)))
 			if errors.Is(err, supervisor.ErrExitDue) || errors.Is(err, supervisor.ErrStopping) {
 				// The "process" is due to exit, or already draining (the
 				// keeper drains it as soon as its exit is due; a page that
@@ -184,6 +195,7 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 		result workerResult
 	)
 	start, cpu0 := time.Now(), selfCPU()
+	acquireWait.Store(0)
 	for range cfg.Concurrency {
 		wg.Go(func() {
 			for n := next.Add(1); n <= int64(cfg.Pages); n = next.Add(1) {
@@ -206,6 +218,8 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	wg.Wait()
 	elapsed := time.Since(start)
 	result.SelfCPUMs = float64((selfCPU() - cpu0).Microseconds()) / 1000
+	result.AcquireWaitMs = float64(time.Duration(acquireWait.Load()).Microseconds()) / 1000
+	result.RenderMs = float64(time.Duration(busy.Load()).Microseconds())/1000 - result.AcquireWaitMs
 	result.ElapsedMs = float64(elapsed.Microseconds()) / 1000
 	// Little's law: the time spent rendering over the wall time is the mean
 	// number of pages in flight.

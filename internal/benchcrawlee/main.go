@@ -195,9 +195,13 @@ type runRecord struct {
 	// SelfCPUMsPerPage is the farm worker's own Go process, a part of
 	// CPUMsPerPage (farm sides only).
 	SelfCPUMsPerPage float64 `json:"self_cpu_ms_per_page,omitempty"`
-	MeanConcurrency  float64 `json:"mean_concurrency"`
-	MaxConcurrency   int     `json:"max_concurrency"`
-	Load1            float64 `json:"load1"`
+	// AcquireWaitMsPerPage and RenderMsPerPage: a farm page's mean wait for
+	// a slot and its mean time after it (farm sides only).
+	AcquireWaitMsPerPage float64 `json:"acquire_wait_ms_per_page,omitempty"`
+	RenderMsPerPage      float64 `json:"render_ms_per_page,omitempty"`
+	MeanConcurrency      float64 `json:"mean_concurrency"`
+	MaxConcurrency       int     `json:"max_concurrency"`
+	Load1                float64 `json:"load1"`
 }
 
 func (b *bench) run(ctx context.Context) (map[string]any, error) {
@@ -233,16 +237,18 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 				}
 				rec := runRecord{
 					Round: r + 1, Side: s, DelayMs: d,
-					PagesPerS:        float64(res.OK) / (res.ElapsedMs / 1000),
-					CPUMsPerPage:     float64(cpu.Milliseconds()) / float64(b.pages),
-					SelfCPUMsPerPage: res.SelfCPUMs / float64(b.pages),
-					MeanConcurrency:  res.MeanConcurrency,
-					MaxConcurrency:   res.MaxConcurrency,
-					Load1:            load1(),
+					PagesPerS:            float64(res.OK) / (res.ElapsedMs / 1000),
+					CPUMsPerPage:         float64(cpu.Milliseconds()) / float64(b.pages),
+					SelfCPUMsPerPage:     res.SelfCPUMs / float64(b.pages),
+					AcquireWaitMsPerPage: res.AcquireWaitMs / float64(b.pages),
+					RenderMsPerPage:      res.RenderMs / float64(b.pages),
+					MeanConcurrency:      res.MeanConcurrency,
+					MaxConcurrency:       res.MaxConcurrency,
+					Load1:                load1(),
 				}
 				runs = append(runs, rec)
-				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page (worker process %.1f), concurrency mean %.2f max %d, load1 %.1f",
-					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, rec.SelfCPUMsPerPage, rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1)
+				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page (worker process %.1f), concurrency mean %.2f max %d, load1 %.1f%s",
+					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, rec.SelfCPUMsPerPage, rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1, farmTimes(rec))
 			}
 		}
 	}
@@ -274,6 +280,15 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 		}
 	}
 	return out, nil
+}
+
+// farmTimes is a farm page's mean wait for a slot and time after it, for
+// the progress line; empty for Crawlee.
+func farmTimes(r runRecord) string {
+	if r.RenderMsPerPage == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", per page: %.1f ms waiting for a slot, %.0f ms after", r.AcquireWaitMsPerPage, r.RenderMsPerPage)
 }
 
 // pairedRatios returns, for every round, side s's pages/s and CPU-ms/page
