@@ -66,7 +66,7 @@ func TestPSSAccumulator(t *testing.T) {
 func TestPSSRangeSpansRecycle(t *testing.T) {
 	fleet := &fakeFleet{}
 	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ReplacementLead = 2, 0
+	cfg.ChromeRecycleJobs, cfg.ReplacementLead = 2, Off
 	h := start(t, cfg, fleet)
 
 	c1 := h.chrome(0)
