@@ -289,7 +289,7 @@ func TestBlobStoreDatabaseSize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stop, logs := runNode(t, url, "size-node", append([]string{"--exit-after-jobs", "0", "--allow-destination", strings.TrimPrefix(site.URL, "http://")}, extra...)...)
+		stop, logs := runNode(t, url, "size-node", append([]string{"--exit-after-jobs", "off", "--allow-destination", strings.TrimPrefix(site.URL, "http://")}, extra...)...)
 		waitCompleted(t, q, batch, jobs, logs)
 		if err := stop(); err != nil {
 			t.Fatal(err)
