@@ -351,3 +351,31 @@ func runLoop(t *testing.T, c *Consumer) stopReason {
 	jobs.Wait()
 	return r
 }
+
+// TestRegisterReportsThresholds: the node row gets the supervisor's
+// thresholds, with the supervisor's Off as the row's 0, which the dashboard
+// and the producer read as off.
+func TestRegisterReportsThresholds(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		recycle, exitAfter  int
+		wantRecycle, wantEx int
+	}{
+		{"defaults", 20, 80, 20, 80},
+		{"exit off", 20, Off, 20, 0},
+		{"both off", Off, Off, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{}
+			c := fakeConsumer(t, fq, 6, tc.exitAfter)
+			c.cfg.Supervisor.ChromeRecycleJobs = tc.recycle
+			if _, _, err := c.register(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := fq.snapshot().registered
+			if len(got) != 1 || got[0].ChromeRecycleJobs != tc.wantRecycle || got[0].ExitAfterJobs != tc.wantEx {
+				t.Fatalf("registered %+v, want recycle %d, exit %d", got, tc.wantRecycle, tc.wantEx)
+			}
+		})
+	}
+}
