@@ -392,7 +392,8 @@ func (r stopReason) exitReason() string {
 func (c *Consumer) register(ctx context.Context) (jobqueue.Node, jobqueue.Reclaimed, error) {
 	info := jobqueue.NodeInfo{ID: c.node, Hostname: c.cfg.Hostname, Capacity: c.cfg.Capacity,
 		Version: c.cfg.Version, PID: os.Getpid(),
-		ChromeRecycleJobs: c.cfg.Supervisor.ChromeRecycleJobs, ExitAfterJobs: c.cfg.Supervisor.ExitAfterJobs}
+		// The node row's 0 is the supervisor's Off: the dashboard shows "off".
+		ChromeRecycleJobs: max(c.cfg.Supervisor.ChromeRecycleJobs, 0), ExitAfterJobs: max(c.cfg.Supervisor.ExitAfterJobs, 0)}
 	node, r, err := c.q.Register(ctx, info)
 	var inUse *jobqueue.NodeInUseError
 	if !errors.As(err, &inUse) || inUse.Hostname != c.cfg.Hostname || inUse.PID <= 0 || browser.ProcessRuns(inUse.PID) {

@@ -84,8 +84,8 @@ func TestConsumerChromeKilledMidJob(t *testing.T) {
 	profiles := shortProfileRoot(t)
 	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, profiles, func(c *ConsumerConfig) {
-		c.Supervisor.ChromeRecycleJobs = 0
-		c.Supervisor.ExitAfterJobs = 0
+		c.Supervisor.ChromeRecycleJobs = Off
+		c.Supervisor.ExitAfterJobs = Off
 	})
 
 	testutil.Eventually(t, time.Minute, "six sessions busy", func() bool { return rc.c.SupervisorStats().Busy == 6 })
@@ -151,7 +151,7 @@ func TestConsumerDrainOnStop(t *testing.T) {
 		completed int64
 	}{
 		{"grace", time.Minute, 6},
-		{"no grace", -1, 0},
+		{"no grace", Off, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := newTestDB(t)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -33,7 +34,15 @@ type Protector interface {
 	SetBusy(ctx context.Context, busy bool) error
 }
 
+// Off turns off a field of ConsumerConfig or ProducerConfig that can be off;
+// each field's comment says what off means there. It is supervisor.Off, so
+// one value means off in a ConsumerConfig and in its Supervisor.
+const Off = supervisor.Off
+
 // ConsumerConfig configures a Consumer. Start from DefaultConsumerConfig.
+// Its fields follow one rule (supervisor.Config's): 0 means the documented
+// default, Off turns off a field that can be off, and any other negative
+// value is an error that names the field.
 type ConsumerConfig struct {
 	// Queue is the job queue (required). Its pool also carries the LISTEN
 	// connection (see ConsumerPoolConns for the budget).
@@ -54,30 +63,30 @@ type ConsumerConfig struct {
 	Hostname string
 	// Version is reported with the registration.
 	Version string
-	// Capacity is how many jobs the node runs at once (Chrome sessions).
-	// 0: Supervisor.Capacity, else the supervisor's default. It overrides
-	// Supervisor.Capacity.
+	// Capacity is how many jobs the node runs at once (Chrome sessions),
+	// 1..1000. 0: Supervisor.Capacity, else the supervisor's default, 6. It
+	// overrides Supervisor.Capacity and cannot be off.
 	Capacity int
 	// Supervisor sets the Chrome lifecycle: recycle every N jobs, exit after
-	// M, memory ceiling, health checks. DefaultConsumerConfig fills in
-	// supervisor.DefaultConfig(); a zero threshold disables it.
+	// M, memory ceiling, health checks. Its zero fields take the
+	// supervisor's defaults (20, 80, …); Off turns a threshold off.
 	Supervisor supervisor.Config
 	// HeartbeatInterval is how often the node reports its load and renews
-	// its leases. Default 3 s.
+	// its leases. 0: the default, 3 s. It cannot be off.
 	HeartbeatInterval time.Duration
 	// PollInterval is how often the node looks for assigned jobs when no
 	// notification woke it, in case one was lost; with PollOnly, how often
-	// it looks at all. Default 10 s.
+	// it looks at all. 0: the default, 10 s. It cannot be off.
 	PollInterval time.Duration
 	// DrainTimeout is the grace period in-flight jobs get when Run's
 	// context ends (SIGTERM); past it they are canceled and handed back as
-	// retriable. Default 1 min; negative means no grace at all.
+	// retriable. 0: the default, 1 min. Off: no grace at all.
 	DrainTimeout time.Duration
 	// Protector, if set, is told when the node goes busy and idle.
 	Protector Protector
 	// ProtectorIdleAfter is how long the node must hold no job before the
 	// Protector is told it is idle, so that protection does not flap
-	// between jobs. Default 30 s; negative means at once.
+	// between jobs. 0: the default, 30 s. Off: at once.
 	ProtectorIdleAfter time.Duration
 	// Egress is what the node's jobs may reach: by default public addresses
 	// only — no loopback, link-local (the cloud metadata service), private
@@ -139,22 +148,28 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 	if c.Supervisor.Logger == nil {
 		c.Supervisor.Logger = c.Logger.Named("supervisor")
 	}
-	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
+	// Resolved here, not only in supervisor.New, because the node registers
+	// its thresholds: a zero ChromeRecycleJobs is the default 20, not off.
+	sv, err := c.Supervisor.WithDefaults()
+	if err != nil {
+		return c, fmt.Errorf("farm: consumer: %w", err)
 	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
+	c.Supervisor = sv
+	// A grace period of none is kept as 0, which waitJobs and the protector
+	// take literally.
+	errs := []error{
+		cfgrule.Resolve("HeartbeatInterval", &c.HeartbeatInterval, DefaultHeartbeatInterval, false),
+		cfgrule.Resolve("PollInterval", &c.PollInterval, DefaultPollInterval, false),
+		cfgrule.Resolve("DrainTimeout", &c.DrainTimeout, DefaultConsumerDrain, true),
+		cfgrule.Resolve("ProtectorIdleAfter", &c.ProtectorIdleAfter, DefaultProtectorIdleAfter, true),
 	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultConsumerDrain
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("farm: consumer: invalid config: %w", err)
 	}
-	if c.DrainTimeout < 0 {
+	if c.DrainTimeout == Off {
 		c.DrainTimeout = 0
 	}
-	if c.ProtectorIdleAfter == 0 {
-		c.ProtectorIdleAfter = DefaultProtectorIdleAfter
-	}
-	if c.ProtectorIdleAfter < 0 {
+	if c.ProtectorIdleAfter == Off {
 		c.ProtectorIdleAfter = 0
 	}
 	if c.Load == nil {

@@ -300,3 +300,14 @@ func shortProfileRoot(t *testing.T) string {
 // defaultCapacity is the node capacity the supervisor defaults to, which the
 // test consumers run with.
 func defaultCapacity() int { return supervisor.DefaultConfig().Capacity }
+
+// completeJob completes one job as nodeID through CompleteMany, the
+// product's form, bound to no registration of the node (incarnation 0
+// passes every fence).
+func completeJob(ctx context.Context, q *jobqueue.Queue, jobID int64, nodeID string, res jobqueue.Result) error {
+	out, err := q.CompleteMany(ctx, []jobqueue.Completion{{JobID: jobID, NodeID: nodeID, Result: res}})
+	if err != nil {
+		return err
+	}
+	return out[0].Err
+}

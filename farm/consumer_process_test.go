@@ -114,7 +114,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 	profiles := shortProfileRoot(t)
 	db.startAssigner(t, node, defaultCapacity())
 
-	first := startChild(t, db, childOpts{node: node, recycle: 20, profileRoot: profiles})
+	first := startChild(t, db, childOpts{node: node, recycle: 20, exitAfter: Off, profileRoot: profiles})
 	testutil.Eventually(t, time.Minute, "six jobs processing", func() bool {
 		return db.counts(t, batch).By[jobqueue.StateProcessing] == 6
 	})
@@ -132,7 +132,7 @@ func TestConsumerProcessKilledMidJob(t *testing.T) {
 		t.Fatalf("processing after the kill = %d, want 6 (abandoned)", got)
 	}
 
-	second := startChild(t, db, childOpts{node: node, recycle: 20, profileRoot: profiles})
+	second := startChild(t, db, childOpts{node: node, recycle: 20, exitAfter: Off, profileRoot: profiles})
 	testutil.Eventually(t, 90*time.Second, "all 12 jobs completed", func() bool {
 		return db.counts(t, batch).By[jobqueue.StateCompleted] == 12
 	})

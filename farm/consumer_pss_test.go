@@ -24,7 +24,7 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	const node = "node-pss-range"
 	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
-		c.Supervisor.ChromeRecycleJobs, c.Supervisor.ExitAfterJobs = 3, 0
+		c.Supervisor.ChromeRecycleJobs, c.Supervisor.ExitAfterJobs = 3, Off
 	})
 	ctx := context.Background()
 	// The recorder's clock is the test's, so that its two samples fall in

@@ -16,6 +16,7 @@ import (
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 func TestNodeIDFromHostname(t *testing.T) {
@@ -227,12 +228,32 @@ func TestConsumerConfigDefaults(t *testing.T) {
 				t.Errorf("supervisor config = %+v", c.Supervisor)
 			}
 		}},
-		{"negative durations mean none", ConsumerConfig{Queue: q, NodeID: "n", DrainTimeout: -1, ProtectorIdleAfter: -1}, "",
+		{"Off durations mean none", ConsumerConfig{Queue: q, NodeID: "n", DrainTimeout: Off, ProtectorIdleAfter: Off}, "",
 			func(t *testing.T, c ConsumerConfig) {
 				if c.DrainTimeout != 0 || c.ProtectorIdleAfter != 0 {
 					t.Errorf("DrainTimeout/ProtectorIdleAfter = %v/%v, want 0/0", c.DrainTimeout, c.ProtectorIdleAfter)
 				}
 			}},
+		{"zero supervisor thresholds are its defaults", ConsumerConfig{Queue: q, NodeID: "n"}, "", func(t *testing.T, c ConsumerConfig) {
+			d := supervisor.DefaultConfig()
+			if c.Supervisor.ChromeRecycleJobs != d.ChromeRecycleJobs || c.Supervisor.ExitAfterJobs != d.ExitAfterJobs ||
+				c.Supervisor.DrainTimeout != d.DrainTimeout || c.Supervisor.MemoryInterval != d.MemoryInterval {
+				t.Errorf("supervisor config = %+v", c.Supervisor)
+			}
+		}},
+		{"Off supervisor thresholds stay off", ConsumerConfig{Queue: q, NodeID: "n",
+			Supervisor: supervisor.Config{ChromeRecycleJobs: Off, ExitAfterJobs: Off}}, "", func(t *testing.T, c ConsumerConfig) {
+			if c.Supervisor.ChromeRecycleJobs != Off || c.Supervisor.ExitAfterJobs != Off {
+				t.Errorf("supervisor config = %+v", c.Supervisor)
+			}
+		}},
+		{"bad supervisor threshold", ConsumerConfig{Queue: q, NodeID: "n", Supervisor: supervisor.Config{ExitAfterJobs: -3}},
+			"ExitAfterJobs must not be negative", nil},
+		{"negative heartbeat", ConsumerConfig{Queue: q, NodeID: "n", HeartbeatInterval: -time.Second}, "HeartbeatInterval must not be negative", nil},
+		{"heartbeat cannot be off", ConsumerConfig{Queue: q, NodeID: "n", HeartbeatInterval: Off}, "HeartbeatInterval must not be negative", nil},
+		{"negative poll", ConsumerConfig{Queue: q, NodeID: "n", PollInterval: -2}, "PollInterval must not be negative", nil},
+		{"negative drain", ConsumerConfig{Queue: q, NodeID: "n", DrainTimeout: -time.Second}, "DrainTimeout must not be negative", nil},
+		{"negative protector idle", ConsumerConfig{Queue: q, NodeID: "n", ProtectorIdleAfter: -2}, "ProtectorIdleAfter must not be negative", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.cfg.withDefaults()

@@ -46,7 +46,7 @@ func TestUnitCompleterRoutesEachOutcome(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fq := &fakeQueue{complete: tc.outcomes, manyErrs: tc.manyErrs, failState: jobqueue.StateFailed}
-			c := fakeConsumer(t, fq, 6, 0)
+			c := fakeConsumer(t, fq, 6, Off)
 			ctx, stop := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			wg.Go(func() { c.completer(ctx) })
@@ -89,7 +89,7 @@ func TestUnitCompleterRoutesEachOutcome(t *testing.T) {
 func TestUnitCompleterAnswersEachJobItsOwnOutcome(t *testing.T) {
 	tooLarge := &jobqueue.ResultError{Class: jobqueue.ClassResultTooLarge, Msg: "over the cap"}
 	fq := &fakeQueue{complete: map[int64]error{1: tooLarge}}
-	c := fakeConsumer(t, fq, 6, 0)
+	c := fakeConsumer(t, fq, 6, Off)
 	// Three renders already waiting when the completer looks: one batch.
 	c.completions = make(chan completion, 3)
 	replies := make([]chan error, 3)
@@ -135,7 +135,7 @@ func TestUnitFailKeepsTheAnswerOfAFinalFailure(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fq := &fakeQueue{failState: tc.state}
-			c := fakeConsumer(t, fq, 6, 0)
+			c := fakeConsumer(t, fq, 6, Off)
 			j := jobqueue.Job{ID: 7, Spec: jobqueue.Spec{URL: "https://u:secret@example.com/x"}}
 			c.failWithResult(j, zap.NewNop(), tc.err, 0, tc.res)
 			got := fq.snapshot()
@@ -160,7 +160,7 @@ func TestUnitFailKeepsTheAnswerOfAFinalFailure(t *testing.T) {
 
 func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	fq := &fakeQueue{}
-	c := fakeConsumer(t, fq, 6, 0)
+	c := fakeConsumer(t, fq, 6, Off)
 	c.live[3], c.live[5] = struct{}{}, struct{}{}
 	c.heartbeat(context.Background())
 	delete(c.live, 3) // its report was given up on: its lease must run out
@@ -181,7 +181,7 @@ func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 
 func TestUnitFencedHeartbeatStopsTheClaimLoop(t *testing.T) {
 	fq := &fakeQueue{beatErr: &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2}, jobs: fakeJobs(3)}
-	c := fakeConsumer(t, fq, 6, 0)
+	c := fakeConsumer(t, fq, 6, Off)
 	c.heartbeat(context.Background())
 	if !c.isFenced() || !errors.Is(c.fenceCause, jobqueue.ErrFenced) {
 		t.Fatalf("fenced %v, cause %v", c.isFenced(), c.fenceCause)
@@ -196,7 +196,7 @@ func TestUnitFencedHeartbeatStopsTheClaimLoop(t *testing.T) {
 
 func TestUnitFencedClaimStopsTheClaimLoop(t *testing.T) {
 	fq := &fakeQueue{claimErr: &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2}}
-	c := fakeConsumer(t, fq, 6, 0)
+	c := fakeConsumer(t, fq, 6, Off)
 	if r := runLoop(t, c); r != stopFenced {
 		t.Errorf("loop stopped for %v, want fenced", r)
 	}
@@ -255,7 +255,7 @@ func TestUnitClaimable(t *testing.T) {
 		{capacity: 6, exitAfter: 80, unacquired: 6, wantFree: 0, wantRemaining: 74},
 		{capacity: 6, exitAfter: 3, wantFree: 3, wantRemaining: 3},
 		{capacity: 6, exitAfter: 3, unacquired: 3, wantFree: 0, wantRemaining: 0},
-		{capacity: 2, exitAfter: 0, unacquired: 1, wantFree: 1, wantRemaining: math.MaxInt - 1},
+		{capacity: 2, exitAfter: Off, unacquired: 1, wantFree: 1, wantRemaining: math.MaxInt - 1},
 	} {
 		c := fakeConsumer(t, &fakeQueue{}, tc.capacity, tc.exitAfter)
 		c.unacquired = tc.unacquired
@@ -280,7 +280,7 @@ func TestUnitHandBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fq := &fakeQueue{releaseErr: tc.releaseErr, jobs: fakeJobs(2)}
-			c := fakeConsumer(t, fq, 6, 0)
+			c := fakeConsumer(t, fq, 6, Off)
 			c.handBack(context.Background(), stopSignal)
 			got := fq.snapshot()
 			if !slices.Equal(got.states, []jobqueue.NodeState{jobqueue.NodeDraining}) || got.released != 1 {
@@ -321,7 +321,7 @@ func TestUnitRegisterTakesOverOnlyADeadProcessOfThisHost(t *testing.T) {
 			if tc.holder != nil {
 				fq.register = []registerAnswer{{err: tc.holder}}
 			}
-			c := fakeConsumer(t, fq, 6, 0)
+			c := fakeConsumer(t, fq, 6, Off)
 			_, _, err := c.register(context.Background())
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("register: %v, want error %v", err, tc.wantErr)
@@ -350,4 +350,32 @@ func runLoop(t *testing.T, c *Consumer) stopReason {
 	cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errors.New("test over")})
 	jobs.Wait()
 	return r
+}
+
+// TestRegisterReportsThresholds: the node row gets the supervisor's
+// thresholds, with the supervisor's Off as the row's 0, which the dashboard
+// and the producer read as off.
+func TestRegisterReportsThresholds(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		recycle, exitAfter  int
+		wantRecycle, wantEx int
+	}{
+		{"defaults", 20, 80, 20, 80},
+		{"exit off", 20, Off, 20, 0},
+		{"both off", Off, Off, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{}
+			c := fakeConsumer(t, fq, 6, tc.exitAfter)
+			c.cfg.Supervisor.ChromeRecycleJobs = tc.recycle
+			if _, _, err := c.register(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := fq.snapshot().registered
+			if len(got) != 1 || got[0].ChromeRecycleJobs != tc.wantRecycle || got[0].ExitAfterJobs != tc.wantEx {
+				t.Fatalf("registered %+v, want recycle %d, exit %d", got, tc.wantRecycle, tc.wantEx)
+			}
+		})
+	}
 }

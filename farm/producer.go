@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,10 +11,24 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
-// ProducerConfig configures a Producer. Zero values take the documented defaults.
+// Producer defaults: what a zero ProducerConfig field means.
+const (
+	DefaultTick              = time.Second
+	DefaultAssignBatch       = 5000
+	DefaultRescueInterval    = 2 * time.Second
+	DefaultRetention         = 7 * 24 * time.Hour
+	DefaultRetentionInterval = time.Minute
+	DefaultRetentionBatch    = 1000
+)
+
+// ProducerConfig configures a Producer. Its fields follow the rule of
+// ConsumerConfig: 0 means the documented default, Off turns off a field
+// that can be off, and any other negative value is an error naming the
+// field.
 type ProducerConfig struct {
 	// Queue and Pool are required. The pool also serves the producer's
 	// LISTEN connection and the leader lock connection.
@@ -22,30 +37,35 @@ type ProducerConfig struct {
 	// Politeness is the farm-wide per-host policy. Zero: no limits.
 	Politeness Politeness
 	// Tick is the fallback assignment interval; NOTIFY wakes the producer at
-	// once on submits and freed slots. Default 1 s. With PollOnly it is the
-	// assignment interval (set it short: DefaultPollOnlyInterval).
+	// once on submits and freed slots. 0: the default, 1 s
+	// (DefaultTick). With PollOnly it is the assignment interval (set it
+	// short: DefaultPollOnlyInterval). It cannot be off.
 	Tick time.Duration
 	// PollOnly: no LISTEN connection; assignment runs every Tick. The
 	// leader election still holds a session lock on a connection of its
 	// own (see ConsumerConnBudget for the formula).
 	PollOnly bool
-	// AssignBatch caps the jobs assigned in one round. Default 5,000.
+	// AssignBatch caps the jobs assigned in one round. 0: the default,
+	// 5,000. It cannot be off.
 	AssignBatch int
 	// Assign is which nodes get work first. Default jobqueue.AssignSpread.
 	Assign jobqueue.AssignPolicy
 	// StaleAfter: a node whose last heartbeat is older is lost, and its jobs
-	// go back to pending. Default 15 s (consumers heartbeat every 3 s).
+	// go back to pending. 0: the default, 15 s (jobqueue.DefaultStaleAfter;
+	// consumers heartbeat every 3 s). It cannot be off.
 	StaleAfter time.Duration
 	// RescueInterval is how often lost nodes and expired leases are looked
-	// for. Default 2 s.
+	// for. 0: the default, 2 s. It cannot be off.
 	RescueInterval time.Duration
 	// Retention: finished jobs and their results older than this are
-	// deleted, and so are nodes exited or lost longer ago. 0 keeps them
-	// forever. Default (set by the command): 7 days.
+	// deleted, and so are nodes exited or lost longer ago. 0: the default,
+	// 7 days (DefaultRetention). Off: keep them forever.
 	Retention time.Duration
-	// RetentionInterval is how often the purge runs. Default 1 min.
+	// RetentionInterval is how often the purge runs. 0: the default, 1 min.
+	// It cannot be off (turn Retention off instead).
 	RetentionInterval time.Duration
-	// RetentionBatch is the rows deleted per transaction. Default 1,000.
+	// RetentionBatch is the rows deleted per transaction. 0: the default,
+	// 1,000. It cannot be off.
 	RetentionBatch int
 	// Blobs is where consumers keep HTML and screenshots, if anywhere:
 	// retention deletes them with their rows.
@@ -77,26 +97,20 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if cfg.Queue == nil || cfg.Pool == nil {
 		return nil, errors.New("producer: Queue and Pool are required")
 	}
-	if cfg.Tick <= 0 {
-		cfg.Tick = time.Second
-	}
-	if cfg.AssignBatch <= 0 {
-		cfg.AssignBatch = 5000
-	}
 	if cfg.Assign == "" {
 		cfg.Assign = jobqueue.AssignSpread
 	}
-	if cfg.StaleAfter <= 0 {
-		cfg.StaleAfter = 15 * time.Second
+	errs := []error{
+		cfgrule.Resolve("Tick", &cfg.Tick, DefaultTick, false),
+		cfgrule.Resolve("AssignBatch", &cfg.AssignBatch, DefaultAssignBatch, false),
+		cfgrule.Resolve("StaleAfter", &cfg.StaleAfter, jobqueue.DefaultStaleAfter, false),
+		cfgrule.Resolve("RescueInterval", &cfg.RescueInterval, DefaultRescueInterval, false),
+		cfgrule.Resolve("Retention", &cfg.Retention, DefaultRetention, true),
+		cfgrule.Resolve("RetentionInterval", &cfg.RetentionInterval, DefaultRetentionInterval, false),
+		cfgrule.Resolve("RetentionBatch", &cfg.RetentionBatch, DefaultRetentionBatch, false),
 	}
-	if cfg.RescueInterval <= 0 {
-		cfg.RescueInterval = 2 * time.Second
-	}
-	if cfg.RetentionInterval <= 0 {
-		cfg.RetentionInterval = time.Minute
-	}
-	if cfg.RetentionBatch <= 0 {
-		cfg.RetentionBatch = 1000
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("producer: invalid config: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

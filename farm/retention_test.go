@@ -59,10 +59,10 @@ func TestProducerRetention(t *testing.T) {
 	if err != nil || len(jobs) != 3 {
 		t.Fatalf("claim = %d, %v", len(jobs), err)
 	}
-	if _, err := q.Complete(ctx, jobs[0].ID, "worker", jobqueue.Result{Title: "ok"}); err != nil {
+	if err := completeJob(ctx, q, jobs[0].ID, "worker", jobqueue.Result{Title: "ok"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Fail(ctx, jobs[1].ID, "worker", "boom", "http", false); err != nil {
+	if _, err := q.Incarnation(jobqueue.Node{ID: "worker"}).Fail(ctx, jobs[1].ID, "boom", "http", false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.SetNodeState(ctx, "gone", jobqueue.NodeExited); err != nil {

@@ -157,7 +157,7 @@ func (n *simNode) render(ctx context.Context, j jobqueue.Job) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	_, err := n.q.Complete(ctx, j.ID, n.id, jobqueue.Result{FinalURL: j.Spec.URL, Status: 200, Title: "sim"})
+	err := completeJob(ctx, n.q, j.ID, n.id, jobqueue.Result{FinalURL: j.Spec.URL, Status: 200, Title: "sim"})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		n.mu.Lock()
 		n.completeErr = append(n.completeErr, err)
@@ -173,7 +173,7 @@ func (n *simNode) heartbeats(ctx context.Context) {
 		on, busy := n.heartbeat, n.busy
 		n.mu.Unlock()
 		if on {
-			_, _ = n.q.Heartbeat(ctx, n.id, jobqueue.NodeLoad{BusySessions: busy})
+			_, _ = n.q.Incarnation(jobqueue.Node{ID: n.id}).Heartbeat(ctx, jobqueue.NodeLoad{BusySessions: busy})
 		}
 		select {
 		case <-ctx.Done():

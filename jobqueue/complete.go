@@ -35,21 +35,6 @@ type CompleteOutcome struct {
 	Children int
 }
 
-// Complete records the result of a job and marks it completed, in one
-// transaction, and returns how many child jobs its followed links produced.
-// A job already final is left as it is and the error is a *FinishedError
-// (errors.Is ErrAlreadyFinished): a job is completed exactly once even when
-// it ran twice. The result is accepted from any node while the job is live
-// (pending, queued or processing): a page that was rendered need not be
-// rendered again because its lease ran out a moment too early.
-func (q *Queue) Complete(ctx context.Context, jobID int64, nodeID string, res Result) (children int, err error) {
-	out, err := q.CompleteMany(ctx, []Completion{{JobID: jobID, NodeID: nodeID, Result: res}})
-	if err != nil {
-		return 0, err
-	}
-	return out[0].Children, out[0].Err
-}
-
 // completeSQL completes many jobs in one statement. The jobs are locked in
 // id order first so that two batches completing overlapping jobs cannot
 // deadlock on them; the results and the children of followed links are
@@ -164,6 +149,13 @@ type completeArgs struct {
 // queue's ResultLimits, or one the database refuses, fails only its own
 // outcome with a *ResultError (errors.Is ErrResultRefused); the others are
 // written. The call's error is for a database that could not be reached.
+//
+// Each job's result is recorded and the job marked completed in the same
+// transaction. A job already final is left as it is and its outcome is a
+// *FinishedError (errors.Is ErrAlreadyFinished): a job is completed exactly
+// once even when it ran twice. The result is accepted from any node while
+// the job is live (pending, queued or processing): a page that was rendered
+// need not be rendered again because its lease ran out a moment too early.
 func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]CompleteOutcome, error) {
 	out := make([]CompleteOutcome, len(items))
 	var a completeArgs

@@ -52,14 +52,6 @@ SELECT p.state, u.state FROM prev p, upd u`
 // not an assignment round's FOR KEY SHARE (see lockTargetsSQL).
 const heartbeatLockSQL = `SELECT 1 FROM nodes WHERE id = $1 AND ($2::bigint = 0 OR incarnation = $2::bigint) FOR NO KEY UPDATE`
 
-// Heartbeat records the node's load and liveness and renews the leases of
-// its processing jobs, in one round trip, and returns the node's state. It
-// is the operator's form, bound to no incarnation; a node's process uses
-// Incarnation.Heartbeat.
-func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (NodeState, error) {
-	return q.heartbeat(ctx, nodeID, 0, load, nil)
-}
-
 // heartbeat sends the heartbeat of incarnation inc (0: any) and renews the
 // leases of live — the jobs the node still renders or reports — or, with a
 // nil live, of every job it holds. A job the node holds in the queue but

@@ -19,8 +19,9 @@ func (q *Queue) Incarnation(node Node) *Incarnation {
 	return &Incarnation{q: q, NodeID: node.ID, N: node.Incarnation}
 }
 
-// Heartbeat records the node's load and renews its leases (Queue.Heartbeat).
-// A node found lost or exited is made active again: its current incarnation
+// Heartbeat records the node's load and liveness and renews the leases of
+// its processing jobs, in one round trip, and returns the node's state. A
+// node found lost or exited is made active again: its current incarnation
 // is alive.
 func (in *Incarnation) Heartbeat(ctx context.Context, load NodeLoad) (NodeState, error) {
 	return in.q.heartbeat(ctx, in.NodeID, in.N, load, nil)
@@ -39,7 +40,12 @@ func (in *Incarnation) Claim(ctx context.Context, n int) ([]Job, error) {
 	return in.q.claim(ctx, in.NodeID, in.N, n)
 }
 
-// Fail records a failed attempt of a job the node runs (Queue.Fail).
+// Fail records a failed attempt of a job processing on the node. While
+// attempts remain and the error is retriable the job goes back to pending
+// after an exponential backoff with jitter; otherwise it is failed. The error
+// text and class are kept either way. It returns the job's new state.
+// A job no longer processing on this node is left alone: a *FinishedError
+// (ErrAlreadyFinished) when it is final, ErrNotHeld when it was taken back.
 func (in *Incarnation) Fail(ctx context.Context, jobID int64, errText, class string, retriable bool) (State, error) {
 	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, retriable)
 }

@@ -337,18 +337,6 @@ WITH upd AS (
 )
 SELECT u.state, (SELECT count(*) FROM woken) FROM upd u`
 
-// Fail records a failed attempt of a job processing on the node. While
-// attempts remain and the error is retriable the job goes back to pending
-// after an exponential backoff with jitter; otherwise it is failed. The error
-// text and class are kept either way. It returns the job's new state.
-// A job no longer processing on this node is left alone: a *FinishedError
-// (ErrAlreadyFinished) when it is final, ErrNotHeld when it was taken back.
-// This is the form bound to no incarnation; a node's process uses
-// Incarnation.Fail.
-func (q *Queue) Fail(ctx context.Context, jobID int64, nodeID, errText, class string, retriable bool) (State, error) {
-	return q.fail(ctx, jobID, nodeID, 0, errText, class, retriable)
-}
-
 func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable bool) (State, error) {
 	var st State
 	var notified int64

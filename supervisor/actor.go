@@ -80,7 +80,7 @@ func (a *actor) run(ctx context.Context) error {
 		zap.Int("chrome_recycle_jobs", s.cfg.ChromeRecycleJobs),
 		zap.Int("exit_after_jobs", s.cfg.ExitAfterJobs),
 		zap.Int("replacement_lead", s.cfg.ReplacementLead),
-		zap.Uint64("memory_ceiling_bytes", s.cfg.MemoryCeilingBytes))
+		zap.Int64("memory_ceiling_bytes", s.cfg.MemoryCeilingBytes))
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
 	var fatal error
@@ -409,14 +409,14 @@ func (a *actor) handle(ev event) {
 		c.pss = ev.mem.PSSBytes
 		s.pss.observe(s.livePSSLocked())
 		ceiling := s.cfg.MemoryCeilingBytes
-		hit := ceiling > 0 && c.pss > ceiling && !c.overMemory
+		hit := ceiling > 0 && c.pss > uint64(ceiling) && !c.overMemory
 		if hit {
 			c.overMemory = true
 		}
 		s.mu.Unlock()
 		if hit {
 			s.log.Warn("chrome memory ceiling hit", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
-				zap.Uint64("pss_bytes", ev.mem.PSSBytes), zap.Uint64("ceiling_bytes", ceiling),
+				zap.Uint64("pss_bytes", ev.mem.PSSBytes), zap.Int64("ceiling_bytes", ceiling),
 				zap.Int("processes", ev.mem.Processes))
 		}
 	}

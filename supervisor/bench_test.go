@@ -26,10 +26,10 @@ func BenchmarkNode(b *testing.B) {
 		for _, rc := range []struct {
 			name    string
 			recycle int
-		}{{"recycle20", 20}, {"norecycle", 0}} {
+		}{{"recycle20", 20}, {"norecycle", Off}} {
 			b.Run(wl.name+"/"+rc.name, func(b *testing.B) {
 				cfg := DefaultConfig()
-				cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = rc.recycle, 0
+				cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = rc.recycle, Off
 				root, err := os.MkdirTemp("", "sv") // short: Chrome's socket paths live under it
 				if err != nil {
 					b.Fatal(err)

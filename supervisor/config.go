@@ -8,42 +8,50 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 )
 
+// Off turns off a Config field that can be off: a threshold that is never
+// reached, an interval whose work never runs, a bound that never cuts. Each
+// field's comment says whether it takes Off and what off means there.
+const Off = cfgrule.Off
+
 // Config sets the thresholds of one node's supervisor. Start from
-// DefaultConfig. For the thresholds (ChromeRecycleJobs, ExitAfterJobs,
-// ReplacementLead, MemoryCeilingBytes, the intervals, DrainTimeout,
-// MaxBootFailures) 0 disables the threshold; the remaining fields fall back
-// to their default when 0.
+// DefaultConfig. Every field follows one rule: 0 means the documented
+// default, Off (where the field allows it) turns the threshold off, and any
+// other negative value is an error that names the field.
 type Config struct {
 	// Capacity is the most sessions that run at once on the node, counted
 	// across every live Chrome, so it also holds while a retiring and a new
-	// Chrome overlap. Default 6; 0 means the default.
+	// Chrome overlap. 0: the default, 6. It cannot be off.
 	Capacity int
 
 	// ChromeRecycleJobs is how many job starts one Chrome takes before it
-	// is retired and replaced. Default 20; 0 never recycles on job count.
+	// is retired and replaced. 0: the default, 20. Off: never recycle on
+	// job count.
 	ChromeRecycleJobs int
 
 	// ExitAfterJobs is how many jobs the process starts in its life. After
 	// exactly that many have finished, ExitDue is closed and the process
-	// should exit so its orchestrator starts a fresh one. Default 80; 0
-	// never asks the process to exit.
+	// should exit so its orchestrator starts a fresh one. 0: the default,
+	// 80. Off: never ask the process to exit.
 	ExitAfterJobs int
 
 	// ReplacementLead is how many starts before its recycle point the
 	// current Chrome's replacement begins booting, so the new Chrome is up
-	// when the old one hands out its last session. Default 6; 0 boots the
-	// replacement only when the last start is handed out.
+	// when the old one hands out its last session. 0: the default, 6. Off:
+	// boot the replacement only when the last start is handed out.
 	ReplacementLead int
 
 	// MemoryCeilingBytes retires the current Chrome early when its process
-	// tree's PSS passes it. Default 0 (off). Needs MemoryInterval.
-	MemoryCeilingBytes uint64
+	// tree's PSS passes it. 0: the default, which is no ceiling; Off: no
+	// ceiling either. A ceiling needs MemoryInterval.
+	MemoryCeilingBytes int64
 
 	// MemoryInterval is how often every live Chrome's tree PSS is sampled,
-	// for the ceiling, Stats and TakePSSRange. Default 5s; 0 disables
-	// sampling. It is not shortened to catch fast recycles: reading
+	// for the ceiling, Stats and TakePSSRange. 0: the default, 5s. Off: no
+	// periodic sampling (each kill still samples). It is not shortened to
+	// catch fast recycles: reading
 	// smaps_rollup of a 6-tab tree (12 processes) costs 36-52 ms of CPU,
 	// mostly the kernel walking Chrome's page tables, so a 1 s interval would
 	// cost 2-5% of a core per node. Each kill samples the tree instead (see
@@ -51,31 +59,33 @@ type Config struct {
 	MemoryInterval time.Duration
 
 	// HealthInterval is how often every live Chrome gets a CDP round trip.
-	// Default 5s; 0 disables health checks (crashes are still detected).
+	// 0: the default, 5s. Off: no health checks (crashes are still
+	// detected).
 	HealthInterval time.Duration
 
-	// HealthTimeout bounds one health check. Default 10s; 0 means the default.
+	// HealthTimeout bounds one health check. 0: the default, 10s. It cannot
+	// be off.
 	HealthTimeout time.Duration
 
 	// HealthFailures is how many consecutive failed health checks declare a
 	// Chrome hung; it is then killed and replaced like a crashed one.
-	// Default 2; 0 means the default.
+	// 0: the default, 2. It cannot be off.
 	HealthFailures int
 
 	// DrainTimeout bounds how long a retiring Chrome waits for its in-flight
 	// sessions, on top of their own job timeouts; past it the Chrome is
-	// killed and those sessions fail as retriable. Default 2m; 0 waits
-	// without bound.
+	// killed and those sessions fail as retriable. 0: the default, 2m. Off:
+	// wait without bound.
 	DrainTimeout time.Duration
 
 	// BootBackoff is the pause after a failed Chrome boot, doubled after
-	// each further failure up to 30s. Default 1s; 0 means the default.
+	// each further failure up to 30s. 0: the default, 1s. It cannot be off.
 	BootBackoff time.Duration
 
 	// MaxBootFailures makes Run give up and return an error after this many
 	// Chrome boots failed in a row: a node that cannot start Chrome is
-	// better restarted (and noticed) than left idle. Default 5; 0 retries
-	// forever.
+	// better restarted (and noticed) than left idle. 0: the default, 5.
+	// Off: retry forever.
 	MaxBootFailures int
 
 	// Browser is passed to browser.Launch for every Chrome. A nil
@@ -87,7 +97,8 @@ type Config struct {
 }
 
 // DefaultConfig returns the documented defaults: 6 sessions, a new Chrome
-// every 20 jobs, process exit after 80, no memory ceiling.
+// every 20 jobs, process exit after 80, no memory ceiling. It is what
+// New makes of the zero Config.
 func DefaultConfig() Config {
 	return Config{
 		Capacity:          6,
@@ -107,50 +118,34 @@ func DefaultConfig() Config {
 // maxBootBackoff caps the doubling of BootBackoff.
 const maxBootBackoff = 30 * time.Second
 
-// withDefaults fills the zero fields that have a default and checks the rest.
-func (c Config) withDefaults() (Config, error) {
+// WithDefaults is the config New runs with: the zero fields filled with
+// their defaults, Off left where a field can be off, and an error naming
+// every field that holds any other negative value. A nil Logger becomes a
+// nop logger, a nil Browser.Logger a child of Logger.
+func (c Config) WithDefaults() (Config, error) {
 	d := DefaultConfig()
-	if c.Capacity == 0 {
-		c.Capacity = d.Capacity
-	}
-	if c.HealthTimeout == 0 {
-		c.HealthTimeout = d.HealthTimeout
-	}
-	if c.HealthFailures == 0 {
-		c.HealthFailures = d.HealthFailures
-	}
-	if c.BootBackoff == 0 {
-		c.BootBackoff = d.BootBackoff
-	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
 	if c.Browser.Logger == nil {
 		c.Browser.Logger = c.Logger.Named("browser")
 	}
-	var errs []error
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{
-		{"Capacity", int64(c.Capacity)},
-		{"ChromeRecycleJobs", int64(c.ChromeRecycleJobs)},
-		{"ExitAfterJobs", int64(c.ExitAfterJobs)},
-		{"ReplacementLead", int64(c.ReplacementLead)},
-		{"MemoryInterval", int64(c.MemoryInterval)},
-		{"HealthInterval", int64(c.HealthInterval)},
-		{"HealthTimeout", int64(c.HealthTimeout)},
-		{"HealthFailures", int64(c.HealthFailures)},
-		{"DrainTimeout", int64(c.DrainTimeout)},
-		{"BootBackoff", int64(c.BootBackoff)},
-		{"MaxBootFailures", int64(c.MaxBootFailures)},
-	} {
-		if f.v < 0 {
-			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
-		}
+	errs := []error{
+		cfgrule.Resolve("Capacity", &c.Capacity, d.Capacity, false),
+		cfgrule.Resolve("ChromeRecycleJobs", &c.ChromeRecycleJobs, d.ChromeRecycleJobs, true),
+		cfgrule.Resolve("ExitAfterJobs", &c.ExitAfterJobs, d.ExitAfterJobs, true),
+		cfgrule.Resolve("ReplacementLead", &c.ReplacementLead, d.ReplacementLead, true),
+		cfgrule.Resolve("MemoryCeilingBytes", &c.MemoryCeilingBytes, d.MemoryCeilingBytes, true),
+		cfgrule.Resolve("MemoryInterval", &c.MemoryInterval, d.MemoryInterval, true),
+		cfgrule.Resolve("HealthInterval", &c.HealthInterval, d.HealthInterval, true),
+		cfgrule.Resolve("HealthTimeout", &c.HealthTimeout, d.HealthTimeout, false),
+		cfgrule.Resolve("HealthFailures", &c.HealthFailures, d.HealthFailures, false),
+		cfgrule.Resolve("DrainTimeout", &c.DrainTimeout, d.DrainTimeout, true),
+		cfgrule.Resolve("BootBackoff", &c.BootBackoff, d.BootBackoff, false),
+		cfgrule.Resolve("MaxBootFailures", &c.MaxBootFailures, d.MaxBootFailures, true),
 	}
-	if c.MemoryCeilingBytes > 0 && c.MemoryInterval == 0 {
-		errs = append(errs, errors.New("MemoryCeilingBytes needs MemoryInterval > 0 to sample memory"))
+	if c.MemoryCeilingBytes > 0 && c.MemoryInterval == Off {
+		errs = append(errs, errors.New("MemoryCeilingBytes needs MemoryInterval to sample memory, not Off"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("supervisor: invalid config: %w", err)

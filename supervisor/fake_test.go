@@ -224,10 +224,11 @@ func (g *gate) render(ctx context.Context, c *fakeChrome) error {
 }
 
 // testConfig is a small, fast configuration: health and memory sampling off
-// unless a test turns them on.
+// and no drain bound unless a test turns them on.
 func testConfig() Config {
 	return Config{Capacity: 6, ChromeRecycleJobs: 20, ExitAfterJobs: 80, ReplacementLead: 6,
-		BootBackoff: time.Millisecond, MaxBootFailures: 5}
+		BootBackoff: time.Millisecond, MaxBootFailures: 5,
+		MemoryInterval: Off, HealthInterval: Off, DrainTimeout: Off}
 }
 
 type harness struct {
@@ -244,7 +245,7 @@ func start(t *testing.T, cfg Config, fleet *fakeFleet) *harness {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg.Logger = zap.New(core)
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -235,7 +235,7 @@ func TestRealChromeLostMidJob(t *testing.T) {
 			defer srv.Close()
 
 			cfg := DefaultConfig()
-			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, 0, 0
+			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, Off, Off
 			if tt.health {
 				cfg.HealthInterval, cfg.HealthTimeout = 200*time.Millisecond, 2*time.Second
 			}

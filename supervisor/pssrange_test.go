@@ -66,7 +66,7 @@ func TestPSSAccumulator(t *testing.T) {
 func TestPSSRangeSpansRecycle(t *testing.T) {
 	fleet := &fakeFleet{}
 	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ReplacementLead = 2, 0
+	cfg.ChromeRecycleJobs, cfg.ReplacementLead = 2, Off
 	h := start(t, cfg, fleet)
 
 	c1 := h.chrome(0)
@@ -92,7 +92,7 @@ func TestPSSRangeSpansRecycle(t *testing.T) {
 func TestPSSRangeSamplesOneKillPerRange(t *testing.T) {
 	fleet := &fakeFleet{}
 	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ReplacementLead, cfg.ExitAfterJobs = 2, 0, 0
+	cfg.ChromeRecycleJobs, cfg.ReplacementLead, cfg.ExitAfterJobs = 2, Off, Off
 	h := start(t, cfg, fleet)
 	reads := func(c *fakeChrome) (n int) {
 		c.set(func(c *fakeChrome) { n = c.memReads })

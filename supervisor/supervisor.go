@@ -71,7 +71,7 @@ type counters struct {
 // New checks cfg and returns a Supervisor that launches real Chromes with
 // cfg.Browser. Nothing starts until Run.
 func New(cfg Config) (*Supervisor, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (s *Supervisor) release(c *chrome, used bool) {
 func (s *Supervisor) ExitDue() <-chan struct{} { return s.exitDue }
 
 // Remaining is how many more jobs this process may start; math.MaxInt when
-// ExitAfterJobs is 0.
+// ExitAfterJobs is Off.
 func (s *Supervisor) Remaining() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -267,10 +267,11 @@ func (s *Supervisor) Stats() Stats {
 // viewLocked snapshots the counters for the policy.
 func (s *Supervisor) viewLocked() view {
 	v := view{
-		capacity:      s.cfg.Capacity,
-		recycleJobs:   s.cfg.ChromeRecycleJobs,
-		exitAfter:     s.cfg.ExitAfterJobs,
-		lead:          s.cfg.ReplacementLead,
+		capacity: s.cfg.Capacity,
+		// The policy's 0 is Config's Off: never recycle, never exit, no lead.
+		recycleJobs:   max(s.cfg.ChromeRecycleJobs, 0),
+		exitAfter:     max(s.cfg.ExitAfterJobs, 0),
+		lead:          max(s.cfg.ReplacementLead, 0),
 		busy:          s.busy,
 		processStarts: s.starts,
 		stopping:      s.stopping,

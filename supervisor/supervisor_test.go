@@ -24,8 +24,8 @@ func TestLifecycleCounts(t *testing.T) {
 	}{
 		{"defaults: 80 jobs, 20 per chrome", 6, 20, 80, 6, 4},
 		{"issue test shape", 6, 5, 12, 6, 3},
-		{"lead zero, tiny capacity", 2, 3, 10, 0, 4},
-		{"recycling off", 6, 0, 30, 6, 1},
+		{"lead off, tiny capacity", 2, 3, 10, Off, 4},
+		{"recycling off", 6, Off, 30, 6, 1},
 		{"lead beyond recycle", 3, 7, 50, 20, 8},
 	}
 	for _, tt := range tests {
@@ -143,7 +143,7 @@ func TestOverlapKeepsCapacity(t *testing.T) {
 	g := newGate()
 	fleet.setRender(g.render)
 	cfg := testConfig()
-	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, 2, 0, 0
+	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, 2, Off, Off
 	h := start(t, cfg, fleet)
 
 	a, b := h.acquire(), h.acquire()
@@ -204,7 +204,7 @@ func TestOverlapKeepsCapacity(t *testing.T) {
 func TestPrebootBeforeLastStart(t *testing.T) {
 	fleet := &fakeFleet{}
 	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 4, 0, 2
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 4, Off, 2
 	h := start(t, cfg, fleet)
 
 	held := []*Slot{h.acquire(), h.acquire()}
@@ -339,7 +339,7 @@ func TestDrainTimeout(t *testing.T) {
 	g := newGate()
 	fleet.setRender(g.render)
 	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead, cfg.DrainTimeout = 1, 0, 0, 20*time.Millisecond
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead, cfg.DrainTimeout = 1, Off, Off, 20*time.Millisecond
 	h := start(t, cfg, fleet)
 
 	errc := renderAsync(h.acquire())
@@ -409,7 +409,7 @@ func TestStopKillsEverything(t *testing.T) {
 	g := newGate()
 	fleet.setRender(g.render)
 	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, 0, 0
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, Off, Off
 	h := start(t, cfg, fleet)
 
 	var errcs []<-chan error
@@ -561,30 +561,76 @@ func TestRunTwice(t *testing.T) {
 	}
 }
 
+// configCase is one row of TestConfig.
+type configCase struct {
+	name    string
+	cfg     Config
+	wantErr string
+	check   func(Config) bool
+}
+
 func TestConfig(t *testing.T) {
-	tests := []struct {
-		name    string
-		cfg     Config
-		wantErr string
-		check   func(Config) bool
-	}{
-		{"zero config gets defaults for non-thresholds", Config{}, "", func(c Config) bool {
+	tests := []configCase{
+		{"zero config gets every default", Config{}, "", func(c Config) bool {
 			return c.Capacity == 6 && c.HealthTimeout == 10*time.Second && c.HealthFailures == 2 &&
-				c.BootBackoff == time.Second && c.ChromeRecycleJobs == 0 && c.ExitAfterJobs == 0 && c.Logger != nil && c.Browser.Logger != nil
+				c.BootBackoff == time.Second && c.ChromeRecycleJobs == 20 && c.ExitAfterJobs == 80 &&
+				c.ReplacementLead == 6 && c.MemoryCeilingBytes == 0 && c.MemoryInterval == 5*time.Second &&
+				c.HealthInterval == 5*time.Second && c.DrainTimeout == 2*time.Minute && c.MaxBootFailures == 5 &&
+				c.Logger != nil && c.Browser.Logger != nil
 		}},
 		{"DefaultConfig is valid and unchanged", DefaultConfig(), "", func(c Config) bool {
 			d := DefaultConfig()
 			return c.Capacity == d.Capacity && c.ChromeRecycleJobs == 20 && c.ExitAfterJobs == 80 && c.DrainTimeout == d.DrainTimeout
 		}},
+		{"Off stays off", Config{ChromeRecycleJobs: Off, ExitAfterJobs: Off, ReplacementLead: Off, MemoryCeilingBytes: Off,
+			MemoryInterval: Off, HealthInterval: Off, DrainTimeout: Off, MaxBootFailures: Off}, "", func(c Config) bool {
+			return c.ChromeRecycleJobs == Off && c.ExitAfterJobs == Off && c.ReplacementLead == Off && c.MemoryCeilingBytes == Off &&
+				c.MemoryInterval == Off && c.HealthInterval == Off && c.DrainTimeout == Off && c.MaxBootFailures == Off
+		}},
+		{"values kept", Config{Capacity: 2, ChromeRecycleJobs: 3, ExitAfterJobs: 7, ReplacementLead: 1, DrainTimeout: time.Second}, "", func(c Config) bool {
+			return c.Capacity == 2 && c.ChromeRecycleJobs == 3 && c.ExitAfterJobs == 7 && c.ReplacementLead == 1 && c.DrainTimeout == time.Second
+		}},
 		{"negative capacity", Config{Capacity: -1}, "Capacity must not be negative", nil},
 		{"negative recycle", Config{ChromeRecycleJobs: -5}, "ChromeRecycleJobs", nil},
 		{"negative drain", Config{DrainTimeout: -time.Second}, "DrainTimeout", nil},
-		{"ceiling without sampling", Config{MemoryCeilingBytes: 1 << 30}, "MemoryInterval", nil},
+		{"ceiling without sampling", Config{MemoryCeilingBytes: 1 << 30, MemoryInterval: Off}, "MemoryInterval", nil},
 		{"ceiling with sampling", Config{MemoryCeilingBytes: 1 << 30, MemoryInterval: time.Second}, "", func(c Config) bool { return true }},
+		{"ceiling with the default sampling", Config{MemoryCeilingBytes: 1 << 30}, "", func(c Config) bool { return c.MemoryInterval == 5*time.Second }},
+	}
+	// Every numeric field: -2 is an error naming it; Off stays Off where
+	// the field can be off and is an error naming it where it cannot.
+	for _, f := range []struct {
+		name   string
+		set    func(*Config, int64)
+		get    func(Config) int64
+		canOff bool
+	}{
+		{"Capacity", func(c *Config, v int64) { c.Capacity = int(v) }, func(c Config) int64 { return int64(c.Capacity) }, false},
+		{"ChromeRecycleJobs", func(c *Config, v int64) { c.ChromeRecycleJobs = int(v) }, func(c Config) int64 { return int64(c.ChromeRecycleJobs) }, true},
+		{"ExitAfterJobs", func(c *Config, v int64) { c.ExitAfterJobs = int(v) }, func(c Config) int64 { return int64(c.ExitAfterJobs) }, true},
+		{"ReplacementLead", func(c *Config, v int64) { c.ReplacementLead = int(v) }, func(c Config) int64 { return int64(c.ReplacementLead) }, true},
+		{"MemoryCeilingBytes", func(c *Config, v int64) { c.MemoryCeilingBytes = v }, func(c Config) int64 { return int64(c.MemoryCeilingBytes) }, true},
+		{"MemoryInterval", func(c *Config, v int64) { c.MemoryInterval = time.Duration(v) }, func(c Config) int64 { return int64(c.MemoryInterval) }, true},
+		{"HealthInterval", func(c *Config, v int64) { c.HealthInterval = time.Duration(v) }, func(c Config) int64 { return int64(c.HealthInterval) }, true},
+		{"HealthTimeout", func(c *Config, v int64) { c.HealthTimeout = time.Duration(v) }, func(c Config) int64 { return int64(c.HealthTimeout) }, false},
+		{"HealthFailures", func(c *Config, v int64) { c.HealthFailures = int(v) }, func(c Config) int64 { return int64(c.HealthFailures) }, false},
+		{"DrainTimeout", func(c *Config, v int64) { c.DrainTimeout = time.Duration(v) }, func(c Config) int64 { return int64(c.DrainTimeout) }, true},
+		{"BootBackoff", func(c *Config, v int64) { c.BootBackoff = time.Duration(v) }, func(c Config) int64 { return int64(c.BootBackoff) }, false},
+		{"MaxBootFailures", func(c *Config, v int64) { c.MaxBootFailures = int(v) }, func(c Config) int64 { return int64(c.MaxBootFailures) }, true},
+	} {
+		var bad, off Config
+		f.set(&bad, -2)
+		f.set(&off, Off)
+		tests = append(tests, configCase{f.name + " -2", bad, f.name + " must not be negative", nil})
+		if f.canOff {
+			tests = append(tests, configCase{f.name + " Off", off, "", func(c Config) bool { return f.get(c) == Off }})
+		} else {
+			tests = append(tests, configCase{f.name + " Off", off, f.name + " must not be negative", nil})
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.cfg.withDefaults()
+			got, err := tt.cfg.WithDefaults()
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -615,15 +661,15 @@ func TestLastJobsSkipPreparation(t *testing.T) {
 		starts         int // jobs started in all, the last one making the Chrome or process done
 		wantRetiredEnd []bool
 	}{
-		{"recycle", 4, 0, 4, []bool{false, false, true, true}},
-		{"exit", 0, 3, 3, []bool{false, true, true}},
+		{"recycle", 4, Off, 4, []bool{false, false, true, true}},
+		{"exit", Off, 3, 3, []bool{false, true, true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fleet := &fakeFleet{}
 			g := newGate()
 			fleet.setRender(g.render)
 			cfg := testConfig()
-			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, tc.recycle, tc.exit, 0
+			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, tc.recycle, tc.exit, Off
 			h := start(t, cfg, fleet)
 
 			done := make(chan error, 8) // every render's result, in the order they end

@@ -62,21 +62,21 @@ func (o *consumerOptions) register(fs *flagSet) {
 	o.blobs.register(fs)
 	d := supervisor.DefaultConfig()
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); one live process per id: a restarted process takes back its predecessor's jobs at once, while another process is refused the id while its holder heartbeats (unless the holder was a process of this host that no longer runs)")
-	fs.IntVar(&o.capacity, "capacity", d.Capacity, "concurrent Chrome sessions (jobs) on this node")
-	fs.IntVar(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace Chrome after this many jobs (0: never)")
-	fs.IntVar(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, fmt.Sprintf("exit with code %d after this many jobs, to be restarted fresh (0: never)", exitRecycle))
-	fs.IntVar(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", 0, "replace Chrome early when its process tree's PSS passes this many MiB (0: off)")
-	fs.DurationVar(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
-	fs.DurationVar(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification (with --poll-only: how often to look at all, default "+farm.DefaultPollOnlyInterval.String()+")")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back")
+	fs.count(&o.capacity, "capacity", d.Capacity, 1, "concurrent Chrome sessions (jobs) on this node, 1..1000")
+	fs.countOrOff(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace Chrome after this many jobs (off: never)")
+	fs.countOrOff(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, fmt.Sprintf("exit with code %d after this many jobs, to be restarted fresh (off: never)", exitRecycle))
+	fs.countOrOff(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", off, "replace Chrome early when its process tree's PSS passes this many MiB (off: no ceiling)")
+	fs.positive(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
+	fs.positive(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification (with --poll-only: how often to look at all, default "+farm.DefaultPollOnlyInterval.String()+")")
+	fs.nonNegative(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back (0: none, hand them back at once)")
 	fs.StringVar(&o.chrome, "chrome", "", "browser binary; overrides --browser")
 	fs.StringVar(&o.browser, "browser", "", browserHelp)
 	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
 	fs.StringVar(&o.profileRoot, "chrome-profile-root", "", "directory for Chrome's throw-away profile directories (default: the temp dir)")
 	dl := jobqueue.DefaultResultLimits()
-	fs.IntVar(&o.limits.DataBytes, "max-extract-bytes", dl.DataBytes, "largest extract result (JSON bytes); a larger one fails its job with result_too_large, measured in the page before it is sent")
-	fs.IntVar(&o.limits.ScreenshotBytes, "max-screenshot-bytes", dl.ScreenshotBytes, "largest screenshot (PNG bytes); a larger one fails its job with result_too_large")
-	fs.IntVar(&o.limits.ConsoleErrors, "max-console-errors", dl.ConsoleErrors, "console errors kept per result; later ones are dropped")
+	fs.count(&o.limits.DataBytes, "max-extract-bytes", dl.DataBytes, 1, "largest extract result (JSON bytes); a larger one fails its job with result_too_large, measured in the page before it is sent")
+	fs.count(&o.limits.ScreenshotBytes, "max-screenshot-bytes", dl.ScreenshotBytes, 1, "largest screenshot (PNG bytes); a larger one fails its job with result_too_large")
+	fs.count(&o.limits.ConsoleErrors, "max-console-errors", dl.ConsoleErrors, 1, "console errors kept per result; later ones are dropped")
 	fs.StringVar(&o.allow, "allow-destination", "", "addresses jobs may reach although loopback, link-local or private, comma-separated: 10.1.2.0/24,127.0.0.1:8089 (IP addresses or prefixes, optionally with a port; default: public addresses only)")
 	fs.StringVar(&o.deny, "deny-destination", "", "addresses jobs may never reach although public, e.g. the producer's public listen address (same form as --allow-destination; beats it)")
 	fs.BoolVar(&o.noSandbox, "chrome-no-sandbox", false, "run Chrome without its own sandbox, for containers that refuse the user namespaces it needs (the container image sets it; always on as root)")
@@ -85,7 +85,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.BoolVar(&o.awsProtection, "aws-instance-protection", false, "protect this EC2 instance from Auto Scaling scale-in while it has jobs (needs --aws-asg-name)")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "the Auto Scaling group of the consumer fleet, for --aws-instance-protection")
 	fs.StringVar(&o.awsRegion, "aws-region", "", "AWS region (default: the SDK's chain, then the instance metadata)")
-	fs.DurationVar(&o.awsIdleAfter, "aws-protection-idle-after", farm.DefaultProtectorIdleAfter, "lift scale-in protection after the node held no job this long")
+	fs.nonNegative(&o.awsIdleAfter, "aws-protection-idle-after", farm.DefaultProtectorIdleAfter, "lift scale-in protection after the node held no job this long (0: as soon as it holds none)")
 }
 
 // browserHelp is the help of --browser, the same for every command that
@@ -97,25 +97,6 @@ func (o *consumerOptions) check() error {
 	var errs []string
 	if o.capacity < 1 || o.capacity > 1000 {
 		errs = append(errs, fmt.Sprintf("--capacity %d: use 1..1000", o.capacity))
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"--chrome-recycle-jobs", o.recycleJobs}, {"--exit-after-jobs", o.exitAfterJobs}, {"--chrome-memory-ceiling-mb", o.memoryCeilingMB}} {
-		if f.v < 0 {
-			errs = append(errs, fmt.Sprintf("%s %d: must not be negative (0 turns it off)", f.name, f.v))
-		}
-	}
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{{"--heartbeat-interval", o.heartbeat}, {"--poll-interval", o.poll}} {
-		if f.v <= 0 {
-			errs = append(errs, fmt.Sprintf("%s %v: must be positive", f.name, f.v))
-		}
-	}
-	if o.drainTimeout < 0 {
-		errs = append(errs, fmt.Sprintf("--drain-timeout %v: must not be negative", o.drainTimeout))
 	}
 	if o.nodeID != "" {
 		if err := jobqueue.ValidateNodeID(o.nodeID); err != nil {
@@ -201,7 +182,10 @@ func (o *consumerOptions) supervisorConfig(log *zap.Logger) supervisor.Config {
 	cfg.Capacity = o.capacity
 	cfg.ChromeRecycleJobs = o.recycleJobs
 	cfg.ExitAfterJobs = o.exitAfterJobs
-	cfg.MemoryCeilingBytes = uint64(o.memoryCeilingMB) << 20
+	cfg.MemoryCeilingBytes = off
+	if o.memoryCeilingMB != off {
+		cfg.MemoryCeilingBytes = int64(o.memoryCeilingMB) << 20
+	}
 	cfg.Browser.ExecPath = o.chrome
 	cfg.Browser.Kind = browser.Kind(o.browser)
 	cfg.Browser.ProfileRoot = o.profileRoot
@@ -221,14 +205,10 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) far
 	cfg.HeartbeatInterval = o.heartbeat
 	cfg.PollInterval = o.poll
 	cfg.PollOnly = o.db.pollOnly
-	cfg.DrainTimeout = o.drainTimeout
-	if o.drainTimeout == 0 {
-		cfg.DrainTimeout = -1 // the flag's 0 means no grace, the config's means default
-	}
-	cfg.ProtectorIdleAfter = o.awsIdleAfter
-	if o.awsIdleAfter == 0 {
-		cfg.ProtectorIdleAfter = -1
-	}
+	// The flags' 0 is a grace of none, which the config spells Off (its 0
+	// is the default).
+	cfg.DrainTimeout = zeroAsOff(o.drainTimeout)
+	cfg.ProtectorIdleAfter = zeroAsOff(o.awsIdleAfter)
 	cfg.Egress, _ = o.egressPolicy() // checked by check
 	cfg.Logger = log
 	return cfg

@@ -19,7 +19,7 @@ func runHealth(ctx context.Context, env *environment, args []string) error {
 	// configures both the endpoint and its check.
 	fs.StringVar(&addr, "addr", "127.0.0.1:9091", "address of the consumer's health endpoint (as its --health-addr)")
 	fs.StringVar(&addr, "health-addr", "127.0.0.1:9091", "same as --addr")
-	fs.DurationVar(&timeout, "timeout", 5*time.Second, "give up after this long")
+	fs.positive(&timeout, "timeout", 5*time.Second, "give up after this long")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -28,9 +28,6 @@ func runHealth(ctx context.Context, env *environment, args []string) error {
 	}
 	if addr == "" {
 		return usagef("--addr is required")
-	}
-	if timeout <= 0 {
-		return usagef("--timeout %v: must be positive", timeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

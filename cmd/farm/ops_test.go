@@ -146,10 +146,10 @@ func TestSubmitStatusResultsCancelRetry(t *testing.T) {
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}
-	if _, err := q.Complete(ctx, ids[0], "n1", jobqueue.Result{FinalURL: "https://example.com/a", Status: 200, Title: "A, \"quoted\"", Data: json.RawMessage(`{"k":[1,2]}`)}); err != nil {
+	if err := completeJob(ctx, q, ids[0], "n1", jobqueue.Result{FinalURL: "https://example.com/a", Status: 200, Title: "A, \"quoted\"", Data: json.RawMessage(`{"k":[1,2]}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Fail(ctx, ids[1], "n1", "selector never appeared", "timeout", false); err != nil {
+	if _, err := q.Incarnation(jobqueue.Node{ID: "n1"}).Fail(ctx, ids[1], "selector never appeared", "timeout", false); err != nil {
 		t.Fatal(err)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,11 @@ import (
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
+// defaultHostMaxConcurrent is the command's default politeness: the farm
+// package has none (a zero farm.Politeness limits nothing), the command
+// starts polite.
+const defaultHostMaxConcurrent = 4
+
 // producerOptions are the flags of `farm producer` (and of `farm up`, which
 // runs the same producer in-process).
 type producerOptions struct {
@@ -33,8 +39,8 @@ type producerOptions struct {
 	retention       time.Duration
 	assignBatch     int
 	assign          string
-	pollOnly        bool // set from --poll-only, which the database options own
-	hostMax         int
+	pollOnly        bool   // set from --poll-only, which the database options own
+	hostMax         string // a count, or off
 	hostInterval    time.Duration
 	hostRules       multiFlag
 	politenessFile  string
@@ -57,29 +63,47 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the dashboard, JSON API, /metrics and /healthz (loopback unless told otherwise)")
 	fs.StringVar(&o.apiToken, "api-token", "", "bearer token mutating API calls must present; empty refuses them")
 	fs.StringVar(&o.readToken, "read-token", "", "bearer token for API reads (jobs, results, nodes); needed, or --api-token, when --listen is beyond loopback, where reads without one are refused")
-	fs.DurationVar(&o.tick, "tick", time.Second, "fallback assignment interval (NOTIFY wakes the producer at once)")
-	fs.DurationVar(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
-	fs.DurationVar(&o.rescueInterval, "rescue-interval", 2*time.Second, "how often lost nodes and expired leases are looked for")
-	fs.DurationVar(&o.retention, "retention", 7*24*time.Hour, "delete finished jobs and results, and nodes exited or lost, older than this (0 keeps them)")
-	fs.IntVar(&o.assignBatch, "assign-batch", 5000, "most jobs assigned in one round")
+	fs.positive(&o.tick, "tick", farm.DefaultTick, "fallback assignment interval (NOTIFY wakes the producer at once)")
+	fs.positive(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
+	fs.positive(&o.rescueInterval, "rescue-interval", farm.DefaultRescueInterval, "how often lost nodes and expired leases are looked for")
+	fs.positiveOrOff(&o.retention, "retention", farm.DefaultRetention, "delete finished jobs and results, and nodes exited or lost, older than this (off: keep them)")
+	fs.count(&o.assignBatch, "assign-batch", farm.DefaultAssignBatch, 1, "most jobs assigned in one round")
 	fs.StringVar(&o.assign, "assign", "auto", "which nodes get work first: spread (least loaded), pack (busiest with a free slot, so idle nodes can scale in), auto (pack with an --autoscale driver, else spread; set pack when KEDA or an HPA scales the consumers)")
-	fs.IntVar(&o.hostMax, "host-max-concurrent", 4, "default politeness: most jobs of one host running at once, farm-wide (0: no limit)")
-	fs.DurationVar(&o.hostInterval, "host-min-interval", 0, "default politeness: least time between two job starts on one host, farm-wide")
+	fs.StringVar(&o.hostMax, "host-max-concurrent", strconv.Itoa(defaultHostMaxConcurrent), "default politeness: most jobs of one host running at once, farm-wide (off: no limit)")
+	fs.nonNegative(&o.hostInterval, "host-min-interval", 0, "default politeness: least time between two job starts on one host, farm-wide")
 	fs.Var(&o.hostRules, "host-rule", "per-host politeness override HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms or .example.com=8 (repeatable; comma-separated in the environment)")
 	fs.StringVar(&o.politenessFile, "politeness-file", "", `JSON politeness config: {"default":{"max_concurrent":4,"min_interval":"250ms"},"hosts":{"shop.example.com":{...}}}`)
 	fs.StringVar(&o.scaleDriver, "autoscale", "none", "autoscaling driver: none (report only), aws (EC2 Auto Scaling group), exec (run a command)")
-	fs.IntVar(&o.scaleMin, "autoscale-min", 0, "fewest consumer nodes")
-	fs.IntVar(&o.scaleMax, "autoscale-max", 10, "most consumer nodes")
-	fs.Float64Var(&o.scaleTarget, "autoscale-target", 0.8, "target share of the fleet's slots the work should fill, (0,1]")
-	fs.DurationVar(&o.scaleCooldown, "autoscale-cooldown", 5*time.Minute, "scale in only after the need stayed lower this long")
-	fs.DurationVar(&o.scaleInterval, "autoscale-interval", 15*time.Second, "how often the desired node count is computed")
+	fs.count(&o.scaleMin, "autoscale-min", 0, 0, "fewest consumer nodes")
+	fs.count(&o.scaleMax, "autoscale-max", autoscale.DefaultMax, 1, "most consumer nodes")
+	fs.Float64Var(&o.scaleTarget, "autoscale-target", autoscale.DefaultTargetUtilisation, "target share of the fleet's slots the work should fill, (0,1]")
+	fs.nonNegative(&o.scaleCooldown, "autoscale-cooldown", autoscale.DefaultScaleInCooldown, "scale in only after the need stayed lower this long (0: at once)")
+	fs.positive(&o.scaleInterval, "autoscale-interval", autoscale.DefaultInterval, "how often the desired node count is computed")
 	fs.StringVar(&o.scaleExec, "autoscale-exec", "", "with --autoscale exec: shell command run with the desired count as $1 and $FARM_DESIRED_NODES")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "with --autoscale aws: the consumers' Auto Scaling group")
 	fs.StringVar(&o.awsRegion, "aws-region", "", "with --autoscale aws: the group's region (default: the SDK's chain)")
 	fs.StringVar(&o.awsEndpoint, "aws-endpoint", "", "with --autoscale aws: Auto Scaling API endpoint override")
-	fs.DurationVar(&o.sampleInterval, "sample-interval", 5*time.Second, "how often node load and queue samples are recorded for the charts")
-	fs.DurationVar(&o.sampleRetention, "sample-retention", time.Hour, "how long chart samples are kept")
+	fs.positive(&o.sampleInterval, "sample-interval", web.DefaultSampleInterval, "how often node load and queue samples are recorded for the charts")
+	fs.positive(&o.sampleRetention, "sample-retention", web.DefaultSampleRetention, "how long chart samples are kept")
 	o.blobs.register(fs)
+}
+
+// check rejects values no producer can run with, naming the flag, before
+// anything waits for the database.
+func (o *producerOptions) check() error {
+	if _, err := o.politeness(); err != nil {
+		return err
+	}
+	if _, err := o.assignPolicy(); err != nil {
+		return err
+	}
+	if !(o.scaleTarget > 0 && o.scaleTarget <= 1) {
+		return usagef("--autoscale-target %v: want a share in (0, 1]", o.scaleTarget)
+	}
+	if o.scaleMax < o.scaleMin {
+		return usagef("--autoscale-max %d is below --autoscale-min %d", o.scaleMax, o.scaleMin)
+	}
+	return nil
 }
 
 // assignPolicy resolves --assign: "auto" packs when this producer drives
@@ -104,10 +128,24 @@ func (o *producerOptions) assignPolicy() (jobqueue.AssignPolicy, error) {
 
 // politeness builds the per-host policy from the flags and the optional file.
 func (o *producerOptions) politeness() (farm.Politeness, error) {
-	if o.hostMax < 0 || o.hostInterval < 0 {
-		return farm.Politeness{}, usagef("--host-max-concurrent and --host-min-interval must not be negative")
+	if o.hostInterval < 0 {
+		return farm.Politeness{}, usagef("--host-min-interval %v: must not be negative", o.hostInterval)
 	}
-	p := farm.Politeness{Default: farm.HostPolicy{MaxConcurrent: o.hostMax, MinInterval: o.hostInterval}, Hosts: map[string]farm.HostPolicy{}}
+	// HostPolicy's 0 is no limit; the flag spells it off (its 0 is refused).
+	hostMax := 0
+	if o.hostMax != offWord {
+		n, err := strconv.Atoi(o.hostMax)
+		switch {
+		case err != nil:
+			return farm.Politeness{}, usagef("--host-max-concurrent %q: want a whole number ≥ 1, or off", o.hostMax)
+		case n < 0:
+			return farm.Politeness{}, usagef("--host-max-concurrent %d: must not be negative; off is no limit", n)
+		case n == 0:
+			return farm.Politeness{}, usagef("--host-max-concurrent 0: want a whole number ≥ 1, or off for no limit")
+		}
+		hostMax = n
+	}
+	p := farm.Politeness{Default: farm.HostPolicy{MaxConcurrent: hostMax, MinInterval: o.hostInterval}, Hosts: map[string]farm.HostPolicy{}}
 	if o.politenessFile != "" {
 		var err error
 		if p, err = loadPoliteness(o.politenessFile, p); err != nil {
@@ -144,6 +182,9 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	so.register(fs, "")
 	db.registerPollOnly(fs, "assign every --tick (default "+farm.DefaultPollOnlyInterval.String()+" with it) instead of waking on NOTIFY; the leader election still needs a session connection (direct, or a session pool)")
 	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	if err := po.check(); err != nil {
 		return err
 	}
 	if db.pollOnly && !fs.given["tick"] {
@@ -284,7 +325,7 @@ func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log 
 		return nil, usagef("--autoscale: %q is not none, aws or exec", po.scaleDriver)
 	}
 	scaling := autoscale.Config{Min: po.scaleMin, Max: po.scaleMax, TargetUtilisation: po.scaleTarget,
-		ScaleInCooldown: po.scaleCooldown}.WithDefaults()
+		ScaleInCooldown: zeroAsOff(po.scaleCooldown)}.WithDefaults()
 	if err := scaling.Validate(); err != nil {
 		return nil, usagef("autoscale: %v", err)
 	}

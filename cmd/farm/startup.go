@@ -34,7 +34,7 @@ type startupOptions struct {
 }
 
 func (o *startupOptions) register(fs *flagSet, what string) {
-	fs.DurationVar(&o.wait, "database-wait", 2*time.Minute,
+	fs.nonNegative(&o.wait, "database-wait", 2*time.Minute,
 		"at start, how long to wait for the database"+what+" before giving up (0: fail at once)")
 }
 

@@ -48,15 +48,16 @@ func (f *specFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.html, "html", false, "keep the page's HTML")
 	fs.BoolVar(&f.screenshot, "screenshot", false, "keep a PNG screenshot")
 	fs.IntVar(&f.priority, "priority", 0, "priority, -1000..1000 (higher runs first)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts before a job fails, 1..20 (0: the queue's default, 3)")
-	fs.DurationVar(&f.timeout, "timeout", 0, fmt.Sprintf("bound on one render, e.g. 45s (0: default %v)", jobqueue.DefaultTimeoutMS*time.Millisecond))
+	fs.count(&f.maxAttempts, "max-attempts", jobqueue.DefaultAttempts, 1, fmt.Sprintf("attempts before a job fails, 1..%d", jobqueue.MaxMaxAttempts))
+	fs.DurationVar(&f.timeout, "timeout", jobqueue.DefaultTimeoutMS*time.Millisecond, fmt.Sprintf("bound on one render, %v..%v",
+		jobqueue.MinTimeoutMS*time.Millisecond, jobqueue.MaxTimeoutMS*time.Millisecond))
 	fs.StringVar(&f.block, "block", "", "resource types not to load, comma-separated: image,font,media,stylesheet")
 	fs.Var(&f.headers, "header", "extra request header 'Name: value' (repeatable)")
 	fs.StringVar(&f.userAgent, "user-agent", "", "user agent override")
 	fs.StringVar(&f.proxy, "proxy", "", "proxy for these jobs, e.g. http://user:pass@host:3128")
 	fs.StringVar(&f.follow, "follow", "", "CSS selector of links to enqueue as child jobs")
-	fs.IntVar(&f.followDepth, "follow-depth", 1, "with --follow: how deep to follow")
-	fs.IntVar(&f.followMax, "follow-max-links", jobqueue.DefaultMaxLinks,
+	fs.count(&f.followDepth, "follow-depth", 1, 1, "with --follow: how deep to follow")
+	fs.count(&f.followMax, "follow-max-links", jobqueue.DefaultMaxLinks, 1,
 		fmt.Sprintf("with --follow: the most links followed from one page (1..%d); the result counts the rest as links_over_limit", jobqueue.MaxFollowLinks))
 	fs.BoolVar(&f.anyHost, "follow-any-host", false, "with --follow: follow links to other hosts too")
 }
@@ -83,7 +84,7 @@ func (f *specFlags) apply(s *jobqueue.Spec) error {
 	if s.MaxAttempts == 0 {
 		s.MaxAttempts = f.maxAttempts
 	}
-	if s.TimeoutMS == 0 && f.timeout > 0 {
+	if s.TimeoutMS == 0 {
 		s.TimeoutMS = int(f.timeout / time.Millisecond)
 	}
 	if len(s.Block) == 0 && f.block != "" {
@@ -200,9 +201,10 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
-	if lo, hi := jobqueue.MinTimeoutMS*time.Millisecond, jobqueue.MaxTimeoutMS*time.Millisecond; sf.timeout != 0 && (sf.timeout < lo || sf.timeout > hi) {
-		return usagef("--timeout %v: use %v..%v, or 0 for the default", sf.timeout, lo, hi)
+	if lo, hi := jobqueue.MinTimeoutMS*time.Millisecond, jobqueue.MaxTimeoutMS*time.Millisecond; sf.timeout < lo || sf.timeout > hi {
+		return usagef("--timeout %v: use %v..%v", sf.timeout, lo, hi)
 	}
+
 	var specs []jobqueue.Spec
 	var where []inputLine
 	rest := fs.Args()

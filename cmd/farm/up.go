@@ -77,36 +77,33 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	db.register(fs)
 	lo.register(fs)
 	po.register(fs)
-	fs.IntVar(&uo.consumers, "consumers", defaultConsumers(), "consumer processes to run and restart (the demo uses 2 unless set)")
+	fs.count(&uo.consumers, "consumers", defaultConsumers(), 1, "consumer processes to run and restart (the demo uses 2 unless set)")
 	sv := supervisor.DefaultConfig()
-	fs.IntVar(&uo.capacity, "capacity", sv.Capacity, "concurrent Chrome sessions per consumer")
-	fs.IntVar(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace Chrome after this many jobs (0: never)")
-	fs.IntVar(&uo.exitAfter, "exit-after-jobs", sv.ExitAfterJobs, "consumers exit, to be restarted fresh, after this many jobs (0: never)")
+	fs.count(&uo.capacity, "capacity", sv.Capacity, 1, "concurrent Chrome sessions per consumer, 1..1000")
+	fs.countOrOff(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace Chrome after this many jobs (off: never)")
+	fs.countOrOff(&uo.exitAfter, "exit-after-jobs", sv.ExitAfterJobs, "consumers exit, to be restarted fresh, after this many jobs (off: never)")
 	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else ~/.local/state/browserfarm; the demo uses a temporary dir)")
 	fs.StringVar(&uo.pgBin, "pg-bin", "", "directory holding PostgreSQL's initdb and postgres for the private cluster (default: found on PATH, by pg_config, or under /usr/lib/postgresql)")
 	fs.StringVar(&uo.chrome, "chrome", "", "browser binary for the consumers; overrides --browser")
 	fs.StringVar(&uo.browser, "browser", "", browserHelp)
-	fs.DurationVar(&uo.heartbeat, "heartbeat-interval", 0, "consumers' heartbeat interval (default: the consumer's; the demo uses 1s)")
+	fs.positive(&uo.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "consumers' heartbeat interval (the demo uses 1s unless set)")
 	fs.BoolVar(&uo.demo, "demo", false, "serve a local JavaScript-heavy test site, render --demo-jobs pages of it with a progress bar, print a summary and exit")
-	fs.IntVar(&uo.demoJobs, "demo-jobs", 300, "with --demo: how many pages to render")
-	fs.DurationVar(&uo.demoDelay, "demo-delay", 0, "with --demo: how long the test site's API takes to answer, to mimic a slow site")
+	fs.count(&uo.demoJobs, "demo-jobs", 300, 1, "with --demo: how many pages to render")
+	fs.nonNegative(&uo.demoDelay, "demo-delay", 0, "with --demo: how long the test site's API takes to answer, to mimic a slow site")
 	fs.BoolVar(&uo.keepData, "keep-data", false, "with --demo: keep the temporary data dir (database and logs) afterwards")
 	fs.StringVar(&uo.allow, "allow-destination", "", "addresses the consumers' jobs may reach although loopback, link-local or private (see farm consumer --help); the demo adds its test site")
-	fs.DurationVar(&uo.drain, "drain-timeout", time.Minute, "on Ctrl-C, how long the consumers' in-flight jobs may finish before they are handed back")
+	fs.nonNegative(&uo.drain, "drain-timeout", farm.DefaultConsumerDrain, "on Ctrl-C, how long the consumers' in-flight jobs may finish before they are handed back (0: none, hand them back at once)")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
 	if uo.demo && !fs.isGiven("consumers") {
 		uo.consumers = 2
 	}
-	if uo.consumers < 1 || uo.capacity < 1 {
-		return usagef("--consumers and --capacity must be at least 1")
+	if uo.capacity > 1000 {
+		return usagef("--capacity %d: use 1..1000", uo.capacity)
 	}
-	if uo.recycleJobs < 0 || uo.exitAfter < 0 {
-		return usagef("--chrome-recycle-jobs and --exit-after-jobs must not be negative")
-	}
-	if uo.demo && uo.demoJobs < 1 {
-		return usagef("--demo-jobs must be at least 1")
+	if err := po.check(); err != nil {
+		return err
 	}
 	kind, err := browser.ParseKind(uo.browser)
 	if err != nil {
@@ -280,12 +277,13 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	consumerEnv := consumerEnvironment(os.Environ(), map[string]string{
 		"FARM_DATABASE_URL":        dbURL,
 		"FARM_CAPACITY":            strconv.Itoa(uo.capacity),
-		"FARM_CHROME_RECYCLE_JOBS": strconv.Itoa(uo.recycleJobs),
-		"FARM_EXIT_AFTER_JOBS":     strconv.Itoa(uo.exitAfter),
+		"FARM_CHROME_RECYCLE_JOBS": orOff(uo.recycleJobs),
+		"FARM_EXIT_AFTER_JOBS":     orOff(uo.exitAfter),
+		"FARM_DRAIN_TIMEOUT":       uo.drain.String(),
 		"FARM_LOG_FORMAT":          "json",
 		"FARM_LOG_LEVEL":           lo.level,
 		"FARM_CHROME":              uo.chrome,
-		"FARM_HEARTBEAT_INTERVAL":  durationOrEmpty(uo.heartbeat),
+		"FARM_HEARTBEAT_INTERVAL":  uo.heartbeat.String(),
 		"FARM_ALLOW_DESTINATION":   uo.allow,
 		// The producer's own address is never a job's destination.
 		"FARM_DENY_DESTINATION": strings.Trim(os.Getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),

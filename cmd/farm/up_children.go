@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -129,11 +128,4 @@ func rulesString(rules []egress.Rule) string {
 		s[i] = r.String()
 	}
 	return strings.Join(s, ",")
-}
-
-func durationOrEmpty(d time.Duration) string {
-	if d == 0 {
-		return ""
-	}
-	return d.String()
 }

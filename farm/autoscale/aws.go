@@ -18,6 +18,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 )
 
 // Defaults for AWSConfig.
@@ -31,6 +33,9 @@ const (
 // only from the SDK's default chain (environment, shared config and
 // credentials files, SSO, web identity, the instance role) and are never
 // logged.
+//
+// Zero fields take their defaults; none can be off, and a negative one is
+// an error naming it.
 type AWSConfig struct {
 	// GroupName is the Auto Scaling group of the consumer fleet (required).
 	GroupName string
@@ -48,14 +53,12 @@ type AWSConfig struct {
 	MaxBackoff time.Duration
 }
 
-func (c AWSConfig) withDefaults() AWSConfig {
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = DefaultAWSMaxAttempts
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = DefaultAWSMaxBackoff
-	}
-	return c
+// withDefaults fills the zero fields; neither can be off, and a negative
+// one is an error naming it.
+func (c AWSConfig) withDefaults() (AWSConfig, error) {
+	return c, errors.Join(
+		cfgrule.Resolve("MaxAttempts", &c.MaxAttempts, DefaultAWSMaxAttempts, false),
+		cfgrule.Resolve("MaxBackoff", &c.MaxBackoff, DefaultAWSMaxBackoff, false))
 }
 
 // loadAWSConfig resolves the SDK configuration from the default chain.
@@ -122,7 +125,10 @@ func NewAWSWithConfig(awsCfg aws.Config, cfg AWSConfig, log *zap.Logger) (*AWSDr
 	if cfg.GroupName == "" {
 		return nil, errors.New("autoscale: aws driver needs an Auto Scaling group name")
 	}
-	cfg = cfg.withDefaults()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("autoscale: aws driver: %w", err)
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -247,7 +253,10 @@ func NewInstanceProtectorWithConfig(awsCfg aws.Config, cfg ProtectorConfig, log 
 	if cfg.GroupName == "" {
 		return nil, errors.New("autoscale: instance protection needs an Auto Scaling group name")
 	}
-	cfg.AWSConfig = cfg.AWSConfig.withDefaults()
+	var err error
+	if cfg.AWSConfig, err = cfg.AWSConfig.withDefaults(); err != nil {
+		return nil, fmt.Errorf("autoscale: instance protection: %w", err)
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 )
 
 // Driver applies a desired node count to whatever runs the consumers.
@@ -89,7 +91,8 @@ const (
 )
 
 // ExecConfig configures the exec driver, for orchestrators without a
-// built-in driver.
+// built-in driver. Zero fields take their defaults; none can be off, and a
+// negative one is an error naming it.
 type ExecConfig struct {
 	// Command is the program and its leading arguments; the desired count
 	// is appended as the last argument and also set in the environment as
@@ -118,11 +121,11 @@ func NewExec(cfg ExecConfig, log *zap.Logger) (*ExecDriver, error) {
 	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
 		return nil, errors.New("autoscale: exec driver needs a command")
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultExecTimeout
-	}
-	if cfg.MaxOutput <= 0 {
-		cfg.MaxOutput = DefaultExecMaxOutput
+	if err := errors.Join(
+		cfgrule.Resolve("Timeout", &cfg.Timeout, DefaultExecTimeout, false),
+		cfgrule.Resolve("MaxOutput", &cfg.MaxOutput, DefaultExecMaxOutput, false),
+	); err != nil {
+		return nil, fmt.Errorf("autoscale: exec driver: %w", err)
 	}
 	if log == nil {
 		log = zap.NewNop()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 )
 
 // Source supplies the farm's load; the producer implements it over its job
@@ -30,7 +32,8 @@ const (
 	DefaultApplyTimeout = 2 * time.Minute
 )
 
-// ReconcilerConfig configures a Reconciler. Zero fields take the defaults.
+// ReconcilerConfig configures a Reconciler. Zero fields take the defaults;
+// none of them can be off, and a negative one is an error naming it.
 type ReconcilerConfig struct {
 	// Scaling is the policy handed to Compute.
 	Scaling Config
@@ -93,14 +96,12 @@ func NewReconciler(cfg ReconcilerConfig, src Source, drv Driver, log *zap.Logger
 		return nil, errors.New("autoscale: reconciler needs a source and a driver")
 	}
 	cfg.Scaling = cfg.Scaling.WithDefaults()
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.Reapply <= 0 {
-		cfg.Reapply = DefaultReapply
-	}
-	if cfg.ApplyTimeout <= 0 {
-		cfg.ApplyTimeout = DefaultApplyTimeout
+	if err := errors.Join(
+		cfgrule.Resolve("Interval", &cfg.Interval, DefaultInterval, false),
+		cfgrule.Resolve("Reapply", &cfg.Reapply, DefaultReapply, false),
+		cfgrule.Resolve("ApplyTimeout", &cfg.ApplyTimeout, DefaultApplyTimeout, false),
+	); err != nil {
+		return nil, fmt.Errorf("autoscale: reconciler: %w", err)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

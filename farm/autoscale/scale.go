@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
 
@@ -18,8 +19,14 @@ const (
 	DefaultIdleGrace         = time.Minute
 )
 
-// Config is the scaling policy. Zero fields take the documented defaults
-// (see WithDefaults); Min is the one field whose zero value is meant literally.
+// Off turns off a field of Config or ReconcilerConfig that can be off; each
+// field's comment says what off means there.
+const Off = cfgrule.Off
+
+// Config is the scaling policy. Its fields follow the one rule of every
+// config struct: 0 means the documented default (see WithDefaults; Min's
+// default is 0 itself), Off turns off a field that can be off, and any
+// other negative value is an error naming the field (see Validate).
 type Config struct {
 	// Min is the smallest desired count ever reported (default 0: an empty
 	// queue runs no consumers).
@@ -37,15 +44,16 @@ type Config struct {
 	// while new nodes boot.
 	TargetUtilisation float64
 	// ScaleInCooldown is how long the need must stay below the desired
-	// count before the count is lowered (default 5m). It keeps a short lull
-	// between bursts from terminating nodes that the next burst needs.
+	// count before the count is lowered (0: the default, 5m; Off: none, scale
+	// in at once). It keeps a short lull between bursts from terminating
+	// nodes that the next burst needs.
 	ScaleInCooldown time.Duration
 	// IdleGrace is how long a node must have had no job before it counts as
-	// an idle scale-in candidate (default 1m), so a node between two jobs is
-	// not mistaken for an idle one.
+	// an idle scale-in candidate (0: the default, 1m; Off: none), so a node
+	// between two jobs is not mistaken for an idle one.
 	IdleGrace time.Duration
 	// MaxScaleOutStep bounds how many nodes one computation adds
-	// (default 0: unlimited, scale out to the need at once).
+	// (0: the default, which is no bound: scale out to the need at once).
 	MaxScaleOutStep int
 }
 
@@ -88,10 +96,10 @@ func (c Config) Validate() error {
 	if !(c.TargetUtilisation > 0 && c.TargetUtilisation <= 1) {
 		errs = append(errs, fmt.Errorf("autoscale: target utilisation %v must be in (0, 1]", c.TargetUtilisation))
 	}
-	if c.ScaleInCooldown < 0 {
+	if c.ScaleInCooldown < 0 && c.ScaleInCooldown != Off {
 		errs = append(errs, fmt.Errorf("autoscale: scale-in cooldown %v is negative", c.ScaleInCooldown))
 	}
-	if c.IdleGrace < 0 {
+	if c.IdleGrace < 0 && c.IdleGrace != Off {
 		errs = append(errs, fmt.Errorf("autoscale: idle grace %v is negative", c.IdleGrace))
 	}
 	if c.MaxScaleOutStep < 0 {

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -265,5 +266,91 @@ func TestComputeCooldownLeft(t *testing.T) {
 	}
 	if d.Work != 0 || d.Need != 0 || d.Active != 2 || d.Idle != 2 || d.Previous != 2 {
 		t.Fatalf("decision counts = %+v", d)
+	}
+}
+
+// TestConfigsFollowTheZeroRule: 0 is the default, Off is off where a field
+// can be off, and any other negative value is an error naming the field.
+func TestConfigsFollowTheZeroRule(t *testing.T) {
+	if err := (Config{ScaleInCooldown: Off, IdleGrace: Off}).Validate(); err != nil {
+		t.Errorf("Off cooldown and grace: %v", err)
+	}
+	if c := (Config{}).WithDefaults(); c.ScaleInCooldown != DefaultScaleInCooldown || c.IdleGrace != DefaultIdleGrace || c.Max != DefaultMax {
+		t.Errorf("zero Config after defaults: %+v", c)
+	}
+	drv := &NoneDriver{}
+	src := SourceFunc(func(context.Context) (Load, error) { return Load{}, nil })
+	for _, tc := range []struct {
+		name string
+		cfg  ReconcilerConfig
+		want string
+	}{
+		{"zero", ReconcilerConfig{}, ""},
+		{"negative interval", ReconcilerConfig{Interval: -time.Second}, "Interval must not be negative"},
+		{"interval cannot be off", ReconcilerConfig{Interval: Off}, "Interval must not be negative"},
+		{"negative reapply", ReconcilerConfig{Reapply: -2}, "Reapply must not be negative"},
+		{"negative apply timeout", ReconcilerConfig{ApplyTimeout: -time.Minute}, "ApplyTimeout must not be negative"},
+	} {
+		r, err := NewReconciler(tc.cfg, src, drv, nil)
+		switch {
+		case tc.want == "" && (err != nil || r.cfg.Interval != DefaultInterval || r.cfg.Reapply != DefaultReapply || r.cfg.ApplyTimeout != DefaultApplyTimeout):
+			t.Errorf("%s: err %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  ExecConfig
+		want string
+	}{
+		{"zero", ExecConfig{Command: []string{"true"}}, ""},
+		{"negative timeout", ExecConfig{Command: []string{"true"}, Timeout: -time.Second}, "Timeout must not be negative"},
+		{"negative output", ExecConfig{Command: []string{"true"}, MaxOutput: Off}, "MaxOutput must not be negative"},
+	} {
+		d, err := NewExec(tc.cfg, nil)
+		switch {
+		case tc.want == "" && (err != nil || d.cfg.Timeout != DefaultExecTimeout || d.cfg.MaxOutput != DefaultExecMaxOutput):
+			t.Errorf("exec %s: err %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("exec %s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  AWSConfig
+		want string
+	}{
+		{"zero", AWSConfig{}, ""},
+		{"negative attempts", AWSConfig{MaxAttempts: -1}, "MaxAttempts must not be negative"},
+		{"negative backoff", AWSConfig{MaxBackoff: -time.Second}, "MaxBackoff must not be negative"},
+	} {
+		c, err := tc.cfg.withDefaults()
+		switch {
+		case tc.want == "" && (err != nil || c.MaxAttempts != DefaultAWSMaxAttempts || c.MaxBackoff != DefaultAWSMaxBackoff):
+			t.Errorf("aws %s: err %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("aws %s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		cfg    SimConfig
+		want   string
+		bursts int
+	}{
+		{"zero", SimConfig{}, "", DefaultSimConfig().Bursts},
+		{"bursts off", SimConfig{Bursts: Off}, "", 0},
+		{"negative bursts", SimConfig{Bursts: -3}, "Bursts must not be negative", 0},
+		{"negative job time", SimConfig{JobTime: -time.Second}, "JobTime must not be negative", 0},
+		{"negative rate", SimConfig{PeakRate: -1}, "PeakRate must not be negative", 0},
+	} {
+		c, err := tc.cfg.withDefaults()
+		switch {
+		case tc.want == "" && (err != nil || c.Bursts != tc.bursts):
+			t.Errorf("sim %s: err %v, bursts %d", tc.name, err, c.Bursts)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("sim %s: err = %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

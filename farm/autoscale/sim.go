@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,13 +12,15 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 // SimConfig describes a simulated day: a diurnal stream of submits plus
 // bursts, consumers that boot for NodeStartup before taking jobs, and a
 // per-slot job time that sets each node's throughput. Zero fields take the
-// defaults in DefaultSimConfig().
+// defaults in DefaultSimConfig(); Bursts alone can be Off; any other
+// negative value is an error naming the field.
 type SimConfig struct {
 	// Seed makes the workload reproducible: the same config gives the same
 	// report.
@@ -40,9 +43,8 @@ type SimConfig struct {
 	// and busiest (15:00) time of day (defaults 10 and 120).
 	BaseRate float64 `json:"base_rate_per_min"`
 	PeakRate float64 `json:"peak_rate_per_min"`
-	// Bursts is the number of batch submits during the day (default 12;
-	// negative for none), each of about BurstJobs jobs (0.5–1.5×, default
-	// 1500).
+	// Bursts is the number of batch submits during the day (0: the default,
+	// 12; Off: none), each of about BurstJobs jobs (0.5–1.5×, default 1500).
 	Bursts    int `json:"bursts"`
 	BurstJobs int `json:"burst_jobs"`
 	// Assign is the producer's assignment policy (default
@@ -68,46 +70,42 @@ func DefaultSimConfig() SimConfig {
 	}
 }
 
-func (c SimConfig) withDefaults() SimConfig {
+func (c SimConfig) withDefaults() (SimConfig, error) {
 	d := DefaultSimConfig()
 	if c.Seed == 0 {
 		c.Seed = d.Seed
-	}
-	if c.Duration <= 0 {
-		c.Duration = d.Duration
-	}
-	if c.Interval <= 0 {
-		c.Interval = d.Interval
 	}
 	if c.Scaling == (Config{}) {
 		c.Scaling = d.Scaling
 	}
 	c.Scaling = c.Scaling.WithDefaults()
-	if c.NodeStartup <= 0 {
-		c.NodeStartup = d.NodeStartup
+	var errs []error
+	for _, r := range []struct {
+		name string
+		v    *float64
+		def  float64
+	}{{"BaseRate", &c.BaseRate, d.BaseRate}, {"PeakRate", &c.PeakRate, d.PeakRate}} {
+		switch {
+		case *r.v == 0:
+			*r.v = r.def
+		case *r.v < 0:
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %v", r.name, *r.v))
+		}
 	}
-	if c.JobTime <= 0 {
-		c.JobTime = d.JobTime
-	}
-	if c.BaseRate <= 0 {
-		c.BaseRate = d.BaseRate
-	}
-	if c.PeakRate <= 0 {
-		c.PeakRate = d.PeakRate
-	}
-	switch {
-	case c.Bursts == 0:
-		c.Bursts = d.Bursts
-	case c.Bursts < 0:
+	errs = append(errs,
+		cfgrule.Resolve("Duration", &c.Duration, d.Duration, false),
+		cfgrule.Resolve("Interval", &c.Interval, d.Interval, false),
+		cfgrule.Resolve("NodeStartup", &c.NodeStartup, d.NodeStartup, false),
+		cfgrule.Resolve("JobTime", &c.JobTime, d.JobTime, false),
+		cfgrule.Resolve("Bursts", &c.Bursts, d.Bursts, true),
+		cfgrule.Resolve("BurstJobs", &c.BurstJobs, d.BurstJobs, false))
+	if c.Bursts == Off {
 		c.Bursts = 0
-	}
-	if c.BurstJobs <= 0 {
-		c.BurstJobs = d.BurstJobs
 	}
 	if c.Assign == "" {
 		c.Assign = d.Assign
 	}
-	return c
+	return c, errors.Join(errs...)
 }
 
 // SimRun is one fleet's outcome in a simulation.
@@ -158,9 +156,12 @@ type SimReport struct {
 // group launches nodes that take NodeStartup to boot and, on scale-in,
 // terminates booting nodes first and then idle ones, never a busy node
 // (scale-in protection). It is deterministic and takes well under a
-// second for a day. It fails only for an invalid Scaling policy.
+// second for a day. It fails only for an invalid config.
 func Simulate(cfg SimConfig) (SimReport, error) {
-	cfg = cfg.withDefaults()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return SimReport{}, fmt.Errorf("autoscale: simulation: %w", err)
+	}
 	jobs := simWorkload(cfg)
 	auto, err := newSimFarm(cfg, cfg.Scaling, cfg.Scaling.Min, jobs)
 	if err != nil {

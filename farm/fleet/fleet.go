@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 )
 
 // RecycleExitCode is the exit code with which a child asks to be restarted
@@ -23,7 +25,9 @@ import (
 // EC2 user data and the README spell it (a test in cmd/farm checks them).
 const RecycleExitCode = 75
 
-// Config says what to run and how to restart it.
+// Config says what to run and how to restart it. Its durations follow the
+// one rule of every config struct: 0 means the default, none can be off,
+// and a negative one is an error naming the field.
 type Config struct {
 	// Count is the number of children kept running. Required (> 0).
 	Count int
@@ -81,17 +85,13 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Command == nil {
 		return nil, errors.New("fleet: Command is required")
 	}
-	if cfg.MinBackoff == 0 {
-		cfg.MinBackoff = 500 * time.Millisecond
-	}
-	if cfg.MaxBackoff == 0 {
-		cfg.MaxBackoff = 30 * time.Second
-	}
-	if cfg.HealthyAfter == 0 {
-		cfg.HealthyAfter = 30 * time.Second
-	}
-	if cfg.StopTimeout == 0 {
-		cfg.StopTimeout = 60 * time.Second
+	if err := errors.Join(
+		cfgrule.Resolve("MinBackoff", &cfg.MinBackoff, 500*time.Millisecond, false),
+		cfgrule.Resolve("MaxBackoff", &cfg.MaxBackoff, 30*time.Second, false),
+		cfgrule.Resolve("HealthyAfter", &cfg.HealthyAfter, 30*time.Second, false),
+		cfgrule.Resolve("StopTimeout", &cfg.StopTimeout, 60*time.Second, false),
+	); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -152,3 +152,24 @@ func TestStopOnUnfixableExit(t *testing.T) {
 		t.Errorf("stats = %+v, want 2 starts and nothing running", s)
 	}
 }
+
+// TestConfigZeroRule: zero durations take their defaults; a negative one is
+// an error naming the field.
+func TestConfigZeroRule(t *testing.T) {
+	cmd := func(int) *exec.Cmd { return exec.Command("true") }
+	f, err := New(Config{Count: 1, Command: cmd})
+	if err != nil || f.cfg.MinBackoff != 500*time.Millisecond || f.cfg.MaxBackoff != 30*time.Second ||
+		f.cfg.HealthyAfter != 30*time.Second || f.cfg.StopTimeout != time.Minute {
+		t.Fatalf("zero durations: %+v, %v", f, err)
+	}
+	for name, c := range map[string]Config{
+		"MinBackoff":   {Count: 1, Command: cmd, MinBackoff: -time.Second},
+		"MaxBackoff":   {Count: 1, Command: cmd, MaxBackoff: -1},
+		"HealthyAfter": {Count: 1, Command: cmd, HealthyAfter: -time.Second},
+		"StopTimeout":  {Count: 1, Command: cmd, StopTimeout: -time.Minute},
+	} {
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), name+" must not be negative") {
+			t.Errorf("%s negative: err = %v", name, err)
+		}
+	}
+}

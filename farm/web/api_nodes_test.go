@@ -32,15 +32,15 @@ func TestNodesStatsHealth(t *testing.T) {
 	f.register("hot", 6)
 	load := jobqueue.NodeLoad{CPUPercent: 35, MemUsedBytes: 2 << 30, MemTotalBytes: 8 << 30, ChromePSSBytes: 700 << 20,
 		BusySessions: 4, JobsSinceChromeStart: 13, JobsSinceProcessStart: 57, ChromeRestarts: 2}
-	if _, err := f.q.Heartbeat(ctx, "calm", load); err != nil {
+	if _, err := f.q.Incarnation(jobqueue.Node{ID: "calm"}).Heartbeat(ctx, load); err != nil {
 		t.Fatal(err)
 	}
 	load.CPUPercent = 97
-	if _, err := f.q.Heartbeat(ctx, "hot", load); err != nil {
+	if _, err := f.q.Incarnation(jobqueue.Node{ID: "hot"}).Heartbeat(ctx, load); err != nil {
 		t.Fatal(err)
 	}
 	f.register("calm", 6) // a process restart of calm
-	if _, err := f.q.Heartbeat(ctx, "calm", jobqueue.NodeLoad{BusySessions: 4, ChromePSSBytes: 1 << 30}); err != nil {
+	if _, err := f.q.Incarnation(jobqueue.Node{ID: "calm"}).Heartbeat(ctx, jobqueue.NodeLoad{BusySessions: 4, ChromePSSBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	f.enqueue(jobqueue.Spec{URL: "http://a.example/"}, jobqueue.Spec{URL: "http://a.example/2"})
@@ -146,7 +146,7 @@ func TestSamplesAndFailures(t *testing.T) {
 	for i, pss := range []int64{300, 500} {
 		at = base.Add(time.Duration(i) * 5 * time.Second)
 		for _, n := range []string{"a", "b"} {
-			if _, err := qc.Heartbeat(ctx, n, jobqueue.NodeLoad{ChromePSSBytes: pss << 20, BusySessions: i + 1}); err != nil {
+			if _, err := qc.Incarnation(jobqueue.Node{ID: n}).Heartbeat(ctx, jobqueue.NodeLoad{ChromePSSBytes: pss << 20, BusySessions: i + 1}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -53,7 +53,7 @@ func benchFarm(b *testing.B) *jobqueue.Queue {
 		var comps []jobqueue.Completion
 		for _, j := range jobs {
 			if j.ID%10 == 0 {
-				if _, err := q.Fail(ctx, j.ID, "node-00", "timeout", fmt.Sprintf("class_%d", j.ID%7), false); err != nil {
+				if _, err := q.Incarnation(jobqueue.Node{ID: "node-00"}).Fail(ctx, j.ID, "timeout", fmt.Sprintf("class_%d", j.ID%7), false); err != nil {
 					b.Fatal(err)
 				}
 				continue

@@ -161,7 +161,7 @@ func history(t *testing.T, f *fixture, nodes []string) (failedID int64) {
 				ChromePSSBytes: pss, ChromePSSMinBytes: lo, ChromePSSMaxBytes: hi, BusySessions: 1 + (step+i)%6,
 				JobsSinceChromeStart: since, JobsSinceProcessStart: int64(jobs % 80), ChromeRestarts: int64(jobs%80) / 20,
 			}
-			if _, err := q.Heartbeat(ctx, n, load); err != nil {
+			if _, err := q.Incarnation(jobqueue.Node{ID: n}).Heartbeat(ctx, load); err != nil {
 				t.Fatal(err)
 			}
 			// This step's job outranks the backlog, so it is the one the
@@ -185,12 +185,12 @@ func history(t *testing.T, f *fixture, nodes []string) (failedID int64) {
 			for _, j := range claimed {
 				switch {
 				case j.ID == ids[0] && i == 1 && step%9 == 0:
-					_, err = q.Fail(ctx, j.ID, n, "navigation timeout after 30s waiting for #price", "timeout", false)
+					_, err = q.Incarnation(jobqueue.Node{ID: n}).Fail(ctx, j.ID, "navigation timeout after 30s waiting for #price", "timeout", false)
 					failedID = j.ID
 				case j.ID == ids[0] && i == 0 && step%23 == 0:
-					_, err = q.Fail(ctx, j.ID, n, "HTTP 503 Service Unavailable", "http_5xx", false)
+					_, err = q.Incarnation(jobqueue.Node{ID: n}).Fail(ctx, j.ID, "HTTP 503 Service Unavailable", "http_5xx", false)
 				default:
-					_, err = q.Complete(ctx, j.ID, n, jobqueue.Result{FinalURL: j.Spec.URL, Status: 200, Title: "Item"})
+					err = completeJob(ctx, q, j.ID, n, jobqueue.Result{FinalURL: j.Spec.URL, Status: 200, Title: "Item"})
 				}
 				if err != nil {
 					t.Fatal(err)

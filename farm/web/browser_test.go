@@ -65,7 +65,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		ChromeRecycleJobs: 30}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.q.Heartbeat(ctx, "web-node-hot", jobqueue.NodeLoad{CPUPercent: 98, MemUsedBytes: 7 << 30, MemTotalBytes: 8 << 30,
+	if _, err := f.q.Incarnation(jobqueue.Node{ID: "web-node-hot"}).Heartbeat(ctx, jobqueue.NodeLoad{CPUPercent: 98, MemUsedBytes: 7 << 30, MemTotalBytes: 8 << 30,
 		ChromePSSBytes: 1900 << 20, BusySessions: 6, JobsSinceChromeStart: 19, JobsSinceProcessStart: 79, ChromeRestarts: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestDashboardInBrowser(t *testing.T) {
 					if node == "web-node-1" {
 						busy = busy1.Load()
 					}
-					if _, err := f.q.Heartbeat(workCtx, node, jobqueue.NodeLoad{CPUPercent: 60, MemUsedBytes: 4 << 30, MemTotalBytes: 8 << 30,
+					if _, err := f.q.Incarnation(jobqueue.Node{ID: node}).Heartbeat(workCtx, jobqueue.NodeLoad{CPUPercent: 60, MemUsedBytes: 4 << 30, MemTotalBytes: 8 << 30,
 						ChromePSSBytes: (300 + n%20*30) << 20, BusySessions: int(busy), JobsSinceChromeStart: n % 20, JobsSinceProcessStart: n % 80}); err != nil {
 						return err
 					}
@@ -123,7 +123,7 @@ func TestDashboardInBrowser(t *testing.T) {
 				if err != nil || len(page.Jobs) == 0 {
 					return err
 				}
-				if _, err := f.q.Complete(workCtx, page.Jobs[0].ID, "web-node-1", jobqueue.Result{Status: 200, Title: "live"}); err != nil {
+				if err := completeJob(workCtx, f.q, page.Jobs[0].ID, "web-node-1", jobqueue.Result{Status: 200, Title: "live"}); err != nil {
 					return err
 				}
 				if _, _, err := f.q.Enqueue(workCtx, []jobqueue.Spec{{URL: fmt.Sprintf("http://shop.test/more/%d", n)}}); err != nil {

@@ -180,10 +180,10 @@ func (f *fixture) runOne(node, url string, res jobqueue.Result, class string) in
 		f.t.Fatalf("started %+v, want job %d", jobs, ids[0])
 	}
 	if class == "" {
-		if _, err := f.q.Complete(ctx, ids[0], node, res); err != nil {
+		if err := completeJob(ctx, f.q, ids[0], node, res); err != nil {
 			f.t.Fatalf("complete: %v", err)
 		}
-	} else if _, err := f.q.Fail(ctx, ids[0], node, "failed with "+class, class, false); err != nil {
+	} else if _, err := f.q.Incarnation(jobqueue.Node{ID: node}).Fail(ctx, ids[0], "failed with "+class, class, false); err != nil {
 		f.t.Fatalf("fail: %v", err)
 	}
 	return ids[0]
@@ -211,4 +211,15 @@ func specsJSON(urls ...string) string {
 		parts[i] = fmt.Sprintf(`{"url": %q}`, u)
 	}
 	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// completeJob completes one job as nodeID through CompleteMany, the
+// product's form, bound to no registration of the node (incarnation 0
+// passes every fence).
+func completeJob(ctx context.Context, q *jobqueue.Queue, jobID int64, nodeID string, res jobqueue.Result) error {
+	out, err := q.CompleteMany(ctx, []jobqueue.Completion{{JobID: jobID, NodeID: nodeID, Result: res}})
+	if err != nil {
+		return err
+	}
+	return out[0].Err
 }

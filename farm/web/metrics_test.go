@@ -81,7 +81,7 @@ func TestMetrics(t *testing.T) {
 	f.enqueue(jobqueue.Spec{URL: "http://m.example/1"}, jobqueue.Spec{URL: "http://m.example/2"},
 		jobqueue.Spec{URL: "http://m.example/3"}, jobqueue.Spec{URL: "http://m.example/4"})
 	f.start("n1", 3)
-	if _, err := f.q.Heartbeat(ctx, "n1", jobqueue.NodeLoad{CPUPercent: 55.5, MemUsedBytes: 3 << 30, MemTotalBytes: 16 << 30,
+	if _, err := f.q.Incarnation(jobqueue.Node{ID: "n1"}).Heartbeat(ctx, jobqueue.NodeLoad{CPUPercent: 55.5, MemUsedBytes: 3 << 30, MemTotalBytes: 16 << 30,
 		ChromePSSBytes: 812 << 20, BusySessions: 3, JobsSinceChromeStart: 7, JobsSinceProcessStart: 47, ChromeRestarts: 2,
 		ChromeRecycles: 4, ChromeMemoryRecycles: 1}); err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestMetrics(t *testing.T) {
 	// Scrapes within the cache TTL share one database read; the leader
 	// gauge is read at scrape time.
 	f.leader.Store(false)
-	if _, err := f.q.Heartbeat(ctx, "n1", jobqueue.NodeLoad{BusySessions: 1}); err != nil {
+	if _, err := f.q.Incarnation(jobqueue.Node{ID: "n1"}).Heartbeat(ctx, jobqueue.NodeLoad{BusySessions: 1}); err != nil {
 		t.Fatal(err)
 	}
 	f.metrics.queue.mu.Lock()

@@ -2,22 +2,29 @@ package web
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
-// RecorderConfig configures a Recorder. Queue is required.
+// RecorderConfig configures a Recorder. Queue is required. Its numeric
+// fields follow the one rule of every config struct: 0 means the default;
+// none of them can be off; a negative one is a programming error that
+// NewRecorder reports by panicking with the field's name, as it does for a
+// nil Queue (the command checks its flags before).
 type RecorderConfig struct {
 	Queue *jobqueue.Queue
-	// Interval is the time between samples. Default: 5 s.
+	// Interval is the time between samples. 0: the default, 5 s.
 	Interval time.Duration
-	// Retention is how long samples are kept. Default: 1 h, what the
-	// dashboard's charts show.
+	// Retention is how long samples are kept. 0: the default, 1 h, what
+	// the dashboard's charts show.
 	Retention time.Duration
-	// PruneBatch bounds the rows one prune statement deletes. Default: 5000.
+	// PruneBatch bounds the rows one prune statement deletes. 0: the
+	// default, 5000.
 	PruneBatch int
 	// Logger receives failures. Default: zap.NewNop().
 	Logger *zap.Logger
@@ -48,14 +55,12 @@ func NewRecorder(cfg RecorderConfig) *Recorder {
 	if cfg.Queue == nil {
 		panic("web.NewRecorder: RecorderConfig.Queue is nil")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultSampleInterval
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = DefaultSampleRetention
-	}
-	if cfg.PruneBatch <= 0 {
-		cfg.PruneBatch = DefaultPruneBatch
+	if err := errors.Join(
+		cfgrule.Resolve("Interval", &cfg.Interval, DefaultSampleInterval, false),
+		cfgrule.Resolve("Retention", &cfg.Retention, DefaultSampleRetention, false),
+		cfgrule.Resolve("PruneBatch", &cfg.PruneBatch, DefaultPruneBatch, false),
+	); err != nil {
+		panic("web.NewRecorder: RecorderConfig." + err.Error())
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -24,7 +25,10 @@ import (
 var assetFiles embed.FS
 
 // Config configures NewServer. Queue is required; every other field has a
-// documented default.
+// documented default. Its numeric fields follow the one rule of every
+// config struct: 0 means the default; none of them can be off; a negative
+// one is a programming error that NewServer reports by panicking with the
+// field's name, as it does for a nil Queue.
 type Config struct {
 	// Queue is the job queue the API reads and changes.
 	Queue *jobqueue.Queue
@@ -57,21 +61,22 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors. Default: zap.NewNop().
 	Logger *zap.Logger
-	// MaxBodyBytes bounds a request body. Default: 8 MiB (about 40,000
-	// simple specs; a bigger batch goes in several calls).
+	// MaxBodyBytes bounds a request body. 0: the default, 8 MiB (about
+	// 40,000 simple specs; a bigger batch goes in several calls).
 	MaxBodyBytes int64
 	// Blobs is where results' HTML and screenshots are when the consumers
 	// keep them in a blob store; the API streams them from there.
 	Blobs blobstore.Store
 	// Version is shown on the dashboard and in /api/stats.
 	Version string
-	// ChartWindow is how far back the charts reach by default. Default: 1 h
-	// (the Recorder's default retention).
+	// ChartWindow is how far back the charts reach by default. 0: the
+	// default, 1 h (the Recorder's default retention).
 	ChartWindow time.Duration
-	// ChartStep is the default bucket width of /api/samples. Default: 10 s.
+	// ChartStep is the default bucket width of /api/samples. 0: the
+	// default, 10 s.
 	ChartStep time.Duration
 	// StaleAfter is the heartbeat age at which the dashboard flags a node
-	// that is not yet declared lost. Default: 30 s.
+	// that is not yet declared lost. 0: the default, 30 s.
 	StaleAfter time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
@@ -97,17 +102,13 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.ChartWindow <= 0 {
-		c.ChartWindow = DefaultChartWindow
-	}
-	if c.ChartStep <= 0 {
-		c.ChartStep = DefaultChartStep
-	}
-	if c.StaleAfter <= 0 {
-		c.StaleAfter = DefaultStaleAfter
+	if err := errors.Join(
+		cfgrule.Resolve("MaxBodyBytes", &c.MaxBodyBytes, DefaultMaxBodyBytes, false),
+		cfgrule.Resolve("ChartWindow", &c.ChartWindow, DefaultChartWindow, false),
+		cfgrule.Resolve("ChartStep", &c.ChartStep, DefaultChartStep, false),
+		cfgrule.Resolve("StaleAfter", &c.StaleAfter, DefaultStaleAfter, false),
+	); err != nil {
+		panic("web.NewServer: Config." + err.Error())
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -97,8 +97,14 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	}
 	scfg := supervisor.DefaultConfig()
 	scfg.Capacity = cfg.Concurrency
-	scfg.ChromeRecycleJobs = cfg.RecycleJobs
-	scfg.ExitAfterJobs = cfg.ExitAfterJobs
+	// The worker's 0 is off; the supervisor's 0 is its default.
+	scfg.ChromeRecycleJobs, scfg.ExitAfterJobs = supervisor.Off, supervisor.Off
+	if cfg.RecycleJobs > 0 {
+		scfg.ChromeRecycleJobs = cfg.RecycleJobs
+	}
+	if cfg.ExitAfterJobs > 0 {
+		scfg.ExitAfterJobs = cfg.ExitAfterJobs
+	}
 	scfg.Browser = browser.Options{ExecPath: cfg.Chrome, ProfileRoot: cfg.ProfileRoot, Logger: log}
 	scfg.Logger = log
 	if cfg.Egress {

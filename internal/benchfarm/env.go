@@ -113,8 +113,8 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	// supervisor's default" to the consumer but "no slots" to it.
 	cfg.Capacity = supervisor.DefaultConfig().Capacity
 	cfg.Logger = e.log.Named(r.name)
-	cfg.Supervisor.ChromeRecycleJobs = r.recycleEvery
-	cfg.Supervisor.ExitAfterJobs = 0
+	cfg.Supervisor.ChromeRecycleJobs = offIfZero(r.recycleEvery)
+	cfg.Supervisor.ExitAfterJobs = supervisor.Off
 	cfg.Supervisor.Browser.ProfileRoot = profiles
 	// The test site is on loopback, which the default egress policy refuses.
 	siteURL, err := url.Parse(e.site.URL)
@@ -127,7 +127,7 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	}
 	cfg.Egress.Allow = []egress.Rule{siteRule}
 	if r.lead >= 0 {
-		cfg.Supervisor.ReplacementLead = r.lead
+		cfg.Supervisor.ReplacementLead = offIfZero(r.lead)
 	}
 	if r.sampleEvery > 0 {
 		cfg.Supervisor.MemoryInterval = r.sampleEvery
@@ -283,4 +283,13 @@ func (e *env) freshDB(ctx context.Context) (*pgxpool.Pool, func(), error) {
 		return nil, nil, err
 	}
 	return pool, pool.Close, nil
+}
+
+// offIfZero maps the harness's "0: never" onto the supervisor's Off (its 0
+// is the default).
+func offIfZero(n int) int {
+	if n == 0 {
+		return supervisor.Off
+	}
+	return n
 }

@@ -203,7 +203,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 		tick = o.poll
 	}
 	prod, err := farm.NewProducer(farm.ProducerConfig{Queue: q, Pool: ppool, Tick: tick, PollOnly: o.pollOnly,
-		Assign: o.assign, OnAssigned: st.round})
+		Retention: farm.Off, Assign: o.assign, OnAssigned: st.round})
 	if err != nil {
 		return res, err
 	}

@@ -24,6 +24,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 )
 
 // Superuser is the database superuser created by initdb.
@@ -34,6 +36,9 @@ const Superuser = "postgres"
 const socketPathMax = 107
 
 // Config says where and how to run the cluster. Only DataDir is required.
+// Port and StartTimeout follow the one rule of every config struct: 0 means
+// the default, neither can be off, and a negative one is an error naming
+// the field.
 type Config struct {
 	// DataDir holds the cluster. It is created and initialised (initdb) when it
 	// does not hold a cluster yet, and reused otherwise.
@@ -123,11 +128,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("pglocal: data dir %q: %w", cfg.DataDir, err)
 	}
 	cfg.DataDir = dataDir
-	if cfg.Port == 0 {
-		cfg.Port = 5432
-	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 60 * time.Second
+	if err := errors.Join(
+		cfgrule.Resolve("Port", &cfg.Port, 5432, false),
+		cfgrule.Resolve("StartTimeout", &cfg.StartTimeout, 60*time.Second, false),
+	); err != nil {
+		return nil, fmt.Errorf("pglocal: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -221,3 +221,16 @@ func TestInterruptedInitdbIsRedone(t *testing.T) {
 		t.Errorf("no cluster in the data dir: %v", err)
 	}
 }
+
+// TestConfigZeroRule: a negative Port or StartTimeout is an error naming
+// the field, before anything starts.
+func TestConfigZeroRule(t *testing.T) {
+	for name, c := range map[string]Config{
+		"Port":         {DataDir: t.TempDir(), Port: -2},
+		"StartTimeout": {DataDir: t.TempDir(), StartTimeout: -time.Second},
+	} {
+		if _, err := Start(context.Background(), c); err == nil || !strings.Contains(err.Error(), name+" must not be negative") {
+			t.Errorf("%s negative: err = %v", name, err)
+		}
+	}
+}
