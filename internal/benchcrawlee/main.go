@@ -247,8 +247,8 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 					Load1:                load1(),
 				}
 				runs = append(runs, rec)
-				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page (worker process %.1f), concurrency mean %.2f max %d, load1 %.1f%s",
-					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, rec.SelfCPUMsPerPage, rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1, farmTimes(rec))
+				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page%s, concurrency mean %.2f max %d, load1 %.1f%s",
+					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, farmSelf(rec), rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1, farmTimes(rec))
 			}
 		}
 	}
@@ -280,6 +280,15 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 		}
 	}
 	return out, nil
+}
+
+// farmSelf is the farm worker's own process CPU per page, for the progress
+// line; empty for Crawlee, whose driver does not report it.
+func farmSelf(r runRecord) string {
+	if r.SelfCPUMsPerPage == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (worker process %.1f)", r.SelfCPUMsPerPage)
 }
 
 // farmTimes is a farm page's mean wait for a slot and time after it, for
