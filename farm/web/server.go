@@ -76,7 +76,9 @@ type Config struct {
 	// default, 10 s.
 	ChartStep time.Duration
 	// StaleAfter is the heartbeat age at which the dashboard flags a node
-	// that is not yet declared lost. 0: the default, 30 s.
+	// that is not yet declared lost. 0: the default, the queue's
+	// (jobqueue.DefaultStaleAfter, 15 s): the age at which the producer's
+	// rescue declares it lost, so a flagged node is one about to be.
 	StaleAfter time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
@@ -90,7 +92,7 @@ const (
 	DefaultMaxBodyBytes = 8 << 20
 	DefaultChartWindow  = time.Hour
 	DefaultChartStep    = 10 * time.Second
-	DefaultStaleAfter   = 30 * time.Second
+	DefaultStaleAfter   = jobqueue.DefaultStaleAfter
 	// maxChartPoints bounds the buckets of one /api/samples series; a wider
 	// window gets wider buckets.
 	maxChartPoints = 2000
