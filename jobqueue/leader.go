@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -39,17 +40,16 @@ type Elector struct {
 	leader atomic.Bool
 }
 
-// NewElector returns an Elector campaigning on pool.
+// NewElector returns an Elector campaigning on pool. A negative interval
+// is a programming error: it panics naming the field.
 func NewElector(pool *pgxpool.Pool, cfg ElectorConfig) *Elector {
 	if cfg.Key == 0 {
 		cfg.Key = DefaultLeaderKey
 	}
-	if cfg.RetryInterval <= 0 {
-		cfg.RetryInterval = time.Second
-	}
-	if cfg.CheckInterval <= 0 {
-		cfg.CheckInterval = time.Second
-	}
+	mustResolve("ElectorConfig",
+		cfgrule.Resolve("RetryInterval", &cfg.RetryInterval, time.Second, false),
+		cfgrule.Resolve("CheckInterval", &cfg.CheckInterval, time.Second, false),
+	)
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()

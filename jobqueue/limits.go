@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
 
@@ -66,18 +67,15 @@ func (l ResultLimits) Check() error {
 	return nil
 }
 
-// withDefaults fills the zero fields with the defaults.
+// withDefaults fills the zero fields with the defaults; a negative one is
+// refused (New panics naming it). Check bounds the rest.
 func (l ResultLimits) withDefaults() ResultLimits {
 	d := DefaultResultLimits()
-	if l.DataBytes == 0 {
-		l.DataBytes = d.DataBytes
-	}
-	if l.ScreenshotBytes == 0 {
-		l.ScreenshotBytes = d.ScreenshotBytes
-	}
-	if l.ConsoleErrors == 0 {
-		l.ConsoleErrors = d.ConsoleErrors
-	}
+	mustResolve("ResultLimits",
+		cfgrule.Resolve("DataBytes", &l.DataBytes, d.DataBytes, false),
+		cfgrule.Resolve("ScreenshotBytes", &l.ScreenshotBytes, d.ScreenshotBytes, false),
+		cfgrule.Resolve("ConsoleErrors", &l.ConsoleErrors, d.ConsoleErrors, false),
+	)
 	return l
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -48,20 +49,19 @@ type Listener struct {
 	readyOne sync.Once
 }
 
-// NewListener returns a Listener; call Run to start it.
+// NewListener returns a Listener; call Run to start it. A negative field
+// is a programming error: it panics naming the field.
 func NewListener(pool *pgxpool.Pool, cfg ListenerConfig) *Listener {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.Buffer <= 0 {
-		cfg.Buffer = 64
-	}
-	if cfg.RetryMin <= 0 {
-		cfg.RetryMin = 100 * time.Millisecond
-	}
-	if cfg.RetryMax < cfg.RetryMin {
-		cfg.RetryMax = max(5*time.Second, cfg.RetryMin)
-	}
+	mustResolve("ListenerConfig",
+		cfgrule.Resolve("Buffer", &cfg.Buffer, 64, false),
+		cfgrule.Resolve("RetryMin", &cfg.RetryMin, 100*time.Millisecond, false),
+		cfgrule.Resolve("RetryMax", &cfg.RetryMax, max(5*time.Second, cfg.RetryMin), false),
+	)
+	// A ceiling under the floor would make the backoff shrink.
+	cfg.RetryMax = max(cfg.RetryMax, cfg.RetryMin)
 	return &Listener{
 		pool:  pool,
 		cfg:   cfg,

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -17,7 +18,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Config tunes a Queue. The zero value is usable: every field has a default.
+// Config tunes a Queue. The zero value is usable: every field has a
+// default, a 0 takes it, and a negative number is refused (New panics
+// naming the field).
 type Config struct {
 	// Logger receives the queue's logs. Default: zap.NewNop().
 	Logger *zap.Logger
@@ -60,6 +63,10 @@ const (
 	lockReleaseTimeout = 5 * time.Second
 )
 
+// withDefaults applies the project's rule for numeric config fields
+// (internal/cfgrule): 0 takes the default and a negative value is a
+// programming error, which New reports by panicking with the field's name,
+// as it would for a nil pool. Nothing here can be off.
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -67,20 +74,21 @@ func (c Config) withDefaults() Config {
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = DefaultBackoffBase
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = DefaultBackoffMax
-	}
-	if c.Lease <= 0 {
-		c.Lease = DefaultLease
-	}
-	if c.StaleAfter <= 0 {
-		c.StaleAfter = DefaultStaleAfter
-	}
+	mustResolve("Config",
+		cfgrule.Resolve("BackoffBase", &c.BackoffBase, DefaultBackoffBase, false),
+		cfgrule.Resolve("BackoffMax", &c.BackoffMax, DefaultBackoffMax, false),
+		cfgrule.Resolve("Lease", &c.Lease, DefaultLease, false),
+		cfgrule.Resolve("StaleAfter", &c.StaleAfter, DefaultStaleAfter, false),
+	)
 	c.ResultLimits = c.ResultLimits.withDefaults()
 	return c
+}
+
+// mustResolve panics, naming the struct, when a field broke the rule.
+func mustResolve(structName string, errs ...error) {
+	if err := errors.Join(errs...); err != nil {
+		panic(fmt.Sprintf("jobqueue: %s: %v", structName, err))
+	}
 }
 
 // Queue is the job queue on one PostgreSQL database. It is safe for
