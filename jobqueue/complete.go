@@ -47,8 +47,12 @@ WITH input AS (
         AS t(job_id, node_id, final_url, status, title, data, html, screenshot, console_errors, timings, links,
              incarnation, links_over, blobs)
 ), locked AS (
-    SELECT j.id FROM jobs j
-    WHERE j.id = ANY($1::bigint[]) AND j.state IN ('pending', 'queued', 'processing')
+    -- By id alone, the state checked below: with the state in this WHERE
+    -- clause the planner may scan a partial index instead of the primary
+    -- key (see politeLockSQL). A job already final is locked for nothing,
+    -- which only a duplicate completion pays.
+    SELECT j.id, j.state FROM jobs j
+    WHERE j.id = ANY($1::bigint[])
       AND EXISTS (SELECT 1 FROM input i WHERE i.job_id = j.id AND ` + fence("i.node_id", "i.incarnation") + `)
     ORDER BY j.id
     FOR UPDATE
@@ -56,10 +60,11 @@ WITH input AS (
     UPDATE jobs j SET state = 'completed', node_id = i.node_id,
         finished_at = coalesce($12::timestamptz, now()), lease_expires_at = NULL
     FROM locked l, input i
-    WHERE j.id = l.id AND i.job_id = l.id
-    RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id
+    WHERE j.id = l.id AND i.job_id = l.id AND l.state IN ('pending', 'queued', 'processing')
+    RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id, j.finished_at
 ), counted AS (
-    ` + bumpNodeCounterSQL("jobs_completed", "SELECT d.node_id, count(*) FROM done d GROUP BY d.node_id ORDER BY d.node_id") + `
+    ` + bumpNodeCounterSQL("jobs_completed", "SELECT d.node_id, count(*) FROM done d GROUP BY d.node_id ORDER BY d.node_id") +
+	finishCountsSQL("SELECT 'completed'::text AS state, d.finished_at, NULL::text AS error_class, 1 AS d FROM done d") + `
 ), found AS (
     SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[])
         AS f(job_id, url, host, dedup_key, ord)

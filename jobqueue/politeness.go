@@ -164,19 +164,29 @@ WITH best AS (
 SELECT j.id, j.priority, j.created_at FROM jobs j
 WHERE j.id IN (SELECT id FROM best) AND j.state = 'pending'`
 
-// politeLockSQL locks the picked jobs that are still pending. Locking a row
-// writes to it, so only the winners are locked. Rounds are serialized by
-// assignLockKey; SKIP LOCKED only steps around a cancel or retry touching
-// the same job at the same moment.
-const politeLockSQL = `SELECT id FROM jobs WHERE id = ANY($1::bigint[]) AND state = 'pending' FOR UPDATE SKIP LOCKED`
+// politeLockSQL locks the picked jobs and returns their state after the
+// lock; the round keeps those still pending. Locking a row writes to it, so
+// only the winners are locked. Rounds are serialized by assignLockKey; SKIP
+// LOCKED only steps around a cancel or retry touching the same job at the
+// same moment.
+//
+// The state is checked by the caller, not here: with "state = 'pending'" in
+// the WHERE clause the planner may answer from a pending partial index
+// (jobs_pending_idx, jobs_pending_host_idx), whose statistics lag a queue
+// that fills and drains between two ANALYZEs, and it did — a bitmap AND over
+// every pending entry, each round. By id alone only the primary key serves.
+const politeLockSQL = `SELECT id, state FROM jobs WHERE id = ANY($1::bigint[]) FOR UPDATE SKIP LOCKED`
 
 const politeHostRowsSQL = `INSERT INTO hosts (host) SELECT unnest($1::text[]) ON CONFLICT (host) DO NOTHING`
 
+// politeUpdateSQL assigns jobs the round locked and saw pending
+// (politeLockSQL): nothing can have changed them since, so they are found
+// by id alone, through the primary key (see politeLockSQL).
 const politeUpdateSQL = `
 WITH assigned AS (
     UPDATE jobs j SET state = 'queued', node_id = a.node_id, queued_at = coalesce($3::timestamptz, now())
     FROM unnest($1::bigint[], $2::text[]) AS a(id, node_id)
-    WHERE j.id = a.id AND j.state = 'pending'
+    WHERE j.id = a.id
     RETURNING j.node_id
 )
 SELECT pg_notify($4 || node_id, count(*)::text) FROM assigned GROUP BY node_id`
@@ -352,8 +362,11 @@ func lockTargets(ctx context.Context, tx pgx.Tx, targets []string, candIDs []int
 	})
 	b.Queue(politeLockSQL, candIDs).Query(func(rows pgx.Rows) error {
 		var id int64
-		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-			locked[id] = true
+		var st State
+		_, err := pgx.ForEachRow(rows, []any{&id, &st}, func() error {
+			if st == StatePending {
+				locked[id] = true
+			}
 			return nil
 		})
 		return err
