@@ -8,9 +8,34 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Counts of jobs by state and of finishes per minute, kept by triggers on
-// jobs (migrations/*_job_counts.sql) so that the dashboard, the API, the
-// metrics and `farm status` read a few rows instead of scanning the history.
+// Counts of jobs by state and of finishes per minute (job_counts and
+// finished_minutes, migrations/*_job_counts.sql), so that the dashboard, the
+// API, the metrics and `farm status` read a few rows instead of scanning the
+// history. Inserts and deletes are counted by statement-level triggers on
+// jobs; a job reaching or leaving a final state by an UPDATE is counted by
+// the statement that moves it (finishCountsSQL), because an UPDATE trigger
+// ran for every assignment, claim and lease renewal too, which move no
+// count (see migrations/*_count_in_statements.sql).
+
+// finishCountsSQL is two CTEs, to follow a CTE of the statement that changes
+// jobs, that add to job_counts and finished_minutes the rows of src: rows
+// (state, finished_at, error_class, d) of jobs that reached a final state
+// (d = 1, their new values) or left one (d = -1, their old values). Rows in
+// other states are ignored, as the triggers ignore them.
+func finishCountsSQL(src string) string {
+	return `
+), finish_counted AS (
+    INSERT INTO job_counts (state, n)
+    SELECT x.state, sum(x.d) FROM (` + src + `) x
+    WHERE x.state IN ('completed', 'failed', 'canceled')
+    GROUP BY x.state HAVING sum(x.d) <> 0
+), minutes_counted AS (
+    INSERT INTO finished_minutes (minute, state, class, n)
+    SELECT finished_minute(x.finished_at), x.state, finished_class(x.state, x.error_class), sum(x.d)
+    FROM (` + src + `) x
+    WHERE x.state IN ('completed', 'failed', 'canceled') AND x.finished_at IS NOT NULL
+    GROUP BY 1, 2, 3 HAVING sum(x.d) <> 0`
+}
 
 // compactLockKey lets one CompactCounts run at a time; others skip.
 const compactLockKey int64 = 0x6266636f756e7473 // "bfcounts"

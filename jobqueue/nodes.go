@@ -87,9 +87,10 @@ WITH upd AS (
         last_error  = $4,
         error_class = $5
     WHERE j.node_id = $1 AND j.state = 'processing' AND ` + fence("$1", "$6") + `
-    RETURNING j.state
+    RETURNING j.state, j.finished_at, j.error_class
 ), counted AS (
-    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $1, count(*) FROM upd WHERE state = 'failed' HAVING count(*) > 0") + `
+    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $1, count(*) FROM upd WHERE state = 'failed' HAVING count(*) > 0") +
+	finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 

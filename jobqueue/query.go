@@ -244,11 +244,12 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
-const cancelSQL = `
+var cancelSQL = `
 WITH upd AS (
     UPDATE jobs j SET state = 'canceled', finished_at = coalesce($2::timestamptz, now()), lease_expires_at = NULL
     WHERE %s AND j.state IN ('pending', 'queued', 'processing')
-    RETURNING j.node_id
+    RETURNING j.node_id, j.state, j.finished_at, j.error_class
+` + finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 ), woken AS (
     SELECT pg_notify($3, $4) FROM upd WHERE node_id IS NOT NULL HAVING count(*) > 0
 )
@@ -291,12 +292,20 @@ func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
 	var n, notified int64
 	err := q.retryDeadlocks(ctx, "retry", func() error {
 		return q.pool.QueryRow(ctx, `
-        WITH upd AS (
+        WITH old AS (
+            -- What the jobs were, to take them out of their final counts.
+            SELECT j.id, j.state, j.finished_at, j.error_class FROM jobs j
+            WHERE j.id = ANY($1::bigint[]) AND j.state IN ('failed', 'canceled')
+            ORDER BY j.id
+            FOR UPDATE
+        ), upd AS (
             UPDATE jobs j SET state = 'pending', attempts = 0, node_id = NULL, queued_at = NULL,
                 started_at = NULL, finished_at = NULL, lease_expires_at = NULL,
                 run_after = coalesce($2::timestamptz, now())
-            WHERE j.id = ANY($1::bigint[]) AND j.state IN ('failed', 'canceled')
+            FROM old o
+            WHERE j.id = o.id
             RETURNING j.id
+        `+finishCountsSQL("SELECT o.state, o.finished_at, o.error_class, -1 AS d FROM old o JOIN upd u ON u.id = o.id")+`
         ), woken AS (
             SELECT pg_notify($3, $4) FROM upd HAVING count(*) > 0
         )

@@ -337,9 +337,10 @@ WITH upd AS (
         last_error  = $6,
         error_class = $7
     WHERE j.id = $1 AND j.state = 'processing' AND j.node_id = $2 AND ` + fence("$2", "$10") + `
-    RETURNING j.state
+    RETURNING j.state, j.finished_at, j.error_class
 ), counted AS (
-    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $2, 1 FROM upd WHERE state = 'failed'") + `
+    ` + bumpNodeCounterSQL("jobs_failed", "SELECT $2, 1 FROM upd WHERE state = 'failed'") +
+	finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 ), woken AS (
     SELECT pg_notify($8, $9) FROM upd HAVING count(*) > 0
 )

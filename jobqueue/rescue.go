@@ -52,10 +52,11 @@ WITH upd AS (
     WHERE j.state = 'processing'
       AND (j.lease_expires_at < coalesce($1::timestamptz, now())
            OR j.node_id IN (SELECT id FROM nodes WHERE state IN ('lost', 'exited')))
-    RETURNING j.state, j.node_id
+    RETURNING j.state, j.node_id, j.finished_at, j.error_class
 ), counted AS (
     ` + bumpNodeCounterSQL("jobs_failed",
-	"SELECT node_id, count(*) FROM upd WHERE state = 'failed' GROUP BY node_id ORDER BY node_id") + `
+	"SELECT node_id, count(*) FROM upd WHERE state = 'failed' GROUP BY node_id ORDER BY node_id") +
+	finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 
