@@ -441,6 +441,9 @@ func (q *Queue) SaveFailedResult(ctx context.Context, jobID int64, nodeID string
         INSERT INTO results (job_id, node_id, final_url, status, title, console_errors, timings, created_at)
         SELECT j.id, $2, $3, $4, $5, $6::jsonb, $7::jsonb, coalesce($8::timestamptz, now())
         FROM jobs j WHERE j.id = $1 AND j.state = 'failed'
+        -- Held until the result is in: retention cannot delete the job
+        -- under it (results has no foreign key to do it).
+        FOR KEY SHARE OF j
         ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
             status = EXCLUDED.status, title = EXCLUDED.title, data = NULL, html = NULL, screenshot = NULL,
             console_errors = EXCLUDED.console_errors, timings = EXCLUDED.timings, links = '[]',

@@ -317,9 +317,9 @@ func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
 	return n, nil
 }
 
-// deleteFinishedSQL deletes one batch of finished jobs (their results go by
-// cascade) and returns how many, with the blob keys their results held: the
-// keys CTE reads the results in the statement's snapshot, before the delete.
+// deleteFinishedSQL deletes one batch of finished jobs and their results, and
+// returns how many, with the blob keys their results held: the keys CTE
+// reads the results in the statement's snapshot, before the delete.
 const deleteFinishedSQL = `
 WITH doomed AS (
     SELECT id FROM jobs
@@ -333,6 +333,9 @@ WITH doomed AS (
     CROSS JOIN LATERAL jsonb_array_elements(coalesce(r.blobs, '[]'::jsonb)) b
 ), gone AS (
     DELETE FROM jobs j USING doomed d WHERE j.id = d.id RETURNING j.id
+), results_gone AS (
+    -- No foreign key cascades (migrations/*_results_without_fk.sql).
+    DELETE FROM results r USING gone g WHERE r.job_id = g.id
 )
 SELECT (SELECT count(*) FROM gone), coalesce((SELECT array_agg(key) FROM keys), '{}')`
 

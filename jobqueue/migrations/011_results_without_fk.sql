@@ -1,0 +1,14 @@
+-- results.job_id without a foreign key.
+--
+-- The key cost a trigger per row on both sides: every result inserted ran a
+-- check that locked its job FOR KEY SHARE, and every UPDATE of a job — the
+-- round, the claim, the completion, each lease renewal — queued a
+-- referenced-key check event. Together about a seventh of the server's CPU
+-- in the queue's lifecycle benchmark.
+--
+-- What the key guaranteed holds by construction: a result is inserted only
+-- for a job the same statement holds locked (CompleteMany completes it;
+-- SaveFailedResult locks it FOR KEY SHARE), and the one statement that
+-- deletes jobs (retention) deletes their results with them, as the cascade
+-- did.
+ALTER TABLE results DROP CONSTRAINT results_job_id_fkey;
