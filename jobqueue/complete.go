@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Bounds of a Result as stored.
@@ -39,7 +41,59 @@ type CompleteOutcome struct {
 // id order first so that two batches completing overlapping jobs cannot
 // deadlock on them; the results and the children of followed links are
 // inserted in the same statement, so in the same transaction.
-var completeSQL = `
+//
+// A batch without followed links — most of them — runs completeNoFollowSQL
+// instead: the same statement without the child jobs' CTEs, whose INSERT
+// into jobs alone (8 indexes opened, an insert trigger run) cost as much as
+// the rest of the statement's fixed cost, for no row.
+var completeSQL = completeHeadSQL + `
+), found AS (
+    SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[])
+        AS f(job_id, url, host, dedup_key, ord)
+), eligible AS (
+    SELECT d.id AS parent_id, d.batch_id, d.priority, d.max_attempts, d.crawl_id, d.depth,
+           jsonb_set(d.spec, '{url}', to_jsonb(f.url)) AS spec, f.host, f.dedup_key,
+           row_number() OVER (PARTITION BY d.id ORDER BY f.ord) AS rn,
+           coalesce(nullif((d.spec #>> '{follow,max_links}')::int, 0), $23::int) AS max_links
+    FROM done d JOIN found f ON f.job_id = d.id
+    WHERE d.spec -> 'follow' IS NOT NULL
+      AND d.depth < (d.spec #>> '{follow,max_depth}')::int
+      AND (f.host = d.host OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
+` + completeSavedSQL("i.links_over + (SELECT count(*) FROM eligible e WHERE e.parent_id = i.job_id AND e.rn > e.max_links)") + `
+), children AS (
+    INSERT INTO jobs (batch_id, priority, spec, host, max_attempts, run_after, created_at,
+                      parent_id, crawl_id, depth, dedup_key)
+    SELECT e.batch_id, e.priority, e.spec, e.host, e.max_attempts, coalesce($12::timestamptz, now()),
+           coalesce($12::timestamptz, now()), e.parent_id, e.crawl_id, e.depth + 1, e.dedup_key
+    FROM eligible e
+    WHERE e.rn <= e.max_links
+    ORDER BY e.crawl_id, e.dedup_key
+    ON CONFLICT (crawl_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING parent_id
+), kids AS (
+    SELECT c.parent_id, count(*) AS n FROM children c GROUP BY c.parent_id
+` + completeSlotsSQL + `
+), submitted AS (
+    SELECT pg_notify($18, $20) FROM children HAVING count(*) > 0
+)
+SELECT i.job_id, d.id IS NOT NULL, coalesce(k.n, 0)::int,
+       (SELECT count(*) FROM slots) + (SELECT count(*) FROM submitted)
+FROM input i
+LEFT JOIN done d ON d.id = i.job_id
+LEFT JOIN kids k ON k.parent_id = i.job_id`
+
+// completeNoFollowSQL is completeSQL for a batch that has no followed link.
+// Its parameters are completeSQL's without the links' ($13–$17), $20 and
+// $23, numbered on (see completeRows).
+var completeNoFollowSQL = strings.NewReplacer("$18", "$13", "$19", "$14", "$21", "$15", "$22", "$16", "$24", "$17").
+	Replace(completeHeadSQL + completeSavedSQL("i.links_over") + completeSlotsSQL + `
+)
+SELECT i.job_id, d.id IS NOT NULL, 0, (SELECT count(*) FROM slots)
+FROM input i
+LEFT JOIN done d ON d.id = i.job_id`)
+
+// completeHeadSQL locks and completes the jobs and counts them.
+var completeHeadSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[],
                          $7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[],
@@ -64,25 +118,17 @@ WITH input AS (
     RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id, j.finished_at
 ), counted AS (
     ` + bumpNodeCounterSQL("jobs_completed", "SELECT d.node_id, count(*) FROM done d GROUP BY d.node_id ORDER BY d.node_id") +
-	finishCountsSQL("SELECT 'completed'::text AS state, d.finished_at, NULL::text AS error_class, 1 AS d FROM done d") + `
-), found AS (
-    SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[])
-        AS f(job_id, url, host, dedup_key, ord)
-), eligible AS (
-    SELECT d.id AS parent_id, d.batch_id, d.priority, d.max_attempts, d.crawl_id, d.depth,
-           jsonb_set(d.spec, '{url}', to_jsonb(f.url)) AS spec, f.host, f.dedup_key,
-           row_number() OVER (PARTITION BY d.id ORDER BY f.ord) AS rn,
-           coalesce(nullif((d.spec #>> '{follow,max_links}')::int, 0), $23::int) AS max_links
-    FROM done d JOIN found f ON f.job_id = d.id
-    WHERE d.spec -> 'follow' IS NOT NULL
-      AND d.depth < (d.spec #>> '{follow,max_depth}')::int
-      AND (f.host = d.host OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
+	finishCountsSQL("SELECT 'completed'::text AS state, d.finished_at, NULL::text AS error_class, 1 AS d FROM done d")
+
+// completeSavedSQL inserts the results, with linksOver the expression of
+// each result's links over the limit.
+func completeSavedSQL(linksOver string) string {
+	return `
 ), saved AS (
     INSERT INTO results (job_id, node_id, final_url, status, title, data, html, screenshot,
                          console_errors, timings, links, links_over_limit, blobs, created_at)
     SELECT i.job_id, i.node_id, i.final_url, i.status, i.title, i.data::jsonb, i.html, i.screenshot,
-           i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb,
-           i.links_over + (SELECT count(*) FROM eligible e WHERE e.parent_id = i.job_id AND e.rn > e.max_links),
+           i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb, ` + linksOver + `,
            i.blobs::jsonb, coalesce($12::timestamptz, now())
     FROM input i JOIN done d ON d.id = i.job_id
     -- A job that failed before (its answer kept by SaveFailedResult) and was
@@ -91,19 +137,11 @@ WITH input AS (
         status = EXCLUDED.status, title = EXCLUDED.title, data = EXCLUDED.data, html = EXCLUDED.html,
         screenshot = EXCLUDED.screenshot, console_errors = EXCLUDED.console_errors,
         timings = EXCLUDED.timings, links = EXCLUDED.links, links_over_limit = EXCLUDED.links_over_limit,
-        created_at = EXCLUDED.created_at
-), children AS (
-    INSERT INTO jobs (batch_id, priority, spec, host, max_attempts, run_after, created_at,
-                      parent_id, crawl_id, depth, dedup_key)
-    SELECT e.batch_id, e.priority, e.spec, e.host, e.max_attempts, coalesce($12::timestamptz, now()),
-           coalesce($12::timestamptz, now()), e.parent_id, e.crawl_id, e.depth + 1, e.dedup_key
-    FROM eligible e
-    WHERE e.rn <= e.max_links
-    ORDER BY e.crawl_id, e.dedup_key
-    ON CONFLICT (crawl_id, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-    RETURNING parent_id
-), kids AS (
-    SELECT c.parent_id, count(*) AS n FROM children c GROUP BY c.parent_id
+        created_at = EXCLUDED.created_at`
+}
+
+// completeSlotsSQL wakes the producer for the freed slots.
+const completeSlotsSQL = `
 ), slots AS (
     -- A freed slot wakes the producer only when a pending job may want it.
     -- PostgreSQL signals every listening backend of the database on each
@@ -113,15 +151,7 @@ WITH input AS (
     -- if the fleet is full at that instant and its round cannot see this
     -- slot yet, the job waits for the producer's next wake-up or tick.
     SELECT pg_notify($18, $19) FROM done
-    HAVING count(*) > 0 AND EXISTS (SELECT 1 FROM jobs p WHERE p.state = 'pending')
-), submitted AS (
-    SELECT pg_notify($18, $20) FROM children HAVING count(*) > 0
-)
-SELECT i.job_id, d.id IS NOT NULL, coalesce(k.n, 0)::int,
-       (SELECT count(*) FROM slots) + (SELECT count(*) FROM submitted)
-FROM input i
-LEFT JOIN done d ON d.id = i.job_id
-LEFT JOIN kids k ON k.parent_id = i.job_id`
+    HAVING count(*) > 0 AND EXISTS (SELECT 1 FROM jobs p WHERE p.state = 'pending')`
 
 // completeArgs are the column arrays of one CompleteMany statement.
 type completeArgs struct {
@@ -252,11 +282,15 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 	var rows []completeRow
 	err := q.retryDeadlocks(ctx, "complete", func() error {
 		rows = rows[:0]
-		r, err := q.pool.Query(ctx, completeSQL,
+		sql, args := completeSQL, []any{
 			a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
 			a.consoleErrors, a.timings, a.links, q.now(),
 			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
-			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks, a.blobs)
+			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks, a.blobs}
+		if len(a.linkJob) == 0 {
+			sql, args = completeNoFollowSQL, slices.Concat(args[:12], args[17:19], args[20:22], args[23:24])
+		}
+		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
