@@ -104,17 +104,19 @@ WITH input AS (
     -- By id alone, the state checked below: with the state in this WHERE
     -- clause the planner may scan a partial index instead of the primary
     -- key (see politeLockSQL). A job already final is locked for nothing,
-    -- which only a duplicate completion pays.
-    SELECT j.id, j.state FROM jobs j
-    WHERE j.id = ANY($1::bigint[])
-      AND EXISTS (SELECT 1 FROM input i WHERE i.job_id = j.id AND ` + fence("i.node_id", "i.incarnation") + `)
+    -- which only a duplicate completion pays. (CompleteMany lists a job
+    -- once, so the join yields one row per job.)
+    SELECT j.id, j.state, i.node_id FROM jobs j JOIN input i ON i.job_id = j.id
+    WHERE j.id = ANY($1::bigint[]) AND ` + fence("i.node_id", "i.incarnation") + `
     ORDER BY j.id
-    FOR UPDATE
+    FOR UPDATE OF j
 ), done AS (
-    UPDATE jobs j SET state = 'completed', node_id = i.node_id,
+    -- Only locked in FROM: an UPDATE carries each FROM row whole (to
+    -- recheck it if the job changed), and input's rows are wide.
+    UPDATE jobs j SET state = 'completed', node_id = l.node_id,
         finished_at = coalesce($12::timestamptz, now()), lease_expires_at = NULL
-    FROM locked l, input i
-    WHERE j.id = l.id AND i.job_id = l.id AND l.state IN ('pending', 'queued', 'processing')
+    FROM locked l
+    WHERE j.id = l.id AND l.state IN ('pending', 'queued', 'processing')
     RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id, j.finished_at
 ), counted AS (
     ` + bumpNodeCounterSQL("jobs_completed", "SELECT d.node_id, count(*) FROM done d GROUP BY d.node_id ORDER BY d.node_id") +
