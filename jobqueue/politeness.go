@@ -205,21 +205,23 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 	}
 	start := time.Now()
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockAssignSQL, assignLockKey); err != nil {
+		// The lock and the read of the nodes in one round trip: the read
+		// runs after the lock is granted, in a snapshot of its own. The
+		// nodes are read unlocked; the ones the round picks are locked and
+		// read again below.
+		var nodes []NodeSlots
+		b := &pgx.Batch{}
+		b.Queue(lockAssignSQL, assignLockKey)
+		b.Queue(politeNodesSQL).Query(func(rows pgx.Rows) error {
+			var err error
+			nodes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeSlots, error) {
+				var n NodeSlots
+				err := r.Scan(&n.ID, &n.Capacity, &n.Held)
+				return n, err
+			})
 			return err
-		}
-		// The nodes are read unlocked; the ones the round picks are locked
-		// and read again below.
-		rows, err := tx.Query(ctx, politeNodesSQL)
-		if err != nil {
-			return err
-		}
-		nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (NodeSlots, error) {
-			var n NodeSlots
-			err := r.Scan(&n.ID, &n.Capacity, &n.Held)
-			return n, err
 		})
-		if err != nil {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		for _, n := range nodes {
@@ -230,7 +232,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 			return nil
 		}
 
-		rows, err = tx.Query(ctx, politeHostsSQL, q.now())
+		rows, err := tx.Query(ctx, politeHostsSQL, q.now())
 		if err != nil {
 			return err
 		}
