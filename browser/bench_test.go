@@ -3,7 +3,6 @@ package browser
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -292,19 +291,7 @@ func benchNaiveChromedp(b *testing.B) {
 func BenchmarkChromeLife(b *testing.B) {
 	site := testutil.StartSite(b, testsite.Options{})
 	b.Run("direct", func(b *testing.B) { benchChromeLife(b, site, nil) })
-	u, _ := url.Parse(site.URL)
-	rule, err := egress.ParseRule(u.Host)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- proxy.Serve(pctx) }()
-	defer func() { stop(); <-served }()
+	proxy := serveSiteProxy(b, site.URL)
 	b.Run("egress", func(b *testing.B) { benchChromeLife(b, site, proxy) })
 }
 
@@ -430,20 +417,7 @@ func BenchmarkEgress(b *testing.B) {
 		}
 		return sd
 	}
-	u, _ := url.Parse(site.URL)
-	rule, err := egress.ParseRule(u.Host)
-	if err != nil {
-		b.Fatal(err)
-	}
-	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- proxy.Serve(pctx) }()
-	b.Cleanup(func() { stop(); <-served })
-	sides := []*side{launch("direct", nil), launch("egress", proxy)}
+	sides := []*side{launch("direct", nil), launch("egress", serveSiteProxy(b, site.URL))}
 
 	req := func(i int) Request {
 		return Request{URL: site.URL + fmt.Sprintf("/page/%d", i%1000), Wait: Wait{Selector: "#ready"},

@@ -27,24 +27,7 @@ func TestEgressProxyLaunch(t *testing.T) {
 		t.Skip("runs Chromium")
 	}
 	site := testutil.StartSite(t, testsite.Options{})
-	u, _ := url.Parse(site.URL)
-	rule, err := egress.ParseRule(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- proxy.Serve(pctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("proxy: %v", err)
-		}
-	})
+	proxy := serveSiteProxy(t, site.URL)
 
 	// A STUN "server" on another loopback address counts what reaches it.
 	udp, err := net.ListenPacket("udp", "127.0.0.2:0")
@@ -114,4 +97,33 @@ func TestEgressProxyLaunch(t *testing.T) {
 		t.Errorf("a UDP packet reached %s past the proxy (candidates %s)", stun, res.Data)
 	default:
 	}
+}
+
+// serveSiteProxy serves an egress proxy that allows only the site at
+// siteURL (on loopback, refused by default), as a node's filter would, until
+// the test ends.
+func serveSiteProxy(tb testing.TB, siteURL string) *egress.Proxy {
+	tb.Helper()
+	u, err := url.Parse(siteURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rule, err := egress.ParseRule(u.Host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: []egress.Rule{rule}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- proxy.Serve(ctx) }()
+	tb.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			tb.Errorf("proxy: %v", err)
+		}
+	})
+	return proxy
 }
