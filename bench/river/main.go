@@ -76,24 +76,12 @@ func main() {
 func run(n, workers, batch int, cooldown, pollEvery time.Duration, dsn string) error {
 	ctx := context.Background()
 	if dsn == "" {
-		dir, err := os.MkdirTemp("", "river-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		if err := os.Chmod(dir, 0o755); err != nil { // the server may run as another account
-			return err
-		}
-		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: dir + "/data", Ephemeral: true,
+		cluster, stop, err := pglocal.StartTemp(ctx, "river-bench-", pglocal.Config{Ephemeral: true,
 			Settings: map[string]string{"max_connections": "300"}})
 		if err != nil {
 			return err
 		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			_ = cluster.Stop(sctx)
-		}()
+		defer func() { _ = stop(ctx) }()
 		dsn = cluster.ConnString("postgres")
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -47,15 +46,11 @@ func withEnv(ctx context.Context, log *zap.Logger, progress func(string, ...any)
 		return nil, err
 	}
 	progress("starting a private PostgreSQL")
-	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dir, "pg"), Ephemeral: true})
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchfarm-pg-", pglocal.Config{Ephemeral: true})
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		err = errors.Join(err, cluster.Stop(sctx))
-	}()
+	defer func() { err = errors.Join(err, stop(ctx)) }()
 	site, err := testsite.Start(ctx, testsite.Options{})
 	if err != nil {
 		return nil, err

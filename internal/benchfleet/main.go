@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -144,25 +143,13 @@ func progress(format string, a ...any) {
 
 // runFleet runs one fleet size on a fresh cluster.
 func runFleet(ctx context.Context, o options, n int) (res result, err error) {
-	dir, err := os.MkdirTemp("", "benchfleet-")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil { // the server may run as another account
-		return res, err
-	}
 	progress("%d nodes: starting a private PostgreSQL", n)
-	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dir, "pg"), Ephemeral: true,
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchfleet-", pglocal.Config{Ephemeral: true,
 		Settings: map[string]string{"max_connections": strconv.Itoa(2*n + 64)}})
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		err = errors.Join(err, cluster.Stop(sctx))
-	}()
+	defer func() { err = errors.Join(err, stop(ctx)) }()
 	dsn := cluster.ConnString("postgres")
 
 	pc, err := pgxpool.ParseConfig(dsn)
@@ -216,7 +203,12 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	progress("%d nodes: connecting and registering", n)
 	nodeDSN := dsn
 	if o.bouncer > 0 {
-		b, err := startPgBouncer(runCtx, filepath.Join(dir, "pgbouncer"), cluster.SocketDir(), 5432, 2*n+16, o.bouncer)
+		dir, err := os.MkdirTemp("", "benchfleet-pgbouncer-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(dir)
+		b, err := startPgBouncer(runCtx, dir, cluster.SocketDir(), 5432, 2*n+16, o.bouncer)
 		if err != nil {
 			return res, err
 		}

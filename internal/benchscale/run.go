@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,26 +39,13 @@ type latency struct {
 // runAll starts the private PostgreSQL and measures each size on a fresh
 // database of its own, dropped afterwards.
 func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs []sizeRun, err error) {
-	dir, err := os.MkdirTemp("", "benchscale-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	// The server may run as another account when the harness runs as root.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
 	progress("starting a private PostgreSQL")
-	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dir, "pg"), Ephemeral: true,
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchscale-", pglocal.Config{Ephemeral: true,
 		Settings: map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"}})
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		err = errors.Join(err, cluster.Stop(sctx))
-	}()
+	defer func() { err = errors.Join(err, stop(ctx)) }()
 	for _, n := range o.retained {
 		r, err := runSize(ctx, cluster, o, n, progress)
 		if err != nil {

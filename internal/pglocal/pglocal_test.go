@@ -234,3 +234,32 @@ func TestConfigZeroRule(t *testing.T) {
 		}
 	}
 }
+
+// TestStartTemp: a throwaway cluster answers, and its stop shuts it down and
+// removes its directory, also when the caller's context has ended.
+func TestStartTemp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c, stop, err := StartTemp(ctx, "pglocal-temp-test-", Config{Ephemeral: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, c.ConnString("postgres"))
+	if err != nil {
+		stop(context.Background())
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	dir := filepath.Dir(c.cfg.DataDir)
+	cancel()
+	if err := stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Exited():
+	default:
+		t.Error("the server still runs after stop")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the cluster's directory %s is still there (%v)", dir, err)
+	}
+}

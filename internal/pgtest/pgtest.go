@@ -44,21 +44,8 @@ func run(m *testing.M) int {
 		adminConnString = u
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "farm-pgtest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	// The server may run as another account (when tests run as root); it must
-	// be able to enter the directory that holds its data dir.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
-	}
 	ctx := context.Background()
-	cluster, err := pglocal.Start(ctx, pglocal.Config{
-		DataDir: dir + "/data",
+	cluster, stop, err := pglocal.StartTemp(ctx, "farm-pgtest-", pglocal.Config{
 		// The tests' stand-in for farm up --pg-bin: pglocal reads no
 		// environment, its callers do.
 		BinDir:    os.Getenv("FARM_PG_BIN"),
@@ -70,9 +57,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() {
-		stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		if err := cluster.Stop(stopCtx); err != nil {
+		if err := stop(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest:", err)
 		}
 	}()
