@@ -97,6 +97,21 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
+// forJob serves the job named by the path's {id}: it answers 400 when the
+// id is not a positive integer, and gives h the id and a context bounded by
+// dbTimeout.
+func forJob(h func(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := jobID(w, r)
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
+		defer cancel()
+		h(w, r, ctx, id)
+	}
+}
+
 // jobID reads the {id} path value.
 func jobID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -124,13 +139,7 @@ type resultSummary struct {
 	CreatedAt      time.Time `json:"created_at"`
 }
 
-func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
-	defer cancel()
+func (s *server) getJob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
 	job, err := s.q.Get(ctx, id)
 	if err != nil {
 		s.queueError(w, r, err)
@@ -164,32 +173,13 @@ func (s *server) noResult(w http.ResponseWriter, r *http.Request, ctx context.Co
 	writeError(w, http.StatusNotFound, fmt.Sprintf("job %d is %s; only completed jobs have a result", id, job.State))
 }
 
-func (s *server) getResult(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
+func (s *server) getResult(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
+	if res, ok := s.completedResult(w, r, ctx, id); ok {
+		writeJSON(w, http.StatusOK, res)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
-	defer cancel()
-	res, err := s.q.GetResult(ctx, id)
-	if errors.Is(err, jobqueue.ErrNotFound) {
-		s.noResult(w, r, ctx, id)
-		return
-	}
-	if err != nil {
-		s.internalError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
 }
 
-func (s *server) getScreenshot(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
-	defer cancel()
+func (s *server) getScreenshot(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
 	png, err := s.q.Screenshot(ctx, id)
 	if errors.Is(err, jobqueue.ErrNotFound) {
 		s.noResult(w, r, ctx, id)
@@ -211,24 +201,18 @@ func (s *server) getScreenshot(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(png)
 }
 
-func (s *server) cancelJob(w http.ResponseWriter, r *http.Request) {
-	s.changeJob(w, r, s.q.Cancel, jobqueue.StateCanceled, "only pending, queued or processing jobs can be canceled")
+func (s *server) cancelJob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
+	s.changeJob(w, r, ctx, id, s.q.Cancel, jobqueue.StateCanceled, "only pending, queued or processing jobs can be canceled")
 }
 
-func (s *server) retryJob(w http.ResponseWriter, r *http.Request) {
-	s.changeJob(w, r, s.q.Retry, jobqueue.StatePending, "only failed or canceled jobs can be retried")
+func (s *server) retryJob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
+	s.changeJob(w, r, ctx, id, s.q.Retry, jobqueue.StatePending, "only failed or canceled jobs can be retried")
 }
 
 // changeJob applies a state change (cancel, retry) to the job in the path,
 // answering 409 with the job's state when it does not apply.
-func (s *server) changeJob(w http.ResponseWriter, r *http.Request,
+func (s *server) changeJob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64,
 	change func(context.Context, ...int64) (int64, error), to jobqueue.State, only string) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
-	defer cancel()
 	n, err := change(ctx, id)
 	if err != nil {
 		s.internalError(w, r, err)

@@ -21,13 +21,7 @@ const blobReadTimeout = 2 * time.Minute
 // getHTML serves a completed job's page HTML, from the database or the blob
 // store. It is the scraped site's markup: served as text, sandboxed, never
 // as a page of the dashboard's origin.
-func (s *server) getHTML(w http.ResponseWriter, r *http.Request) {
-	id, ok := jobID(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
-	defer cancel()
+func (s *server) getHTML(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
 	res, ok := s.completedResult(w, r, ctx, id)
 	if !ok {
 		return
