@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/target"
 )
@@ -27,55 +28,34 @@ func closedPort(t *testing.T) string {
 // job that timed out is torn down, hung renderer and all.
 func waitTabGone(t *testing.T, e *env, path string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		res, err := cdp.Call(ctx, e.b.cdpB, target.GetTargets, target.GetTargetsParams{})
-		if err != nil {
-			t.Fatalf("listing targets: %v", err)
-		}
-		left := slices.ContainsFunc(res.TargetInfos, func(info *target.Info) bool {
-			return info.Type == "page" && strings.HasSuffix(info.URL, path)
+	testutil.Eventually(t, 20*time.Second, "the tab of "+path+" to close", func() bool {
+		return !slices.ContainsFunc(pageTargets(t, e), func(info *target.Info) bool {
+			return strings.HasSuffix(info.URL, path)
 		})
-		if !left {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the tab of %s is still open", path)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	})
 }
 
 // waitNoPopups polls until no page that a page opened is left.
 func waitNoPopups(t *testing.T, e *env) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		res, err := cdp.Call(ctx, e.b.cdpB, target.GetTargets, target.GetTargetsParams{})
-		if err != nil {
-			t.Fatalf("listing targets: %v", err)
-		}
-		var popups []string
-		for _, info := range res.TargetInfos {
-			if info.Type == "page" && info.OpenerID != "" {
-				popups = append(popups, info.URL)
-			}
-		}
-		if len(popups) == 0 {
-			if e.b.janitor.popupsClosed() == 0 {
-				t.Fatal("no popup was ever closed: the page opened none")
-			}
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("popups still open: %q", popups)
-		case <-time.After(50 * time.Millisecond):
-		}
+	testutil.Eventually(t, 20*time.Second, "the popups to close", func() bool {
+		return !slices.ContainsFunc(pageTargets(t, e), func(info *target.Info) bool { return info.OpenerID != "" })
+	})
+	if e.b.janitor.popupsClosed() == 0 {
+		t.Fatal("no popup was ever closed: the page opened none")
 	}
+}
+
+// pageTargets lists the browser's page targets.
+func pageTargets(t *testing.T, e *env) []*target.Info {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := cdp.Call(ctx, e.b.cdpB, target.GetTargets, target.GetTargetsParams{})
+	if err != nil {
+		t.Fatalf("listing targets: %v", err)
+	}
+	return slices.DeleteFunc(res.TargetInfos, func(info *target.Info) bool { return info.Type != "page" })
 }
 
 // pdfClass is how the test's browser fails a job that awaits a selector on a
