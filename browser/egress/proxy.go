@@ -224,12 +224,6 @@ func check(ctx context.Context, res interface {
 	return netip.AddrPortFrom(addrs[0].Unmap(), port), nil
 }
 
-// CheckURL checks a proxy or page address given as scheme://host[:port].
-func CheckURL(ctx context.Context, pol Policy, host string, port uint16) error {
-	_, err := check(ctx, net.DefaultResolver, pol, host, port)
-	return err
-}
-
 // ServeHTTP is the proxy: CONNECT opens a tunnel, an absolute-form request
 // is forwarded; anything else is refused.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {

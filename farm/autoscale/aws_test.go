@@ -97,12 +97,6 @@ func (f *fakeASG) Calls() []asgCall {
 	return append([]asgCall(nil), f.calls...)
 }
 
-func (f *fakeASG) script(replies ...asgReply) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.replies = append(f.replies, replies...)
-}
-
 // fakeIMDS is a local IMDSv2: a token from PUT /latest/api/token is
 // required for every metadata GET.
 type fakeIMDS struct {

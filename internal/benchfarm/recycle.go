@@ -240,17 +240,6 @@ func bootCPU(ctx context.Context, e *env, n int, kind browser.Kind) (first, thre
 	return first, three, nil
 }
 
-func mean(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
-}
-
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0

@@ -259,11 +259,6 @@ func (c *Cluster) ConnString(dbname string) string {
 	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", c.socketDir, c.port, Superuser, dbname)
 }
 
-// URL is the same as ConnString in URL form (for tools that want one).
-func (c *Cluster) URL(dbname string) string {
-	return fmt.Sprintf("postgres://%s@/%s?host=%s&port=%d&sslmode=disable", Superuser, dbname, c.socketDir, c.port)
-}
-
 // PID is the postmaster's process id.
 func (c *Cluster) PID() int { return c.cmd.Process.Pid }
 

@@ -16,7 +16,6 @@ import (
 	"image/png"
 	"net"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -730,14 +729,4 @@ func (s *Server) Close() error {
 	s.shutdown()
 	<-s.served
 	return errors.Join(s.closeErr, s.serveErr)
-}
-
-// PathList returns the documented paths of the site, sorted.
-func PathList() []string {
-	out := make([]string, 0, len(paths))
-	for _, p := range paths {
-		out = append(out, p[0])
-	}
-	sort.Strings(out)
-	return out
 }
