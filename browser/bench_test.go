@@ -8,13 +8,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 )
@@ -329,7 +329,7 @@ func benchChromeLife(b *testing.B, site *testsite.Server, proxy *egress.Proxy) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c0, g0 := chromeCPU(br), selfCPU()
+		c0, g0 := chromeCPU(br), procstat.SelfCPU()
 		boot += c0
 		sessions := make([]*Session, capacity)
 		for i := range sessions {
@@ -342,16 +342,16 @@ func benchChromeLife(b *testing.B, site *testsite.Server, proxy *egress.Proxy) {
 		}
 		c1 := chromeCPU(br)
 		tabs += c1 - c0
-		goTabs += selfCPU() - g0
+		goTabs += procstat.SelfCPU() - g0
 		run(sessions, capacity)
 		c2 := chromeCPU(br)
 		first += c2 - c1
 		run(sessions, life-capacity)
-		c3, g3 := chromeCPU(br), selfCPU()
+		c3, g3 := chromeCPU(br), procstat.SelfCPU()
 		next += c3 - c2
 		run(sessions, life)
 		warm += chromeCPU(br) - c3
-		goWarm += selfCPU() - g3
+		goWarm += procstat.SelfCPU() - g3
 		for _, s := range sessions {
 			s.Close()
 		}
@@ -370,13 +370,6 @@ func benchChromeLife(b *testing.B, site *testsite.Server, proxy *egress.Proxy) {
 	// What one life costs beyond 20 jobs on a warm Chrome, as a share of them.
 	extra := boot + tabs + first + next - warm
 	b.ReportMetric(100*float64(extra)/float64(warm), "life_overhead_%")
-}
-
-// selfCPU is this process's CPU time so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkEgress is the cost of the egress filter: two Chromes with six
@@ -424,7 +417,7 @@ func BenchmarkEgress(b *testing.B) {
 			Extract: "document.querySelectorAll('li.item').length"}
 	}
 	run := func(sd *side, n int) {
-		c0, g0, t0 := chromeCPU(sd.br), selfCPU(), time.Now()
+		c0, g0, t0 := chromeCPU(sd.br), procstat.SelfCPU(), time.Now()
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for _, s := range sd.sessions {
@@ -439,7 +432,7 @@ func BenchmarkEgress(b *testing.B) {
 		wg.Wait()
 		sd.elapsed += time.Since(t0)
 		sd.chrome += chromeCPU(sd.br) - c0
-		sd.goCPU += selfCPU() - g0
+		sd.goCPU += procstat.SelfCPU() - g0
 		sd.pages += n
 	}
 	for _, sd := range sides {

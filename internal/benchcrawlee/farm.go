@@ -10,12 +10,12 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/browser/egress"
 	farmpkg "github.com/browserfarm/browserfarm/farm"
+	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/supervisor"
 	"go.uber.org/zap"
 )
@@ -200,7 +200,7 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 		mu     sync.Mutex
 		result workerResult
 	)
-	start, cpu0 := time.Now(), selfCPU()
+	start, cpu0 := time.Now(), procstat.SelfCPU()
 	acquireWait.Store(0)
 	for range cfg.Concurrency {
 		wg.Go(func() {
@@ -223,7 +223,7 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	result.SelfCPUMs = float64((selfCPU() - cpu0).Microseconds()) / 1000
+	result.SelfCPUMs = float64((procstat.SelfCPU() - cpu0).Microseconds()) / 1000
 	result.AcquireWaitMs = float64(time.Duration(acquireWait.Load()).Microseconds()) / 1000
 	result.RenderMs = float64(time.Duration(busy.Load()).Microseconds())/1000 - result.AcquireWaitMs
 	result.ElapsedMs = float64(elapsed.Microseconds()) / 1000
@@ -369,14 +369,4 @@ func (ns *nodes) stop() error {
 	ns.mu.Unlock()
 	cur.stop()
 	return errors.Join(err, <-cur.done)
-}
-
-// selfCPU is this process's user and system time so far, its children not
-// included.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -268,7 +268,6 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 
 	progress("%d nodes: warming up %v, then measuring %v", n, o.warmup, o.window)
 	meter := &procstat.Meter{Root: cluster.PID(), Interval: time.Second}
-	var self0 syscall.Rusage
 	select {
 	case <-time.After(time.Until(measureFrom)):
 	case err := <-errc:
@@ -277,7 +276,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 		return res, ctx.Err()
 	}
 	st.measuring.Store(true)
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
+	self0 := procstat.SelfCPU()
 	mctx, stopMeter := context.WithCancel(runCtx)
 	meterDone := make(chan struct{})
 	go func() { meter.Run(mctx); close(meterDone) }()
@@ -294,8 +293,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	<-meterDone
 	c := <-conns
 	elapsed := time.Since(windowStart)
-	var self1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self1)
+	self1 := procstat.SelfCPU()
 	st.measuring.Store(false)
 	// Jobs submitted late in the window get the render time to start.
 	time.Sleep(o.render + 2*time.Second)
@@ -320,18 +318,14 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	res.Rate = rate
 	res.MaxNodeConns, res.MaxNodesConns, res.MaxProdConns, res.MaxTotalConns = c.perNode, c.nodes, c.producer, c.total
 	res.PGCPUShare = round3(meter.Total().Seconds() / (elapsed.Seconds() * cpus))
-	res.HarnessCPUShare = round3((tv(self1.Utime) + tv(self1.Stime) - tv(self0.Utime) - tv(self0.Stime)) / (elapsed.Seconds() * cpus))
+	res.HarnessCPUShare = round3((self1 - self0).Seconds() / (elapsed.Seconds() * cpus))
 	for _, nd := range nodes {
 		res.CompleteErrors += nd.failures
 	}
 	res.LostNodes = lost
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		res.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
-	}
+	res.LoadAvg = procstat.LoadAvg()
 	return res, nil
 }
-
-func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 

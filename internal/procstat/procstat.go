@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -293,6 +294,17 @@ func (m *Meter) Total() time.Duration {
 		sum += t - min(t, m.first[pid])
 	}
 	return Ticks(sum)
+}
+
+// SelfCPU is this process's user and system CPU time so far, its children
+// not included: what a harness spends itself, apart from the processes it
+// meters.
+func SelfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // LoadAvg is the machine's load average over 1, 5 and 15 minutes (the first

@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestParseStat(t *testing.T) {
@@ -105,5 +106,20 @@ func TestReadMemory(t *testing.T) {
 	}
 	if _, _, err := ReadMemory(-1); err == nil {
 		t.Fatal("ReadMemory of no process: no error")
+	}
+}
+
+// TestSelfCPU: the process's own CPU time grows while it computes.
+func TestSelfCPU(t *testing.T) {
+	before := SelfCPU()
+	x := 0
+	for i := 0; SelfCPU()-before < 20*time.Millisecond; i++ {
+		if i > 1e9 {
+			t.Fatalf("SelfCPU stayed at %v after a billion steps", SelfCPU())
+		}
+		x += i % 7
+	}
+	if before <= 0 || x < 0 {
+		t.Errorf("SelfCPU at start = %v, want > 0 (the test binary has run)", before)
 	}
 }
