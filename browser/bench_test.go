@@ -287,7 +287,8 @@ func benchNaiveChromedp(b *testing.B) {
 // jobs on the same warm Chrome for comparison. Chrome's tree and this
 // process (chromedp's side) are measured apart. The egress sub-benchmark
 // puts the Chrome behind an egress proxy that allows the site, as on a
-// node; -count N alternates the two.
+// node. The two run one after the other (with -count N, N of the one,
+// then N of the other), not alternating: compare them at a steady load.
 func BenchmarkChromeLife(b *testing.B) {
 	site := testutil.StartSite(b, testsite.Options{})
 	b.Run("direct", func(b *testing.B) { benchChromeLife(b, site, nil) })
