@@ -13,6 +13,8 @@ import (
 // assignment committed before the lock was granted.
 const assignLockSQL = `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`
 
+// assignSQL wakes the node on its own channel and names it on
+// ChannelAssigned, as a round does (politeUpdateSQL).
 const assignSQL = `
 WITH node AS (
     SELECT n.capacity - (SELECT count(*) FROM jobs h
@@ -32,8 +34,10 @@ WITH node AS (
     RETURNING j.id
 ), woken AS (
     SELECT pg_notify($4, count(*)::text) FROM assigned HAVING count(*) > 0
+), relay AS (
+    SELECT pg_notify($5, $1) FROM assigned HAVING count(*) > 0
 )
-SELECT a.id, (SELECT count(*) FROM woken) FROM assigned a ORDER BY a.id`
+SELECT a.id, (SELECT count(*) FROM woken) + (SELECT count(*) FROM relay) FROM assigned a ORDER BY a.id`
 
 // Assign moves up to n pending jobs (highest priority first, then oldest;
 // none whose run_after is in the future) to the node, within its free
@@ -48,7 +52,7 @@ func (q *Queue) Assign(ctx context.Context, nodeID string, n int) ([]int64, erro
 	var nodeState string
 	b.Queue(assignLockSQL, nodeID).QueryRow(func(row pgx.Row) error { return row.Scan(&nodeState) })
 	var ids []int64
-	b.Queue(assignSQL, nodeID, n, q.now(), NodeChannel(nodeID)).Query(func(rows pgx.Rows) error {
+	b.Queue(assignSQL, nodeID, n, q.now(), NodeChannel(nodeID), ChannelAssigned).Query(func(rows pgx.Rows) error {
 		var err error
 		ids, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (int64, error) {
 			var id, notified int64

@@ -1,5 +1,7 @@
 package jobqueue
 
+import "fmt"
+
 // NOTIFY channels and payloads. Notifications are wake-up hints, never the
 // source of truth: a receiver re-reads the queue when woken and also polls at
 // a slow interval, so a notification lost while a listener reconnects costs
@@ -20,11 +22,37 @@ const (
 	// NodeChannel). Payload: the decimal number of jobs just assigned to it.
 	NodeChannelPrefix = "browserfarm_node."
 
+	// ChannelAssigned carries, after every commit that assigned jobs, the
+	// ids of the nodes that got them, space-separated (node ids hold no
+	// space), at most assignedPerNotify to a notification. Producers LISTEN
+	// on it and wake those nodes' HTTP long-polls (farm/wake), so that a
+	// fleet need not LISTEN at all: PostgreSQL 15 signals every listening
+	// backend of the database on each notifying commit, whatever the
+	// channel, and a thousand listening nodes make every commit wake a
+	// thousand server processes.
+	ChannelAssigned = "browserfarm_assigned"
+
 	// PayloadReconnected is delivered by a Listener (never sent by
 	// PostgreSQL) after it re-established its connection: notifications may
 	// have been missed, so the receiver should look at the queue.
 	PayloadReconnected = "reconnected"
 )
+
+// assignedPerNotify is how many node ids one ChannelAssigned notification
+// carries: 150 × (MaxNodeIDLength + 1) bytes stays under PostgreSQL's
+// 8,000-byte payload limit.
+const assignedPerNotify = 150
+
+// assignedNotifySQL is a CTE body that notifies ChannelAssigned ($n, the
+// parameter named by ch) of the distinct node ids in nodes (a query
+// returning a node_id column), in notifications of at most
+// assignedPerNotify ids.
+func assignedNotifySQL(nodes, ch string) string {
+	return fmt.Sprintf(`SELECT pg_notify(%s, string_agg(node_id, ' ')) FROM (
+        SELECT node_id, (row_number() OVER (ORDER BY node_id) - 1) / %d AS chunk
+        FROM (SELECT DISTINCT node_id FROM (%s) d) n
+    ) c GROUP BY chunk`, ch, assignedPerNotify, nodes)
+}
 
 // NodeChannel is the NOTIFY channel that wakes the node with this id.
 func NodeChannel(nodeID string) string { return NodeChannelPrefix + nodeID }

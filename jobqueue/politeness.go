@@ -191,15 +191,22 @@ const politeHostRowsSQL = `INSERT INTO hosts (host) SELECT unnest($1::text[]) ON
 
 // politeUpdateSQL assigns jobs the round locked and saw pending
 // (politeLockSQL): nothing can have changed them since, so they are found
-// by id alone, through the primary key (see politeLockSQL).
-const politeUpdateSQL = `
+// by id alone, through the primary key (see politeLockSQL). Each node that
+// got jobs is woken on its own channel (nodes that LISTEN) and named on
+// ChannelAssigned (nodes woken through a producer). A CTE that nothing
+// references is not run, hence the final SELECT.
+var politeUpdateSQL = `
 WITH assigned AS (
     UPDATE jobs j SET state = 'queued', node_id = a.node_id, queued_at = coalesce($3::timestamptz, now())
     FROM unnest($1::bigint[], $2::text[]) AS a(id, node_id)
     WHERE j.id = a.id
     RETURNING j.node_id
+), node_wake AS (
+    SELECT pg_notify($4 || node_id, count(*)::text) FROM assigned GROUP BY node_id
+), relay AS (
+    ` + assignedNotifySQL("SELECT node_id FROM assigned", "$5") + `
 )
-SELECT pg_notify($4 || node_id, count(*)::text) FROM assigned GROUP BY node_id`
+SELECT (SELECT count(*) FROM node_wake), (SELECT count(*) FROM relay)`
 
 // AssignPolite runs one farm-wide assignment round: it fills the free slots
 // of the active nodes, in the order the assign policy gives (see
@@ -344,7 +351,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		if len(ids) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, politeUpdateSQL, ids, to, q.now(), NodeChannelPrefix)
+		_, err = tx.Exec(ctx, politeUpdateSQL, ids, to, q.now(), NodeChannelPrefix, ChannelAssigned)
 		return err
 	})
 	if err != nil {
