@@ -1,0 +1,210 @@
+package wake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// Path is the producer's long-poll endpoint for a node, under its base URL.
+func Path(nodeID string) string { return "/api/nodes/" + url.PathEscape(nodeID) + "/wake" }
+
+// CheckURL checks a producer's base URL.
+func CheckURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q is not a producer's base URL: want http(s)://host[:port][/prefix]", s)
+	}
+	return nil
+}
+
+// Answer is the endpoint's JSON body.
+type Answer struct {
+	// Woken: the node got work since its last poll (or may have: the
+	// producer's LISTEN connection was re-established).
+	Woken bool `json:"woken"`
+}
+
+// ClientConfig configures NewClient. Its durations follow the rule of
+// every config struct: 0 means the documented default, a negative value is
+// a programming error that NewClient reports by panicking with its name.
+type ClientConfig struct {
+	// URL is the producer's base URL (http://producer:8080), required.
+	URL string
+	// Token is the bearer token the producer's reads need (its read token
+	// or API token); empty sends none.
+	Token string
+	// NodeID is the node polled for, required.
+	NodeID string
+	// Wait is how long one poll may be held open; the producer holds it at
+	// most its own MaxWait. 0: DefaultMaxWait.
+	Wait time.Duration
+	// RetryMin and RetryMax bound the pause after a failed poll, doubling
+	// from the first to the second. 0: 100 ms and 5 s.
+	RetryMin, RetryMax time.Duration
+	// HTTP is the client. Default: one of its own with no overall timeout
+	// (each poll is bounded by Wait plus a margin).
+	HTTP   *http.Client
+	Logger *zap.Logger
+}
+
+// Client keeps one long-poll open to a producer and turns its answers into
+// notifications, as a jobqueue.Listener does for LISTEN: Ready closes after
+// the first answer (the node is registered with the hub, so that nothing
+// assigned from then on is missed), C carries a notification per wake-up,
+// and one with jobqueue.PayloadReconnected after the producer could not be
+// reached (wake-ups may have been missed meanwhile).
+type Client struct {
+	cfg   ClientConfig
+	url   string
+	log   *zap.Logger
+	ready chan struct{}
+	c     chan jobqueue.Notification
+}
+
+// NewClient returns a client; call Run to start it.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if err := errors.Join(
+		cfgrule.Resolve("Wait", &cfg.Wait, DefaultMaxWait, false),
+		cfgrule.Resolve("RetryMin", &cfg.RetryMin, 100*time.Millisecond, false),
+		cfgrule.Resolve("RetryMax", &cfg.RetryMax, 5*time.Second, false),
+	); err != nil {
+		panic("wake.NewClient: ClientConfig." + err.Error())
+	}
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, err
+	}
+	if err := jobqueue.ValidateNodeID(cfg.NodeID); err != nil {
+		return nil, err
+	}
+	if cfg.HTTP == nil {
+		cfg.HTTP = &http.Client{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Client{
+		cfg:   cfg,
+		url:   strings.TrimSuffix(cfg.URL, "/") + Path(cfg.NodeID),
+		log:   cfg.Logger,
+		ready: make(chan struct{}),
+		c:     make(chan jobqueue.Notification, 1),
+	}, nil
+}
+
+// Ready closes once the producer has answered the first poll.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
+
+// C carries the wake-ups; one waiting is as good as many.
+func (c *Client) C() <-chan jobqueue.Notification { return c.c }
+
+// Run polls until ctx ends, and returns nil then.
+func (c *Client) Run(ctx context.Context) error {
+	pause := c.cfg.RetryMin
+	// registered: the producer answered the last poll, so it knows the
+	// node; after a failure (a restarted producer forgot it, or another
+	// behind a load balancer never knew it) the next poll registers again
+	// before anything is waited for.
+	registered, failing := false, false
+	for {
+		wait := c.cfg.Wait
+		if !registered {
+			wait = 0 // answered at once: see Hub.Wait
+		}
+		woken, err := c.poll(ctx, wait)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if !failing {
+				c.log.Warn("wake poll failed; retrying", zap.String("url", c.url), zap.Error(err), zap.Duration("in", pause))
+			}
+			failing, registered = true, false
+			if !sleep(ctx, pause) {
+				return nil
+			}
+			pause = min(2*pause, c.cfg.RetryMax)
+			continue
+		}
+		pause = c.cfg.RetryMin
+		if !registered {
+			registered = true
+			select {
+			case <-c.ready:
+			default:
+				close(c.ready)
+			}
+		}
+		if failing {
+			// Wake-ups may have been missed while the producer was away.
+			c.log.Info("wake poll answered again", zap.String("url", c.url))
+			c.deliver(jobqueue.Notification{Payload: jobqueue.PayloadReconnected})
+			failing = false
+		}
+		if woken {
+			c.deliver(jobqueue.Notification{Channel: jobqueue.ChannelAssigned, Payload: c.cfg.NodeID})
+		}
+	}
+}
+
+// poll makes one request.
+func (c *Client) poll(ctx context.Context, wait time.Duration) (bool, error) {
+	// The producer answers by wait; the margin covers the network and a
+	// busy producer, and a dead one is noticed within it.
+	rctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, c.url+"?wait="+wait.String(), nil)
+	if err != nil {
+		return false, err
+	}
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
+	resp, err := c.cfg.HTTP.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	var a Answer
+	if err := json.Unmarshal(body, &a); err != nil {
+		return false, fmt.Errorf("answer %q: %w", body, err)
+	}
+	return a.Woken, nil
+}
+
+func (c *Client) deliver(n jobqueue.Notification) {
+	select {
+	case c.c <- n:
+	default:
+		// One is waiting already; the claim it causes answers both.
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

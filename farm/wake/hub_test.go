@@ -1,0 +1,192 @@
+package wake
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
+)
+
+// park starts a poll of node that may wait long, and returns its answer's
+// channel once the poll is parked (the hub counts it as a waiter).
+func park(t *testing.T, h *Hub, ctx context.Context, node string) <-chan answer {
+	t.Helper()
+	h.mu.Lock()
+	before := 0
+	if e := h.nodes[node]; e != nil {
+		before = e.waiters
+	}
+	h.mu.Unlock()
+	out := make(chan answer, 1)
+	go func() {
+		woken, err := h.Wait(ctx, node, time.Hour)
+		out <- answer{woken, err}
+	}()
+	testutil.Eventually(t, 30*time.Second, "the poll of "+node+" parked", func() bool {
+		select {
+		case a := <-out:
+			t.Fatalf("poll of %s returned %+v before it parked", node, a)
+		default:
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		e := h.nodes[node]
+		return e != nil && e.waiters > before
+	})
+	return out
+}
+
+type answer struct {
+	woken bool
+	err   error
+}
+
+func TestHub(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		run  func(t *testing.T, h *Hub)
+	}{
+		{"a parked poll is woken", func(t *testing.T, h *Hub) {
+			a := park(t, h, ctx, "n1")
+			h.Wake("n2", "n1")
+			if got := <-a; !got.woken || got.err != nil {
+				t.Fatalf("got %+v, want woken", got)
+			}
+		}},
+		{"a wake-up between polls waits for the next poll", func(t *testing.T, h *Hub) {
+			if woken, err := h.Wait(ctx, "n1", 0); woken || err != nil {
+				t.Fatalf("registering poll: %v, %v", woken, err)
+			}
+			h.Wake("n1")
+			if woken, err := h.Wait(ctx, "n1", time.Hour); !woken || err != nil {
+				t.Fatalf("next poll: %v, %v; want woken at once", woken, err)
+			}
+			// Collected: the poll after it waits again.
+			if woken, err := h.Wait(ctx, "n1", time.Millisecond); woken || err != nil {
+				t.Fatalf("poll after: %v, %v; want a timeout", woken, err)
+			}
+		}},
+		{"a node that never polled is not remembered", func(t *testing.T, h *Hub) {
+			h.Wake("stranger")
+			if woken, _ := h.Wait(ctx, "stranger", 0); woken {
+				t.Fatal("a wake-up before the node's first poll was kept")
+			}
+			if h.Nodes() != 1 {
+				t.Fatalf("remembers %d nodes, want 1", h.Nodes())
+			}
+		}},
+		{"a poll times out unwoken", func(t *testing.T, h *Hub) {
+			if woken, err := h.Wait(ctx, "n1", time.Millisecond); woken || err != nil {
+				t.Fatalf("got %v, %v; want false, nil", woken, err)
+			}
+		}},
+		{"two polls of one node are both woken", func(t *testing.T, h *Hub) {
+			a := park(t, h, ctx, "n1")
+			b := park(t, h, ctx, "n1")
+			h.Wake("n1")
+			if x, y := <-a, <-b; !x.woken || !y.woken {
+				t.Fatalf("got %+v and %+v, want both woken", x, y)
+			}
+		}},
+		{"WakeAll wakes the parked and keeps one for the rest", func(t *testing.T, h *Hub) {
+			a := park(t, h, ctx, "n1")
+			if _, err := h.Wait(ctx, "n2", 0); err != nil {
+				t.Fatal(err)
+			}
+			h.WakeAll()
+			if got := <-a; !got.woken {
+				t.Fatalf("n1: %+v", got)
+			}
+			if woken, _ := h.Wait(ctx, "n2", time.Hour); !woken {
+				t.Fatal("n2 not woken")
+			}
+		}},
+		{"a poll whose client left returns its error", func(t *testing.T, h *Hub) {
+			cctx, cancel := context.WithCancel(ctx)
+			a := park(t, h, cctx, "n1")
+			cancel()
+			if got := <-a; got.woken || !errors.Is(got.err, context.Canceled) {
+				t.Fatalf("got %+v, want context.Canceled", got)
+			}
+			// Nothing was lost, nothing invented: the next poll waits.
+			if woken, _ := h.Wait(ctx, "n1", time.Millisecond); woken {
+				t.Fatal("woken with nothing to wake for")
+			}
+		}},
+		{"Close answers parked and later polls", func(t *testing.T, h *Hub) {
+			a := park(t, h, ctx, "n1")
+			h.Close()
+			if got := <-a; !errors.Is(got.err, ErrClosed) {
+				t.Fatalf("parked poll: %+v, want ErrClosed", got)
+			}
+			if _, err := h.Wait(ctx, "n1", time.Hour); !errors.Is(err, ErrClosed) {
+				t.Fatalf("later poll: %v, want ErrClosed", err)
+			}
+			h.Close() // twice is fine
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.run(t, NewHub(HubConfig{}))
+		})
+	}
+}
+
+// TestHubForgetsSilentNodes: a node that stopped polling is dropped, with
+// the wake-up it never collected; one that polls is kept.
+func TestHubForgetsSilentNodes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	h := NewHub(HubConfig{Forget: time.Minute, Now: clock})
+	ctx := context.Background()
+	for _, n := range []string{"silent", "active"} {
+		if _, err := h.Wait(ctx, n, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Wake("silent")
+	advance(45 * time.Second)
+	if _, err := h.Wait(ctx, "active", 0); err != nil {
+		t.Fatal(err)
+	}
+	advance(45 * time.Second)
+	h.Wake() // prunes
+	if h.Nodes() != 1 {
+		t.Fatalf("remembers %d nodes, want 1 (active)", h.Nodes())
+	}
+	if woken, _ := h.Wait(ctx, "silent", 0); woken {
+		t.Fatal("a forgotten node got its old wake-up")
+	}
+}
+
+func TestHubConfigRejectsNegative(t *testing.T) {
+	t.Parallel()
+	for _, field := range []string{"MaxWait", "Forget"} {
+		t.Run(field, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r == nil {
+					t.Fatalf("NewHub accepted a negative %s", field)
+				} else if msg, _ := r.(string); !strings.Contains(msg, field) {
+					t.Fatalf("panic %q does not name %s", r, field)
+				}
+			}()
+			cfg := HubConfig{}
+			if field == "MaxWait" {
+				cfg.MaxWait = -1
+			} else {
+				cfg.Forget = -1
+			}
+			NewHub(cfg)
+		})
+	}
+}
