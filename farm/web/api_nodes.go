@@ -2,11 +2,13 @@ package web
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"time"
 
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -108,4 +110,34 @@ func (s *server) drainNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": jobqueue.NodeDraining})
+}
+
+// wakePoll is a node's long-poll for wake-ups (see package wake): it
+// answers when the node got work, or after ?wait= (at most the hub's
+// MaxWait, which is also the default; 0 answers at once, registering the
+// node).
+func (s *server) wakePoll(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := jobqueue.ValidateNodeID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	wait := s.cfg.Wake.MaxWait()
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("wait: %q is not a duration of 0 or more (e.g. 25s)", v))
+			return
+		}
+		wait = min(d, wait)
+	}
+	woken, err := s.cfg.Wake.Wait(r.Context(), id, wait)
+	switch {
+	case errors.Is(err, wake.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "this producer is shutting down; poll again")
+	case err != nil:
+		// The client went away; its answer has nowhere to go.
+	default:
+		writeJSON(w, http.StatusOK, wake.Answer{Woken: woken})
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -85,6 +86,11 @@ type Config struct {
 	// HostPolicy returns the politeness limits of a host, for GET
 	// /api/hosts. Nil: the hosts view shows activity without limits.
 	HostPolicy func(host string) jobqueue.HostPolicy
+	// Wake, if set, serves the nodes' wake-up long-polls (GET
+	// /api/nodes/{id}/wake), for nodes started with --wake-url. The
+	// producer feeds it (farm.ProducerConfig.Wake); close it before the
+	// HTTP server shuts down, which waits for parked polls. Nil: 404.
+	Wake *wake.Hub
 }
 
 // Defaults of Config.
@@ -147,6 +153,7 @@ type server struct {
 //	POST /api/jobs                   [spec, ...] or {"jobs": [...]}: 201 {batch_id, ids}
 //	POST /api/jobs/{id}/cancel, /api/jobs/{id}/retry, /api/batches/{id}/cancel,
 //	     /api/nodes/{id}/drain
+//	GET  /api/nodes/{id}/wake        ?wait=25s: a node's long-poll, {"woken": bool} (with Config.Wake)
 //	GET  /metrics, /healthz, /readyz
 //
 // POST calls need "Authorization: Bearer <Token>" (401 without or with a
@@ -197,6 +204,9 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("POST /api/jobs/{id}/retry", s.mutating(forJob(s.retryJob)))
 	mux.HandleFunc("POST /api/batches/{id}/cancel", s.mutating(s.cancelBatch))
 	mux.HandleFunc("POST /api/nodes/{id}/drain", s.mutating(s.drainNode))
+	if cfg.Wake != nil {
+		mux.HandleFunc("GET /api/nodes/{id}/wake", s.reading(s.wakePoll))
+	}
 	// Anything else under /api/ gets a JSON 405 or 404, so clients never
 	// have to parse the mux's plain-text answers.
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
