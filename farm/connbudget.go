@@ -11,9 +11,10 @@ import "time"
 //     of one that the claim loop, the completer, failures and heartbeats
 //     share (each is one short statement or implicit transaction, so they
 //     queue for microseconds to milliseconds, not for a render);
-//   - with PollOnly: a pool of two and no listener, so a heartbeat never
-//     waits behind a completion; every statement is self-contained and the
-//     pool may sit behind PgBouncer's transaction pooling.
+//   - without LISTEN (PollOnly, or woken over HTTP through WakeURL): a pool
+//     of two, so a heartbeat never waits behind a completion; with
+//     PollOnly every statement is self-contained and the pool may sit
+//     behind PgBouncer's transaction pooling.
 //
 // A producer holds its pool (at most 16 connections in farm producer, 24 in
 // farm up) plus one connection for the leader election's session advisory
@@ -27,12 +28,13 @@ import "time"
 const ConsumerConnBudget = 2
 
 // ConsumerPoolConns is the pool size that keeps a consumer within
-// ConsumerConnBudget.
-func ConsumerPoolConns(pollOnly bool) int32 {
-	if pollOnly {
-		return ConsumerConnBudget
+// ConsumerConnBudget: listen is whether the node LISTENs (neither PollOnly
+// nor WakeURL).
+func ConsumerPoolConns(listen bool) int32 {
+	if listen {
+		return ConsumerConnBudget - 1 // the listener takes its own
 	}
-	return ConsumerConnBudget - 1 // the listener takes its own
+	return ConsumerConnBudget
 }
 
 // DefaultPollOnlyInterval is how often a poll-only node looks for assigned

@@ -2,41 +2,44 @@ package farm
 
 import (
 	"context"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/browserfarm/browserfarm/farm/wake"
+	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 // TestConsumerConnectionBudget runs a real node on a pool of the budgeted
-// size, with LISTEN and poll-only, and watches pg_stat_activity while it
-// renders 24 jobs: it never holds more than ConsumerConnBudget connections,
-// it finishes every job on them (nothing in the node needs a second pooled
-// connection while it holds one), and in poll-only mode no connection of
-// it ever LISTENs.
+// size — with LISTEN, poll-only, and woken over HTTP by a real producer —
+// and watches pg_stat_activity while it renders 24 jobs: it never holds
+// more than ConsumerConnBudget connections, it finishes every job on them
+// (nothing in the node needs a second pooled connection while it holds
+// one), and only with LISTEN does a connection of it LISTEN. Woken over
+// HTTP, the node polls the queue only hourly: it finishes in time only if
+// the producer's wake-ups reach it.
 func TestConsumerConnectionBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
 	site := testutil.StartSite(t, testsite.Options{Items: 20})
-	for _, pollOnly := range []bool{false, true} {
-		name := "listen"
-		if pollOnly {
-			name = "poll-only"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, mode := range []string{"listen", "poll-only", "wake"} {
+		pollOnly, woken := mode == "poll-only", mode == "wake"
+		listen := mode == "listen"
+		t.Run(mode, func(t *testing.T) {
 			db := newTestDB(t)
 			const app = "budget-node"
 			cfg, err := pgxpool.ParseConfig(db.conn)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg.MaxConns = ConsumerPoolConns(pollOnly)
+			cfg.MaxConns = ConsumerPoolConns(listen)
 			cfg.ConnConfig.RuntimeParams["application_name"] = app
 			if pollOnly {
 				jobqueue.ForTransactionPooling(cfg)
@@ -73,13 +76,21 @@ func TestConsumerConnectionBudget(t *testing.T) {
 			defer func() { stopSampler(); wg.Wait() }()
 
 			node := "node-budget"
-			db.startAssigner(t, node, defaultCapacity())
+			wakeURL := ""
+			if woken {
+				wakeURL = startWakingProducer(t, db)
+			} else {
+				db.startAssigner(t, node, defaultCapacity())
+			}
 			batch, _ := db.enqueue(t, site.URL, pagePaths(24, "/page/%d?delay=100"))
 			rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
 				c.Queue = nodeQ
 				c.PollOnly = pollOnly
-				if pollOnly {
+				switch {
+				case pollOnly:
 					c.PollInterval = DefaultPollOnlyInterval
+				case woken:
+					c.WakeURL, c.PollInterval = wakeURL, time.Hour
 				}
 			})
 			testutil.Eventually(t, 3*time.Minute, "24 jobs completed", func() bool {
@@ -92,13 +103,34 @@ func TestConsumerConnectionBudget(t *testing.T) {
 			wg.Wait()
 			mu.Lock()
 			defer mu.Unlock()
-			t.Logf("%s: at most %d connections, LISTEN seen: %v", name, maxConns, listened)
+			t.Logf("%s: at most %d connections, LISTEN seen: %v", mode, maxConns, listened)
 			if maxConns < 1 || maxConns > ConsumerConnBudget {
 				t.Errorf("node held up to %d connections; budget %d", maxConns, ConsumerConnBudget)
 			}
-			if listened == pollOnly {
-				t.Errorf("LISTEN seen = %v with poll-only %v", listened, pollOnly)
+			if listened != listen {
+				t.Errorf("LISTEN seen = %v in mode %s", listened, mode)
 			}
 		})
 	}
+}
+
+// startWakingProducer runs a producer on db that wakes nodes over HTTP, and
+// its HTTP API; it returns the API's base URL (a node's WakeURL).
+func startWakingProducer(t *testing.T, db testDB) string {
+	t.Helper()
+	hub := wake.NewHub(wake.HubConfig{})
+	p := newTestProducer(t, db.q, db.pool, func(c *ProducerConfig) { c.Wake = hub; c.Tick = time.Hour })
+	srv := httptest.NewServer(web.NewServer(web.Config{Queue: db.q, Wake: hub}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("producer: %v", err)
+		}
+		hub.Close()
+		srv.Close()
+	})
+	return srv.URL
 }

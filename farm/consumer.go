@@ -12,6 +12,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -27,8 +28,10 @@ type Consumer struct {
 	sup    *supervisor.Supervisor
 	log    *zap.Logger
 	node   string
-	egress *egress.Proxy   // served by Run
-	inc    nodeIncarnation // set by Run's registration, before anything uses it
+	egress *egress.Proxy // served by Run
+	// wakeClient, with WakeURL, wakes the node instead of LISTEN.
+	wakeClient *wake.Client
+	inc        nodeIncarnation // set by Run's registration, before anything uses it
 
 	fenced     chan struct{} // closed when a newer incarnation took the id
 	fenceOnce  sync.Once
@@ -79,6 +82,13 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		zap.Stringers("allow", cfg.Egress.Allow), zap.Stringers("deny", cfg.Egress.Deny))
 	c := newConsumer(cfg, pgQueue{cfg.Queue}, sup, log)
 	c.egress = proxy
+	if cfg.WakeURL != "" {
+		if c.wakeClient, err = wake.NewClient(wake.ClientConfig{URL: cfg.WakeURL, Token: cfg.WakeToken, NodeID: cfg.NodeID,
+			Logger: log.Named("wake")}); err != nil {
+			proxy.Close()
+			return nil, fmt.Errorf("farm: consumer: WakeURL: %w", err)
+		}
+	}
 	return c, nil
 }
 
@@ -234,17 +244,24 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	bgCtx, stopBG := context.WithCancel(base)
 	defer stopBG()
 	var bg sync.WaitGroup
-	// wake is what wakes the claim loop besides its own events: the
-	// node's NOTIFY channel, or nothing in poll-only mode.
+	// wake is what wakes the claim loop besides its own events: a
+	// producer's long-poll, the node's NOTIFY channel, or nothing in
+	// poll-only mode.
 	noListener := make(chan struct{})
 	close(noListener)
-	wake := wakeups{ready: noListener}
-	if !c.cfg.PollOnly {
-		listener := c.q.Wakeups(c.node, c.log.Named("listener"))
-		wake = wakeups{ready: listener.Ready(), c: listener.C()}
+	woken := wakeups{ready: noListener}
+	var src wakeSource
+	switch {
+	case c.wakeClient != nil:
+		src = c.wakeClient
+	case !c.cfg.PollOnly:
+		src = c.q.Wakeups(c.node, c.log.Named("listener"))
+	}
+	if src != nil {
+		woken = wakeups{ready: src.Ready(), c: src.C()}
 		bg.Go(func() {
-			if err := listener.Run(bgCtx); err != nil {
-				c.log.Error("listener stopped", zap.Error(err))
+			if err := src.Run(bgCtx); err != nil {
+				c.log.Error("wake-ups stopped", zap.Error(err))
 			}
 		})
 	}
@@ -262,7 +279,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	defer cancelJobs(nil)
 	var jobs sync.WaitGroup
 
-	reason := c.loop(ctx, wake, supExited, jobsCtx, &jobs)
+	reason := c.loop(ctx, woken, supExited, jobsCtx, &jobs)
 
 	// Drain: take nothing new, hand back what has not started, finish what
 	// runs, then leave. A fenced process leaves at once: the node, its jobs

@@ -11,6 +11,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
@@ -45,13 +46,22 @@ const Off = supervisor.Off
 // value is an error that names the field.
 type ConsumerConfig struct {
 	// Queue is the job queue (required). Its pool also carries the LISTEN
-	// connection (see ConsumerPoolConns for the budget).
+	// connection, if any (see ConsumerPoolConns for the budget).
 	Queue *jobqueue.Queue
-	// PollOnly: no LISTEN; the node looks for assigned jobs every
-	// PollInterval (set it short, e.g. DefaultPollOnlyInterval) and after
-	// each job it finishes. No session state is kept, so the pool may go
-	// through PgBouncer in transaction mode.
+	// PollOnly: no LISTEN and no session state, so the pool may go through
+	// PgBouncer in transaction mode. The node looks for assigned jobs
+	// after each job it finishes, when WakeURL wakes it, and every
+	// PollInterval (without WakeURL, set it short:
+	// DefaultPollOnlyInterval).
 	PollOnly bool
+	// WakeURL, if set, is a producer's base URL (http://producer:8080): the
+	// node is woken when it gets work by a long-poll there (package wake)
+	// instead of LISTEN, which a thousand nodes make costly for PostgreSQL
+	// (see jobqueue.ChannelAssigned). The node then holds no LISTEN
+	// connection. WakeToken is the bearer token the producer's reads need
+	// (its read or API token), if any.
+	WakeURL   string
+	WakeToken string
 	// Blobs, if set, is where HTML and screenshots go instead of the
 	// database (only their keys, sizes and hashes are kept there).
 	Blobs blobstore.Store
@@ -171,6 +181,11 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 	}
 	if c.ProtectorIdleAfter == Off {
 		c.ProtectorIdleAfter = 0
+	}
+	if c.WakeURL != "" {
+		if err := wake.CheckURL(c.WakeURL); err != nil {
+			return c, fmt.Errorf("farm: consumer: WakeURL: %w", err)
+		}
 	}
 	if c.Load == nil {
 		c.Load = new(ProcessLoadSampler).Sample

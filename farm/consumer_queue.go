@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -36,7 +37,8 @@ type nodeIncarnation interface {
 
 // wakeSource delivers the node's notifications: Ready closes once they are
 // being received, C carries them, Run receives until ctx ends.
-// *jobqueue.Listener is it.
+// *jobqueue.Listener (LISTEN) and *wake.Client (a producer's long-poll)
+// are it.
 type wakeSource interface {
 	Ready() <-chan struct{}
 	C() <-chan jobqueue.Notification
@@ -60,4 +62,5 @@ var (
 	_ consumerQueue   = pgQueue{}
 	_ nodeIncarnation = (*jobqueue.Incarnation)(nil)
 	_ wakeSource      = (*jobqueue.Listener)(nil)
+	_ wakeSource      = (*wake.Client)(nil)
 )

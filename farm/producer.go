@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -78,7 +82,13 @@ type ProducerConfig struct {
 	LeaderActors []func(ctx context.Context) error
 	// OnAssigned, if set, observes every round that assigned jobs (metrics).
 	OnAssigned func(jobqueue.AssignReport)
-	Logger     *zap.Logger
+	// Wake, if set, is woken for the nodes that got jobs, so that nodes
+	// polling this producer over HTTP (package wake) claim them: from
+	// jobqueue.ChannelAssigned, which names the nodes of every round of
+	// whichever producer leads, on the producer's LISTEN connection; in
+	// PollOnly mode, from this producer's own rounds only.
+	Wake   *wake.Hub
+	Logger *zap.Logger
 	// Now is the clock for metrics and logs. Default time.Now.
 	Now func() time.Time
 }
@@ -90,6 +100,9 @@ type Producer struct {
 	cfg     ProducerConfig
 	log     *zap.Logger
 	elector *jobqueue.Elector
+	// assignWake is signalled by ChannelProducer notifications (capacity 1:
+	// one round answers any number of them).
+	assignWake chan struct{}
 }
 
 // NewProducer checks cfg and fills in defaults.
@@ -120,15 +133,63 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	ec := cfg.Elector
 	ec.Logger = cfg.Logger.Named("leader")
-	return &Producer{cfg: cfg, log: cfg.Logger, elector: jobqueue.NewElector(cfg.Pool, ec)}, nil
+	return &Producer{cfg: cfg, log: cfg.Logger, elector: jobqueue.NewElector(cfg.Pool, ec), assignWake: make(chan struct{}, 1)}, nil
 }
 
 // IsLeader reports whether this producer assigns now.
 func (p *Producer) IsLeader() bool { return p.elector.IsLeader() }
 
 // Run campaigns for leadership until ctx ends, leading whenever it wins.
+// Unless PollOnly, it LISTENs throughout, leader or not: for the leader's
+// rounds (ChannelProducer) and, with Wake, for every producer's nodes
+// (ChannelAssigned), whichever producer the nodes poll.
 func (p *Producer) Run(ctx context.Context) error {
+	if !p.cfg.PollOnly {
+		channels := []string{jobqueue.ChannelProducer}
+		if p.cfg.Wake != nil {
+			channels = append(channels, jobqueue.ChannelAssigned)
+		}
+		l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{Channels: channels, Logger: p.log.Named("listener")})
+		lctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := l.Run(lctx); err != nil {
+				p.log.Error("listener stopped", zap.Error(err))
+			}
+		})
+		wg.Go(func() { p.dispatch(lctx, l.C()) })
+		defer func() { stop(); wg.Wait() }()
+	}
 	return p.elector.Run(ctx, p.lead)
+}
+
+// dispatch routes the listener's notifications until ctx ends.
+func (p *Producer) dispatch(ctx context.Context, c <-chan jobqueue.Notification) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-c:
+			switch n.Channel {
+			case jobqueue.ChannelAssigned:
+				p.cfg.Wake.Wake(strings.Fields(n.Payload)...)
+			case jobqueue.ChannelProducer:
+				p.signalAssign()
+			default: // PayloadReconnected: anything may have been missed
+				p.signalAssign()
+				if p.cfg.Wake != nil {
+					p.cfg.Wake.WakeAll()
+				}
+			}
+		}
+	}
+}
+
+func (p *Producer) signalAssign() {
+	select {
+	case p.assignWake <- struct{}{}:
+	default:
+	}
 }
 
 // lead runs the leader's actors until ctx ends (leadership lost or shutdown).
@@ -157,19 +218,6 @@ func (p *Producer) lead(ctx context.Context) {
 // assignLoop assigns whenever work or capacity appears (NOTIFY), when a host
 // held back by its interval comes due, and on a fallback tick.
 func (p *Producer) assignLoop(ctx context.Context) error {
-	var wake <-chan jobqueue.Notification // nil in poll-only mode: never ready
-	if !p.cfg.PollOnly {
-		l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{
-			Channels: []string{jobqueue.ChannelProducer},
-			Logger:   p.log.Named("listener"),
-		})
-		lctx, stopListener := context.WithCancel(ctx)
-		listenerDone := make(chan error, 1)
-		go func() { listenerDone <- l.Run(lctx) }()
-		defer func() { stopListener(); <-listenerDone }()
-		wake = l.C()
-	}
-
 	tick := time.NewTicker(p.cfg.Tick)
 	defer tick.Stop()
 	due := time.NewTimer(time.Hour)
@@ -187,6 +235,9 @@ func (p *Producer) assignLoop(ctx context.Context) error {
 			if p.cfg.OnAssigned != nil {
 				p.cfg.OnAssigned(rep)
 			}
+			if p.cfg.PollOnly && p.cfg.Wake != nil {
+				p.cfg.Wake.Wake(slices.Collect(maps.Keys(rep.Assigned))...)
+			}
 			if n == p.cfg.AssignBatch {
 				continue // more may be waiting: go again without waiting for a wake-up
 			}
@@ -197,8 +248,7 @@ func (p *Producer) assignLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
-			drain(wake) // one round answers every wake-up that arrived meanwhile
+		case <-p.assignWake:
 		case <-tick.C:
 		case <-due.C:
 		}
@@ -253,16 +303,6 @@ func (p *Producer) retentionLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-		}
-	}
-}
-
-func drain(c <-chan jobqueue.Notification) {
-	for {
-		select {
-		case <-c:
-		default:
-			return
 		}
 	}
 }

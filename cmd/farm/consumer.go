@@ -18,6 +18,7 @@ import (
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/autoscale"
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -47,6 +48,8 @@ type consumerOptions struct {
 	allow           string
 	deny            string
 	respawn         bool
+	wakeURL         string
+	wakeToken       string
 
 	awsProtection bool
 	awsGroup      string
@@ -67,8 +70,10 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.countOrOff(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, fmt.Sprintf("exit with code %d after this many jobs, to be restarted fresh (off: never)", exitRecycle))
 	fs.countOrOff(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", off, "replace Chrome early when its process tree's PSS passes this many MiB (off: no ceiling)")
 	fs.positive(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
-	fs.positive(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification (with --poll-only: how often to look at all, default "+farm.DefaultPollOnlyInterval.String()+")")
+	fs.positive(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification (with --poll-only and no --wake-url: how often to look at all, default "+farm.DefaultPollOnlyInterval.String()+")")
 	fs.nonNegative(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back (0: none, hand them back at once)")
+	fs.StringVar(&o.wakeURL, "wake-url", "", "a producer's base URL (http://producer:8080): be woken for new work by a long-poll there instead of LISTEN, one PostgreSQL connection fewer and none listening (for large fleets: every LISTENing node costs the server work on each notifying commit); works with --poll-only")
+	fs.StringVar(&o.wakeToken, "wake-token", "", "bearer token for --wake-url: the producer's --read-token (or --api-token), if it has one")
 	fs.StringVar(&o.chrome, "chrome", "", "browser binary; overrides --browser")
 	fs.StringVar(&o.browser, "browser", "", browserHelp)
 	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
@@ -118,6 +123,14 @@ func (o *consumerOptions) check() error {
 	}
 	if _, err := o.egressPolicy(); err != nil {
 		errs = append(errs, err.Error())
+	}
+	if o.wakeURL != "" {
+		if err := wake.CheckURL(o.wakeURL); err != nil {
+			errs = append(errs, "--wake-url: "+err.Error())
+		}
+	}
+	if o.wakeToken != "" && o.wakeURL == "" {
+		errs = append(errs, "--wake-token needs --wake-url")
 	}
 	if o.awsProtection && o.awsGroup == "" {
 		errs = append(errs, "--aws-instance-protection needs --aws-asg-name")
@@ -205,6 +218,7 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) far
 	cfg.HeartbeatInterval = o.heartbeat
 	cfg.PollInterval = o.poll
 	cfg.PollOnly = o.db.pollOnly
+	cfg.WakeURL, cfg.WakeToken = o.wakeURL, o.wakeToken
 	// The flags' 0 is a grace of none, which the config spells Off (its 0
 	// is the default).
 	cfg.DrainTimeout = zeroAsOff(o.drainTimeout)
@@ -228,7 +242,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if o.db.pollOnly && !fs.given["poll-interval"] {
+	if o.db.pollOnly && o.wakeURL == "" && !fs.given["poll-interval"] {
 		o.poll = farm.DefaultPollOnlyInterval
 	}
 	if err := o.check(); err != nil {
@@ -244,8 +258,8 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	}
 
 	// The node's connection budget (farm.ConsumerConnBudget): the pool plus
-	// the listener's connection, or a pool of two in poll-only mode.
-	pool, err := o.startup.waitForPool(ctx, &o.db, farm.ConsumerPoolConns(o.db.pollOnly), log)
+	// the listener's connection, or a pool of two when it does not LISTEN.
+	pool, err := o.startup.waitForPool(ctx, &o.db, farm.ConsumerPoolConns(!o.db.pollOnly && o.wakeURL == ""), log)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/autoscale"
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -256,8 +257,11 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 			}
 		}
 	}}
+	// The long-polls of nodes started with --wake-url.
+	hub := wake.NewHub(wake.HubConfig{})
 	producer, err := farm.NewProducer(farm.ProducerConfig{
 		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, PollOnly: po.pollOnly, AssignBatch: po.assignBatch, Assign: assign,
+		Wake:       hub,
 		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention, Blobs: blobs,
 		LeaderActors: leaderActors, Logger: log.Named("producer"),
 		OnAssigned: func(rep jobqueue.AssignReport) {
@@ -284,6 +288,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version, Blobs: blobs,
 		StaleAfter: po.staleAfter,
 		HostPolicy: pol.For,
+		Wake:       hub,
 	})
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 
@@ -296,6 +301,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		}
 		return nil
 	}, func(error) {
+		hub.Close() // answers the parked polls, which Shutdown would wait for
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
