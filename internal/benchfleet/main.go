@@ -18,6 +18,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -33,6 +35,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/farm"
+	"github.com/browserfarm/browserfarm/farm/wake"
+	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -49,7 +53,11 @@ type options struct {
 	heartbeat time.Duration
 	pollOnly  bool
 	poll      time.Duration
-	assign    jobqueue.AssignPolicy
+	// httpWake: nodes are woken by a long-poll to the producer's HTTP API
+	// (farm/wake) instead of LISTEN; the producer LISTENs even with
+	// pollOnly, which then applies to the nodes only.
+	httpWake bool
+	assign   jobqueue.AssignPolicy
 	// bouncer puts the nodes behind PgBouncer in transaction mode with
 	// this many server connections (0: nodes connect directly).
 	bouncer int
@@ -97,11 +105,15 @@ func main() {
 	flag.DurationVar(&o.render, "render", 500*time.Millisecond, "how long a job holds its slot")
 	flag.IntVar(&o.capacity, "capacity", supervisor.DefaultConfig().Capacity, "slots per node")
 	flag.DurationVar(&o.heartbeat, "heartbeat", farm.DefaultHeartbeatInterval, "heartbeat interval")
-	flag.BoolVar(&o.pollOnly, "poll-only", false, "nodes and producer without LISTEN (as farm --poll-only)")
+	flag.BoolVar(&o.pollOnly, "poll-only", false, "nodes and producer without LISTEN (as farm --poll-only); with -http-wake, the nodes only")
+	flag.BoolVar(&o.httpWake, "http-wake", false, "nodes woken by a long-poll to the producer's HTTP API (as farm consumer --wake-url) instead of LISTEN")
 	flag.DurationVar(&o.poll, "poll-interval", farm.DefaultPollOnlyInterval, "with -poll-only: the nodes' --poll-interval and the producer's --tick")
 	assign := flag.String("assign", "spread", "assignment policy: spread or pack")
 	flag.IntVar(&o.bouncer, "pgbouncer", 0, "with -poll-only: put the nodes behind PgBouncer in transaction mode with this many server connections (needs the pgbouncer binary)")
 	flag.Parse()
+	if o.pollOnly && o.httpWake {
+		o.poll = farm.DefaultPollInterval // woken over HTTP, a node polls only as a fallback
+	}
 	if o.bouncer > 0 && !o.pollOnly {
 		fatal(errors.New("-pgbouncer needs -poll-only: LISTEN does not pass transaction pooling"))
 	}
@@ -185,12 +197,30 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	errc := make(chan error, 4)
 
 	q := jobqueue.New(ppool, jobqueue.Config{})
+	prodPollOnly := o.pollOnly && !o.httpWake
 	tick := time.Second
-	if o.pollOnly {
+	if prodPollOnly {
 		tick = o.poll
 	}
-	prod, err := farm.NewProducer(farm.ProducerConfig{Queue: q, Pool: ppool, Tick: tick, PollOnly: o.pollOnly,
-		Retention: farm.Off, Assign: o.assign, OnAssigned: st.round})
+	var hub *wake.Hub
+	wakeURL := ""
+	if o.httpWake {
+		hub = wake.NewHub(wake.HubConfig{})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return res, err
+		}
+		srv := &http.Server{Handler: web.NewServer(web.Config{Queue: q, Wake: hub}), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() { _ = srv.Serve(ln) })
+		wg.Go(func() {
+			<-runCtx.Done()
+			hub.Close() // answers the parked polls, which Shutdown waits for
+			_ = srv.Shutdown(context.WithoutCancel(ctx))
+		})
+		wakeURL = "http://" + ln.Addr().String()
+	}
+	prod, err := farm.NewProducer(farm.ProducerConfig{Queue: q, Pool: ppool, Tick: tick, PollOnly: prodPollOnly,
+		Retention: farm.Off, Assign: o.assign, OnAssigned: st.round, Wake: hub})
 	if err != nil {
 		return res, err
 	}
@@ -215,7 +245,8 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 		defer b.stop()
 		nodeDSN = b.dsn()
 	}
-	ncfg := nodeConfig{dsn: nodeDSN, capacity: o.capacity, render: o.render, heartbeat: o.heartbeat, pollOnly: o.pollOnly, poll: o.poll, started: st.started}
+	ncfg := nodeConfig{dsn: nodeDSN, capacity: o.capacity, render: o.render, heartbeat: o.heartbeat, pollOnly: o.pollOnly, poll: o.poll,
+		wakeURL: wakeURL, started: st.started}
 	nodes := make([]*simNode, 0, n)
 	for i := range n {
 		nd, err := startNode(runCtx, fmt.Sprintf("n%05d", i), o.heartbeat*time.Duration(i)/time.Duration(n), ncfg)
@@ -308,7 +339,12 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	res = st.result()
 	res.Nodes, res.Assign = n, string(o.assign)
 	res.Mode = "listen"
-	if o.pollOnly {
+	switch {
+	case o.httpWake && o.pollOnly:
+		res.Mode = "http-wake, poll-only nodes"
+	case o.httpWake:
+		res.Mode = "http-wake"
+	case o.pollOnly:
 		res.Mode = "poll-only"
 	}
 	res.PgBouncerPool = o.bouncer

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/farm"
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -20,12 +22,16 @@ type nodeConfig struct {
 	heartbeat time.Duration
 	pollOnly  bool
 	poll      time.Duration // with pollOnly
+	// wakeURL, if set, is the producer's API: the node is woken by its
+	// long-poll (farm/wake) instead of LISTEN.
+	wakeURL string
 	// started records a job's start (its Claim returning).
 	started func(id int64, at time.Time)
 }
 
 // simNode holds PostgreSQL connections the way farm.Consumer does — a pool
-// of farm.ConsumerPoolConns plus, unless poll-only, its LISTEN connection —
+// of farm.ConsumerPoolConns plus, unless poll-only or woken over HTTP, its
+// LISTEN connection —
 // and goes through the same queue calls: Register, Claim, CompleteMany and
 // Heartbeat on its incarnation. A job "renders" by waiting cfg.render.
 type simNode struct {
@@ -49,7 +55,7 @@ func startNode(ctx context.Context, id string, hbOffset time.Duration, cfg nodeC
 	if err != nil {
 		return nil, err
 	}
-	pc.MaxConns = farm.ConsumerPoolConns(cfg.pollOnly)
+	pc.MaxConns = farm.ConsumerPoolConns(!cfg.pollOnly && cfg.wakeURL == "")
 	pc.ConnConfig.RuntimeParams["application_name"] = nodeAppPrefix + id
 	if cfg.pollOnly {
 		jobqueue.ForTransactionPooling(pc)
@@ -75,19 +81,36 @@ func (n *simNode) run(ctx context.Context) error {
 	defer n.pool.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	var wake <-chan jobqueue.Notification
+	var woken <-chan jobqueue.Notification
 	poll := farm.DefaultPollInterval
-	if n.cfg.pollOnly {
+	var src interface {
+		Ready() <-chan struct{}
+		C() <-chan jobqueue.Notification
+		Run(context.Context) error
+	}
+	switch {
+	case n.cfg.wakeURL != "":
+		// A transport of its own: a node is a process of its own, with one
+		// connection to the producer.
+		c, err := wake.NewClient(wake.ClientConfig{URL: n.cfg.wakeURL, NodeID: n.id,
+			HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}})
+		if err != nil {
+			return err
+		}
+		src = c
+	case n.cfg.pollOnly:
 		poll = n.cfg.poll
-	} else {
-		l := jobqueue.NewListener(n.pool, jobqueue.ListenerConfig{Channels: []string{jobqueue.NodeChannel(n.id)}})
-		wg.Go(func() { _ = l.Run(ctx) })
+	default:
+		src = jobqueue.NewListener(n.pool, jobqueue.ListenerConfig{Channels: []string{jobqueue.NodeChannel(n.id)}})
+	}
+	if src != nil {
+		wg.Go(func() { _ = src.Run(ctx) })
 		select {
-		case <-l.Ready():
+		case <-src.Ready():
 		case <-ctx.Done():
 			return nil
 		}
-		wake = l.C()
+		woken = src.C()
 	}
 	wg.Go(func() { n.heartbeats(ctx) })
 	finished := make(chan jobqueue.Completion, n.cfg.capacity)
@@ -135,7 +158,7 @@ func (n *simNode) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
+		case <-woken:
 		case <-freed:
 		case <-tick.C:
 		}
