@@ -42,6 +42,9 @@ func TestConsumerFlags(t *testing.T) {
 		{"bad node id", []string{"--node-id", "a b"}, nil, "--node-id"},
 		{"zero heartbeat", []string{"--heartbeat-interval", "0s"}, nil, "--heartbeat-interval"},
 		{"protection without a group", []string{"--aws-instance-protection"}, nil, "needs --aws-asg-name"},
+		{"wake URL", []string{"--wake-url", "http://producer:8080", "--wake-token", "t"}, nil, ""},
+		{"bad wake URL", []string{"--wake-url", "producer:8080"}, nil, "--wake-url"},
+		{"wake token without URL", nil, map[string]string{"FARM_WAKE_TOKEN": "t"}, "--wake-token needs --wake-url"},
 		{"malformed env", nil, map[string]string{"FARM_CAPACITY": "six"}, "FARM_CAPACITY"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -232,6 +232,21 @@ func TestManifests(t *testing.T) {
 		t.Error("the database URL and API token must come from the Secret")
 	}
 
+	// The consumers are woken by the producer Service, with the token its
+	// reads need (it listens beyond loopback).
+	svc, ok := byName["Service/browserfarm-producer"].(*corev1.Service)
+	if !ok {
+		t.Fatal("no producer Service")
+	}
+	wantWake := fmt.Sprintf("http://%s.%s.svc:%d", svc.Name, svc.Namespace, svc.Spec.Ports[0].Port)
+	if env(cc, "FARM_WAKE_URL") != wantWake {
+		t.Errorf("consumer FARM_WAKE_URL = %q, want the producer Service %s", env(cc, "FARM_WAKE_URL"), wantWake)
+	}
+	rt, wt := envFrom(pc, "FARM_READ_TOKEN"), envFrom(cc, "FARM_WAKE_TOKEN")
+	if rt == nil || wt == nil || rt.SecretKeyRef == nil || wt.SecretKeyRef == nil || rt.SecretKeyRef.Key != wt.SecretKeyRef.Key {
+		t.Errorf("consumer FARM_WAKE_TOKEN (%+v) must be the producer's FARM_READ_TOKEN (%+v), from the Secret", wt, rt)
+	}
+
 	// The ScaledObject scales the consumer Deployment on the producer's desired count.
 	so, ok := byName["ScaledObject/browserfarm-consumer"].(*scaledObject)
 	if !ok {
