@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -22,6 +23,7 @@ type Metrics struct {
 	desired       prometheus.Gauge
 	leader        atomic.Bool
 	leaderFn      atomic.Pointer[func() bool]
+	wake          atomic.Pointer[wake.Hub]
 	queue         *queueCollector
 }
 
@@ -63,10 +65,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 		return 0
 	})
+	polling := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "browserfarm_wake_nodes",
+		Help: "Nodes that long-poll this producer for wake-ups (farm consumer --wake-url): polling now or within the last minute.",
+	}, func() float64 {
+		if h := m.wake.Load(); h != nil {
+			return float64(h.Nodes())
+		}
+		return 0
+	})
 	if reg != nil {
-		reg.MustRegister(m.assignLatency, m.desired, leader, m.queue)
+		reg.MustRegister(m.assignLatency, m.desired, leader, polling, m.queue)
 	}
 	return m
+}
+
+// WatchWake makes browserfarm_wake_nodes count the nodes polling h
+// (NewServer calls it with Config.Wake).
+func (m *Metrics) WatchWake(h *wake.Hub) {
+	if m != nil && h != nil {
+		m.wake.Store(h)
+	}
 }
 
 // ObserveAssignment records the submit→queued latency of jobs jobs assigned

@@ -178,6 +178,7 @@ func NewServer(cfg Config) http.Handler {
 		if cfg.IsLeader != nil {
 			cfg.Metrics.SetLeaderFunc(cfg.IsLeader)
 		}
+		cfg.Metrics.WatchWake(cfg.Wake)
 	}
 
 	mux := http.NewServeMux()

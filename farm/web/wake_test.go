@@ -42,6 +42,10 @@ func TestWakePoll(t *testing.T) {
 		t.Fatalf("poll after a wake-up: %d %s", status, body)
 	}
 
+	if status, _, body := f.do(http.MethodGet, "/metrics", "", ""); status != http.StatusOK || !strings.Contains(string(body), "browserfarm_wake_nodes 2") {
+		t.Errorf("metrics: %d, want browserfarm_wake_nodes 2 (n1, n2) in\n%s", status, body)
+	}
+
 	hub.Close()
 	if status, _, body := f.do(http.MethodGet, "/api/nodes/n1/wake", "reader", ""); status != http.StatusServiceUnavailable {
 		t.Fatalf("poll of a closed hub: %d %s, want 503", status, body)
