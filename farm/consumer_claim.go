@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -53,7 +54,7 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 			case err != nil:
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
 				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", claimBackoff))
-				if !sleepCtx(ctx, claimBackoff) {
+				if !ctxtime.Sleep(ctx, claimBackoff) {
 					return stopSignal
 				}
 				continue
@@ -180,17 +181,5 @@ func drainWakeups(ch <-chan jobqueue.Notification) {
 		default:
 			return
 		}
-	}
-}
-
-// sleepCtx pauses for d unless ctx ends first, and reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

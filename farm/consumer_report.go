@@ -10,6 +10,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -125,7 +126,7 @@ func retryReport(log *zap.Logger, f func(ctx context.Context) error) error {
 			return err
 		}
 		log.Warn("recording a job outcome failed; retrying", zap.Duration("retry_in", pause), zap.Error(err))
-		if !sleepCtx(ctx, pause) {
+		if !ctxtime.Sleep(ctx, pause) {
 			return fmt.Errorf("%w: %w", errReport, err)
 		}
 		pause = min(2*pause, 5*time.Second)

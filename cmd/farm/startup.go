@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/farm/fleet"
+	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -100,19 +101,8 @@ func (o *startupOptions) retry(ctx context.Context, log *zap.Logger, what, hint 
 				zap.Duration("database_wait", o.wait))
 			lastLog = time.Now()
 		}
-		if err := sleepCtx(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)); err != nil {
-			return err
+		if !ctxtime.Sleep(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)) {
+			return ctx.Err()
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

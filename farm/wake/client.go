@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
+	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -131,7 +132,7 @@ func (c *Client) Run(ctx context.Context) error {
 				c.log.Warn("wake poll failed; retrying", zap.String("url", c.url), zap.Error(err), zap.Duration("in", pause))
 			}
 			failing, registered = true, false
-			if !sleep(ctx, pause) {
+			if !ctxtime.Sleep(ctx, pause) {
 				return nil
 			}
 			pause = min(2*pause, c.cfg.RetryMax)
@@ -195,16 +196,5 @@ func (c *Client) deliver(n jobqueue.Notification) {
 	case c.c <- n:
 	default:
 		// One is waiting already; the claim it causes answers both.
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
