@@ -244,7 +244,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	bgCtx, stopBG := context.WithCancel(base)
 	defer stopBG()
 	var bg sync.WaitGroup
-	// wake is what wakes the claim loop besides its own events: a
+	// woken is what wakes the claim loop besides its own events: a
 	// producer's long-poll, the node's NOTIFY channel, or nothing in
 	// poll-only mode.
 	noListener := make(chan struct{})
