@@ -10,6 +10,12 @@
 // workers at about 960 jobs/s (one fetch of at most 96 jobs per 100 ms).
 // Here 10,000 workers (-workers) were slower than 96.
 //
+// -clients runs that many River clients on the shared pool, each with
+// -workers workers, each fetching for itself: "-clients 16 -workers 6"
+// has the lifecycle benchmark's shape (16 nodes of 6 slots, each claiming
+// its own jobs), where the default single client fetches up to 96 jobs at
+// once for all of them.
+//
 // It is a module of its own so that the product never depends on River.
 // Progress goes to stderr; the result is one JSON line on stdout:
 //
@@ -30,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -61,19 +68,24 @@ func (w *pageWorker) Work(ctx context.Context, job *river.Job[pageArgs]) error {
 
 func main() {
 	jobs := flag.Int("jobs", 20000, "jobs to insert, then work")
-	workers := flag.Int("workers", 96, "River workers (the lifecycle benchmark has 16 nodes × 6 = 96 slots)")
+	workers := flag.Int("workers", 96, "River workers per client (the lifecycle benchmark has 16 nodes × 6 = 96 slots)")
+	clients := flag.Int("clients", 1, "River clients, each with -workers workers and its own fetches")
 	cooldown := flag.Duration("fetch-cooldown", 2*time.Millisecond, "River's FetchCooldown (its default: 100ms)")
 	pollEvery := flag.Duration("fetch-poll-interval", 20*time.Millisecond, "River's FetchPollInterval (its default: 1s)")
 	batch := flag.Int("batch", 2000, "jobs per InsertManyFast (the lifecycle benchmark enqueues 2,000 at a time)")
 	dsn := flag.String("database-url", "", "an empty database to use instead of a private cluster")
 	flag.Parse()
-	if err := run(*jobs, *workers, *batch, *cooldown, *pollEvery, *dsn); err != nil {
+	if *clients < 1 || *workers < 1 {
+		fmt.Fprintln(os.Stderr, "river bench: -clients and -workers must be at least 1")
+		os.Exit(2)
+	}
+	if err := run(*jobs, *clients, *workers, *batch, *cooldown, *pollEvery, *dsn); err != nil {
 		fmt.Fprintln(os.Stderr, "river bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, workers, batch int, cooldown, pollEvery time.Duration, dsn string) error {
+func run(n, clients, workers, batch int, cooldown, pollEvery time.Duration, dsn string) error {
 	ctx := context.Background()
 	if dsn == "" {
 		cluster, stop, err := pglocal.StartTemp(ctx, "river-bench-", pglocal.Config{Ephemeral: true,
@@ -106,15 +118,21 @@ func run(n, workers, batch int, cooldown, pollEvery time.Duration, dsn string) e
 	w := &pageWorker{worked: new(atomic.Int64), total: int64(n), done: make(chan struct{})}
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	client, err := river.NewClient(driver, &river.Config{
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
-		Workers:           ws,
-		FetchCooldown:     cooldown,
-		FetchPollInterval: pollEvery,
-	})
-	if err != nil {
-		return err
+	riverClients := make([]*river.Client[pgx.Tx], clients)
+	for i := range riverClients {
+		c, err := river.NewClient(driver, &river.Config{
+			ID:                fmt.Sprintf("bench-client-%02d", i),
+			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+			Workers:           ws,
+			FetchCooldown:     cooldown,
+			FetchPollInterval: pollEvery,
+		})
+		if err != nil {
+			return err
+		}
+		riverClients[i] = c
 	}
+	client := riverClients[0]
 
 	fmt.Fprintf(os.Stderr, "river bench: inserting %d jobs in batches of %d\n", n, batch)
 	params := make([]river.InsertManyParams, n)
@@ -129,10 +147,12 @@ func run(n, workers, batch int, cooldown, pollEvery time.Duration, dsn string) e
 	}
 	insert := time.Since(t0)
 
-	fmt.Fprintf(os.Stderr, "river bench: working them with %d workers\n", workers)
+	fmt.Fprintf(os.Stderr, "river bench: working them with %d client(s) of %d workers\n", clients, workers)
 	t1 := time.Now()
-	if err := client.Start(ctx); err != nil {
-		return err
+	for _, c := range riverClients {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
 	}
 	select {
 	case <-w.done:
@@ -142,8 +162,10 @@ func run(n, workers, batch int, cooldown, pollEvery time.Duration, dsn string) e
 	worked := time.Since(t1)
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := client.Stop(sctx); err != nil {
-		return fmt.Errorf("stop: %w", err)
+	for _, c := range riverClients {
+		if err := c.Stop(sctx); err != nil {
+			return fmt.Errorf("stop: %w", err)
+		}
 	}
 	work := time.Since(t1)
 	var completed int
@@ -156,6 +178,7 @@ func run(n, workers, batch int, cooldown, pollEvery time.Duration, dsn string) e
 	out := map[string]any{
 		"bench":                         "river",
 		"river.jobs":                    n,
+		"river.clients":                 clients,
 		"river.workers":                 workers,
 		"river.insert.jobs/s":           round(float64(n) / insert.Seconds()),
 		"river.worked/s":                round(float64(n) / worked.Seconds()),
