@@ -12,6 +12,8 @@
 #   scripts/bench.sh river     BenchmarkLifecycle and BenchmarkEnqueue10k side by side with River v0.51
 #                              (bench/river, a module of its own) inserting then working the same
 #                              number of jobs on a private PostgreSQL with the same settings
+#                              (-clients 16 -workers 6: River in the lifecycle's shape, 16 clients
+#                              each fetching for its own 6 workers)
 #   scripts/bench.sh fleet     10, 100 and 1,000 simulated nodes (real connections, heartbeats every 3 s,
 #                              6 slots, no browser) and one producer on one PostgreSQL: assignment round,
 #                              submit→start, connections per node and producer, PostgreSQL CPU share
