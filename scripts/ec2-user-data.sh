@@ -15,6 +15,8 @@ set -euo pipefail # no -x: the database URL holds a password
 FARM_DATABASE_URL="postgres://farm:CHANGE-ME@db.internal:5432/farm"  # the producer's PostgreSQL
 FARM_BINARY_URL=""   # where your build of `farm` is published (e.g. an S3 presigned URL); empty if baked into the AMI
 FARM_ASG_NAME=""     # the consumers' Auto Scaling group; empty: from the instance's tags
+FARM_WAKE_URL=""     # the producer's API (http://producer.internal:8080): wake-ups by long-poll instead of LISTEN, for large fleets; empty: LISTEN
+FARM_WAKE_TOKEN=""   # the producer's --read-token, when FARM_WAKE_URL is set
 
 case "$FARM_DATABASE_URL" in *CHANGE-ME*) echo "user-data: set FARM_DATABASE_URL first" >&2; exit 1 ;; esac
 
@@ -55,6 +57,9 @@ FARM_AWS_INSTANCE_PROTECTION=${protection}
 FARM_AWS_ASG_NAME=${FARM_ASG_NAME}
 FARM_LOG_FORMAT=json
 ENV
+if [ -n "$FARM_WAKE_URL" ]; then
+  printf 'FARM_WAKE_URL=%s\nFARM_WAKE_TOKEN=%s\n' "$FARM_WAKE_URL" "$FARM_WAKE_TOKEN" >> /etc/browserfarm/consumer.env
+fi
 chmod 0640 /etc/browserfarm/consumer.env
 
 cat > /etc/systemd/system/farm-consumer.service <<'UNIT'
