@@ -62,10 +62,12 @@ type ClientConfig struct {
 
 // Client keeps one long-poll open to a producer and turns its answers into
 // notifications, as a jobqueue.Listener does for LISTEN: Ready closes after
-// the first answer (the node is registered with the hub, so that nothing
-// assigned from then on is missed), C carries a notification per wake-up,
-// and one with jobqueue.PayloadReconnected after the producer could not be
-// reached (wake-ups may have been missed meanwhile).
+// the first poll (answered, the node is registered with the hub, so that
+// nothing assigned from then on is missed; failed, the node must not wait
+// for a producer to claim the jobs it already holds), C carries a
+// notification per wake-up, and one with jobqueue.PayloadReconnected once a
+// producer answers after polls failed (wake-ups may have been missed
+// meanwhile).
 type Client struct {
 	cfg   ClientConfig
 	url   string
@@ -104,7 +106,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}, nil
 }
 
-// Ready closes once the producer has answered the first poll.
+// Ready closes once the first poll is answered or has failed.
 func (c *Client) Ready() <-chan struct{} { return c.ready }
 
 // C carries the wake-ups; one waiting is as good as many.
@@ -127,6 +129,11 @@ func (c *Client) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		select {
+		case <-c.ready:
+		default:
+			close(c.ready)
+		}
 		if err != nil {
 			if !failing {
 				c.log.Warn("wake poll failed; retrying", zap.String("url", c.url), zap.Error(err), zap.Duration("in", pause))
@@ -139,14 +146,7 @@ func (c *Client) Run(ctx context.Context) error {
 			continue
 		}
 		pause = c.cfg.RetryMin
-		if !registered {
-			registered = true
-			select {
-			case <-c.ready:
-			default:
-				close(c.ready)
-			}
-		}
+		registered = true
 		if failing {
 			// Wake-ups may have been missed while the producer was away.
 			c.log.Info("wake poll answered again", zap.String("url", c.url))

@@ -23,7 +23,11 @@ import (
 func testEndpoint(t *testing.T, h *Hub, token string, down *atomic.Bool, refused *atomic.Int64) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/nodes/{id}/wake", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+token {
+		want := ""
+		if token != "" {
+			want = "Bearer " + token
+		}
+		if r.Header.Get("Authorization") != want {
 			http.Error(w, "wrong token", http.StatusUnauthorized)
 			return
 		}
@@ -123,5 +127,48 @@ func TestClientRejectsBadConfig(t *testing.T) {
 		case tt.node != "n1" && !errors.Is(err, jobqueue.ErrBadNodeID):
 			t.Errorf("NewClient(node %q): %v, want ErrBadNodeID", tt.node, err)
 		}
+	}
+}
+
+// TestClientReadyWhileProducerDown: a node whose producer does not answer
+// is ready anyway (it must claim what it already holds without one), and
+// once a producer answers it is told that wake-ups may have been missed.
+func TestClientReadyWhileProducerDown(t *testing.T) {
+	t.Parallel()
+	h := NewHub(HubConfig{})
+	var down atomic.Bool
+	var refused atomic.Int64
+	down.Store(true)
+	srv := testEndpoint(t, h, "", &down, &refused)
+	c, err := NewClient(ClientConfig{URL: srv.URL, NodeID: "n1", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		h.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case <-c.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("not ready after 30 s with the producer down")
+	}
+	if refused.Load() == 0 {
+		t.Fatal("ready before any poll was made")
+	}
+	down.Store(false)
+	select {
+	case n := <-c.C():
+		if n.Payload != jobqueue.PayloadReconnected {
+			t.Fatalf("got %+v, want %s", n, jobqueue.PayloadReconnected)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no notification after the producer came up")
 	}
 }
