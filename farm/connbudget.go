@@ -27,10 +27,10 @@ import "time"
 // which costs a fixed number of connections however large the fleet.
 const ConsumerConnBudget = 2
 
-// ConsumerPoolConns is the pool size that keeps a consumer within
+// ConsumerPoolSize is the pool size that keeps a consumer within
 // ConsumerConnBudget: listen is whether the node LISTENs (neither PollOnly
 // nor WakeURL).
-func ConsumerPoolConns(listen bool) int32 {
+func ConsumerPoolSize(listen bool) int32 {
 	if listen {
 		return ConsumerConnBudget - 1 // the listener takes its own
 	}

@@ -39,7 +39,7 @@ func TestConsumerConnectionBudget(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg.MaxConns = ConsumerPoolConns(listen)
+			cfg.MaxConns = ConsumerPoolSize(listen)
 			cfg.ConnConfig.RuntimeParams["application_name"] = app
 			if pollOnly {
 				jobqueue.ForTransactionPooling(cfg)

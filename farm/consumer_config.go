@@ -46,7 +46,7 @@ const Off = supervisor.Off
 // value is an error that names the field.
 type ConsumerConfig struct {
 	// Queue is the job queue (required). Its pool also carries the LISTEN
-	// connection, if any (see ConsumerPoolConns for the budget).
+	// connection, if any (see ConsumerPoolSize for the budget).
 	Queue *jobqueue.Queue
 	// PollOnly: no LISTEN and no session state, so the pool may go through
 	// PgBouncer in transaction mode. The node looks for assigned jobs

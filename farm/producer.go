@@ -149,7 +149,11 @@ func (p *Producer) Run(ctx context.Context) error {
 		if p.cfg.Wake != nil {
 			channels = append(channels, jobqueue.ChannelAssigned)
 		}
-		l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{Channels: channels, Logger: p.log.Named("listener")})
+		// Delivered on the listener's goroutine, none dropped: a dropped
+		// ChannelAssigned notification would leave its nodes to their
+		// fallback poll.
+		l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{Channels: channels, Logger: p.log.Named("listener"),
+			Deliver: p.route})
 		lctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -157,30 +161,33 @@ func (p *Producer) Run(ctx context.Context) error {
 				p.log.Error("listener stopped", zap.Error(err))
 			}
 		})
-		wg.Go(func() { p.dispatch(lctx, l.C()) })
+		if p.cfg.Wake != nil {
+			// Rounds committed before the LISTEN took effect were not
+			// relayed to the polls this producer already holds.
+			wg.Go(func() {
+				select {
+				case <-l.Ready():
+					p.cfg.Wake.WakeAll()
+				case <-lctx.Done():
+				}
+			})
+		}
 		defer func() { stop(); wg.Wait() }()
 	}
 	return p.elector.Run(ctx, p.lead)
 }
 
-// dispatch routes the listener's notifications until ctx ends.
-func (p *Producer) dispatch(ctx context.Context, c <-chan jobqueue.Notification) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case n := <-c:
-			switch n.Channel {
-			case jobqueue.ChannelAssigned:
-				p.cfg.Wake.Wake(strings.Fields(n.Payload)...)
-			case jobqueue.ChannelProducer:
-				p.signalAssign()
-			default: // PayloadReconnected: anything may have been missed
-				p.signalAssign()
-				if p.cfg.Wake != nil {
-					p.cfg.Wake.WakeAll()
-				}
-			}
+// route acts on one notification of the listener; it does not block.
+func (p *Producer) route(n jobqueue.Notification) {
+	switch n.Channel {
+	case jobqueue.ChannelAssigned:
+		p.cfg.Wake.Wake(strings.Fields(n.Payload)...)
+	case jobqueue.ChannelProducer:
+		p.signalAssign()
+	default: // PayloadReconnected: anything may have been missed
+		p.signalAssign()
+		if p.cfg.Wake != nil {
+			p.cfg.Wake.WakeAll()
 		}
 	}
 }

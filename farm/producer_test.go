@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -281,4 +282,31 @@ func pageSpecsFor(n int, host string) []jobqueue.Spec {
 		specs[i] = jobqueue.Spec{URL: fmt.Sprintf("http://%s/page/%d", host, i)}
 	}
 	return specs
+}
+
+// TestProducerWakesPollsOnceListening: polls the producer held before its
+// LISTEN took effect are woken then, since rounds committed before it were
+// not relayed to them.
+func TestProducerWakesPollsOnceListening(t *testing.T) {
+	t.Parallel()
+	q, pool := newProducerQueue(t)
+	hub := wake.NewHub(wake.HubConfig{})
+	ctx := context.Background()
+	if _, err := hub.Wait(ctx, "n1", 0); err != nil { // the node's first poll
+		t.Fatal(err)
+	}
+	p := newTestProducer(t, q, pool, func(c *ProducerConfig) { c.Wake = hub; c.Tick = time.Hour })
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	// The bound only ends a hung test: the wake-up comes when LISTEN does.
+	if woken, err := hub.Wait(ctx, "n1", time.Minute); !woken || err != nil {
+		t.Fatalf("the poll held before the producer listened: woken %v, %v", woken, err)
+	}
 }

@@ -29,6 +29,11 @@ type ListenerConfig struct {
 	// new ones are dropped (the waiting ones already wake the reader).
 	// Default 64.
 	Buffer int
+	// Deliver, if set, receives every notification on the listener's own
+	// goroutine instead of C, none dropped: for a reader to whom each
+	// notification says something of its own (ChannelAssigned names the
+	// nodes to wake). It must not block.
+	Deliver func(Notification)
 	// RetryMin and RetryMax bound the pause between reconnection attempts,
 	// which doubles from RetryMin. Defaults: 100 ms and 5 s.
 	RetryMin, RetryMax time.Duration
@@ -71,7 +76,7 @@ func NewListener(pool *pgxpool.Pool, cfg ListenerConfig) *Listener {
 	}
 }
 
-// C delivers the notifications.
+// C delivers the notifications (none with ListenerConfig.Deliver).
 func (l *Listener) C() <-chan Notification { return l.c }
 
 // Ready is closed once the Listener first listens on all its channels;
@@ -162,6 +167,10 @@ func (l *Listener) receive(ctx context.Context, conn *pgx.Conn) error {
 }
 
 func (l *Listener) deliver(n Notification) {
+	if l.cfg.Deliver != nil {
+		l.cfg.Deliver(n)
+		return
+	}
 	select {
 	case l.c <- n:
 	default:

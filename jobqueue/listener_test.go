@@ -3,8 +3,11 @@ package jobqueue
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 func TestListenerWakeUpsAndReconnect(t *testing.T) {
@@ -105,4 +108,38 @@ func TestListenerNeedsChannels(t *testing.T) {
 	if _, err := l.Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait on a canceled context = %v", err)
 	}
+}
+
+// TestListenerDeliverDropsNothing: with Deliver, a burst far over the
+// buffer arrives whole; through C it would be cut to the buffer.
+func TestListenerDeliverDropsNothing(t *testing.T) {
+	t.Parallel()
+	_, pool := newTestQueue(t, Config{})
+	ctx := context.Background()
+	var mu sync.Mutex
+	got := map[string]bool{}
+	l := NewListener(pool, ListenerConfig{Channels: []string{ChannelAssigned}, Buffer: 1, Deliver: func(n Notification) {
+		mu.Lock()
+		got[n.Payload] = true
+		mu.Unlock()
+	}})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	<-l.Ready()
+	const burst = 200
+	if _, err := pool.Exec(ctx, "SELECT pg_notify($1, i::text) FROM generate_series(1, $2) i", ChannelAssigned, burst); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 30*time.Second, "the whole burst delivered", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == burst
+	})
 }

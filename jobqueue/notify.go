@@ -1,7 +1,5 @@
 package jobqueue
 
-import "fmt"
-
 // NOTIFY channels and payloads. Notifications are wake-up hints, never the
 // source of truth: a receiver re-reads the queue when woken and also polls at
 // a slow interval, so a notification lost while a listener reconnects costs
@@ -39,20 +37,12 @@ const (
 )
 
 // assignedPerNotify is how many node ids one ChannelAssigned notification
-// carries: 150 × (MaxNodeIDLength + 1) bytes stays under PostgreSQL's
-// 8,000-byte payload limit.
+// carries: that many of the longest ids and their separators stay under
+// PostgreSQL's 8,000-byte payload limit, which the declaration after it
+// holds at compile time (a negative constant does not convert to uint).
 const assignedPerNotify = 150
 
-// assignedNotifySQL is a CTE body that notifies ChannelAssigned ($n, the
-// parameter named by ch) of the distinct node ids in nodes (a query
-// returning a node_id column), in notifications of at most
-// assignedPerNotify ids.
-func assignedNotifySQL(nodes, ch string) string {
-	return fmt.Sprintf(`SELECT pg_notify(%s, string_agg(node_id, ' ')) FROM (
-        SELECT node_id, (row_number() OVER (ORDER BY node_id) - 1) / %d AS chunk
-        FROM (SELECT DISTINCT node_id FROM (%s) d) n
-    ) c GROUP BY chunk`, ch, assignedPerNotify, nodes)
-}
+const _ = uint(7999 - assignedPerNotify*(MaxNodeIDLength+1))
 
 // NodeChannel is the NOTIFY channel that wakes the node with this id.
 func NodeChannel(nodeID string) string { return NodeChannelPrefix + nodeID }

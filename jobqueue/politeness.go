@@ -195,16 +195,21 @@ const politeHostRowsSQL = `INSERT INTO hosts (host) SELECT unnest($1::text[]) ON
 // got jobs is woken on its own channel (nodes that LISTEN) and named on
 // ChannelAssigned (nodes woken through a producer). A CTE that nothing
 // references is not run, hence the final SELECT.
-var politeUpdateSQL = `
+const politeUpdateSQL = `
 WITH assigned AS (
     UPDATE jobs j SET state = 'queued', node_id = a.node_id, queued_at = coalesce($3::timestamptz, now())
     FROM unnest($1::bigint[], $2::text[]) AS a(id, node_id)
     WHERE j.id = a.id
     RETURNING j.node_id
+), per_node AS (
+    SELECT node_id, count(*) AS n FROM assigned GROUP BY node_id
 ), node_wake AS (
-    SELECT pg_notify($4 || node_id, count(*)::text) FROM assigned GROUP BY node_id
+    SELECT pg_notify($4 || node_id, n::text) FROM per_node
 ), relay AS (
-    ` + assignedNotifySQL("SELECT node_id FROM assigned", "$5") + `
+    -- The nodes' ids, $6 to a notification (assignedPerNotify).
+    SELECT pg_notify($5, string_agg(node_id, ' ')) FROM (
+        SELECT node_id, (row_number() OVER (ORDER BY node_id) - 1) / $6 AS chunk FROM per_node
+    ) c GROUP BY chunk
 )
 SELECT (SELECT count(*) FROM node_wake), (SELECT count(*) FROM relay)`
 
@@ -351,7 +356,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		if len(ids) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, politeUpdateSQL, ids, to, q.now(), NodeChannelPrefix, ChannelAssigned)
+		_, err = tx.Exec(ctx, politeUpdateSQL, ids, to, q.now(), NodeChannelPrefix, ChannelAssigned, assignedPerNotify)
 		return err
 	})
 	if err != nil {

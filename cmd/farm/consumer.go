@@ -259,7 +259,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 
 	// The node's connection budget (farm.ConsumerConnBudget): the pool plus
 	// the listener's connection, or a pool of two when it does not LISTEN.
-	pool, err := o.startup.waitForPool(ctx, &o.db, farm.ConsumerPoolConns(!o.db.pollOnly && o.wakeURL == ""), log)
+	pool, err := o.startup.waitForPool(ctx, &o.db, farm.ConsumerPoolSize(!o.db.pollOnly && o.wakeURL == ""), log)
 	if err != nil {
 		return err
 	}

@@ -135,7 +135,15 @@ func (c *Client) Run(ctx context.Context) error {
 			close(c.ready)
 		}
 		if err != nil {
-			if !failing {
+			var se *statusError
+			switch {
+			case errors.As(err, &se) && se.code >= 400 && se.code < 500:
+				// A wrong URL or token does not heal: say so at every
+				// retry, not once (the node works meanwhile, at its
+				// fallback poll's latency).
+				c.log.Error("wake poll refused: check --wake-url and --wake-token", zap.String("url", c.url), zap.Error(err),
+					zap.Duration("retry_in", pause))
+			case !failing:
 				c.log.Warn("wake poll failed; retrying", zap.String("url", c.url), zap.Error(err), zap.Duration("in", pause))
 			}
 			failing, registered = true, false
@@ -182,7 +190,7 @@ func (c *Client) poll(ctx context.Context, wait time.Duration) (bool, error) {
 		return false, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return false, &statusError{code: resp.StatusCode, msg: resp.Status + ": " + strings.TrimSpace(string(body))}
 	}
 	var a Answer
 	if err := json.Unmarshal(body, &a); err != nil {
@@ -190,6 +198,14 @@ func (c *Client) poll(ctx context.Context, wait time.Duration) (bool, error) {
 	}
 	return a.Woken, nil
 }
+
+// statusError is a poll the producer answered with another status than 200.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 func (c *Client) deliver(n jobqueue.Notification) {
 	select {

@@ -14,7 +14,9 @@ import (
 
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // testEndpoint serves a hub the way the producer's GET
@@ -91,7 +93,9 @@ func TestClient(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("not ready after 30 s")
 	}
-	// Registered once ready: a wake-up now is not lost, parked poll or not.
+	// The first poll is answered woken (the hub did not know the node).
+	expect("first poll", "n1")
+	// Registered: a wake-up now is not lost, parked poll or not.
 	h.Wake("n1")
 	expect("woken", "n1")
 	h.Wake("n2")
@@ -170,5 +174,31 @@ func TestClientReadyWhileProducerDown(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no notification after the producer came up")
+	}
+}
+
+// TestClientKeepsSayingItIsRefused: a wrong token is an error at every
+// retry, not a warning once, since it does not heal.
+func TestClientKeepsSayingItIsRefused(t *testing.T) {
+	t.Parallel()
+	h := NewHub(HubConfig{})
+	var down atomic.Bool
+	var refused atomic.Int64
+	srv := testEndpoint(t, h, "right", &down, &refused)
+	core, logs := observer.New(zap.WarnLevel)
+	c, err := NewClient(ClientConfig{URL: srv.URL, Token: "wrong", NodeID: "n1", RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+		Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testutil.Eventually(t, 30*time.Second, "three refusals logged as errors", func() bool {
+		return logs.FilterLevelExact(zap.ErrorLevel).FilterMessageSnippet("--wake-token").Len() >= 3
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }

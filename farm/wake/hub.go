@@ -57,7 +57,11 @@ var ErrClosed = errors.New("wake hub closed")
 // the nodes are woken. A node that is woken while no poll of it is parked
 // (between two polls) finds the wake-up waiting at its next poll, so none is
 // lost in the gap; only nodes that polled within Forget are remembered,
-// which bounds the hub by the fleet polling it.
+// which bounds the hub by the fleet polling it. The first poll of a node the
+// hub does not remember is answered "woken" at once: the node may have
+// been woken here before (a restarted producer, a load balancer that sent
+// its last polls to another producer, a node silent for longer than
+// Forget), and one claim too many is cheaper than a wake-up lost.
 type Hub struct {
 	cfg    HubConfig
 	closed chan struct{}
@@ -97,9 +101,10 @@ func (h *Hub) MaxWait() time.Duration { return h.cfg.MaxWait }
 
 // Wait parks a poll of the node until it is woken (true), wait (at most
 // MaxWait) passes (false), or ctx ends (ctx's error). A node with a wake-up
-// pending returns at once. A wait of 0 only registers the node, so that
-// wake-ups from now on are kept for its next poll: a node makes such a call
-// first, then claims, then polls, and misses nothing assigned in between.
+// pending, or that the hub does not remember, returns at once, woken. A
+// wait of 0 only registers the node, so that wake-ups from now on are kept
+// for its next poll: a node makes such a call first, then claims, then
+// polls, and misses nothing assigned in between.
 func (h *Hub) Wait(ctx context.Context, nodeID string, wait time.Duration) (bool, error) {
 	select {
 	case <-h.closed:
@@ -107,10 +112,12 @@ func (h *Hub) Wait(ctx context.Context, nodeID string, wait time.Duration) (bool
 	default:
 	}
 	h.mu.Lock()
+	h.prune()
 	e := h.nodes[nodeID]
 	if e == nil {
-		e = &entry{}
-		h.nodes[nodeID] = e
+		h.nodes[nodeID] = &entry{seen: h.cfg.Now()}
+		h.mu.Unlock()
+		return true, nil
 	}
 	e.seen = h.cfg.Now()
 	if e.pending {
@@ -196,8 +203,9 @@ func (e *entry) wake() {
 	e.pending = true
 }
 
-// prune drops the nodes that stopped polling, at most every Forget/2.
-// Called with h.mu held.
+// prune drops the nodes that stopped polling, at most every Forget/2, so
+// that neither a fleet scaled in nor polls for made-up ids grow the hub
+// for good. Called with h.mu held.
 func (h *Hub) prune() {
 	now := h.cfg.Now()
 	if now.Sub(h.lastPrune) < h.cfg.Forget/2 {
@@ -216,6 +224,7 @@ func (h *Hub) prune() {
 func (h *Hub) Nodes() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.prune()
 	return len(h.nodes)
 }
 

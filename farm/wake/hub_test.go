@@ -3,6 +3,7 @@ package wake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -16,10 +17,16 @@ import (
 func park(t *testing.T, h *Hub, ctx context.Context, node string) <-chan answer {
 	t.Helper()
 	h.mu.Lock()
-	before := 0
-	if e := h.nodes[node]; e != nil {
-		before = e.waiters
+	e := h.nodes[node]
+	h.mu.Unlock()
+	if e == nil {
+		// A node's first poll is answered at once: register it first.
+		if woken, err := h.Wait(ctx, node, 0); !woken || err != nil {
+			t.Fatalf("first poll of %s: %v, %v; want woken", node, woken, err)
+		}
 	}
+	h.mu.Lock()
+	before := h.nodes[node].waiters
 	h.mu.Unlock()
 	out := make(chan answer, 1)
 	go func() {
@@ -60,8 +67,8 @@ func TestHub(t *testing.T) {
 			}
 		}},
 		{"a wake-up between polls waits for the next poll", func(t *testing.T, h *Hub) {
-			if woken, err := h.Wait(ctx, "n1", 0); woken || err != nil {
-				t.Fatalf("registering poll: %v, %v", woken, err)
+			if woken, err := h.Wait(ctx, "n1", 0); !woken || err != nil {
+				t.Fatalf("registering poll: %v, %v; want woken, as a first poll", woken, err)
 			}
 			h.Wake("n1")
 			if woken, err := h.Wait(ctx, "n1", time.Hour); !woken || err != nil {
@@ -72,16 +79,20 @@ func TestHub(t *testing.T) {
 				t.Fatalf("poll after: %v, %v; want a timeout", woken, err)
 			}
 		}},
-		{"a node that never polled is not remembered", func(t *testing.T, h *Hub) {
-			h.Wake("stranger")
-			if woken, _ := h.Wait(ctx, "stranger", 0); woken {
-				t.Fatal("a wake-up before the node's first poll was kept")
+		{"a first poll is answered woken, once", func(t *testing.T, h *Hub) {
+			h.Wake("stranger") // not kept: the hub does not know the node
+			if woken, _ := h.Wait(ctx, "stranger", time.Hour); !woken {
+				t.Fatal("a node's first poll was not answered woken at once")
+			}
+			if woken, _ := h.Wait(ctx, "stranger", time.Millisecond); woken {
+				t.Fatal("woken twice for one first poll")
 			}
 			if h.Nodes() != 1 {
 				t.Fatalf("remembers %d nodes, want 1", h.Nodes())
 			}
 		}},
 		{"a poll times out unwoken", func(t *testing.T, h *Hub) {
+			_, _ = h.Wait(ctx, "n1", 0)
 			if woken, err := h.Wait(ctx, "n1", time.Millisecond); woken || err != nil {
 				t.Fatalf("got %v, %v; want false, nil", woken, err)
 			}
@@ -140,7 +151,8 @@ func TestHub(t *testing.T) {
 }
 
 // TestHubForgetsSilentNodes: a node that stopped polling is dropped, with
-// the wake-up it never collected; one that polls is kept.
+// the wake-up it never collected, and its next poll is a first poll again;
+// one that polls is kept; polls alone, with no wake-ups, prune too.
 func TestHubForgetsSilentNodes(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -161,11 +173,27 @@ func TestHubForgetsSilentNodes(t *testing.T) {
 	}
 	advance(45 * time.Second)
 	h.Wake() // prunes
-	if h.Nodes() != 1 {
-		t.Fatalf("remembers %d nodes, want 1 (active)", h.Nodes())
+	h.mu.Lock()
+	_, silentKept := h.nodes["silent"]
+	n := len(h.nodes)
+	h.mu.Unlock()
+	if silentKept || n != 1 {
+		t.Fatalf("remembers %d nodes (silent: %v), want active only", n, silentKept)
 	}
-	if woken, _ := h.Wait(ctx, "silent", 0); woken {
-		t.Fatal("a forgotten node got its old wake-up")
+
+	// Made-up ids polled once each, then nothing but a scrape of the
+	// count: they are gone after Forget, with no Wake to prune them.
+	for i := range 1000 {
+		if _, err := h.Wait(ctx, fmt.Sprintf("made-up-%d", i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := h.Nodes(); n != 1001 {
+		t.Fatalf("remembers %d nodes, want 1,001", n)
+	}
+	advance(time.Hour)
+	if n := h.Nodes(); n != 0 {
+		t.Fatalf("an hour later the hub remembers %d nodes, want 0", n)
 	}
 }
 

@@ -25,8 +25,9 @@ func TestWakePoll(t *testing.T) {
 		{"bad node id", "/api/nodes/bad%20id/wake?wait=0s", "reader", http.StatusBadRequest, "node id"},
 		{"bad wait", "/api/nodes/n1/wake?wait=soon", "reader", http.StatusBadRequest, "wait"},
 		{"negative wait", "/api/nodes/n1/wake?wait=-1s", "reader", http.StatusBadRequest, "wait"},
-		{"registering poll", "/api/nodes/n1/wake?wait=0s", "reader", http.StatusOK, `"woken":false`},
-		{"the API token reads too", "/api/nodes/n2/wake?wait=0s", testToken, http.StatusOK, `"woken":false`},
+		{"a first poll is answered woken", "/api/nodes/n1/wake?wait=0s", "reader", http.StatusOK, `"woken":true`},
+		{"a registered node's zero wait", "/api/nodes/n1/wake?wait=0s", "reader", http.StatusOK, `"woken":false`},
+		{"the API token reads too", "/api/nodes/n2/wake?wait=0s", testToken, http.StatusOK, `"woken":true`},
 	}
 	for _, tt := range tests {
 		status, _, body := f.do(http.MethodGet, tt.path, tt.token, "")

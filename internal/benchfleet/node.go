@@ -30,7 +30,7 @@ type nodeConfig struct {
 }
 
 // simNode holds PostgreSQL connections the way farm.Consumer does — a pool
-// of farm.ConsumerPoolConns plus, unless poll-only or woken over HTTP, its
+// of farm.ConsumerPoolSize plus, unless poll-only or woken over HTTP, its
 // LISTEN connection —
 // and goes through the same queue calls: Register, Claim, CompleteMany and
 // Heartbeat on its incarnation. A job "renders" by waiting cfg.render.
@@ -55,7 +55,7 @@ func startNode(ctx context.Context, id string, hbOffset time.Duration, cfg nodeC
 	if err != nil {
 		return nil, err
 	}
-	pc.MaxConns = farm.ConsumerPoolConns(!cfg.pollOnly && cfg.wakeURL == "")
+	pc.MaxConns = farm.ConsumerPoolSize(!cfg.pollOnly && cfg.wakeURL == "")
 	pc.ConnConfig.RuntimeParams["application_name"] = nodeAppPrefix + id
 	if cfg.pollOnly {
 		jobqueue.ForTransactionPooling(pc)
