@@ -17,7 +17,8 @@
 #   scripts/bench.sh fleet     10, 100 and 1,000 simulated nodes (real connections, heartbeats every 3 s,
 #                              6 slots, no browser) and one producer on one PostgreSQL: assignment round,
 #                              submit→start, connections per node and producer, PostgreSQL CPU share
-#                              (-poll-only for nodes and producer without LISTEN, -assign pack|spread)
+#                              (-poll-only for nodes and producer without LISTEN, -http-wake for nodes woken
+#                              by the producer's HTTP long-poll, -pgbouncer N, -assign pack|spread)
 #   scripts/bench.sh crawlee   pages/s and CPU-ms/page of browser (fresh and shared context) vs
 #                              Crawlee's PuppeteerCrawler (default and incognito pages), 6 at once, CPU- and
 #                              latency-bound /page/ (installs @crawlee/puppeteer from npm into a temp dir)
