@@ -119,18 +119,12 @@ func TestConsumerConnectionBudget(t *testing.T) {
 func startWakingProducer(t *testing.T, db testDB) string {
 	t.Helper()
 	hub := wake.NewHub(wake.HubConfig{})
-	p := newTestProducer(t, db.q, db.pool, func(c *ProducerConfig) { c.Wake = hub; c.Tick = time.Hour })
 	srv := httptest.NewServer(web.NewServer(web.Config{Queue: db.q, Wake: hub}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("producer: %v", err)
-		}
-		hub.Close()
+		hub.Close() // answers the parked polls, which srv.Close waits for
 		srv.Close()
 	})
+	// Registered after the server's cleanup, so it stops first.
+	startProducer(t, newTestProducer(t, db.q, db.pool, func(c *ProducerConfig) { c.Wake = hub; c.Tick = time.Hour }))
 	return srv.URL
 }

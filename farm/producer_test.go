@@ -42,6 +42,21 @@ func newTestProducer(t testing.TB, q *jobqueue.Queue, pool *pgxpool.Pool, tweak 
 	return p
 }
 
+// startProducer runs p until the test ends, then checks that Run returned
+// nil.
+func startProducer(t testing.TB, p *Producer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("producer Run: %v", err)
+		}
+	})
+}
+
 // 10 nodes × 6 slots, 3,000 jobs over 20 hosts, each host limited to 2
 // concurrent jobs and 20 ms between starts: no node over capacity, no host
 // over its limit or under its interval, every job completed exactly once,
@@ -295,16 +310,7 @@ func TestProducerWakesPollsOnceListening(t *testing.T) {
 	if _, err := hub.Wait(ctx, "n1", 0); err != nil { // the node's first poll
 		t.Fatal(err)
 	}
-	p := newTestProducer(t, q, pool, func(c *ProducerConfig) { c.Wake = hub; c.Tick = time.Hour })
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	startProducer(t, newTestProducer(t, q, pool, func(c *ProducerConfig) { c.Wake = hub; c.Tick = time.Hour }))
 	// The bound only ends a hung test: the wake-up comes when LISTEN does.
 	if woken, err := hub.Wait(ctx, "n1", time.Minute); !woken || err != nil {
 		t.Fatalf("the poll held before the producer listened: woken %v, %v", woken, err)

@@ -16,23 +16,8 @@ func TestListenerWakeUpsAndReconnect(t *testing.T) {
 	ctx := context.Background()
 	mustRegister(t, q, "n1", 6)
 
-	runCtx, stop := context.WithCancel(ctx)
 	l := NewListener(pool, ListenerConfig{Channels: []string{ChannelProducer, NodeChannel("n1")}, RetryMin: 10 * time.Millisecond})
-	done := make(chan error, 1)
-	go func() { done <- l.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run returned %v after cancel", err)
-		}
-	}()
-	select {
-	case <-l.Ready():
-	case err := <-done:
-		t.Fatalf("listener stopped: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("listener not ready after 30 s")
-	}
+	startListener(t, l)
 	expect := func(channel, payload string) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -123,16 +108,7 @@ func TestListenerDeliverDropsNothing(t *testing.T) {
 		got[n.Payload] = true
 		mu.Unlock()
 	}})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- l.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	<-l.Ready()
+	startListener(t, l)
 	const burst = 200
 	if _, err := pool.Exec(ctx, "SELECT pg_notify($1, i::text) FROM generate_series(1, $2) i", ChannelAssigned, burst); err != nil {
 		t.Fatal(err)
@@ -142,4 +118,27 @@ func TestListenerDeliverDropsNothing(t *testing.T) {
 		defer mu.Unlock()
 		return len(got) == burst
 	})
+}
+
+// startListener runs l until the test ends (then checks that Run returned
+// nil) and returns once it listens.
+func startListener(t *testing.T, l *Listener) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("listener Run returned %v after cancel", err)
+		}
+	})
+	select {
+	case <-l.Ready():
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("listener stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("listener not ready after 30 s")
+	}
 }

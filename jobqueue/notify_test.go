@@ -25,16 +25,7 @@ func TestAssignedRelayNamesEveryNode(t *testing.T) {
 		want[id] = true
 	}
 	l := NewListener(pool, ListenerConfig{Channels: []string{ChannelAssigned}, Buffer: 16})
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- l.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("listener: %v", err)
-		}
-	}()
-	<-l.Ready()
+	startListener(t, l)
 
 	mustEnqueue(t, q, pageSpecs(nodes, "relay.test")...)
 	got, err := assignRound(ctx, q, nodes)

@@ -18,8 +18,10 @@ import (
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
-// Path is the producer's long-poll endpoint for a node, under its base URL.
-func Path(nodeID string) string { return "/api/nodes/" + url.PathEscape(nodeID) + "/wake" }
+// Route is the producer's long-poll endpoint under its base URL, as a
+// net/http pattern: the producer's API serves it (farm/web), the client
+// fills in its node id.
+const Route = "/api/nodes/{id}/wake"
 
 // CheckURL checks a producer's base URL.
 func CheckURL(s string) error {
@@ -32,8 +34,9 @@ func CheckURL(s string) error {
 
 // Answer is the endpoint's JSON body.
 type Answer struct {
-	// Woken: the node got work since its last poll (or may have: the
-	// producer's LISTEN connection was re-established).
+	// Woken: the node got work since its last poll, or may have (this
+	// producer did not know the node, or its LISTEN connection was
+	// re-established).
 	Woken bool `json:"woken"`
 }
 
@@ -99,7 +102,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	return &Client{
 		cfg:   cfg,
-		url:   strings.TrimSuffix(cfg.URL, "/") + Path(cfg.NodeID),
+		url:   strings.TrimSuffix(cfg.URL, "/") + strings.Replace(Route, "{id}", url.PathEscape(cfg.NodeID), 1),
 		log:   cfg.Logger,
 		ready: make(chan struct{}),
 		c:     make(chan jobqueue.Notification, 1),

@@ -19,12 +19,20 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// testEndpoint serves a hub the way the producer's GET
-// /api/nodes/{id}/wake does (farm/web), minus its auth; while down is set
-// it answers 503, as a producer shutting down does.
-func testEndpoint(t *testing.T, h *Hub, token string, down *atomic.Bool, refused *atomic.Int64) *httptest.Server {
+// endpoint serves a hub the way the producer's GET /api/nodes/{id}/wake
+// does (farm/web), minus its auth; while down is set it answers 503, as a
+// producer shutting down does, and counts it in refused.
+type endpoint struct {
+	hub     *Hub
+	srv     *httptest.Server
+	down    atomic.Bool
+	refused atomic.Int64
+}
+
+func newEndpoint(t *testing.T, token string) *endpoint {
+	e := &endpoint{hub: NewHub(HubConfig{})}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/nodes/{id}/wake", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+Route, func(w http.ResponseWriter, r *http.Request) {
 		want := ""
 		if token != "" {
 			want = "Bearer " + token
@@ -33,8 +41,8 @@ func testEndpoint(t *testing.T, h *Hub, token string, down *atomic.Bool, refused
 			http.Error(w, "wrong token", http.StatusUnauthorized)
 			return
 		}
-		if down.Load() {
-			refused.Add(1)
+		if e.down.Load() {
+			e.refused.Add(1)
 			http.Error(w, "shutting down", http.StatusServiceUnavailable)
 			return
 		}
@@ -43,37 +51,40 @@ func testEndpoint(t *testing.T, h *Hub, token string, down *atomic.Bool, refused
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		woken, err := h.Wait(r.Context(), r.PathValue("id"), wait)
+		woken, err := e.hub.Wait(r.Context(), r.PathValue("id"), wait)
 		if err != nil {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(Answer{Woken: woken})
 	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv
+	e.srv = httptest.NewServer(mux)
+	t.Cleanup(e.srv.Close)
+	t.Cleanup(e.hub.Close) // runs first: answers the parked polls, which srv.Close waits for
+	return e
+}
+
+// startClient runs c until the test ends, then checks that Run returned nil.
+func startClient(t *testing.T, c *Client) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("client Run: %v", err)
+		}
+	})
 }
 
 func TestClient(t *testing.T) {
 	t.Parallel()
-	h := NewHub(HubConfig{})
-	var down atomic.Bool
-	var refused atomic.Int64
-	srv := testEndpoint(t, h, "s3cret", &down, &refused)
-	c, err := NewClient(ClientConfig{URL: srv.URL + "/", Token: "s3cret", NodeID: "n1", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	e := newEndpoint(t, "s3cret")
+	h := e.hub
+	c, err := NewClient(ClientConfig{URL: e.srv.URL + "/", Token: "s3cret", NodeID: "n1", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		h.Close() // the parked poll would otherwise hold srv.Close
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	startClient(t, c)
 	expect := func(what, payload string) {
 		t.Helper()
 		select {
@@ -81,8 +92,6 @@ func TestClient(t *testing.T) {
 			if n.Payload != payload {
 				t.Fatalf("%s: got %+v, want payload %q", what, n, payload)
 			}
-		case err := <-done:
-			t.Fatalf("%s: Run returned %v", what, err)
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: nothing after 30 s", what)
 		}
@@ -104,10 +113,10 @@ func TestClient(t *testing.T) {
 
 	// The producer goes away and comes back without knowing the node: the
 	// client registers again and says wake-ups may have been missed.
-	down.Store(true)
-	srv.CloseClientConnections() // ends a parked poll; the next ones meet the 503
-	testutil.Eventually(t, 30*time.Second, "a poll refused", func() bool { return refused.Load() > 0 })
-	down.Store(false)
+	e.down.Store(true)
+	e.srv.CloseClientConnections() // ends a parked poll; the next ones meet the 503
+	testutil.Eventually(t, 30*time.Second, "a poll refused", func() bool { return e.refused.Load() > 0 })
+	e.down.Store(false)
 	expect("back", jobqueue.PayloadReconnected)
 	h.Wake("n1")
 	expect("woken after the outage", "n1")
@@ -139,34 +148,22 @@ func TestClientRejectsBadConfig(t *testing.T) {
 // once a producer answers it is told that wake-ups may have been missed.
 func TestClientReadyWhileProducerDown(t *testing.T) {
 	t.Parallel()
-	h := NewHub(HubConfig{})
-	var down atomic.Bool
-	var refused atomic.Int64
-	down.Store(true)
-	srv := testEndpoint(t, h, "", &down, &refused)
-	c, err := NewClient(ClientConfig{URL: srv.URL, NodeID: "n1", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond})
+	e := newEndpoint(t, "")
+	e.down.Store(true)
+	c, err := NewClient(ClientConfig{URL: e.srv.URL, NodeID: "n1", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		h.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	startClient(t, c)
 	select {
 	case <-c.Ready():
 	case <-time.After(30 * time.Second):
 		t.Fatal("not ready after 30 s with the producer down")
 	}
-	if refused.Load() == 0 {
+	if e.refused.Load() == 0 {
 		t.Fatal("ready before any poll was made")
 	}
-	down.Store(false)
+	e.down.Store(false)
 	select {
 	case n := <-c.C():
 		if n.Payload != jobqueue.PayloadReconnected {
@@ -181,24 +178,15 @@ func TestClientReadyWhileProducerDown(t *testing.T) {
 // retry, not a warning once, since it does not heal.
 func TestClientKeepsSayingItIsRefused(t *testing.T) {
 	t.Parallel()
-	h := NewHub(HubConfig{})
-	var down atomic.Bool
-	var refused atomic.Int64
-	srv := testEndpoint(t, h, "right", &down, &refused)
+	e := newEndpoint(t, "right")
 	core, logs := observer.New(zap.WarnLevel)
-	c, err := NewClient(ClientConfig{URL: srv.URL, Token: "wrong", NodeID: "n1", RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+	c, err := NewClient(ClientConfig{URL: e.srv.URL, Token: "wrong", NodeID: "n1", RetryMin: time.Millisecond, RetryMax: time.Millisecond,
 		Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	startClient(t, c)
 	testutil.Eventually(t, 30*time.Second, "three refusals logged as errors", func() bool {
 		return logs.FilterLevelExact(zap.ErrorLevel).FilterMessageSnippet("--wake-token").Len() >= 3
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
 }

@@ -206,7 +206,7 @@ func NewServer(cfg Config) http.Handler {
 	mux.HandleFunc("POST /api/batches/{id}/cancel", s.mutating(s.cancelBatch))
 	mux.HandleFunc("POST /api/nodes/{id}/drain", s.mutating(s.drainNode))
 	if cfg.Wake != nil {
-		mux.HandleFunc("GET /api/nodes/{id}/wake", s.reading(s.wakePoll))
+		mux.HandleFunc("GET "+wake.Route, s.reading(s.wakePoll))
 	}
 	// Anything else under /api/ gets a JSON 405 or 404, so clients never
 	// have to parse the mux's plain-text answers.
