@@ -15,6 +15,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -80,7 +81,13 @@ func TestClient(t *testing.T) {
 	t.Parallel()
 	e := newEndpoint(t, "s3cret")
 	h := e.hub
-	c, err := NewClient(ClientConfig{URL: e.srv.URL + "/", Token: "s3cret", NodeID: "n1", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: zaptest.NewLogger(t)})
+	// The test waits for the client to have seen the outage in its log:
+	// a refusal counted by the server is not enough, since the transport
+	// retries a GET whose connection closed under it, and the retry may
+	// find the producer back.
+	seen, logs := observer.New(zap.WarnLevel)
+	logger := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), seen))
+	c, err := NewClient(ClientConfig{URL: e.srv.URL + "/", Token: "s3cret", NodeID: "n1", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +122,9 @@ func TestClient(t *testing.T) {
 	// client registers again and says wake-ups may have been missed.
 	e.down.Store(true)
 	e.srv.CloseClientConnections() // ends a parked poll; the next ones meet the 503
-	testutil.Eventually(t, 30*time.Second, "a poll refused", func() bool { return e.refused.Load() > 0 })
+	testutil.Eventually(t, 30*time.Second, "the client saw a poll fail", func() bool {
+		return logs.FilterMessageSnippet("wake poll failed").Len() > 0
+	})
 	e.down.Store(false)
 	expect("back", jobqueue.PayloadReconnected)
 	h.Wake("n1")
