@@ -12,9 +12,11 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 )
 
-// gone reports whether Chrome has exited or its connection is lost. It looks
-// at the sources of Done directly, since Done closes a moment later.
-func (b *Browser) gone() bool {
+// Gone reports whether Chrome has exited or its connection is lost. It looks
+// at the sources of Done directly, since Done closes a moment later: a
+// render that failed because Chrome died may return before Done closes,
+// never before Gone says so.
+func (b *Browser) Gone() bool {
 	select {
 	case <-b.done:
 		return true
@@ -30,11 +32,11 @@ func (b *Browser) gone() bool {
 // Healthy makes one CDP round trip to the browser process. It fails when
 // Chrome is gone or does not answer before ctx ends.
 func (b *Browser) Healthy(ctx context.Context) error {
-	if b.gone() {
+	if b.Gone() {
 		return &Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")}
 	}
 	if _, err := cdp.Call(ctx, b.cdpB, browser.GetVersion, cdp.Empty{}); err != nil {
-		if b.gone() {
+		if b.Gone() {
 			return &Error{Class: ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome is gone: %w", err)}
 		}
 		return &Error{Class: ClassUnresponsive, Retriable: true, Err: fmt.Errorf("chrome did not answer: %w", err)}

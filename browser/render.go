@@ -90,7 +90,7 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	if s.closed {
 		return nil, &Error{Class: ClassCanceled, Retriable: true, Err: errSessionClosed}
 	}
-	if s.b.gone() {
+	if s.b.Gone() {
 		return nil, &Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")}
 	}
 
@@ -156,7 +156,7 @@ func (s *Session) classify(parent, jctx context.Context, err error) error {
 		// The renderer crashed (set by the crash event).
 		return e
 	}
-	if s.b.gone() {
+	if s.b.Gone() {
 		return &Error{Class: ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome exited: %w", err)}
 	}
 	if errors.As(err, &e) {

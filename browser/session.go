@@ -55,7 +55,7 @@ func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Class: ClassCanceled, Retriable: true, Err: err}
 	}
-	if b.gone() {
+	if b.Gone() {
 		return nil, &Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")}
 	}
 	sctx, cancel := context.WithCancel(b.rootCtx)
@@ -110,7 +110,7 @@ func (s *Session) Close() error {
 	s.kept = nil
 	s.bg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		if s.b.gone() {
+		if s.b.Gone() {
 			// Tear-down errors of a dead Chrome say nothing new.
 			return nil
 		}

@@ -13,6 +13,8 @@ import (
 type chromeProc interface {
 	PID() int
 	Done() <-chan struct{}
+	// Gone is Done without its delay (see browser.Browser.Gone).
+	Gone() bool
 	Healthy(ctx context.Context) error
 	Memory(ctx context.Context) (browser.Memory, error)
 	Kill() error
@@ -122,11 +124,4 @@ func (c *chrome) lost() *browser.Error {
 
 // gone reports whether the process has exited or lost its CDP connection,
 // whether or not the actor has handled that yet.
-func (c *chrome) gone() bool {
-	select {
-	case <-c.proc.Done():
-		return true
-	default:
-		return false
-	}
-}
+func (c *chrome) gone() bool { return c.proc.Gone() }

@@ -80,9 +80,17 @@ type fakeChrome struct {
 	memReads  int
 }
 
-func (c *fakeChrome) exit()                    { c.once.Do(func() { close(c.done) }) }
-func (c *fakeChrome) PID() int                 { return c.pid }
-func (c *fakeChrome) Done() <-chan struct{}    { return c.done }
+func (c *fakeChrome) exit()                 { c.once.Do(func() { close(c.done) }) }
+func (c *fakeChrome) PID() int              { return c.pid }
+func (c *fakeChrome) Done() <-chan struct{} { return c.done }
+func (c *fakeChrome) Gone() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
 func (c *fakeChrome) set(fn func(*fakeChrome)) { c.mu.Lock(); fn(c); c.mu.Unlock() }
 
 func (c *fakeChrome) Healthy(ctx context.Context) error {

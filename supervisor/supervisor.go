@@ -420,10 +420,8 @@ func (sl *Slot) wrap(err error) error {
 	if be := c.lost(); be != nil {
 		return &browser.Error{Class: be.Class, Retriable: true, Err: fmt.Errorf("%w: %w", be.Err, err)}
 	}
-	select {
-	case <-c.proc.Done():
+	if c.gone() {
 		return &browser.Error{Class: browser.ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome %d exited: %w", c.pid, err)}
-	default:
 	}
 	return err
 }
