@@ -236,6 +236,81 @@ func TestPrebootBeforeLastStart(t *testing.T) {
 	}
 }
 
+// TestPrewarmOneAtATime checks that a standby Chrome's sessions are opened
+// one after another, each once the one before has its tab, so that a boot
+// takes a core from the serving Chrome's jobs rather than all of them; and
+// that a job on it finds a prepared session instead of opening one.
+func TestPrewarmOneAtATime(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		pending []chan struct{} // the standby's sessions' Prepared
+		early   int             // of them, opened while an earlier one was not prepared
+	)
+	fleet := &fakeFleet{}
+	fleet.prepare = func(c *fakeChrome) <-chan struct{} {
+		if c.pid != 1002 {
+			// The first Chrome serves at once, so its sessions are opened
+			// together; the third is the second's replacement.
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ch := range pending {
+			select {
+			case <-ch:
+			default:
+				early++
+			}
+		}
+		ch := make(chan struct{})
+		pending = append(pending, ch)
+		return ch
+	}
+	opened := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(pending)
+	}
+	cfg := testConfig()
+	// The replacement boots as soon as the first Chrome serves.
+	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ReplacementLead, cfg.ExitAfterJobs = 3, 2, 2, Off
+	h := start(t, cfg, fleet)
+	for i := 1; i <= cfg.Capacity; i++ {
+		testutil.Eventually(t, time.Minute, fmt.Sprintf("standby session %d opened", i), func() bool { return opened() >= i })
+		mu.Lock()
+		close(pending[i-1])
+		mu.Unlock()
+	}
+	mu.Lock()
+	n, e := len(pending), early
+	mu.Unlock()
+	if n != cfg.Capacity || e != 0 {
+		t.Fatalf("%d sessions opened, %d of them before the one ahead had its tab; want %d and 0", n, e, cfg.Capacity)
+	}
+	testutil.Eventually(t, time.Minute, "standby prewarmed", func() bool {
+		for _, l := range h.logs.FilterMessage("chrome prewarmed").All() {
+			if l.ContextMap()["pid"] == int64(1002) {
+				return true
+			}
+		}
+		return false
+	})
+	// Two jobs on the first Chrome, the third on the replacement.
+	for range 3 {
+		sl := h.acquire()
+		if _, err := sl.Render(context.Background(), browser.Request{}); err != nil {
+			t.Fatal(err)
+		}
+		sl.Release()
+	}
+	if got := h.chrome(1).renderCount(); got != 1 {
+		t.Fatalf("replacement rendered %d jobs, want 1", got)
+	}
+	if n := opened(); n != cfg.Capacity {
+		t.Fatalf("the job opened a session of its own (%d opened), want a prewarmed one", n)
+	}
+}
+
 // TestChromeLoss covers a Chrome that dies or hangs mid-job: the job fails
 // as retriable with the right class, the loss is counted, and the next job
 // runs on a fresh Chrome.
