@@ -64,23 +64,6 @@ func (b *Browser) NewSession(ctx context.Context) (*Session, error) {
 	return s, nil
 }
 
-// Prepared returns a channel that is closed once the tab the session
-// prepares for its next job is ready, or its preparation has ended without
-// one (Render then makes the tab itself). A session whose next job would
-// not wait for a tab returns a closed channel. It waits for a Render in
-// progress, so call it between jobs: the supervisor opens a standby
-// Chrome's sessions one at a time with it.
-func (s *Session) Prepared() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.own == nil {
-		done := make(chan struct{})
-		close(done)
-		return done
-	}
-	return s.own.done
-}
-
 // Retire tells the session that its Chrome will take no more jobs: after
 // the job in progress, if any, it neither wipes its tab nor prepares or
 // disposes of a browser context — work for a Chrome about to be killed,

@@ -183,32 +183,3 @@ func TestConcurrentSessions(t *testing.T) {
 		t.Fatalf("%d renders succeeded, want %d", n, sessions*each)
 	}
 }
-
-// TestPrepared checks what the supervisor's prewarm waits for: a new
-// session's Prepared closes once its tab is made, again after a job once
-// the wipe is done, and at once for a closed session.
-func TestPrepared(t *testing.T) {
-	e := newEnv(t)
-	s := e.session(t)
-	prepared := func(when string) {
-		t.Helper()
-		select {
-		case <-s.Prepared():
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: not prepared after 30 s", when)
-		}
-		s.mu.Lock()
-		p := s.own
-		s.mu.Unlock()
-		if p != nil && (p.err != nil || p.t == nil) {
-			t.Fatalf("%s: preparation ended without a tab: %v", when, p.err)
-		}
-	}
-	prepared("new session")
-	e.usable(t, s)
-	prepared("after a job")
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	prepared("closed")
-}

@@ -238,88 +238,34 @@ func (a *actor) booted(ctx context.Context, r bootResult) error {
 	}
 	a.bootFails = 0
 	c := a.adopt(r)
+	a.prewarm(c)
 	s.mu.Lock()
 	s.standby = c
 	s.booting = false
 	s.mu.Unlock()
 	a.startMonitor(ctx, c)
-	a.prewarm(ctx, c, c.bootedAt.Add(-r.took))
 	return nil
 }
 
-// prewarm opens Capacity idle sessions on a Chrome that has not served yet,
-// so that its first jobs find their tabs ready. While the Chrome waits as
-// the standby it opens them one after another, each joining c's idle
-// sessions once its tab is ready: six at once would take both cores of a
-// small node for a few hundred milliseconds in the middle of the serving
-// Chrome's jobs, where one at a time leaves them a core (measured here on
-// 400 ms pages: recycling cost 2-4% of the pages/s instead of 6%). Once the
-// Chrome serves, jobs need the rest now: they are opened at once, their
-// tabs made in the background. A failure only means that some first jobs
-// open their session themselves.
-func (a *actor) prewarm(ctx context.Context, c *chrome, bootStart time.Time) {
+// prewarm opens Capacity idle sessions on a Chrome that has not served yet.
+// Opening one is cheap, and each prepares its first fresh tab in the
+// background, so the Chrome's first jobs do not wait for their tabs: the
+// standby is ready when it takes over. A failure only means that some
+// first jobs open their session themselves.
+func (a *actor) prewarm(c *chrome) {
 	s := a.s
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		for {
-			s.mu.Lock()
-			missing := s.cfg.Capacity - len(c.idle) - len(c.inUse)
-			serving := c.state == stateCurrent
-			s.mu.Unlock()
-			if missing <= 0 {
-				s.log.Debug("chrome prewarmed", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
-					zap.Duration("since_boot", time.Since(bootStart)))
-				return
-			}
-			open := 1
-			if serving {
-				open = missing
-			}
-			var sessions []renderSession
-			for range open {
-				sess, err := c.proc.NewSession(c.ctx)
-				if err != nil {
-					s.log.Debug("prewarming a session failed", zap.Int("pid", c.pid), zap.Error(err))
-					break
-				}
-				sessions = append(sessions, sess)
-			}
-			if len(sessions) == 0 {
-				return
-			}
-			if !serving {
-				select {
-				case <-sessions[0].Prepared():
-				case <-ctx.Done():
-				case <-c.ctx.Done():
-				}
-			}
-			if !a.addIdle(ctx, c, sessions) || serving {
-				return
-			}
+	sessions := make([]renderSession, 0, s.cfg.Capacity)
+	for range s.cfg.Capacity {
+		sess, err := c.proc.NewSession(c.ctx)
+		if err != nil {
+			s.log.Debug("prewarming a session failed", zap.Int("pid", c.pid), zap.Error(err))
+			break
 		}
-	}()
-}
-
-// addIdle makes sessions idle sessions of c, up to c's share of Capacity,
-// and closes the others, all of them if c is going away (kill closes only
-// the idle sessions it finds). It reports whether c can take more.
-func (a *actor) addIdle(ctx context.Context, c *chrome, sessions []renderSession) bool {
-	s := a.s
+		sessions = append(sessions, sess)
+	}
 	s.mu.Lock()
-	usable := ctx.Err() == nil && (c.state == stateStandby || c.state == stateCurrent)
-	n := 0
-	if usable {
-		// Jobs that came first opened sessions of their own.
-		n = min(len(sessions), max(s.cfg.Capacity-len(c.idle)-len(c.inUse), 0))
-		c.idle = append(c.idle, sessions[:n]...)
-	}
+	c.idle = append(c.idle, sessions...)
 	s.mu.Unlock()
-	for _, sess := range sessions[n:] {
-		_ = sess.Close()
-	}
-	return usable
 }
 
 // adopt records a freshly booted Chrome and logs its start.

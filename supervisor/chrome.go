@@ -27,9 +27,6 @@ type renderSession interface {
 	// Retire says no job is expected after the one in progress: the
 	// session skips wiping or preparing a context for a next one.
 	Retire()
-	// Prepared is closed once the session's next job would not wait for
-	// its tab; called between jobs.
-	Prepared() <-chan struct{}
 	Close() error
 }
 

@@ -31,9 +31,6 @@ type fakeFleet struct {
 	render    func(ctx context.Context, c *fakeChrome) error
 	active    int // sessions rendering now, on any Chrome
 	maxActive int
-	// prepare, if set, makes each new session's Prepared channel; nil
-	// means always prepared.
-	prepare func(c *fakeChrome) <-chan struct{}
 }
 
 func (f *fakeFleet) launch(ctx context.Context) (chromeProc, error) {
@@ -142,18 +139,13 @@ func (c *fakeChrome) NewSession(ctx context.Context) (renderSession, error) {
 	case <-c.done:
 		return nil, errors.New("fake: chrome gone")
 	default:
-		sess := &fakeSession{c: c}
-		if prepare := c.fleet.prepare; prepare != nil {
-			sess.prepared = prepare(c)
-		}
-		return sess, nil
+		return &fakeSession{c: c}, nil
 	}
 }
 
 type fakeSession struct {
-	c        *fakeChrome
-	retired  atomic.Bool
-	prepared <-chan struct{} // nil: always prepared
+	c       *fakeChrome
+	retired atomic.Bool
 }
 
 func (s *fakeSession) Retire() { s.retired.Store(true) }
@@ -192,15 +184,6 @@ func (s *fakeSession) Render(ctx context.Context, req browser.Request) (*browser
 }
 
 func (s *fakeSession) Close() error { return nil }
-
-func (s *fakeSession) Prepared() <-chan struct{} {
-	if s.prepared != nil {
-		return s.prepared
-	}
-	done := make(chan struct{})
-	close(done)
-	return done
-}
 
 // gate makes fake renders block until released, so a test controls exactly
 // which jobs are in flight and on which Chrome they end.
