@@ -116,14 +116,6 @@ func serveSiteProxy(tb testing.TB, siteURL string) *egress.Proxy {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- proxy.Serve(ctx) }()
-	tb.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			tb.Errorf("proxy: %v", err)
-		}
-	})
+	testutil.Background(tb, "proxy", proxy.Serve)
 	return proxy
 }

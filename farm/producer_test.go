@@ -46,15 +46,7 @@ func newTestProducer(t testing.TB, q *jobqueue.Queue, pool *pgxpool.Pool, tweak 
 // nil.
 func startProducer(t testing.TB, p *Producer) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("producer Run: %v", err)
-		}
-	})
+	testutil.Background(t, "producer Run", p.Run)
 }
 
 // 10 nodes × 6 slots, 3,000 jobs over 20 hosts, each host limited to 2

@@ -124,20 +124,11 @@ func TestListenerDeliverDropsNothing(t *testing.T) {
 // nil) and returns once it listens.
 func startListener(t *testing.T, l *Listener) {
 	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("listener Run returned %v after cancel", err)
-		}
-	})
+	ended := testutil.Background(t, "listener Run", l.Run)
 	select {
 	case <-l.Ready():
-	case err := <-done:
-		done <- err // for the cleanup
-		t.Fatalf("listener stopped: %v", err)
+	case <-ended:
+		t.Fatal("listener stopped before it listened (its error is reported at cleanup)")
 	case <-time.After(30 * time.Second):
 		t.Fatal("listener not ready after 30 s")
 	}

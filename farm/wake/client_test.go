@@ -1,7 +1,6 @@
 package wake
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,15 +65,8 @@ func newEndpoint(t *testing.T, token string) *endpoint {
 
 // startClient runs c until the test ends, then checks that Run returned nil.
 func startClient(t *testing.T, c *Client) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("client Run: %v", err)
-		}
-	})
+	t.Helper()
+	testutil.Background(t, "client Run", c.Run)
 }
 
 func TestClient(t *testing.T) {

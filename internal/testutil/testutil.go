@@ -45,3 +45,26 @@ func StartSite(tb testing.TB, opts testsite.Options) *testsite.Server {
 	})
 	return s
 }
+
+// Background runs run on a goroutine until the test ends; its cleanup then
+// cancels run's context, waits for it to return and fails the test if it
+// returned an error. what names run in that failure. The returned channel
+// is closed when run returns, for a test that must notice an early end.
+func Background(tb testing.TB, what string, run func(ctx context.Context) error) <-chan struct{} {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	var err error
+	go func() {
+		defer close(ended)
+		err = run(ctx)
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		<-ended
+		if err != nil {
+			tb.Errorf("%s: %v", what, err)
+		}
+	})
+	return ended
+}
