@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -380,5 +381,55 @@ func TestMemoryAndVersion(t *testing.T) {
 	}
 	if busy.PSSBytes < idle.PSSBytes+32<<20 {
 		t.Fatalf("PSS %d MB with a 64 MB page, %d MB idle", busy.PSSBytes>>20, idle.PSSBytes>>20)
+	}
+}
+
+// TestHelpersInProcessWithoutSandbox: without Chrome's sandbox the GPU
+// process and the network service are threads of the browser process
+// (unsandboxedFlags), on either binary; after a page has loaded, Chrome's
+// tree holds no process of either type.
+func TestHelpersInProcessWithoutSandbox(t *testing.T) {
+	site := testutil.StartSite(t, testsite.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Launch(ctx, Options{Kind: testKind(t), ProfileRoot: t.TempDir(), NoSandbox: true, ExtraFlags: testFlags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Kill(); err != nil {
+			t.Errorf("kill: %v", err)
+		}
+	})
+	s, err := b.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, pid := range processTree(int32(b.PID())) {
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, arg := range strings.Fields(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))) {
+			if v, ok := strings.CutPrefix(arg, "--type="); ok {
+				types = append(types, v)
+			}
+			if v, ok := strings.CutPrefix(arg, "--utility-sub-type="); ok {
+				types = append(types, v)
+			}
+		}
+	}
+	if !slices.Contains(types, "renderer") {
+		t.Fatalf("process types %q: no renderer; the scan is not seeing Chrome's tree", types)
+	}
+	for _, ty := range types {
+		if ty == "gpu-process" || strings.Contains(ty, "NetworkService") {
+			t.Errorf("Chrome without its sandbox runs a %s process (types %q); want it in the browser process", ty, types)
+		}
 	}
 }
