@@ -80,6 +80,12 @@ func (t *tab) wipe(ctx context.Context) error {
 	if nav.ErrorText != "" {
 		return fmt.Errorf("navigating to about:blank: %s", nav.ErrorText)
 	}
+	// The page's pagehide, visibilitychange and unload handlers run as
+	// about:blank commits, which can be after Page.navigate answers: what
+	// they write must already be there when the clearing below runs.
+	if err := t.awaitBlank(ctx); err != nil {
+		return fmt.Errorf("waiting for about:blank: %w", err)
+	}
 	// A frame the page opened on a new origin while the above ran had its
 	// session storage left alone.
 	origins := live
@@ -101,7 +107,8 @@ func (t *tab) wipe(ctx context.Context) error {
 		func() error {
 			// The next job must not reach this one's pages through
 			// history.back().
-			return wrapStep("resetting the history", t.resetHistory(ctx))
+			_, err := cdp.Call(ctx, t.t, page.ResetNavigationHistory, cdp.Empty{})
+			return wrapStep("Page.resetNavigationHistory", err)
 		},
 	}
 	for _, o := range origins {
@@ -139,22 +146,19 @@ func wrapStep(what string, err error) error {
 	return nil
 }
 
-// resetHistory waits until about:blank is the tab's current history entry
-// (Page.navigate can answer before the entry is committed) and drops every
-// other entry.
-func (t *tab) resetHistory(ctx context.Context) error {
+// awaitBlank waits until about:blank is the tab's current history entry
+// (Page.navigate can answer before the entry is committed).
+func (t *tab) awaitBlank(ctx context.Context) error {
 	for {
 		h, err := cdp.Call(ctx, t.t, page.GetNavigationHistory, cdp.Empty{})
 		if err != nil {
 			return err
 		}
 		if i := int(h.CurrentIndex); i >= 0 && i < len(h.Entries) && h.Entries[i].URL == "about:blank" {
-			break
+			return nil
 		}
 		if err := sleep(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 	}
-	_, err := cdp.Call(ctx, t.t, page.ResetNavigationHistory, cdp.Empty{})
-	return err
 }

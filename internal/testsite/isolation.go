@@ -19,6 +19,7 @@ func (s *site) isolationRoutes() {
 	m := s.mux
 	m.HandleFunc("GET /isolation/set", s.isolationSet)
 	m.HandleFunc("GET /isolation/get", s.isolationGet)
+	m.HandleFunc("GET /isolation/leave", s.isolationLeave)
 	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
 	m.HandleFunc("GET /isolation/auth", s.isolationAuth)
 	m.HandleFunc("GET /isolation/cached/{key}", s.isolationCached)
@@ -61,6 +62,23 @@ func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
   }
   const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'set'; document.body.appendChild(d);
 })().catch(e => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'error: ' + e; document.body.appendChild(d); });
+</script></body></html>`)
+}
+
+// isolationLeave leaves nothing while it is shown: its pagehide,
+// visibilitychange and unload handlers set a cookie, localStorage and
+// sessionStorage as it is left, each named after the event.
+func (s *site) isolationLeave(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Leave state</title></head><body>
+<div id="ready">shown</div>
+<script>
+for (const ev of ['pagehide', 'visibilitychange', 'unload']) {
+  window.addEventListener(ev, () => {
+    document.cookie = 'left_' + ev + '=1; path=/; max-age=3600';
+    localStorage.setItem('left_' + ev, '1');
+    sessionStorage.setItem('left_' + ev, '1');
+  });
+}
 </script></body></html>`)
 }
 

@@ -131,6 +131,7 @@ var paths = [][2]string{
 	{"/echo", "the request's headers and cookies as JSON in #data"},
 	{"/storage", "counts visits in a cookie and localStorage"},
 	{"/isolation/set", "leaves cookies (one HttpOnly), local and session storage, IndexedDB, Cache Storage and a service worker"},
+	{"/isolation/leave", "sets a cookie, local and session storage from its pagehide, visibilitychange and unload handlers"},
 	{"/isolation/get", "window.__state: the state /isolation/set leaves, as this context sees it"},
 	{"/isolation/auth", "needs HTTP basic authentication (testsite.AuthUser, AuthPassword)"},
 	{"/console", "logs console errors and throws an uncaught exception"},

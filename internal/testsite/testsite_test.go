@@ -55,6 +55,7 @@ func TestRoutes(t *testing.T) {
 		{"/images", 200, "", []string{`src="/img/1.png"`}},
 		{"/img/1.png", 200, "", []string{"PNG"}},
 		{"/storage", 200, "", []string{"localStorage"}},
+		{"/isolation/leave", 200, "", []string{"'pagehide', 'visibilitychange', 'unload'"}},
 		{"/console", 200, "", []string{"console.error", "throw new Error"}},
 		{"/nope", 404, "", nil},
 	}
