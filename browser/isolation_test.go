@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,6 +191,111 @@ func TestWipeAfterUnloadHandlers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWipeBlocksRequestsOfLeaving: a beacon or keepalive fetch sent by the
+// page's handlers of leaving goes on after the page, and a slow answer
+// would set its cookie after the wipe. The wipe lets no request start while
+// it leaves the page; should one reach the server anyway, the next job,
+// run once it has been answered, must not see its cookie.
+func TestWipeBlocksRequestsOfLeaving(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		reached  int
+		answered = make(chan struct{}, 8)
+	)
+	inner := testsite.New(testsite.Options{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("name")
+		if r.URL.Path != "/isolation/cookie" || !(strings.HasPrefix(name, "beacon_") || strings.HasPrefix(name, "keepalive_")) {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		reached++
+		mu.Unlock()
+		// Answered late, after the wipe has cleared the cookies.
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+		http.SetCookie(w, &http.Cookie{Name: name, Value: "1", Path: "/", MaxAge: 3600})
+		w.WriteHeader(http.StatusNoContent)
+		answered <- struct{}{}
+	}))
+	t.Cleanup(srv.Close)
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	if _, err := s.Render(ctx, Request{URL: srv.URL + "/isolation/leave", Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	p := s.own
+	<-p.done // the wipe is over
+	mu.Lock()
+	n := reached
+	mu.Unlock()
+	for range n {
+		<-answered
+	}
+	res, err := s.Render(ctx, Request{URL: srv.URL + "/isolation/get", Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st isoState
+	unmarshal(t, res.Data, &st)
+	if len(st.ServerCookies) > 0 || st.ScriptCookies != "" {
+		t.Errorf("%d requests of leaving reached the server, and the next job sees their cookies: %+v", n, st)
+	}
+}
+
+// TestWipeGivesUpContextWithRequestsInFlight: a keepalive fetch still in
+// flight when the job ends, and a fetchLater, go on after the page is left,
+// and their answers set cookies; no CDP call tells them from fetches the
+// navigation cancels. The wipe gives such a context up (the next job gets a
+// new one) instead of vouching for it, and the next job sees neither cookie.
+func TestWipeGivesUpContextWithRequestsInFlight(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	ownTab := func() *tab {
+		t.Helper()
+		p := s.own
+		<-p.done
+		if p.err != nil {
+			t.Fatal(p.err)
+		}
+		return p.t
+	}
+	get := func() isoState {
+		t.Helper()
+		res, err := s.Render(ctx, Request{URL: e.url("/isolation/get"), Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st isoState
+		unmarshal(t, res.Data, &st)
+		return st
+	}
+	get()
+	before := ownTab()
+	if _, err := s.Render(ctx, Request{URL: e.url("/isolation/keepalive?ms=2000"), Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ownTab() == before {
+		t.Errorf("the context was wiped and reused with a keepalive fetch still in flight")
+	}
+	if st := get(); len(st.ServerCookies) > 0 || st.ScriptCookies != "" {
+		t.Errorf("the next job sees cookies: %+v", st)
+	}
+	// A page whose fetches all ended keeps its context.
+	before = ownTab()
+	if _, err := s.Render(ctx, Request{URL: e.url("/page/3"), Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ownTab() != before {
+		t.Errorf("a page whose fetches had all ended cost its context")
 	}
 }
 

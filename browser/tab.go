@@ -47,6 +47,11 @@ type tab struct {
 	// is out of the wipe's reach (tainted).
 	origins map[string]bool
 	tainted bool
+	// Fetches and beacons in flight: a keepalive fetch, a beacon or a
+	// fetchLater outlives its page, and its answer may set cookies after
+	// the wipe. settled is closed when the last of them ends.
+	outliving map[network.RequestID]bool
+	settled   chan struct{}
 
 	unwatchWorkers func() // set for the session's own tab
 
@@ -248,7 +253,14 @@ func (t *tab) onEvent(ev any) {
 		if e.Reason == page.FrameDetachedReasonSwap {
 			t.taint()
 		}
+	case *network.EventLoadingFinished:
+		t.requestEnded(e.RequestID)
+	case *network.EventLoadingFailed:
+		t.requestEnded(e.RequestID)
 	case *network.EventRequestWillBeSent:
+		if e.Type == network.ResourceTypeFetch || e.Type == network.ResourceTypePing {
+			t.requestStarted(e.RequestID)
+		}
 		// Every hop of the main document's redirects: where a refused
 		// tunnel was going.
 		if e.Type == network.ResourceTypeDocument && e.FrameID == cdp.FrameID(t.id) && e.Request != nil {

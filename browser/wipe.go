@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/domstorage"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/storage"
 )
@@ -52,6 +53,65 @@ func (t *tab) isTainted() bool {
 // storage buckets and the origin's cookies.
 const wipeStorageTypes = "all"
 
+// blockEverything blocks every request of the tab while it leaves its page.
+var blockEverything = []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: true}}
+
+// outlivingGrace is how long a wipe waits for the page's fetches and
+// beacons to end before it gives the context up: an ordinary fetch still
+// in flight when the job ends usually ends within it, a fetchLater or a
+// keepalive fetch to a slow server does not.
+const outlivingGrace = 100 * time.Millisecond
+
+func (t *tab) requestStarted(id network.RequestID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.outliving == nil {
+		t.outliving = map[network.RequestID]bool{}
+	}
+	if len(t.outliving) == 0 {
+		t.settled = make(chan struct{})
+	}
+	t.outliving[id] = true
+}
+
+func (t *tab) requestEnded(id network.RequestID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.outliving[id] {
+		return
+	}
+	delete(t.outliving, id)
+	if len(t.outliving) == 0 {
+		close(t.settled)
+	}
+}
+
+// awaitOutliving waits up to grace for the fetches and beacons in flight to
+// end. A keepalive fetch, a beacon or a fetchLater goes on after its page is
+// left, and no CDP call tells them from the fetches the navigation cancels,
+// so any still in flight then is an error: the context cannot be vouched for.
+func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
+	t.mu.Lock()
+	n, settled := len(t.outliving), t.settled
+	t.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-settled:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		t.mu.Lock()
+		n = len(t.outliving)
+		t.mu.Unlock()
+		return fmt.Errorf("%d fetches or beacons still in flight %v after the job, which may outlive the page", n, grace)
+	}
+}
+
 // wipe makes the tab's browser context as a brand-new one would be for the
 // next job: no cookie, storage, service worker, permission or history of the
 // jobs before it is left (the tab never reads the HTTP cache: newOwnTab). It
@@ -60,6 +120,9 @@ const wipeStorageTypes = "all"
 func (t *tab) wipe(ctx context.Context) error {
 	if t.isTainted() {
 		return errors.New("the context holds state no wipe reaches")
+	}
+	if err := t.awaitOutliving(ctx, outlivingGrace); err != nil {
+		return err
 	}
 	// Session storage belongs to the tab, not to the origin's storage that
 	// clearDataForOrigin clears, and only a live frame of the origin can
@@ -72,7 +135,13 @@ func (t *tab) wipe(ctx context.Context) error {
 			return fmt.Errorf("clearing the session storage of %s: %w", o, err)
 		}
 	}
-	// Leaving the page stops its scripts, timers, workers and connections.
+	// Leaving the page stops its scripts, timers, workers and connections;
+	// its handlers of leaving may send beacons and keepalive fetches, which
+	// outlive it, and whose answers could set cookies after the wipe: no
+	// request may start until about:blank has committed.
+	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: blockEverything}); err != nil {
+		return fmt.Errorf("Network.setBlockedURLs: %w", err)
+	}
 	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: "about:blank"})
 	if err != nil {
 		return fmt.Errorf("navigating to about:blank: %w", err)
@@ -85,6 +154,9 @@ func (t *tab) wipe(ctx context.Context) error {
 	// they write must already be there when the clearing below runs.
 	if err := t.awaitBlank(ctx); err != nil {
 		return fmt.Errorf("waiting for about:blank: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: []*network.BlockPattern{}}); err != nil {
+		return fmt.Errorf("Network.setBlockedURLs: %w", err)
 	}
 	// A frame the page opened on a new origin while the above ran had its
 	// session storage left alone.

@@ -2,6 +2,7 @@ package testsite
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 )
@@ -20,6 +21,8 @@ func (s *site) isolationRoutes() {
 	m.HandleFunc("GET /isolation/set", s.isolationSet)
 	m.HandleFunc("GET /isolation/get", s.isolationGet)
 	m.HandleFunc("GET /isolation/leave", s.isolationLeave)
+	m.HandleFunc("GET /isolation/keepalive", s.isolationKeepalive)
+	m.HandleFunc("/isolation/cookie", s.isolationCookie)
 	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
 	m.HandleFunc("GET /isolation/auth", s.isolationAuth)
 	m.HandleFunc("GET /isolation/cached/{key}", s.isolationCached)
@@ -67,7 +70,8 @@ func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
 
 // isolationLeave leaves nothing while it is shown: its pagehide,
 // visibilitychange and unload handlers set a cookie, localStorage and
-// sessionStorage as it is left, each named after the event.
+// sessionStorage as it is left, and send a beacon and a keepalive fetch
+// whose answers set cookies, each named after the event.
 func (s *site) isolationLeave(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Leave state</title></head><body>
 <div id="ready">shown</div>
@@ -77,9 +81,43 @@ for (const ev of ['pagehide', 'visibilitychange', 'unload']) {
     document.cookie = 'left_' + ev + '=1; path=/; max-age=3600';
     localStorage.setItem('left_' + ev, '1');
     sessionStorage.setItem('left_' + ev, '1');
+    navigator.sendBeacon('/isolation/cookie?name=beacon_' + ev, 'x');
+    fetch('/isolation/cookie?name=keepalive_' + ev, {method: 'POST', body: 'x', keepalive: true});
   });
 }
 </script></body></html>`)
+}
+
+// isolationKeepalive starts, as it loads, requests that outlive the page
+// and whose answers set cookies: a keepalive fetch answered after ?ms=
+// (default 300) and, where the browser has it, a fetchLater (sent when the
+// page is left).
+func (s *site) isolationKeepalive(w http.ResponseWriter, r *http.Request) {
+	ms := 300
+	if r.URL.Query().Has("ms") {
+		ms = int(queryMillis(r, "ms").Milliseconds())
+	}
+	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Keepalive</title></head><body>
+<script>
+fetch('/isolation/cookie?name=keepalive&ms=%d', {method: 'POST', body: 'x', keepalive: true});
+if (typeof fetchLater === 'function') fetchLater('/isolation/cookie?name=later', {method: 'POST', body: 'x'});
+const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'sent'; document.body.appendChild(d);
+</script></body></html>`, ms))
+}
+
+// isolationCookie answers, after ?ms= (default 0), with a cookie named
+// ?name= (any method: beacons and keepalive fetches POST).
+func (s *site) isolationCookie(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		http.Error(w, "name is required", http.StatusBadRequest)
+		return
+	}
+	if !s.sleep(r, queryMillis(r, "ms")) {
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: name, Value: "1", Path: "/", MaxAge: 3600})
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // isolationGet reports, as the JSON value of window.__state, what the

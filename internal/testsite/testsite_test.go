@@ -55,7 +55,10 @@ func TestRoutes(t *testing.T) {
 		{"/images", 200, "", []string{`src="/img/1.png"`}},
 		{"/img/1.png", 200, "", []string{"PNG"}},
 		{"/storage", 200, "", []string{"localStorage"}},
-		{"/isolation/leave", 200, "", []string{"'pagehide', 'visibilitychange', 'unload'"}},
+		{"/isolation/leave", 200, "", []string{"'pagehide', 'visibilitychange', 'unload'", "sendBeacon"}},
+		{"/isolation/keepalive?ms=5", 200, "", []string{"keepalive&ms=5", "fetchLater"}},
+		{"/isolation/cookie?name=x", 204, "", nil},
+		{"/isolation/cookie", 400, "", []string{"name is required"}},
 		{"/console", 200, "", []string{"console.error", "throw new Error"}},
 		{"/nope", 404, "", nil},
 	}
