@@ -250,6 +250,41 @@ func TestWipeBlocksRequestsOfLeaving(t *testing.T) {
 	}
 }
 
+// TestWipeGivesUpContextWithPopups: a popup writes to its opener's context
+// until the janitor has closed it, unordered with the opener's wipe, so a
+// context that had one is not reused; one that had none is.
+func TestWipeGivesUpContextWithPopups(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	ownTab := func() *tab {
+		t.Helper()
+		p := s.own
+		<-p.done
+		if p.err != nil {
+			t.Fatal(p.err)
+		}
+		return p.t
+	}
+	if _, err := s.Render(ctx, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := ownTab()
+	if _, err := s.Render(ctx, Request{URL: e.url("/page/2"), Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ownTab() != before {
+		t.Fatalf("a job without a popup cost its context")
+	}
+	res, err := s.Render(ctx, Request{URL: e.url("/hostile/popup"), Actions: []Action{{Type: ActionClick, Selector: "#open"}}, Extract: `document.getElementById('ready').textContent`})
+	if err != nil || string(res.Data) != `"opened"` {
+		t.Fatalf("popup job: %v, %s", err, resData(res))
+	}
+	if ownTab() == before {
+		t.Errorf("the context was wiped and reused after its page opened popups")
+	}
+}
+
 // TestWipeGivesUpContextWithRequestsInFlight: a keepalive fetch still in
 // flight when the job ends, and a fetchLater, go on after the page is left,
 // and their answers set cookies; no CDP call tells them from fetches the

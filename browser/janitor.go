@@ -20,13 +20,13 @@ type janitor struct {
 	mu      sync.Mutex
 	queue   []target.ID
 	crashes map[target.ID]func(status string)
-	workers map[cdp.BrowserContextID]func() // called when a context gets a service or shared worker
+	untraced map[cdp.BrowserContextID]func() // called when a context gets a page or worker no tab's wipe reaches
 	closed  int
 	wake    chan struct{}
 }
 
 func newJanitor(b *Browser) *janitor {
-	return &janitor{b: b, crashes: map[target.ID]func(string){}, workers: map[cdp.BrowserContextID]func(){}, wake: make(chan struct{}, 1)}
+	return &janitor{b: b, crashes: map[target.ID]func(string){}, untraced: map[cdp.BrowserContextID]func(){}, wake: make(chan struct{}, 1)}
 }
 
 func (j *janitor) onEvent(ev any) {
@@ -35,7 +35,7 @@ func (j *janitor) onEvent(ev any) {
 		info := ev.TargetInfo
 		if info != nil && (info.Type == "service_worker" || info.Type == "shared_worker") {
 			j.mu.Lock()
-			fn := j.workers[info.BrowserContextID]
+			fn := j.untraced[info.BrowserContextID]
 			j.mu.Unlock()
 			if fn != nil {
 				fn()
@@ -45,9 +45,15 @@ func (j *janitor) onEvent(ev any) {
 		if info == nil || info.Type != "page" || (info.OpenerID == "" && info.OpenerFrameID == "") {
 			return
 		}
+		// A popup lives, and may write to its context, until it is closed,
+		// which is not ordered with a wipe of its opener's tab.
 		j.mu.Lock()
 		j.queue = append(j.queue, info.TargetID)
+		fn := j.untraced[info.BrowserContextID]
 		j.mu.Unlock()
+		if fn != nil {
+			fn()
+		}
 		select {
 		case j.wake <- struct{}{}:
 		default:
@@ -75,16 +81,17 @@ func (j *janitor) watchCrash(id target.ID, fn func(status string)) func() {
 	}
 }
 
-// watchWorkers registers fn to be called (from the event loop: it must not
-// block) when a service worker or shared worker starts in the browser
-// context. The returned func unregisters.
-func (j *janitor) watchWorkers(id cdp.BrowserContextID, fn func()) func() {
+// watchContext registers fn to be called (from the event loop: it must not
+// block) when a service worker, a shared worker or a popup starts in the
+// browser context: something that writes to the context and that a wipe of
+// its tab does not reach. The returned func unregisters.
+func (j *janitor) watchContext(id cdp.BrowserContextID, fn func()) func() {
 	j.mu.Lock()
-	j.workers[id] = fn
+	j.untraced[id] = fn
 	j.mu.Unlock()
 	return func() {
 		j.mu.Lock()
-		delete(j.workers, id)
+		delete(j.untraced, id)
 		j.mu.Unlock()
 	}
 }

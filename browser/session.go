@@ -149,11 +149,12 @@ func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
 	// The tab's requests never read the HTTP cache, so a job finds none of
 	// an earlier job's responses there (as in a brand-new context), and the
 	// wipe need not clear it: clearing took more Chrome time than any other
-	// step. Service and shared workers fetch past the tab's setting: a
+	// step. Service and shared workers fetch past the tab's setting, and
+	// popups write to the context until the janitor has closed them: a
 	// context that had one is not reused.
-	unwatch := s.b.janitor.watchWorkers(t.bcid, t.taint)
+	unwatch := s.b.janitor.watchContext(t.bcid, t.taint)
 	t.mu.Lock()
-	t.unwatchWorkers = unwatch
+	t.unwatchContext = unwatch
 	t.mu.Unlock()
 	if _, err := cdp.Call(ctx, t.t, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {
 		t.close()

@@ -53,7 +53,7 @@ type tab struct {
 	outliving map[network.RequestID]bool
 	settled   chan struct{}
 
-	unwatchWorkers func() // set for the session's own tab
+	unwatchContext func() // set for the session's own tab
 
 	// What the last job changed on a shared tab, to undo for the next one.
 	dirtyHeaders, dirtyUA, dirtyViewport bool
@@ -384,10 +384,10 @@ func (t *tab) close() error {
 			t.unwatch()
 		}
 		t.mu.Lock()
-		unwatchWorkers := t.unwatchWorkers
+		unwatchContext := t.unwatchContext
 		t.mu.Unlock()
-		if unwatchWorkers != nil {
-			unwatchWorkers()
+		if unwatchContext != nil {
+			unwatchContext()
 		}
 		if t.cancel != nil {
 			// Detaches (WithDetachOnCancel); the tab is closed below.

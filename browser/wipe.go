@@ -158,6 +158,11 @@ func (t *tab) wipe(ctx context.Context) error {
 	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: []*network.BlockPattern{}}); err != nil {
 		return fmt.Errorf("Network.setBlockedURLs: %w", err)
 	}
+	// A popup or worker the page started just before the job ended is known
+	// by now: Chrome reported it before it answered the calls above.
+	if t.isTainted() {
+		return errors.New("the context holds state no wipe reaches")
+	}
 	// A frame the page opened on a new origin while the above ran had its
 	// session storage left alone.
 	origins := live
