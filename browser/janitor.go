@@ -17,12 +17,12 @@ import (
 type janitor struct {
 	b *Browser
 
-	mu      sync.Mutex
-	queue   []target.ID
-	crashes map[target.ID]func(status string)
+	mu       sync.Mutex
+	queue    []target.ID
+	crashes  map[target.ID]func(status string)
 	untraced map[cdp.BrowserContextID]func() // called when a context gets a page or worker no tab's wipe reaches
-	closed  int
-	wake    chan struct{}
+	closed   int
+	wake     chan struct{}
 }
 
 func newJanitor(b *Browser) *janitor {
