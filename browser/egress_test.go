@@ -49,18 +49,9 @@ func TestEgressProxyLaunch(t *testing.T) {
 		}
 	}()
 
+	b := launch(t, Options{EgressProxy: proxy.URL(), EgressRefused: proxy.Refused, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, err := Launch(ctx, Options{Kind: testKind(t), ProfileRoot: t.TempDir(), ExtraFlags: testFlags,
-		EgressProxy: proxy.URL(), EgressRefused: proxy.Refused, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Kill(); err != nil {
-			t.Errorf("kill: %v", err)
-		}
-	})
 	s, err := b.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -52,19 +52,31 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{site: testutil.StartSite(t, testsite.Options{}), root: t.TempDir()}
+	e.b = launch(t, Options{ProfileRoot: e.root, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	return e
+}
+
+// launch starts the tests' browser (testKind, testFlags, a profile root of
+// the test's own unless opts has one) and kills it when the test ends.
+func launch(t testing.TB, opts Options) *Browser {
+	t.Helper()
+	opts.Kind = testKind(t)
+	opts.ExtraFlags = append(append([]string(nil), testFlags...), opts.ExtraFlags...)
+	if opts.ProfileRoot == "" {
+		opts.ProfileRoot = t.TempDir()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, err := Launch(ctx, Options{Kind: testKind(t), ProfileRoot: e.root, ExtraFlags: testFlags, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	b, err := Launch(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.b = b
 	t.Cleanup(func() {
 		if err := b.Kill(); err != nil {
 			t.Errorf("kill: %v", err)
 		}
 	})
-	return e
+	return b
 }
 
 func (e *env) url(path string) string { return e.site.URL + path }

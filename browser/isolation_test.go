@@ -79,15 +79,7 @@ func TestIsolationModes(t *testing.T) {
 				unmarshal(t, res.Data, &st)
 				return st
 			}
-			ownTab := func() *tab {
-				t.Helper()
-				p := s.own
-				<-p.done
-				if p.err != nil {
-					t.Fatal(p.err)
-				}
-				return p.t
-			}
+			ownTab := func() *tab { return preparedTab(t, s) }
 			// Job A leaves its state twice: without a service worker (the
 			// wipe itself must clear it all, keeping the context), then
 			// with one (its context is then not reused).
@@ -257,15 +249,7 @@ func TestWipeGivesUpContextWithPopups(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	s := e.session(t)
-	ownTab := func() *tab {
-		t.Helper()
-		p := s.own
-		<-p.done
-		if p.err != nil {
-			t.Fatal(p.err)
-		}
-		return p.t
-	}
+	ownTab := func() *tab { return preparedTab(t, s) }
 	if _, err := s.Render(ctx, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#ready"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -294,15 +278,7 @@ func TestWipeGivesUpContextWithRequestsInFlight(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	s := e.session(t)
-	ownTab := func() *tab {
-		t.Helper()
-		p := s.own
-		<-p.done
-		if p.err != nil {
-			t.Fatal(p.err)
-		}
-		return p.t
-	}
+	ownTab := func() *tab { return preparedTab(t, s) }
 	get := func() isoState {
 		t.Helper()
 		res, err := s.Render(ctx, Request{URL: e.url("/isolation/get"), Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
@@ -332,6 +308,18 @@ func TestWipeGivesUpContextWithRequestsInFlight(t *testing.T) {
 	if ownTab() != before {
 		t.Errorf("a page whose fetches had all ended cost its context")
 	}
+}
+
+// preparedTab waits for the session's own tab for its next job (the wipe
+// of the last one's, or a new one) and returns it.
+func preparedTab(t *testing.T, s *Session) *tab {
+	t.Helper()
+	p := s.own
+	<-p.done
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.t
 }
 
 func equalState(a, b isoState) bool {

@@ -390,17 +390,9 @@ func TestMemoryAndVersion(t *testing.T) {
 // tree holds no process of either type.
 func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 	site := testutil.StartSite(t, testsite.Options{})
+	b := launch(t, Options{NoSandbox: true})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, err := Launch(ctx, Options{Kind: testKind(t), ProfileRoot: t.TempDir(), NoSandbox: true, ExtraFlags: testFlags})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Kill(); err != nil {
-			t.Errorf("kill: %v", err)
-		}
-	})
 	s, err := b.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
