@@ -87,28 +87,27 @@ func (t *tab) requestEnded(id network.RequestID) {
 }
 
 // awaitOutliving waits up to grace for the fetches and beacons in flight to
-// end. A keepalive fetch, a beacon or a fetchLater goes on after its page is
-// left, and no CDP call tells them from the fetches the navigation cancels,
-// so any still in flight then is an error: the context cannot be vouched for.
+// end (the tab's requests are blocked by then, so no new one starts). A
+// keepalive fetch, a beacon or a fetchLater goes on after its page is left,
+// and no CDP call tells them from the fetches the navigation cancels, so any
+// still in flight then is an error: the context cannot be vouched for.
 func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
-	t.mu.Lock()
-	n, settled := len(t.outliving), t.settled
-	t.mu.Unlock()
-	if n == 0 {
-		return nil
-	}
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
-	select {
-	case <-settled:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
+	for {
 		t.mu.Lock()
-		n = len(t.outliving)
+		n, settled := len(t.outliving), t.settled
 		t.mu.Unlock()
-		return fmt.Errorf("%d fetches or beacons still in flight %v after the job, which may outlive the page", n, grace)
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return fmt.Errorf("%d fetches or beacons still in flight %v after the job, which may outlive the page", n, grace)
+		}
 	}
 }
 
@@ -120,6 +119,13 @@ func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
 func (t *tab) wipe(ctx context.Context) error {
 	if t.isTainted() {
 		return errors.New("the context holds state no wipe reaches")
+	}
+	// From here to about:blank's commit no request of the tab may start:
+	// the page, still live, could otherwise start another fetch that
+	// outlives it, and its handlers of leaving send beacons and keepalive
+	// fetches whose answers could set cookies after the wipe.
+	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: blockEverything}); err != nil {
+		return fmt.Errorf("Network.setBlockedURLs: %w", err)
 	}
 	if err := t.awaitOutliving(ctx, outlivingGrace); err != nil {
 		return err
@@ -135,13 +141,7 @@ func (t *tab) wipe(ctx context.Context) error {
 			return fmt.Errorf("clearing the session storage of %s: %w", o, err)
 		}
 	}
-	// Leaving the page stops its scripts, timers, workers and connections;
-	// its handlers of leaving may send beacons and keepalive fetches, which
-	// outlive it, and whose answers could set cookies after the wipe: no
-	// request may start until about:blank has committed.
-	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: blockEverything}); err != nil {
-		return fmt.Errorf("Network.setBlockedURLs: %w", err)
-	}
+	// Leaving the page stops its scripts, timers, workers and connections.
 	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: "about:blank"})
 	if err != nil {
 		return fmt.Errorf("navigating to about:blank: %w", err)
