@@ -186,59 +186,98 @@ func TestWipeAfterUnloadHandlers(t *testing.T) {
 	}
 }
 
-// TestWipeBlocksRequestsOfLeaving: a beacon or keepalive fetch sent by the
-// page's handlers of leaving goes on after the page, and a slow answer
-// would set its cookie after the wipe. The wipe lets no request start while
-// it leaves the page; should one reach the server anyway, the next job,
-// run once it has been answered, must not see its cookie.
-func TestWipeBlocksRequestsOfLeaving(t *testing.T) {
-	var (
-		mu       sync.Mutex
-		reached  int
-		answered = make(chan struct{}, 8)
-	)
+// lateCookies is the test site behind a front that answers every
+// /isolation/cookie request (beacons and keepalive fetches of the
+// isolation pages) late, after the wipe has cleared the cookies.
+type lateCookies struct {
+	url      string
+	mu       sync.Mutex
+	reached  int
+	answered chan struct{}
+}
+
+func startLateCookies(t *testing.T, delay time.Duration) *lateCookies {
+	t.Helper()
+	lc := &lateCookies{answered: make(chan struct{}, 64)}
 	inner := testsite.New(testsite.Options{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := r.URL.Query().Get("name")
-		if r.URL.Path != "/isolation/cookie" || !(strings.HasPrefix(name, "beacon_") || strings.HasPrefix(name, "keepalive_")) {
+		if r.URL.Path != "/isolation/cookie" {
 			inner.ServeHTTP(w, r)
 			return
 		}
-		mu.Lock()
-		reached++
-		mu.Unlock()
-		// Answered late, after the wipe has cleared the cookies.
+		lc.mu.Lock()
+		lc.reached++
+		lc.mu.Unlock()
+		defer func() { lc.answered <- struct{}{} }()
 		select {
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(delay):
 		case <-r.Context().Done():
+			return
 		}
-		http.SetCookie(w, &http.Cookie{Name: name, Value: "1", Path: "/", MaxAge: 3600})
+		http.SetCookie(w, &http.Cookie{Name: r.URL.Query().Get("name"), Value: "1", Path: "/", MaxAge: 3600})
 		w.WriteHeader(http.StatusNoContent)
-		answered <- struct{}{}
 	}))
 	t.Cleanup(srv.Close)
-	e := newEnv(t)
-	ctx := context.Background()
-	s := e.session(t)
-	if _, err := s.Render(ctx, Request{URL: srv.URL + "/isolation/leave", Wait: Wait{Selector: "#ready"}}); err != nil {
-		t.Fatal(err)
+	lc.url = srv.URL
+	return lc
+}
+
+// awaitAnswers waits until n requests have been answered (or given up by
+// the browser) and returns how many had reached the server by then.
+func (lc *lateCookies) awaitAnswers(t *testing.T, n int) int {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-lc.answered:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d requests answered after 30 s", i, n)
+		}
 	}
-	p := s.own
-	<-p.done // the wipe is over
-	mu.Lock()
-	n := reached
-	mu.Unlock()
-	for range n {
-		<-answered
-	}
-	res, err := s.Render(ctx, Request{URL: srv.URL + "/isolation/get", Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.reached
+}
+
+func (lc *lateCookies) reachedSoFar() int {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.reached
+}
+
+// cookiesOf renders /isolation/get on base and returns the cookies the
+// server and the page saw.
+func cookiesOf(t *testing.T, s *Session, base string) ([]string, string) {
+	t.Helper()
+	res, err := s.Render(context.Background(), Request{URL: base + "/isolation/get", Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var st isoState
 	unmarshal(t, res.Data, &st)
-	if len(st.ServerCookies) > 0 || st.ScriptCookies != "" {
-		t.Errorf("%d requests of leaving reached the server, and the next job sees their cookies: %+v", n, st)
+	return st.ServerCookies, st.ScriptCookies
+}
+
+// TestWipeBlocksRequestsOfLeaving: a beacon or keepalive fetch sent by the
+// page's handlers of leaving goes on after the page, and a slow answer
+// would set its cookie after the wipe. The wipe lets no request start while
+// it leaves the page, and keeps the context; should one reach the server
+// anyway, the next job, run once it has been answered, must not see its
+// cookie.
+func TestWipeBlocksRequestsOfLeaving(t *testing.T) {
+	lc := startLateCookies(t, 300*time.Millisecond)
+	e := newEnv(t)
+	s := e.session(t)
+	cookiesOf(t, s, lc.url)
+	before := preparedTab(t, s)
+	if _, err := s.Render(context.Background(), Request{URL: lc.url + "/isolation/leave", Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	if preparedTab(t, s) != before {
+		t.Errorf("a page whose requests of leaving were blocked cost its context")
+	}
+	n := lc.awaitAnswers(t, lc.reachedSoFar())
+	if server, script := cookiesOf(t, s, lc.url); len(server) > 0 || script != "" {
+		t.Errorf("%d requests of leaving reached the server, and the next job sees their cookies: %q, %q", n, server, script)
 	}
 }
 
@@ -270,42 +309,38 @@ func TestWipeGivesUpContextWithPopups(t *testing.T) {
 }
 
 // TestWipeGivesUpContextWithRequestsInFlight: a keepalive fetch still in
-// flight when the job ends, and a fetchLater, go on after the page is left,
-// and their answers set cookies; no CDP call tells them from fetches the
-// navigation cancels. The wipe gives such a context up (the next job gets a
-// new one) instead of vouching for it, and the next job sees neither cookie.
+// flight when the job ends goes on after the page is left, and its answer
+// sets a cookie; no CDP call tells it from the fetches the navigation
+// cancels. The wipe gives such a context up (the next job gets a new one)
+// instead of vouching for it, and the next job, run once the fetch has been
+// answered, does not see the cookie. A page whose fetches all ended keeps
+// its context. fetchLater, whose request the browser sends only as the
+// page is left, is off.
 func TestWipeGivesUpContextWithRequestsInFlight(t *testing.T) {
+	lc := startLateCookies(t, 300*time.Millisecond)
 	e := newEnv(t)
 	ctx := context.Background()
 	s := e.session(t)
-	ownTab := func() *tab { return preparedTab(t, s) }
-	get := func() isoState {
-		t.Helper()
-		res, err := s.Render(ctx, Request{URL: e.url("/isolation/get"), Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var st isoState
-		unmarshal(t, res.Data, &st)
-		return st
+	res, err := s.Render(ctx, Request{URL: lc.url + "/page/1", Wait: Wait{Selector: "#ready"}, Extract: "typeof fetchLater"})
+	if err != nil || string(res.Data) != `"undefined"` {
+		t.Fatalf("typeof fetchLater: %v, %s; want it off", err, resData(res))
 	}
-	get()
-	before := ownTab()
-	if _, err := s.Render(ctx, Request{URL: e.url("/isolation/keepalive?ms=2000"), Wait: Wait{Selector: "#ready"}}); err != nil {
+	before := preparedTab(t, s)
+	if _, err := s.Render(ctx, Request{URL: lc.url + "/isolation/keepalive", Wait: Wait{Selector: "#ready"}}); err != nil {
 		t.Fatal(err)
 	}
-	if ownTab() == before {
+	if preparedTab(t, s) == before {
 		t.Errorf("the context was wiped and reused with a keepalive fetch still in flight")
 	}
-	if st := get(); len(st.ServerCookies) > 0 || st.ScriptCookies != "" {
-		t.Errorf("the next job sees cookies: %+v", st)
+	lc.awaitAnswers(t, 1)
+	if server, script := cookiesOf(t, s, lc.url); len(server) > 0 || script != "" {
+		t.Errorf("the next job sees the keepalive fetch's cookie: %q, %q", server, script)
 	}
-	// A page whose fetches all ended keeps its context.
-	before = ownTab()
-	if _, err := s.Render(ctx, Request{URL: e.url("/page/3"), Wait: Wait{Selector: "#ready"}}); err != nil {
+	before = preparedTab(t, s)
+	if _, err := s.Render(ctx, Request{URL: lc.url + "/page/3", Wait: Wait{Selector: "#ready"}}); err != nil {
 		t.Fatal(err)
 	}
-	if ownTab() != before {
+	if preparedTab(t, s) != before {
 		t.Errorf("a page whose fetches had all ended cost its context")
 	}
 }

@@ -145,7 +145,6 @@ func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.own = true
 	// The tab's requests never read the HTTP cache, so a job finds none of
 	// an earlier job's responses there (as in a brand-new context), and the
 	// wipe need not clear it: clearing took more Chrome time than any other
@@ -154,6 +153,7 @@ func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
 	// context that had one is not reused.
 	unwatch := s.b.janitor.watchContext(t.bcid, t.taint)
 	t.mu.Lock()
+	t.own = true // under mu: the tab's event listener reads it
 	t.unwatchContext = unwatch
 	t.mu.Unlock()
 	if _, err := cdp.Call(ctx, t.t, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {

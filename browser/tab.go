@@ -47,9 +47,9 @@ type tab struct {
 	// is out of the wipe's reach (tainted).
 	origins map[string]bool
 	tainted bool
-	// Fetches and beacons in flight: a keepalive fetch, a beacon or a
-	// fetchLater outlives its page, and its answer may set cookies after
-	// the wipe. settled is closed when the last of them ends.
+	// Fetches and beacons in flight on the session's own tab: a keepalive
+	// fetch or a beacon outlives its page, and its answer may set cookies
+	// after the wipe. settled is closed when the last of them ends.
 	outliving map[network.RequestID]bool
 	settled   chan struct{}
 

@@ -53,18 +53,30 @@ func (t *tab) isTainted() bool {
 // storage buckets and the origin's cookies.
 const wipeStorageTypes = "all"
 
-// blockEverything blocks every request of the tab while it leaves its page.
-var blockEverything = []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: true}}
+// blockEverything blocks every request of the tab while it leaves its page;
+// blockNothing lifts that (an empty list would be left out of the call as
+// an omitted field).
+var (
+	blockEverything = []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: true}}
+	blockNothing    = []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: false}}
+)
 
 // outlivingGrace is how long a wipe waits for the page's fetches and
 // beacons to end before it gives the context up: an ordinary fetch still
-// in flight when the job ends usually ends within it, a fetchLater or a
-// keepalive fetch to a slow server does not.
+// in flight when the job ends usually ends within it, a keepalive fetch to
+// a slow server does not — and neither do, in CDP's view, a fetch whose
+// body the page never reads, a stream or a long poll, whose jobs therefore
+// cost their context as in IsolationContext.
 const outlivingGrace = 100 * time.Millisecond
 
 func (t *tab) requestStarted(id network.RequestID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !t.own {
+		// Only a wiped context needs them; a shared tab would keep, until
+		// Chrome's end, the ones that never end.
+		return
+	}
 	if t.outliving == nil {
 		t.outliving = map[network.RequestID]bool{}
 	}
@@ -88,7 +100,7 @@ func (t *tab) requestEnded(id network.RequestID) {
 
 // awaitOutliving waits up to grace for the fetches and beacons in flight to
 // end (the tab's requests are blocked by then, so no new one starts). A
-// keepalive fetch, a beacon or a fetchLater goes on after its page is left,
+// keepalive fetch or a beacon goes on after its page is left,
 // and no CDP call tells them from the fetches the navigation cancels, so any
 // still in flight then is an error: the context cannot be vouched for.
 func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
@@ -155,11 +167,11 @@ func (t *tab) wipe(ctx context.Context) error {
 	if err := t.awaitBlank(ctx); err != nil {
 		return fmt.Errorf("waiting for about:blank: %w", err)
 	}
-	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: []*network.BlockPattern{}}); err != nil {
+	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: blockNothing}); err != nil {
 		return fmt.Errorf("Network.setBlockedURLs: %w", err)
 	}
-	// A popup or worker the page started just before the job ended is known
-	// by now: Chrome reported it before it answered the calls above.
+	// A popup the page opened just before the job ended is known by now:
+	// Chrome reported the new target before it answered the calls above.
 	if t.isTainted() {
 		return errors.New("the context holds state no wipe reaches")
 	}

@@ -76,9 +76,13 @@ func (s *site) isolationLeave(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Leave state</title></head><body>
 <div id="ready">shown</div>
 <script>
+// The first handler takes 30 ms first: a wipe that clears before the
+// page has been left (its handlers run then) clears too early.
+window.addEventListener('pagehide', () => { const until = performance.now() + 30; while (performance.now() < until) {} });
 for (const ev of ['pagehide', 'visibilitychange', 'unload']) {
   window.addEventListener(ev, () => {
     document.cookie = 'left_' + ev + '=1; path=/; max-age=3600';
+    if (window.cookieStore) cookieStore.set({name: 'left_store_' + ev, value: '1', path: '/', expires: Date.now() + 3600e3});
     localStorage.setItem('left_' + ev, '1');
     sessionStorage.setItem('left_' + ev, '1');
     navigator.sendBeacon('/isolation/cookie?name=beacon_' + ev, 'x');
@@ -88,10 +92,8 @@ for (const ev of ['pagehide', 'visibilitychange', 'unload']) {
 </script></body></html>`)
 }
 
-// isolationKeepalive starts, as it loads, requests that outlive the page
-// and whose answers set cookies: a keepalive fetch answered after ?ms=
-// (default 300) and, where the browser has it, a fetchLater (sent when the
-// page is left).
+// isolationKeepalive starts, as it loads, a keepalive fetch, which outlives
+// the page, answered after ?ms= (default 300) with a cookie.
 func (s *site) isolationKeepalive(w http.ResponseWriter, r *http.Request) {
 	ms := 300
 	if r.URL.Query().Has("ms") {
@@ -100,7 +102,6 @@ func (s *site) isolationKeepalive(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Keepalive</title></head><body>
 <script>
 fetch('/isolation/cookie?name=keepalive&ms=%d', {method: 'POST', body: 'x', keepalive: true});
-if (typeof fetchLater === 'function') fetchLater('/isolation/cookie?name=later', {method: 'POST', body: 'x'});
 const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'sent'; document.body.appendChild(d);
 </script></body></html>`, ms))
 }

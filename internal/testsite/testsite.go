@@ -132,7 +132,7 @@ var paths = [][2]string{
 	{"/storage", "counts visits in a cookie and localStorage"},
 	{"/isolation/set", "leaves cookies (one HttpOnly), local and session storage, IndexedDB, Cache Storage and a service worker"},
 	{"/isolation/leave", "sets a cookie, local and session storage, and sends a beacon and a keepalive fetch that set cookies, from its pagehide, visibilitychange and unload handlers"},
-	{"/isolation/keepalive?ms=300", "starts a keepalive fetch answered after ms and a fetchLater, both answers setting cookies"},
+	{"/isolation/keepalive?ms=300", "starts a keepalive fetch answered after ms with a cookie"},
 	{"/isolation/cookie?name=n&ms=0", "answers with the cookie n after ms"},
 	{"/isolation/get", "window.__state: the state /isolation/set leaves, as this context sees it"},
 	{"/isolation/auth", "needs HTTP basic authentication (testsite.AuthUser, AuthPassword)"},

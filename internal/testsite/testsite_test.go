@@ -56,7 +56,7 @@ func TestRoutes(t *testing.T) {
 		{"/img/1.png", 200, "", []string{"PNG"}},
 		{"/storage", 200, "", []string{"localStorage"}},
 		{"/isolation/leave", 200, "", []string{"'pagehide', 'visibilitychange', 'unload'", "sendBeacon"}},
-		{"/isolation/keepalive?ms=5", 200, "", []string{"keepalive&ms=5", "fetchLater"}},
+		{"/isolation/keepalive?ms=5", 200, "", []string{"keepalive&ms=5", "keepalive: true"}},
 		{"/isolation/cookie?name=x", 204, "", nil},
 		{"/isolation/cookie", 400, "", []string{"name is required"}},
 		{"/console", 200, "", []string{"console.error", "throw new Error"}},
