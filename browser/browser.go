@@ -143,12 +143,11 @@ var baseFlags = []string{
 // --disable-gpu) and the network service as threads of the browser process
 // instead of processes of their own, when Chrome runs without its sandbox:
 // then those processes confine nothing the browser process could not reach,
-// and each costs a process start and its own memory at every recycle.
-// Recycling every 20 jobs on the headless shell then lost 6-10% of pages/s
-// instead of 9-13% at 400 ms pages, and 29-31% instead of 31-38% CPU-bound
-// (alternated runs, README). The price is a crash of either taking the whole Chrome down (the
-// supervisor's dead-Chrome path) instead of being restarted by Chrome. With
-// the sandbox on they stay separate, sandboxed processes.
+// and each costs a process start and its own memory at every recycle (the
+// README's recycling figures). The price is a crash of either taking the
+// whole Chrome down (the supervisor's dead-Chrome path) instead of being
+// restarted by Chrome. With the sandbox on they stay separate, sandboxed
+// processes.
 var unsandboxedFlags = []string{
 	"--in-process-gpu",
 	"--enable-features=NetworkServiceInProcess2",

@@ -41,6 +41,19 @@ func (s isoState) empty() bool {
 		len(s.IndexedDB) == 0 && len(s.Caches) == 0 && s.ServiceWorkers == 0 && s.Geolocation == "prompt"
 }
 
+// readState renders an /isolation/get URL on the session and returns the
+// state it reports.
+func readState(t *testing.T, s *Session, url string, iso Isolation) isoState {
+	t.Helper()
+	res, err := s.Render(context.Background(), Request{URL: url, Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st isoState
+	unmarshal(t, res.Data, &st)
+	return st
+}
+
 // withHost is u with its host name replaced, port kept: "localhost" is the
 // same server as 127.0.0.1 but another site to the browser.
 func withHost(t *testing.T, u, host string) string {
@@ -69,16 +82,7 @@ func TestIsolationModes(t *testing.T) {
 	for _, iso := range []Isolation{IsolationWipe, IsolationContext, IsolationShared} {
 		t.Run(string(iso), func(t *testing.T) {
 			s := e.session(t)
-			get := func(base, key string) isoState {
-				t.Helper()
-				res, err := s.Render(ctx, Request{URL: base + "/isolation/get?key=" + key, Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var st isoState
-				unmarshal(t, res.Data, &st)
-				return st
-			}
+			get := func(base, key string) isoState { return readState(t, s, base+"/isolation/get?key="+key, iso) }
 			ownTab := func() *tab { return preparedTab(t, s) }
 			// Job A leaves its state twice: without a service worker (the
 			// wipe itself must clear it all, keeping the context), then
@@ -172,12 +176,7 @@ func TestWipeAfterUnloadHandlers(t *testing.T) {
 				if _, err := s.Render(ctx, Request{URL: e.url("/isolation/leave"), Isolation: iso, Wait: Wait{Selector: "#ready"}}); err != nil {
 					t.Fatal(err)
 				}
-				res, err := s.Render(ctx, Request{URL: e.url("/isolation/get"), Isolation: iso, Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				var st isoState
-				unmarshal(t, res.Data, &st)
+				st := readState(t, s, e.url("/isolation/get"), iso)
 				if len(st.ServerCookies) > 0 || st.ScriptCookies != "" || len(st.Local) > 0 || len(st.Session) > 0 {
 					t.Errorf("%s, pair %d: the next job sees what the page wrote as it was left: %+v", iso, i, st)
 				}
@@ -248,12 +247,7 @@ func (lc *lateCookies) reachedSoFar() int {
 // server and the page saw.
 func cookiesOf(t *testing.T, s *Session, base string) ([]string, string) {
 	t.Helper()
-	res, err := s.Render(context.Background(), Request{URL: base + "/isolation/get", Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st isoState
-	unmarshal(t, res.Data, &st)
+	st := readState(t, s, base+"/isolation/get", IsolationWipe)
 	return st.ServerCookies, st.ScriptCookies
 }
 

@@ -53,13 +53,20 @@ func (t *tab) isTainted() bool {
 // storage buckets and the origin's cookies.
 const wipeStorageTypes = "all"
 
-// blockEverything blocks every request of the tab while it leaves its page;
-// blockNothing lifts that (an empty list would be left out of the call as
-// an omitted field).
-var (
-	blockEverything = []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: true}}
-	blockNothing    = []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: false}}
-)
+var errUnreached = errors.New("the context holds state no wipe reaches")
+
+// blockRequests blocks, or lets through again, every request of the tab
+// (lifting the block takes an explicit pattern: an empty list would be left
+// out of the call as an omitted field).
+func (t *tab) blockRequests(ctx context.Context, block bool) error {
+	_, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{
+		URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: block}},
+	})
+	if err != nil {
+		return fmt.Errorf("Network.setBlockedURLs: %w", err)
+	}
+	return nil
+}
 
 // outlivingGrace is how long a wipe waits for the page's fetches and
 // beacons to end before it gives the context up: an ordinary fetch still
@@ -100,9 +107,9 @@ func (t *tab) requestEnded(id network.RequestID) {
 
 // awaitOutliving waits up to grace for the fetches and beacons in flight to
 // end (the tab's requests are blocked by then, so no new one starts). A
-// keepalive fetch or a beacon goes on after its page is left,
-// and no CDP call tells them from the fetches the navigation cancels, so any
-// still in flight then is an error: the context cannot be vouched for.
+// keepalive fetch or a beacon goes on after its page is left, and no CDP
+// call tells them from the fetches the navigation cancels, so any still in
+// flight then is an error: the context cannot be vouched for.
 func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
@@ -130,14 +137,14 @@ func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
 // could not be vouched for: the caller disposes of it.
 func (t *tab) wipe(ctx context.Context) error {
 	if t.isTainted() {
-		return errors.New("the context holds state no wipe reaches")
+		return errUnreached
 	}
 	// From here to about:blank's commit no request of the tab may start:
 	// the page, still live, could otherwise start another fetch that
 	// outlives it, and its handlers of leaving send beacons and keepalive
 	// fetches whose answers could set cookies after the wipe.
-	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: blockEverything}); err != nil {
-		return fmt.Errorf("Network.setBlockedURLs: %w", err)
+	if err := t.blockRequests(ctx, true); err != nil {
+		return err
 	}
 	if err := t.awaitOutliving(ctx, outlivingGrace); err != nil {
 		return err
@@ -167,13 +174,13 @@ func (t *tab) wipe(ctx context.Context) error {
 	if err := t.awaitBlank(ctx); err != nil {
 		return fmt.Errorf("waiting for about:blank: %w", err)
 	}
-	if _, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: blockNothing}); err != nil {
-		return fmt.Errorf("Network.setBlockedURLs: %w", err)
+	if err := t.blockRequests(ctx, false); err != nil {
+		return err
 	}
 	// A popup the page opened just before the job ended is known by now:
 	// Chrome reported the new target before it answered the calls above.
 	if t.isTainted() {
-		return errors.New("the context holds state no wipe reaches")
+		return errUnreached
 	}
 	// A frame the page opened on a new origin while the above ran had its
 	// session storage left alone.
