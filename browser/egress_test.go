@@ -50,13 +50,9 @@ func TestEgressProxyLaunch(t *testing.T) {
 	}()
 
 	b := launch(t, Options{EgressProxy: proxy.URL(), EgressRefused: proxy.Refused, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	s := openSession(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := b.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 
 	forbidden, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {

@@ -83,7 +83,13 @@ func (e *env) url(path string) string { return e.site.URL + path }
 
 func (e *env) session(t testing.TB) *Session {
 	t.Helper()
-	s, err := e.b.NewSession(context.Background())
+	return openSession(t, e.b)
+}
+
+// openSession opens a session on b and closes it when the test ends.
+func openSession(t testing.TB, b *Browser) *Session {
+	t.Helper()
+	s, err := b.NewSession(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

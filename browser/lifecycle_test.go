@@ -391,13 +391,9 @@ func TestMemoryAndVersion(t *testing.T) {
 func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 	site := testutil.StartSite(t, testsite.Options{})
 	b := launch(t, Options{NoSandbox: true})
+	s := openSession(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := b.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	if _, err := s.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"}}); err != nil {
 		t.Fatal(err)
 	}
