@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -216,14 +217,26 @@ func (c *Cluster) startServer(ctx context.Context, cred *syscall.Credential) err
 	// server down in order, rather than the server racing us. Pdeathsig makes
 	// the kernel ask for a fast shutdown should this process die first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGINT, Credential: cred}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pglocal: start postgres: %w", err)
-	}
-	c.cmd = cmd
+	// Pdeathsig fires when the thread that forked the server ends, not the
+	// process: the thread stays locked to this goroutine until the server
+	// exits, so that no goroutine that ends locked to it (and Go ends the
+	// thread with it) can take the server down.
+	started := make(chan error, 1)
 	go func() { // owned by the Cluster: ends when the server process does
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		c.waitErr = cmd.Wait()
 		close(c.exited)
 	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("pglocal: start postgres: %w", err)
+	}
+	c.cmd = cmd
 	c.log.Info("postgres starting", zap.Int("pid", cmd.Process.Pid), zap.String("data_dir", c.cfg.DataDir),
 		zap.String("socket_dir", c.socketDir))
 
