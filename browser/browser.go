@@ -52,6 +52,13 @@ type Options struct {
 	// StartTimeout bounds the launch: process start to the first CDP answer.
 	// 0 means 30 s.
 	StartTimeout time.Duration
+	// Background starts Chrome at a lower CPU priority (every process and
+	// thread of its tree 10 nicer than this process) until Foreground is
+	// called: a Chrome booting while another serves then slows no page in
+	// flight. It is honoured only where this process may raise the
+	// priority again (root, CAP_SYS_NICE, or RLIMIT_NICE); elsewhere Chrome
+	// starts at normal priority.
+	Background bool
 	// EgressProxy, when set, is the node's filtering forward proxy
 	// (http://127.0.0.1:PORT, see package egress): every request of every
 	// page goes through it, loopback and link-local hosts included (Chrome
@@ -178,6 +185,9 @@ type Browser struct {
 	userAgent string // default user agent of every tab
 	version   string // e.g. "Chrome/156.0.8078.79"
 
+	prioMu sync.Mutex
+	bgPlan *backgroundPlan // nil unless the tree runs in the background
+
 	killOnce sync.Once
 	killed   chan struct{} // closed when Kill has finished
 	killErr  error
@@ -223,6 +233,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		b.Kill()
 		return nil, err
 	}
+	b.holdInBackground()
 	b.log = log.With(zap.Int("chrome_pid", b.pid))
 	b.log.Info("chrome launched", zap.String("exec", execPath), zap.String("profile", dir))
 	return b, nil
@@ -371,8 +382,13 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 	go func() {
 		defer b.bg.Done()
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		background := b.startInBackground()
+		err := cmd.Start()
+		if !background || b.restoreThread() {
+			// A thread goes back to the runtime only at its own priority.
+			defer runtime.UnlockOSThread()
+		}
+		if err != nil {
 			started <- err
 			close(b.exited)
 			return

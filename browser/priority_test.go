@@ -1,0 +1,86 @@
+package browser
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testsite"
+	"github.com/browserfarm/browserfarm/internal/testutil"
+)
+
+// TestBackgroundUntilForeground launches Chrome in the background: every
+// process of its tree starts nicer than this one (or at this process's
+// priority where it could not be restored, e.g. a test run under nice 19),
+// and Foreground brings them back, the zygote included, so that renderers
+// started afterwards are in the foreground too.
+func TestBackgroundUntilForeground(t *testing.T) {
+	site := testutil.StartSite(t, testsite.Options{})
+	base, err := niceOf(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base
+	if plan, ok := planBackground(); ok {
+		want = plan.background
+	} else {
+		t.Logf("nice %d: this process could not restore a background Chrome's priority, so Chrome must start at its own", base)
+	}
+	b := launch(t, Options{Background: true})
+	render := func(s *Session) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := s.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	render(openSession(t, b))
+	// Every main thread at want, or above this process's priority: Chrome
+	// with CAP_SYS_NICE sets some to -8 itself (the browser's at start,
+	// which Launch holds at the background value until Foreground; a GPU
+	// process started later keeps its own).
+	check := func(when string, want int) {
+		t.Helper()
+		got := nices(t, b)
+		if len(got) < 3 {
+			t.Fatalf("%s: %d processes in Chrome's tree; the scan is not seeing it", when, len(got))
+		}
+		for pid, n := range got {
+			if n != want && n >= base {
+				t.Errorf("%s: process %d at nice %d, want %d (all: %v)", when, pid, n, want, got)
+			}
+		}
+	}
+	check("in the background", want)
+	if main := nices(t, b)[b.PID()]; want != base && main != want {
+		t.Errorf("in the background: the browser process at nice %d, want %d", main, want)
+	}
+	if err := b.Foreground(); err != nil {
+		t.Fatal(err)
+	}
+	// A second session is a new browser context, so a renderer forked
+	// after Foreground.
+	render(openSession(t, b))
+	check("in the foreground", base)
+	if err := b.Foreground(); err != nil {
+		t.Fatalf("a second Foreground: %v", err)
+	}
+}
+
+// nices maps each process of b's tree to the nice value of its main
+// thread (Chrome sets some of its other threads' priorities itself).
+func nices(t *testing.T, b *Browser) map[int]int {
+	out := map[int]int{}
+	for _, p := range append([]int32{int32(b.PID())}, processTree(int32(b.PID()))...) {
+		n, err := niceOf(int(p))
+		if err != nil {
+			continue // gone
+		}
+		out[int(p)] = n
+	}
+	if len(out) == 0 {
+		t.Fatal("no process of Chrome's tree found")
+	}
+	return out
+}
