@@ -120,6 +120,7 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 	now := time.Now()
 	var bootReason string
 	var kills []killOrder
+	var promoted *chrome
 
 	s.mu.Lock()
 	for range 8 {
@@ -137,6 +138,7 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 		case actPromote:
 			s.current, s.standby = s.standby, nil
 			s.current.state = stateCurrent
+			promoted = s.current
 			s.log.Info("chrome serving", zap.Int("pid", s.current.pid), zap.Int("chrome", s.current.seq))
 			s.broadcastLocked()
 		case actRetireCurrent:
@@ -167,6 +169,11 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 	})
 	s.mu.Unlock()
 
+	if promoted != nil {
+		if err := promoted.proc.Foreground(); err != nil {
+			s.log.Warn("chrome serves at a lower CPU priority", zap.Int("pid", promoted.pid), zap.Error(err))
+		}
+	}
 	if bootReason != "" {
 		a.startBoot(ctx, bootReason)
 	}

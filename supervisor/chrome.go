@@ -18,6 +18,9 @@ type chromeProc interface {
 	Healthy(ctx context.Context) error
 	Memory(ctx context.Context) (browser.Memory, error)
 	Kill() error
+	// Foreground gives the Chrome, booted in the background, the node's
+	// normal CPU priority (see browser.Browser.Foreground).
+	Foreground() error
 	NewSession(ctx context.Context) (renderSession, error)
 }
 
@@ -44,8 +47,13 @@ func (r realChrome) NewSession(ctx context.Context) (renderSession, error) {
 	return s, nil
 }
 
-// browserLauncher boots real Chromes with opts.
+// browserLauncher boots real Chromes with opts, each in the background: a
+// Chrome boots and prewarms its sessions as the standby while another one
+// serves, and the CPU that costs (about 0.5 s per Chrome) should be the
+// CPU the serving Chrome leaves idle, not slow its pages. The promotion
+// brings it to the foreground.
 func browserLauncher(opts browser.Options) launchFunc {
+	opts.Background = true
 	return func(ctx context.Context) (chromeProc, error) {
 		b, err := browser.Launch(ctx, opts)
 		if err != nil {

@@ -89,7 +89,9 @@ type Config struct {
 	MaxBootFailures int
 
 	// Browser is passed to browser.Launch for every Chrome. A nil
-	// Browser.Logger is replaced by Logger.
+	// Browser.Logger is replaced by Logger, and Background is set: a
+	// Chrome boots and prewarms in the background, and comes to the
+	// foreground when it starts to serve.
 	Browser browser.Options
 
 	// Logger receives one structured line per Chrome event. Default: nop.

@@ -78,6 +78,8 @@ type fakeChrome struct {
 	unhealthy bool
 	pss       uint64
 	memReads  int
+	// foregrounds counts Foreground calls: once, when it takes over.
+	foregrounds int
 }
 
 func (c *fakeChrome) exit()                 { c.once.Do(func() { close(c.done) }) }
@@ -115,6 +117,19 @@ func (c *fakeChrome) Kill() error {
 	c.mu.Unlock()
 	c.exit()
 	return nil
+}
+
+func (c *fakeChrome) Foreground() error {
+	c.mu.Lock()
+	c.foregrounds++
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *fakeChrome) foregroundCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.foregrounds
 }
 
 func (c *fakeChrome) killed() bool {

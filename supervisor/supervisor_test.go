@@ -200,7 +200,8 @@ func TestOverlapKeepsCapacity(t *testing.T) {
 }
 
 // TestPrebootBeforeLastStart checks that the replacement is up before the
-// current Chrome hands out its last start, so the next job does not wait.
+// current Chrome hands out its last start, so the next job does not wait,
+// and that it comes to the foreground only when it takes over.
 func TestPrebootBeforeLastStart(t *testing.T) {
 	fleet := &fakeFleet{}
 	cfg := testConfig()
@@ -214,6 +215,10 @@ func TestPrebootBeforeLastStart(t *testing.T) {
 	if pid := h.s.Stats().ChromePID; pid != c1.pid {
 		t.Fatalf("current chrome %d, want %d still serving", pid, c1.pid)
 	}
+	// The standby stays in the background, where it boots, until it serves.
+	if f1, f2 := c1.foregroundCount(), c2.foregroundCount(); f1 != 1 || f2 != 0 {
+		t.Fatalf("foreground calls: serving chrome %d, standby %d; want 1 and 0", f1, f2)
+	}
 	held = append(held, h.acquire(), h.acquire())
 	for _, sl := range held {
 		if sl.ChromePID() != c1.pid {
@@ -224,6 +229,7 @@ func TestPrebootBeforeLastStart(t *testing.T) {
 	if next.ChromePID() != c2.pid {
 		t.Fatalf("fifth start on pid %d, want the replacement %d", next.ChromePID(), c2.pid)
 	}
+	testutil.Eventually(t, time.Minute, "replacement in the foreground", func() bool { return c2.foregroundCount() == 1 })
 	for _, sl := range append(held, next) {
 		if _, err := sl.Render(context.Background(), browser.Request{}); err != nil {
 			t.Fatal(err)
