@@ -82,6 +82,10 @@ KillSignal=SIGTERM
 TimeoutStopSec=120
 KillMode=mixed
 LimitNOFILE=65536
+# A replacement Chrome boots at nice 10 while the old one serves, and gets
+# its priority back when it takes over; raising a priority needs this limit
+# (raw 20: down to nice 0, never below).
+LimitNICE=20
 
 [Install]
 WantedBy=multi-user.target
