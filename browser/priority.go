@@ -137,11 +137,12 @@ func (b *Browser) holdInBackground() {
 // Options.Background: the threads holdInBackground moved get their own
 // values back, and every other thread of its tree at the background nice
 // value or above comes back by the background offset, to this process's
-// priority at launch. (Chrome marks some threads of its own as background at nice
-// 10; those that are at the background value then come back too.) Threads
-// started meanwhile by a thread not yet moved inherit its old value, so the
-// tree is walked twice. It is a no-op for a Chrome in the foreground, and
-// safe to call concurrently with Kill: a thread that is gone is skipped.
+// priority at launch. (Chrome marks some threads of its own as background
+// at nice 10; those that are at the background value then come back too.)
+// Threads started meanwhile by a thread not yet moved inherit its old
+// value, so the tree is walked twice. It is a no-op for a Chrome in the
+// foreground, and safe to call concurrently with Kill: a thread that is
+// gone is skipped.
 func (b *Browser) Foreground() error {
 	b.prioMu.Lock()
 	defer b.prioMu.Unlock()
