@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -30,14 +31,13 @@ func niceOf(tid int) (int, error) {
 }
 
 // mayRaisePriority reports whether this process may set a nice value as low
-// as base on its children again once it raised it: with CAP_SYS_NICE (root
-// has it), or where RLIMIT_NICE allows it (its ceiling is 20 - rlim_cur).
-// Without it a Chrome started in the background would have to serve
-// there, at a tenth of a core under load, so Launch does not background it.
+// as base on its children again once it raised it: with CAP_SYS_NICE in the
+// initial user namespace (root on the host has it), or where RLIMIT_NICE
+// allows it (nice n needs rlim_cur >= 20 - n). Without it a Chrome started
+// in the background would have to serve there, at a tenth of a core under
+// load, so Launch does not background it.
 func mayRaisePriority(base int) bool {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err == nil && data[0].Effective&(1<<unix.CAP_SYS_NICE) != 0 {
+	if hasHostCapSysNice() {
 		return true
 	}
 	var lim unix.Rlimit
@@ -47,6 +47,29 @@ func mayRaisePriority(base int) bool {
 	return lim.Cur == unix.RLIM_INFINITY || int64(lim.Cur) >= int64(20-base)
 }
 
+// hasHostCapSysNice reports whether the effective CAP_SYS_NICE counts for
+// nice values. The kernel checks it in the initial user namespace, so root
+// in a user-namespaced container (rootless Podman or Docker, a pod with
+// hostUsers: false) holds the bit and still may not lower a nice value: the
+// capability counts only where this process's user namespace is the
+// initial one, whose uid_map is the identity map of all ids.
+func hasHostCapSysNice() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil || data[0].Effective&(1<<unix.CAP_SYS_NICE) == 0 {
+		return false
+	}
+	m, err := os.ReadFile("/proc/self/uid_map")
+	return err == nil && isIdentityUIDMap(string(m))
+}
+
+// isIdentityUIDMap reports whether a /proc/PID/uid_map maps every id to
+// itself, as the initial user namespace's does ("0 0 4294967295").
+func isIdentityUIDMap(m string) bool {
+	f := strings.Fields(m)
+	return len(f) == 3 && f[0] == "0" && f[1] == "0" && f[2] == "4294967295"
+}
+
 // backgroundPlan is how a background launch sets the priority of the
 // thread that forks Chrome: the nice values to start at and to come back to.
 type backgroundPlan struct {
@@ -54,6 +77,21 @@ type backgroundPlan struct {
 	// raised holds the threads Chrome had set above the background value
 	// when holdInBackground moved them, with the value to restore.
 	raised map[int]int
+}
+
+// foregroundNice is the nice value Foreground gives a thread now at cur,
+// and whether it moves at all: a thread held down by holdInBackground gets
+// its own value back; any other at the background value or above comes
+// back by the background offset, never below base; one below the
+// background value was set by Chrome itself and stays.
+func (p backgroundPlan) foregroundNice(tid, cur int) (int, bool) {
+	if cur < p.background {
+		return cur, false
+	}
+	if v, ok := p.raised[tid]; ok {
+		return v, true
+	}
+	return max(p.base, cur-(p.background-p.base)), true
 }
 
 // planBackground decides whether a launch can run in the background, from
@@ -118,6 +156,11 @@ func (b *Browser) holdInBackground() {
 	if b.bgPlan == nil {
 		return
 	}
+	select {
+	case <-b.exited:
+		return
+	default:
+	}
 	plan := b.bgPlan
 	b.eachThread(func(tid int) {
 		cur, err := niceOf(tid)
@@ -150,23 +193,29 @@ func (b *Browser) Foreground() error {
 		return nil
 	}
 	plan := *b.bgPlan
+	b.bgPlan = nil
+	select {
+	case <-b.exited:
+		// Reaped: its pid may name another process by now.
+		return nil
+	default:
+	}
 	var errs []error
 	for range 2 {
 		b.eachThread(func(tid int) {
 			cur, err := niceOf(tid)
-			if err != nil || cur < plan.background {
+			if err != nil {
 				return
 			}
-			next, ok := plan.raised[tid]
-			if !ok {
-				next = max(plan.base, cur-(plan.background-plan.base))
+			next, move := plan.foregroundNice(tid, cur)
+			if !move {
+				return
 			}
 			if err := unix.Setpriority(unix.PRIO_PROCESS, tid, next); err != nil && !errors.Is(err, unix.ESRCH) {
 				errs = append(errs, fmt.Errorf("thread %d: %w", tid, err))
 			}
 		})
 	}
-	b.bgPlan = nil
 	if len(errs) > 0 {
 		return fmt.Errorf("browser: moving chrome %d to the foreground: %w", b.pid, errors.Join(errs...))
 	}

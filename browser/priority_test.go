@@ -23,6 +23,9 @@ func TestBackgroundUntilForeground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if base >= 19 {
+		t.Skip("this process runs at nice 19: there is no lower priority to start Chrome at")
+	}
 	want := base
 	if plan, ok := planBackground(); ok {
 		want = plan.background
@@ -90,4 +93,51 @@ func nices(t *testing.T, b *Browser) map[int]int {
 		t.Fatal("no process of Chrome's tree found")
 	}
 	return out
+}
+
+func TestForegroundNice(t *testing.T) {
+	plan := backgroundPlan{base: 0, background: 10, raised: map[int]int{7: -8}}
+	niced := backgroundPlan{base: 5, background: 15}
+	for _, tc := range []struct {
+		name     string
+		plan     backgroundPlan
+		tid, cur int
+		want     int
+		move     bool
+	}{
+		{"inherited the background value", plan, 1, 10, 0, true},
+		{"Chrome's own background thread, nicer still", plan, 2, 19, 9, true},
+		{"held down by holdInBackground", plan, 7, 10, -8, true},
+		{"raised by Chrome after the hold", plan, 3, -8, -8, false},
+		{"set to normal by Chrome", plan, 4, 0, 0, false},
+		{"just below the background value", plan, 5, 9, 9, false},
+		{"a node process at nice 5", niced, 1, 15, 5, true},
+		{"a node at nice 5, Chrome's own background thread", niced, 2, 19, 9, true},
+		{"a node at nice 12, the background capped at 19", backgroundPlan{base: 12, background: 19}, 1, 19, 12, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, move := tc.plan.foregroundNice(tc.tid, tc.cur)
+			if got != tc.want || move != tc.move {
+				t.Errorf("foregroundNice(%d, %d) = %d, %v; want %d, %v", tc.tid, tc.cur, got, move, tc.want, tc.move)
+			}
+		})
+	}
+}
+
+func TestIsIdentityUIDMap(t *testing.T) {
+	for _, tc := range []struct {
+		m    string
+		want bool
+	}{
+		{"         0          0 4294967295\n", true},
+		{"0 0 4294967295", true},
+		{"         0     100000      65536\n", false}, // rootless: root is uid 100000 outside
+		{"         0       1000          1\n", false},
+		{"0 0 4294967295\n1 1 1\n", false},
+		{"", false},
+	} {
+		if got := isIdentityUIDMap(tc.m); got != tc.want {
+			t.Errorf("isIdentityUIDMap(%q) = %v, want %v", tc.m, got, tc.want)
+		}
+	}
 }
