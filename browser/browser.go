@@ -382,9 +382,9 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 	go func() {
 		defer b.bg.Done()
 		runtime.LockOSThread()
-		background := b.startInBackground()
+		plan, background := b.startInBackground()
 		err := cmd.Start()
-		if !background || b.restoreThread() {
+		if !background || b.restoreThread(plan.base) {
 			// A thread goes back to the runtime only at its own priority.
 			defer runtime.UnlockOSThread()
 		}

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,6 +86,17 @@ func (e *env) url(path string) string { return e.site.URL + path }
 func (e *env) session(t testing.TB) *Session {
 	t.Helper()
 	return openSession(t, e.b)
+}
+
+// procArgs returns the words of process pid's command line, nil once it is
+// gone. Chrome's helpers rewrite theirs as one space-separated string, so
+// it is split on spaces as well as NULs.
+func procArgs(pid int) []string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(strings.ReplaceAll(string(data), "\x00", " "))
 }
 
 // openSession opens a session on b and closes it when the test ends.

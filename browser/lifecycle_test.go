@@ -399,11 +399,7 @@ func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 	}
 	var types []string
 	for _, pid := range processTree(int32(b.PID())) {
-		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/cmdline")
-		if err != nil {
-			continue
-		}
-		for _, arg := range strings.Fields(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))) {
+		for _, arg := range procArgs(int(pid)) {
 			if v, ok := strings.CutPrefix(arg, "--type="); ok {
 				types = append(types, v)
 			}

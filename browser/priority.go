@@ -110,34 +110,32 @@ func planBackground() (backgroundPlan, bool) {
 // for it and it can be restored later; Chrome's whole tree inherits it. It
 // reports whether it did; restoreThread then undoes it once Chrome is
 // forked.
-func (b *Browser) startInBackground() bool {
+func (b *Browser) startInBackground() (backgroundPlan, bool) {
 	if !b.opts.Background {
-		return false
+		return backgroundPlan{}, false
 	}
 	plan, ok := planBackground()
 	if !ok {
 		b.log.Debug("chrome starts in the foreground: its priority could not be restored later")
-		return false
+		return backgroundPlan{}, false
 	}
 	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, plan.background); err != nil {
 		b.log.Debug("chrome starts in the foreground", zap.Error(err))
-		return false
+		return backgroundPlan{}, false
 	}
 	b.prioMu.Lock()
 	b.bgPlan = &plan
 	b.prioMu.Unlock()
-	return true
+	return plan, true
 }
 
-// restoreThread gives the thread that forked Chrome its priority back. It
-// reports whether it could; if not, the thread must never run another
-// goroutine, and its goroutine ends without unlocking it, so that Go ends
-// the thread. (Ending threads is avoided otherwise: a child started with
-// Pdeathsig by whatever ran on that thread before would be signaled.)
-func (b *Browser) restoreThread() bool {
-	b.prioMu.Lock()
-	base := b.bgPlan.base
-	b.prioMu.Unlock()
+// restoreThread gives the thread that forked Chrome its priority back, the
+// value base. It reports whether it could; if not, the thread must never
+// run another goroutine, and its goroutine ends without unlocking it, so
+// that Go ends the thread. (Ending threads is avoided otherwise: a child
+// started with Pdeathsig by whatever ran on that thread before would be
+// signaled.)
+func (b *Browser) restoreThread(base int) bool {
 	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, base); err != nil {
 		b.log.Warn("the thread that started chrome stays at its lower priority and ends with it", zap.Error(err))
 		return false

@@ -1,10 +1,8 @@
 package browser
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,8 +55,7 @@ func TestBackgroundUntilForeground(t *testing.T) {
 		}
 		for pid, n := range got {
 			if n != want && (n > base || n == base && !exceptRenderers) {
-				cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-				t.Errorf("%s: process %d at nice %d, want %d (all: %v): %q", when, pid, n, want, got, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}))
+				t.Errorf("%s: process %d at nice %d, want %d (all: %v): %q", when, pid, n, want, got, strings.Join(procArgs(pid), " "))
 			}
 		}
 	}
