@@ -43,6 +43,14 @@ type Config struct {
 	// boot the replacement only when the last start is handed out.
 	ReplacementLead int
 
+	// Hold keeps the first Chrome from serving until Release is called: it
+	// boots and prewarms its sessions in the background, as every
+	// replacement does, and Acquire waits. A process started to stand by
+	// for its predecessor's exit sets it, so that its Chrome is ready when
+	// its turn comes without slowing the predecessor's last jobs. Default
+	// false: the first Chrome serves as soon as it is up.
+	Hold bool
+
 	// MemoryCeilingBytes retires the current Chrome early when its process
 	// tree's PSS passes it. 0: the default, which is no ceiling; Off: no
 	// ceiling either. A ceiling needs MemoryInterval.

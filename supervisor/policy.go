@@ -24,6 +24,7 @@ type view struct {
 	overMemory    bool // the current Chrome's tree passed the PSS ceiling
 	standbyReady  bool // a replacement has booted and waits to take over
 	booting       bool // a boot is running or waits out its retry backoff
+	held          bool // Config.Hold: the first Chrome may not serve before Release
 }
 
 // processLeft is how many more jobs this process may start.
@@ -164,6 +165,8 @@ func decide(v view) action {
 		return action{actRetireCurrent, reasonJobs}
 	case v.hasCurrent && v.overMemory && v.standbyReady:
 		return action{actRetireCurrent, reasonMemory}
+	case !v.hasCurrent && v.standbyReady && v.held:
+		return action{actNone, ""}
 	case !v.hasCurrent && v.standbyReady:
 		return action{actPromote, ""}
 	case !v.hasCurrent && !v.booting:

@@ -49,6 +49,9 @@ func TestDecide(t *testing.T) {
 		{"first boot", func(v *view) { v.hasCurrent = false }, action{actBoot, reasonInitial}},
 		{"first boot already running", func(v *view) { v.hasCurrent = false; v.booting = true }, action{actNone, ""}},
 		{"standby ready without current is promoted", func(v *view) { v.hasCurrent = false; v.standbyReady = true }, action{actPromote, ""}},
+		{"held: the first chrome boots", func(v *view) { v.hasCurrent = false; v.held = true }, action{actBoot, reasonInitial}},
+		{"held: the booted first chrome waits for Release", func(v *view) { v.hasCurrent = false; v.held = true; v.standbyReady = true }, action{actNone, ""}},
+		{"held and stopping: the waiting chrome goes", func(v *view) { v.hasCurrent = false; v.held = true; v.standbyReady = true; v.stopping = true }, action{actRetireStandby, reasonStop}},
 
 		{"before the lead: no preboot", func(v *view) { v.currentStarts = 13; v.processStarts = 13 }, action{actNone, ""}},
 		{"at the lead: preboot", func(v *view) { v.currentStarts = 14; v.processStarts = 14 }, action{actBoot, reasonPreboot}},

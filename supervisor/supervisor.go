@@ -34,9 +34,10 @@ type Supervisor struct {
 	log    *zap.Logger
 	launch launchFunc
 
-	kick    chan struct{} // wakes the actor after Acquire/Release; capacity 1
-	events  chan event    // from the per-Chrome monitors to the actor
-	exitDue chan struct{}
+	kick     chan struct{} // wakes the actor after Acquire/Release; capacity 1
+	events   chan event    // from the per-Chrome monitors to the actor
+	exitDue  chan struct{}
+	exitNear chan struct{}
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced on every change Acquire/Drain may wait for
@@ -47,6 +48,8 @@ type Supervisor struct {
 	standby  *chrome
 	retiring []*chrome
 	booting  bool // a boot runs or waits out its backoff
+	held     bool // Config.Hold until Release
+	near     bool // exitNear is closed
 	seq      int
 	busy     int // slots held
 	starts   int // job starts handed out (unused slots given back)
@@ -81,13 +84,15 @@ func New(cfg Config) (*Supervisor, error) {
 // newSupervisor takes a checked cfg and any launcher (tests pass fakes).
 func newSupervisor(cfg Config, launch launchFunc) *Supervisor {
 	return &Supervisor{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		launch:  launch,
-		kick:    make(chan struct{}, 1),
-		events:  make(chan event),
-		exitDue: make(chan struct{}),
-		changed: make(chan struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		launch:   launch,
+		kick:     make(chan struct{}, 1),
+		events:   make(chan event),
+		exitDue:  make(chan struct{}),
+		exitNear: make(chan struct{}),
+		changed:  make(chan struct{}),
+		held:     cfg.Hold,
 	}
 }
 
@@ -112,6 +117,10 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 			if s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs {
 				// The process's last start: no session gets another job.
 				c.retireSessionsLocked()
+			}
+			if !s.near && s.viewLocked().processLeft() <= max(s.cfg.ReplacementLead, 0) {
+				s.near = true
+				close(s.exitNear)
 			}
 			s.mu.Unlock()
 			s.poke()
@@ -165,6 +174,27 @@ func (s *Supervisor) release(c *chrome, used bool) {
 // ExitDue is closed once ExitAfterJobs jobs have finished and nothing is in
 // flight: the process should exit (code 75 in farm consumer) to be restarted.
 func (s *Supervisor) ExitDue() <-chan struct{} { return s.exitDue }
+
+// ExitNear is closed once the process has ReplacementLead or fewer job
+// starts left, when a replacement Chrome would begin booting had the process
+// more jobs to start: the time to start the process that takes over after
+// the exit (farm/fleet's handoff). It is never closed when ExitAfterJobs is
+// Off.
+func (s *Supervisor) ExitNear() <-chan struct{} { return s.exitNear }
+
+// Release lets the Chrome held back by Config.Hold serve: it comes to the
+// foreground and Acquire hands out its slots. Release is idempotent, and
+// a no-op without Hold.
+func (s *Supervisor) Release() {
+	s.mu.Lock()
+	if s.held {
+		s.held = false
+		s.log.Info("released: the first chrome may serve")
+		s.broadcastLocked()
+	}
+	s.mu.Unlock()
+	s.poke()
+}
 
 // Remaining is how many more jobs this process may start; math.MaxInt when
 // ExitAfterJobs is Off.
@@ -277,6 +307,7 @@ func (s *Supervisor) viewLocked() view {
 		stopping:      s.stopping,
 		standbyReady:  s.standby != nil,
 		booting:       s.booting,
+		held:          s.held,
 	}
 	if c := s.current; c != nil {
 		v.hasCurrent = true

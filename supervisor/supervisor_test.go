@@ -715,3 +715,63 @@ func TestLastJobsSkipPreparation(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldUntilRelease covers a process standing by for its predecessor:
+// its first Chrome boots but neither serves nor comes to the foreground
+// before Release, and ExitNear closes when the process has
+// ReplacementLead starts left, as a replacement Chrome would boot.
+func TestHoldUntilRelease(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.Hold = true
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = Off, 8, 2
+	h := start(t, cfg, fleet)
+
+	c1 := h.chrome(0)
+	testutil.Eventually(t, time.Minute, "first chrome booted", func() bool { return h.s.Stats().Chromes == 1 })
+	got := make(chan *Slot, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		sl, err := h.s.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- sl
+	}()
+	if st := h.s.Stats(); st.ChromePID != 0 || c1.foregroundCount() != 0 {
+		t.Fatalf("held chrome serves before Release: current pid %d, foreground calls %d", st.ChromePID, c1.foregroundCount())
+	}
+	h.s.Release()
+	var slots []*Slot
+	select {
+	case sl := <-got:
+		slots = append(slots, sl)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire still waits after Release")
+	}
+	if slots[0].ChromePID() != c1.pid || c1.foregroundCount() != 1 {
+		t.Fatalf("after Release: slot on pid %d (want %d), foreground calls %d (want 1)", slots[0].ChromePID(), c1.pid, c1.foregroundCount())
+	}
+	h.s.Release() // idempotent
+
+	for i := 2; i <= 6; i++ {
+		select {
+		case <-h.s.ExitNear():
+			t.Fatalf("ExitNear closed after %d starts of 8, lead 2", i-1)
+		default:
+		}
+		slots = append(slots, h.acquire())
+	}
+	select {
+	case <-h.s.ExitNear():
+	default:
+		t.Fatal("ExitNear still open with 2 starts left")
+	}
+	for _, sl := range slots {
+		sl.Release()
+	}
+	if n := len(fleet.snapshot()); n != 1 {
+		t.Fatalf("%d chromes launched, want 1: holding must not boot another", n)
+	}
+}
