@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
+	"github.com/browserfarm/browserfarm/internal/lockedstart"
 )
 
 // Superuser is the database superuser created by initdb.
@@ -217,23 +217,12 @@ func (c *Cluster) startServer(ctx context.Context, cred *syscall.Credential) err
 	// server down in order, rather than the server racing us. Pdeathsig makes
 	// the kernel ask for a fast shutdown should this process die first.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGINT, Credential: cred}
-	// Pdeathsig fires when the thread that forked the server ends, not the
-	// process: the thread stays locked to this goroutine until the server
-	// exits, so that no goroutine that ends locked to it (and Go ends the
-	// thread with it) can take the server down.
-	started := make(chan error, 1)
-	go func() { // owned by the Cluster: ends when the server process does
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		c.waitErr = cmd.Wait()
+	// Pdeathsig follows the forking thread: lockedstart keeps it until the
+	// server exits.
+	if err := lockedstart.Start(cmd, func(err error) { // owned by the Cluster
+		c.waitErr = err
 		close(c.exited)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		return fmt.Errorf("pglocal: start postgres: %w", err)
 	}
 	c.cmd = cmd
