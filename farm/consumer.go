@@ -167,10 +167,17 @@ const (
 	stopFenced                    // another process registered the node's id
 )
 
-// Run registers the node and works until ctx ends or the process has done
-// its ExitAfterJobs jobs. On either it stops claiming, hands its unstarted
-// jobs back, lets in-flight ones finish (within DrainTimeout when ctx
-// ended), marks the node exited and kills its Chromes. It returns nil after
+// ExitNear is closed once the process has few job starts left before its
+// exit (supervisor.Supervisor.ExitNear): the time to start the process that
+// takes over, standing by with a Gate.
+func (c *Consumer) ExitNear() <-chan struct{} { return c.sup.ExitNear() }
+
+// Run boots the node's first Chrome, registers the node (once Gate closes,
+// when set: before that, ctx's end stops it quietly) and works until ctx
+// ends or the process has done its ExitAfterJobs jobs. On either it stops
+// claiming, hands its unstarted jobs back, lets in-flight ones finish
+// (within DrainTimeout when ctx ended), marks the node exited and kills its
+// Chromes. It returns nil after
 // ctx ended, ErrRecycle when the process should exit to be restarted, or
 // the error that stopped the node. Run may be called once.
 func (c *Consumer) Run(ctx context.Context) (err error) {
@@ -182,18 +189,6 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	c.ran = true
 	c.mu.Unlock()
 
-	node, reclaimed, err := c.register(ctx)
-	if err != nil {
-		return fmt.Errorf("farm: consumer: %w", err)
-	}
-	c.inc = c.q.Incarnation(node)
-	c.log = c.log.With(zap.Int64("incarnation", node.Incarnation))
-	c.log.Info("node registered", zap.Int("capacity", c.cfg.Capacity),
-		zap.Int64("process_restarts", node.ProcessRestarts),
-		zap.Int("chrome_recycle_jobs", c.cfg.Supervisor.ChromeRecycleJobs),
-		zap.Int("exit_after_jobs", c.cfg.Supervisor.ExitAfterJobs),
-		zap.Int64("reclaimed_queued", reclaimed.Released), zap.Int64("reclaimed_retried", reclaimed.Retried),
-		zap.Int64("reclaimed_failed", reclaimed.Failed))
 	// Chrome profile dirs of consumer processes that died without cleaning
 	// up (kill -9) go before this process makes its own.
 	swept, err := browser.SweepStaleProfiles(c.cfg.Supervisor.Browser.ProfileRoot)
@@ -203,15 +198,6 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	if len(swept) > 0 {
 		c.log.Info("removed stale Chrome profile dirs of dead processes", zap.Strings("dirs", swept))
 	}
-	now := time.Now()
-	c.mu.Lock()
-	c.running, c.startedAt, c.lastBeat, c.lastChrome = true, now, now, now
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.running, c.runErr = false, err
-		c.mu.Unlock()
-	}()
 
 	// Every goroutine below is owned by Run and ended before it returns.
 	// The supervisor, the renders and the completer outlive ctx on purpose:
@@ -231,8 +217,9 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		stopEgress()
 		<-egressDone
 	}()
+	// The first Chrome boots while the node registers (or stands by): its
+	// boot is off the node's first jobs either way.
 	supCtx, stopSup := context.WithCancel(base)
-	defer stopSup()
 	// supErr is written once, before supExited closes.
 	var supErr error
 	supExited := make(chan struct{})
@@ -240,6 +227,54 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		defer close(supExited)
 		supErr = c.sup.Run(supCtx)
 	}()
+	// Until the drain below takes over, leaving Run kills the Chromes
+	// first.
+	stopEarly := func() {
+		stopSup()
+		<-supExited
+	}
+	if c.cfg.Gate != nil {
+		c.log.Info("standing by: the first Chrome boots in the background until this process's turn")
+		select {
+		case <-c.cfg.Gate:
+		case <-ctx.Done():
+			stopEarly()
+			c.log.Info("stopped while standing by")
+			return nil
+		case <-supExited:
+			return fmt.Errorf("farm: consumer: supervisor stopped while standing by: %w", supErr)
+		}
+		c.sup.Release()
+	}
+
+	node, reclaimed, err := c.register(ctx)
+	if err != nil {
+		stopEarly()
+		if ctx.Err() != nil {
+			// A stop while the first Chrome booted: nothing to drain.
+			c.log.Info("stopped before the node registered")
+			return nil
+		}
+		return fmt.Errorf("farm: consumer: %w", err)
+	}
+	c.inc = c.q.Incarnation(node)
+	c.log = c.log.With(zap.Int64("incarnation", node.Incarnation))
+	c.log.Info("node registered", zap.Int("capacity", c.cfg.Capacity),
+		zap.Int64("process_restarts", node.ProcessRestarts),
+		zap.Int("chrome_recycle_jobs", c.cfg.Supervisor.ChromeRecycleJobs),
+		zap.Int("exit_after_jobs", c.cfg.Supervisor.ExitAfterJobs),
+		zap.Int64("reclaimed_queued", reclaimed.Released), zap.Int64("reclaimed_retried", reclaimed.Retried),
+		zap.Int64("reclaimed_failed", reclaimed.Failed))
+	now := time.Now()
+	c.mu.Lock()
+	c.running, c.startedAt, c.lastBeat, c.lastChrome = true, now, now, now
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running, c.runErr = false, err
+		c.mu.Unlock()
+	}()
+	defer stopSup()
 
 	bgCtx, stopBG := context.WithCancel(base)
 	defer stopBG()

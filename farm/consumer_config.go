@@ -81,6 +81,13 @@ type ConsumerConfig struct {
 	// M, memory ceiling, health checks. Its zero fields take the
 	// supervisor's defaults (20, 80, …); Off turns a threshold off.
 	Supervisor supervisor.Config
+	// Gate, when set, makes the node stand by: Run boots its first Chrome
+	// and prewarms its sessions in the background (Supervisor.Hold), then
+	// waits for Gate to close before it registers the node and claims
+	// work. A process started ahead of its predecessor's exit sets it
+	// (farm/fleet's handoff), so that its Chrome is up when its turn
+	// comes. Nil: register at once.
+	Gate <-chan struct{}
 	// HeartbeatInterval is how often the node reports its load and renews
 	// its leases. 0: the default, 3 s. It cannot be off.
 	HeartbeatInterval time.Duration
@@ -155,6 +162,7 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		return c, fmt.Errorf("farm: consumer: capacity %d is out of range 1..1000", c.Capacity)
 	}
 	c.Supervisor.Capacity = c.Capacity
+	c.Supervisor.Hold = c.Gate != nil
 	if c.Supervisor.Logger == nil {
 		c.Supervisor.Logger = c.Logger.Named("supervisor")
 	}
