@@ -9,7 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +20,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
+	"github.com/browserfarm/browserfarm/internal/ctxtime"
+	"github.com/browserfarm/browserfarm/internal/lockedstart"
 )
 
 // RecycleExitCode is the exit code with which a child asks to be restarted
@@ -47,9 +52,29 @@ type Config struct {
 	// error): such an exit stops every child and ends Run with an *ExitError
 	// instead of a restart.
 	StopOn func(exitCode int) bool
+	// Handoff starts each child's successor before the child exits to be
+	// recycled, so that the successor's start-up overlaps the child's last
+	// jobs: a child that writes a byte to its descriptor ExitNearFD (its
+	// exit is near) gets its successor started at once, which stands by
+	// until its descriptor GateFD yields a byte — written when the child
+	// exits with RecycleExitCode. End of file on GateFD instead means the
+	// successor is not needed (the child crashed, or the fleet stops) and
+	// it is sent SIGTERM too. Children find HandoffEnv=1 in their
+	// environment. Default false: a successor starts after the exit.
+	Handoff bool
 	// Logger; nil means no logging.
 	Logger *zap.Logger
 }
+
+// The handoff's contract with the children (Config.Handoff).
+const (
+	// HandoffEnv is set to "1" in a child's environment under Handoff.
+	HandoffEnv = "FARM_HANDOFF"
+	// ExitNearFD is where a child writes one byte when its exit is near.
+	ExitNearFD = 3
+	// GateFD is where a child reads one byte before it may start work.
+	GateFD = 4
+)
 
 // ExitError is Run's error when a child exited with a code StopOn names.
 type ExitError struct {
@@ -136,9 +161,29 @@ func (f *Fleet) Run(ctx context.Context) error {
 // keepRunning is one slot's restart loop.
 func (f *Fleet) keepRunning(ctx context.Context, slot int) error {
 	failures := 0
+	// next is the slot's successor, started ahead of the current child's
+	// exit and standing by (Config.Handoff).
+	var next *child
+	defer func() {
+		if next != nil {
+			f.stop(next)
+		}
+	}()
 	for ctx.Err() == nil {
+		c := next
+		next = nil
+		if c == nil {
+			var err error
+			if c, err = f.start(slot, false); err != nil {
+				if !f.crashed(ctx, slot, -1, err, 0, &failures) {
+					return nil
+				}
+				continue
+			}
+		}
+		c.release()
 		started := time.Now()
-		code, err := f.runOnce(ctx, slot)
+		code, err := f.await(ctx, slot, c, &next)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -153,27 +198,73 @@ func (f *Fleet) keepRunning(ctx context.Context, slot int) error {
 		}
 		if err == nil && code == RecycleExitCode {
 			f.count(func(s *Stats) { s.Recycles++ })
-			f.log.Info("child recycled; restarting", zap.Int("slot", slot), zap.Duration("ran", ran))
+			f.log.Info("child recycled; restarting", zap.Int("slot", slot), zap.Duration("ran", ran),
+				zap.Bool("successor_standing_by", next != nil))
 			failures = 0
 			continue
 		}
-		f.count(func(s *Stats) { s.Crashes++ })
-		delay := Backoff(failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
-		failures++
-		f.log.Warn("child exited unexpectedly; restarting after backoff", zap.Int("slot", slot),
-			zap.Int("exit_code", code), zap.Error(err), zap.Duration("ran", ran), zap.Duration("backoff", delay))
-		select {
-		case <-ctx.Done():
+		// A crash is not a handoff: the successor goes, and the backoff
+		// applies to whatever starts next.
+		if next != nil {
+			f.stop(next)
+			next = nil
+		}
+		if !f.crashed(ctx, slot, code, err, ran, &failures) {
 			return nil
-		case <-time.After(delay):
 		}
 	}
 	return nil
 }
 
-// runOnce starts one incarnation and waits for it, signalling it to drain if
-// ctx ends first. It returns the exit code (-1 when killed by a signal or not started).
-func (f *Fleet) runOnce(ctx context.Context, slot int) (int, error) {
+// crashed counts an unexpected exit (or a failed start) and waits out the
+// backoff; false means ctx ended meanwhile.
+func (f *Fleet) crashed(ctx context.Context, slot, code int, err error, ran time.Duration, failures *int) bool {
+	f.count(func(s *Stats) { s.Crashes++ })
+	delay := Backoff(*failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
+	*failures++
+	f.log.Warn("child exited unexpectedly; restarting after backoff", zap.Int("slot", slot),
+		zap.Int("exit_code", code), zap.Error(err), zap.Duration("ran", ran), zap.Duration("backoff", delay))
+	return ctxtime.Sleep(ctx, delay)
+}
+
+// child is one started incarnation.
+type child struct {
+	pid  int
+	done chan exitResult // receives once, when the child is reaped
+	// near is closed when the child said its exit is near (Handoff); nil
+	// without Handoff.
+	near  chan struct{}
+	gateW *os.File // the write end of the child's gate; nil without Handoff
+}
+
+type exitResult struct {
+	code int
+	err  error
+}
+
+// release lets a child that stands by take its turn (it is told by a byte
+// on its gate), and closes the gate.
+func (c *child) release() {
+	if c.gateW == nil {
+		return
+	}
+	_, _ = c.gateW.Write([]byte{'g'})
+	_ = c.gateW.Close()
+	c.gateW = nil
+}
+
+// abandon tells a child that stands by that it is not needed: the end of
+// file on its gate.
+func (c *child) abandon() {
+	if c.gateW != nil {
+		_ = c.gateW.Close()
+		c.gateW = nil
+	}
+}
+
+// start starts one incarnation of slot. With Handoff it stands by until
+// released.
+func (f *Fleet) start(slot int, standby bool) (*child, error) {
 	cmd := f.cfg.Command(slot)
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -182,33 +273,125 @@ func (f *Fleet) runOnce(ctx context.Context, slot int) (int, error) {
 	// children in order. Pdeathsig: should we die, the kernel asks them to drain.
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
-	if err := cmd.Start(); err != nil {
-		return -1, fmt.Errorf("start %s: %w", cmd.Path, err)
+	c := &child{done: make(chan exitResult, 1)}
+	// A HandoffEnv this process inherited is not its children's: they get
+	// it from this fleet's Handoff only.
+	cmd.Env = slices.DeleteFunc(cmd.Environ(), func(kv string) bool { return strings.HasPrefix(kv, HandoffEnv+"=") })
+	var nearR, nearW, gateR *os.File
+	if f.cfg.Handoff {
+		var err error
+		if nearR, nearW, err = os.Pipe(); err != nil {
+			return nil, fmt.Errorf("fleet: handoff pipe: %w", err)
+		}
+		if gateR, c.gateW, err = os.Pipe(); err != nil {
+			nearR.Close()
+			nearW.Close()
+			return nil, fmt.Errorf("fleet: handoff pipe: %w", err)
+		}
+		// ExtraFiles[i] is the child's descriptor 3+i.
+		cmd.ExtraFiles = []*os.File{nearW, gateR}
+		cmd.Env = append(cmd.Env, HandoffEnv+"=1")
+		c.near = make(chan struct{})
 	}
-	pid := cmd.Process.Pid
+	closeOurs := func() {
+		if nearW != nil {
+			nearW.Close()
+			gateR.Close()
+		}
+	}
+	// Pdeathsig follows the forking thread: lockedstart keeps it.
+	if err := lockedstart.Start(cmd, func(err error) {
+		code, err := exitCode(err)
+		c.done <- exitResult{code, err}
+	}); err != nil {
+		closeOurs()
+		if nearR != nil {
+			nearR.Close()
+			c.gateW.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	closeOurs()
+	c.pid = cmd.Process.Pid
+	if nearR != nil {
+		// Ends at the child's exit at the latest (EOF), which closes its end.
+		go func() {
+			defer nearR.Close()
+			if n, _ := nearR.Read(make([]byte, 1)); n == 1 {
+				close(c.near)
+			}
+		}()
+	}
 	f.count(func(s *Stats) { s.Starts++; s.Running++ })
-	defer f.count(func(s *Stats) { s.Running-- })
-	f.log.Info("child started", zap.Int("slot", slot), zap.Int("pid", pid))
+	f.log.Info("child started", zap.Int("slot", slot), zap.Int("pid", c.pid), zap.Bool("standing_by", standby))
+	return c, nil
+}
 
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }() // ends when the child is reaped
-	select {
-	case err := <-done:
-		return exitCode(err)
-	case <-ctx.Done():
+// reaped records the end of c.
+func (f *Fleet) reaped(c *child) {
+	f.count(func(s *Stats) { s.Running-- })
+}
+
+// await waits for c to exit, signalling it to drain if ctx ends first. When
+// c says its exit is near, it starts the successor into *next, which stands
+// by; a successor that exits before its turn is dropped. It returns c's exit
+// code (-1 when killed by a signal).
+func (f *Fleet) await(ctx context.Context, slot int, c *child, next **child) (int, error) {
+	near := c.near
+	for {
+		var nextDone chan exitResult
+		if *next != nil {
+			nextDone = (*next).done
+		}
+		select {
+		case r := <-c.done:
+			f.reaped(c)
+			return r.code, r.err
+		case <-near:
+			near = nil
+			if *next == nil {
+				n, err := f.start(slot, true)
+				if err != nil {
+					f.log.Warn("starting the successor failed; it starts after the exit instead", zap.Int("slot", slot), zap.Error(err))
+					continue
+				}
+				*next = n
+			}
+		case r := <-nextDone:
+			f.reaped(*next)
+			*next = nil
+			f.count(func(s *Stats) { s.Crashes++ })
+			f.log.Warn("the successor exited while standing by; a new one starts after the exit", zap.Int("slot", slot),
+				zap.Int("exit_code", r.code), zap.Error(r.err))
+		case <-ctx.Done():
+			if *next != nil {
+				// It goes at once, while c drains (keepRunning reaps it).
+				(*next).abandon()
+			}
+			return f.stop(c)
+		}
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// stop sends c SIGTERM (it drains), waits up to StopTimeout, then kills
+// its process group, and returns its exit code once it is reaped.
+func (f *Fleet) stop(c *child) (int, error) {
+	c.abandon() // if it still stands by
+	_ = syscall.Kill(c.pid, syscall.SIGTERM)
+	t := time.NewTimer(f.cfg.StopTimeout)
+	defer t.Stop()
 	select {
-	case err := <-done:
-		code, _ := exitCode(err)
-		f.log.Info("child stopped", zap.Int("slot", slot), zap.Int("pid", pid), zap.Int("exit_code", code))
-		return code, nil
-	case <-time.After(f.cfg.StopTimeout):
+	case r := <-c.done:
+		f.reaped(c)
+		f.log.Info("child stopped", zap.Int("pid", c.pid), zap.Int("exit_code", r.code))
+		return r.code, nil
+	case <-t.C:
 	}
-	f.log.Warn("child did not drain in time; killing its process group", zap.Int("slot", slot), zap.Int("pid", pid))
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	err := <-done
-	return exitCode(err)
+	f.log.Warn("child did not drain in time; killing its process group", zap.Int("pid", c.pid))
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	r := <-c.done
+	f.reaped(c)
+	return r.code, r.err
 }
 
 func exitCode(err error) (int, error) {

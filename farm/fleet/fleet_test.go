@@ -173,3 +173,84 @@ func TestConfigZeroRule(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoff: a child that says its exit is near gets its successor
+// started before it exits, and the successor starts work only after that
+// exit. Each child logs what it does; the test checks the order from the
+// log, not from the fleet's counters.
+func TestHandoff(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	script := `log=` + log + `
+[ "$` + HandoffEnv + `" = 1 ] || exit 9
+echo "start $$" >> $log
+g=$(head -c1 <&` + strconv.Itoa(GateFD) + `)
+if [ -z "$g" ]; then echo "unneeded $$" >> $log; exit 0; fi
+echo "go $$" >> $log
+n=$(grep -c '^start' $log)
+echo n >&` + strconv.Itoa(ExitNearFD) + `
+while [ "$(grep -c '^start' $log)" -le "$n" ]; do sleep 0.01; done
+echo "exit $$" >> $log
+exit 75`
+	f, err := New(Config{Count: 1, Handoff: true, StopTimeout: 10 * time.Second,
+		Command: func(int) *exec.Cmd { return exec.Command("bash", "-c", script) },
+		StopOn:  func(code int) bool { return code == 9 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.Run(ctx) }()
+	lines := func() []string {
+		b, _ := os.ReadFile(log)
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	testutil.Eventually(t, 30*time.Second, "4 children at work", func() bool {
+		return strings.Count(strings.Join(lines(), "\n"), "go ") >= 4
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]int{}
+	var gos []string
+	for i, l := range lines() {
+		at[l] = i
+		if pid, ok := strings.CutPrefix(l, "go "); ok {
+			gos = append(gos, pid)
+		}
+	}
+	for i := 1; i < len(gos); i++ {
+		prev, cur := gos[i-1], gos[i]
+		s, sok := at["start "+cur]
+		e, eok := at["exit "+prev]
+		if !sok || !eok || !(s < e && e < at["go "+cur]) {
+			t.Fatalf("child %s: want it started before %s exited and at work only after; log:\n%s", cur, prev, strings.Join(lines(), "\n"))
+		}
+	}
+	if s := f.Stats(); s.Running != 0 || s.Recycles < 3 || s.Crashes != 0 {
+		t.Errorf("stats = %+v, want nothing running, ≥3 recycles, no crash", s)
+	}
+}
+
+// TestHandoffEnvIsTheFleets: a fleet without Handoff does not pass on a
+// HandoffEnv of its own environment, whose descriptors its children lack.
+func TestHandoffEnvIsTheFleets(t *testing.T) {
+	t.Setenv(HandoffEnv, "1")
+	out := filepath.Join(t.TempDir(), "env")
+	f, err := New(Config{Count: 1,
+		Command: func(int) *exec.Cmd {
+			return exec.Command("sh", "-c", `echo "${`+HandoffEnv+`:-unset}" > `+out+`; exit 2`)
+		},
+		StopOn: func(code int) bool { return code == 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ee *ExitError
+	if err := f.Run(context.Background()); !errors.As(err, &ee) {
+		t.Fatalf("Run = %v, want the child's exit 2", err)
+	}
+	if b, _ := os.ReadFile(out); strings.TrimSpace(string(b)) != "unset" {
+		t.Errorf("child saw %s=%q, want it unset", HandoffEnv, strings.TrimSpace(string(b)))
+	}
+}
