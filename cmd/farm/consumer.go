@@ -257,6 +257,13 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		return runRespawn(ctx, env, args, o.drainTimeout, log)
 	}
 
+	// Under farm's own fleet (`farm up`, --respawn) this process may start
+	// ahead of its predecessor's exit and stand by.
+	h, err := openHandoff(env.getenv)
+	if err != nil {
+		return err
+	}
+
 	// The node's connection budget (farm.ConsumerConnBudget): the pool plus
 	// the listener's connection, or a pool of two when it does not LISTEN.
 	pool, err := o.startup.waitForPool(ctx, &o.db, farm.ConsumerPoolSize(!o.db.pollOnly && o.wakeURL == ""), log)
@@ -282,6 +289,9 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		}
 		cfg.Protector = p
 	}
+	if h != nil {
+		cfg.Gate = h.released
+	}
 	c, err := farm.NewConsumer(cfg)
 	if err != nil {
 		return err
@@ -291,25 +301,52 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g.Add(func() error { return c.Run(cctx) }, func(error) { cancel() })
+	if h != nil {
+		hctx, stop := context.WithCancel(ctx)
+		g.Add(func() error { return h.run(hctx, c.ExitNear()) }, func(error) { stop(); h.interrupt() })
+	}
 	if o.healthAddr != "" {
-		ln, err := net.Listen("tcp", o.healthAddr)
-		if err != nil {
-			return fmt.Errorf("--health-addr: %w", err)
+		listen := func() (net.Listener, error) { return net.Listen("tcp", o.healthAddr) }
+		if h == nil {
+			// Bound now, so that a taken address fails the start.
+			ln, err := listen()
+			if err != nil {
+				return fmt.Errorf("--health-addr: %w", err)
+			}
+			listen = func() (net.Listener, error) { return ln, nil }
 		}
 		srv := &http.Server{Handler: healthHandler(c.Healthy), ReadHeaderTimeout: 5 * time.Second}
+		hctx, stop := context.WithCancel(ctx)
 		g.Add(func() error {
+			if h != nil {
+				// The predecessor holds the address until it exits.
+				select {
+				case <-h.released:
+				case <-hctx.Done():
+					return nil
+				}
+			}
+			ln, err := listen()
+			if err != nil {
+				return fmt.Errorf("--health-addr: %w", err)
+			}
+			log.Info("health endpoint listening", zap.String("addr", ln.Addr().String()))
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("health server: %w", err)
 			}
 			return nil
 		}, func(error) {
+			stop()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 		})
-		log.Info("health endpoint listening", zap.String("addr", ln.Addr().String()))
 	}
 	err = g.Run()
+	if errors.Is(err, errNotNeeded) {
+		log.Info("consumer stopped while standing by: its predecessor did not hand over")
+		return nil
+	}
 	if errors.Is(err, farm.ErrFenced) {
 		// Another process owns the node id now: nothing here to restart.
 		log.Error("consumer stopped: another process registered this node id", zap.Error(err))

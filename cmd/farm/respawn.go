@@ -42,6 +42,8 @@ func runRespawn(ctx context.Context, env *environment, args []string, drain time
 			return cmd
 		},
 		StopTimeout: drain + respawnStopGrace,
+		// The next child boots its Chrome while this one ends its last jobs.
+		Handoff: true,
 		// A configuration error comes back on every restart: end with it, so
 		// the orchestrator shows the failure rather than a container that runs.
 		StopOn: func(code int) bool { return code == exitUsage },

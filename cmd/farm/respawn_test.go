@@ -55,8 +55,9 @@ func (l logLine) time(t *testing.T) time.Time {
 // TestConsumerRespawn is the container's main process: `farm consumer
 // --respawn --exit-after-jobs 80` through 200 pages. The outer process never
 // exits while it works; its consumer child exits 75 twice and is replaced at
-// once each time (no crash backoff); SIGTERM to the outer process drains the
-// third child and the outer exits 0; every job completed exactly once.
+// once each time (no crash backoff) by a successor started before the exit
+// (the handoff); SIGTERM to the outer process drains the third child and
+// the outer exits 0; every job completed exactly once.
 func TestConsumerRespawn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs Chromium")
@@ -181,8 +182,12 @@ func TestConsumerRespawn(t *testing.T) {
 			t.Errorf("no job started after recycle %d", i+1)
 			continue
 		}
-		t.Logf("recycle %d: child exited 75 at %s; next child started %s later; next job claimed %s later",
-			i+1, exitAt.Format("15:04:05.000"), starts[i+1].time(t).Sub(exitAt), next.Sub(exitAt).Round(time.Millisecond))
+		ahead := exitAt.Sub(starts[i+1].time(t))
+		if ahead <= 0 {
+			t.Errorf("recycle %d: the next child started %s after the exit, want before it (the handoff)", i+1, -ahead)
+		}
+		t.Logf("recycle %d: child exited 75 at %s; the next child had started %s before; next job claimed %s after the exit",
+			i+1, exitAt.Format("15:04:05.000"), ahead.Round(time.Millisecond), next.Sub(exitAt).Round(time.Millisecond))
 	}
 	n, err := q.GetNode(ctx, node)
 	if err != nil {

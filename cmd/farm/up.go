@@ -295,7 +295,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		// itself exited: give it that time before killing it.
 		StopTimeout: uo.drain + 30*time.Second,
 		Command:     consumerCommand(self, []string{"consumer"}, consumerEnv, hostname, childOut),
-		Logger:      log.Named("fleet"),
+		// A consumer's successor boots its Chrome while it ends its last jobs.
+		Handoff: true,
+		Logger:  log.Named("fleet"),
 	})
 	if err != nil {
 		return err

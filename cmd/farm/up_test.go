@@ -110,6 +110,11 @@ func TestUpDemoEndToEnd(t *testing.T) {
 	if recycles < 1 || restarts < 1 {
 		t.Fatalf("want at least one Chrome recycle and one consumer restart by exit 75; got %d and %d", recycles, restarts)
 	}
+	// Each consumer's successor booted while it ended its last jobs, and
+	// took over when it exited (fleet.Config.Handoff).
+	if fl, _ := os.ReadFile(filepath.Join(dataDir, "logs", "farm-up.log")); !strings.Contains(string(fl), `"successor_standing_by":true`) {
+		t.Errorf("no consumer handed over to a successor standing by:\n%s", logs())
+	}
 	if pids := processesMentioning(tmp); len(pids) > 0 {
 		t.Errorf("Chrome processes left running: %v", pids)
 	}
