@@ -51,6 +51,14 @@ type Config struct {
 	// false: the first Chrome serves as soon as it is up.
 	Hold bool
 
+	// BurstSpacing spreads the process's first burst of starts: each of
+	// its first Capacity starts, while two or more slots are free, comes
+	// at least this long after the one before, so that its jobs do not run
+	// in step (see pacing.go). 0: the default, a light page's render
+	// (400 ms) divided by Capacity, at most 100 ms: 67 ms for 6 slots.
+	// Off: start at once.
+	BurstSpacing time.Duration
+
 	// MemoryCeilingBytes retires the current Chrome early when its process
 	// tree's PSS passes it. 0: the default, which is no ceiling; Off: no
 	// ceiling either. A ceiling needs MemoryInterval.
@@ -145,6 +153,7 @@ func (c Config) WithDefaults() (Config, error) {
 		cfgrule.Resolve("ChromeRecycleJobs", &c.ChromeRecycleJobs, d.ChromeRecycleJobs, true),
 		cfgrule.Resolve("ExitAfterJobs", &c.ExitAfterJobs, d.ExitAfterJobs, true),
 		cfgrule.Resolve("ReplacementLead", &c.ReplacementLead, d.ReplacementLead, true),
+		cfgrule.Resolve("BurstSpacing", &c.BurstSpacing, d.BurstSpacing, true),
 		cfgrule.Resolve("MemoryCeilingBytes", &c.MemoryCeilingBytes, d.MemoryCeilingBytes, true),
 		cfgrule.Resolve("MemoryInterval", &c.MemoryInterval, d.MemoryInterval, true),
 		cfgrule.Resolve("HealthInterval", &c.HealthInterval, d.HealthInterval, true),

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -55,6 +56,7 @@ type Supervisor struct {
 	starts   int // job starts handed out (unused slots given back)
 	finished int // jobs finished
 	exited   bool
+	pace     pacer
 	counts   counters
 	pss      pssAccumulator
 }
@@ -93,6 +95,7 @@ func newSupervisor(cfg Config, launch launchFunc) *Supervisor {
 		exitNear: make(chan struct{}),
 		changed:  make(chan struct{}),
 		held:     cfg.Hold,
+		pace:     pacer{fixed: cfg.BurstSpacing},
 	}
 }
 
@@ -109,6 +112,22 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 			// replacement is moments away, so wait rather than hand out
 			// a slot that can only fail.
 		case adm == admitNow:
+			now := time.Now()
+			if d := s.pace.wait(s.starts, s.cfg.Capacity-s.busy, s.cfg.Capacity, now); d > 0 {
+				ch := s.changed
+				s.mu.Unlock()
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-ch:
+				case <-ctx.Done():
+					t.Stop()
+					return nil, fmt.Errorf("supervisor: acquire: %w", ctx.Err())
+				}
+				t.Stop()
+				continue
+			}
+			s.pace.started(now)
 			c := s.current
 			c.starts++
 			c.inflight++
@@ -124,7 +143,7 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 			}
 			s.mu.Unlock()
 			s.poke()
-			return &Slot{s: s, c: c}, nil
+			return &Slot{s: s, c: c, at: now}, nil
 		case adm == refuseExitDue:
 			s.mu.Unlock()
 			return nil, ErrExitDue
@@ -350,6 +369,7 @@ func (s *Supervisor) poke() {
 type Slot struct {
 	s        *Supervisor
 	c        *chrome
+	at       time.Time // when Acquire handed it out
 	rendered bool
 	released bool
 }
