@@ -220,6 +220,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	// The first Chrome boots while the node registers (or stands by): its
 	// boot is off the node's first jobs either way.
 	supCtx, stopSup := context.WithCancel(base)
+	defer stopSup()
 	// supErr is written once, before supExited closes.
 	var supErr error
 	supExited := make(chan struct{})
@@ -274,7 +275,6 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		c.running, c.runErr = false, err
 		c.mu.Unlock()
 	}()
-	defer stopSup()
 
 	bgCtx, stopBG := context.WithCancel(base)
 	defer stopBG()

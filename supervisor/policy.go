@@ -35,6 +35,13 @@ func (v view) processLeft() int {
 	return max(v.exitAfter-v.processStarts, 0)
 }
 
+// exitNear reports whether the process has lead or fewer starts left: where
+// a replacement Chrome would begin booting had the process more jobs, the
+// time to start the process that takes over after the exit.
+func (v view) exitNear() bool {
+	return v.exitAfter > 0 && v.processLeft() <= v.lead
+}
+
 // currentLeft is how many more jobs the current Chrome may start.
 func (v view) currentLeft() int {
 	if !v.hasCurrent {

@@ -173,3 +173,23 @@ func TestPolicySimulation(t *testing.T) {
 		})
 	}
 }
+
+func TestExitNear(t *testing.T) {
+	for _, tt := range []struct {
+		exitAfter, lead, starts int
+		want                    bool
+	}{
+		{80, 6, 73, false},
+		{80, 6, 74, true},
+		{80, 6, 80, true},
+		{80, 0, 79, false},
+		{80, 0, 80, true},
+		{5, 6, 0, true}, // a life shorter than the lead is near from the start
+		{0, 6, 1000, false},
+	} {
+		v := view{exitAfter: tt.exitAfter, lead: tt.lead, processStarts: tt.starts}
+		if got := v.exitNear(); got != tt.want {
+			t.Errorf("exit after %d, lead %d, %d starts: exitNear = %v, want %v", tt.exitAfter, tt.lead, tt.starts, got, tt.want)
+		}
+	}
+}

@@ -105,27 +105,17 @@ func newSupervisor(cfg Config, launch launchFunc) *Supervisor {
 // Drain or Run's end, or ctx's error. Every slot must be Released.
 func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 	for {
+		var paced time.Duration // wait that long at most, else for a change
 		s.mu.Lock()
+		now := time.Now()
 		switch adm := admit(s.viewLocked()); {
 		case adm == admitNow && s.current.gone():
 			// Crashed, and its monitor has not told the actor yet; the
 			// replacement is moments away, so wait rather than hand out
 			// a slot that can only fail.
 		case adm == admitNow:
-			now := time.Now()
-			if d := s.pace.wait(s.starts, s.cfg.Capacity-s.busy, s.cfg.Capacity, now); d > 0 {
-				ch := s.changed
-				s.mu.Unlock()
-				t := time.NewTimer(d)
-				select {
-				case <-t.C:
-				case <-ch:
-				case <-ctx.Done():
-					t.Stop()
-					return nil, fmt.Errorf("supervisor: acquire: %w", ctx.Err())
-				}
-				t.Stop()
-				continue
+			if paced = s.pace.wait(s.starts, s.cfg.Capacity-s.busy, s.cfg.Capacity, now); paced > 0 {
+				break // a burst's start: after the spacing, or a change
 			}
 			s.pace.started(now)
 			c := s.current
@@ -137,7 +127,7 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 				// The process's last start: no session gets another job.
 				c.retireSessionsLocked()
 			}
-			if !s.near && s.viewLocked().processLeft() <= max(s.cfg.ReplacementLead, 0) {
+			if !s.near && s.viewLocked().exitNear() {
 				s.near = true
 				close(s.exitNear)
 			}
@@ -157,8 +147,13 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 		}
 		ch := s.changed
 		s.mu.Unlock()
+		var timeout <-chan time.Time // nil: never
+		if paced > 0 {
+			timeout = time.After(paced)
+		}
 		select {
 		case <-ch:
+		case <-timeout:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("supervisor: acquire: %w", ctx.Err())
 		}

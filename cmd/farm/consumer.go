@@ -306,29 +306,28 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		g.Add(func() error { return h.run(hctx, c.ExitNear()) }, func(error) { stop(); h.interrupt() })
 	}
 	if o.healthAddr != "" {
-		listen := func() (net.Listener, error) { return net.Listen("tcp", o.healthAddr) }
+		// Bound now, so that a taken address fails the start; a consumer
+		// standing by binds it once released, its predecessor holding it
+		// until it exits.
+		var ln net.Listener
 		if h == nil {
-			// Bound now, so that a taken address fails the start.
-			ln, err := listen()
-			if err != nil {
+			if ln, err = net.Listen("tcp", o.healthAddr); err != nil {
 				return fmt.Errorf("--health-addr: %w", err)
 			}
-			listen = func() (net.Listener, error) { return ln, nil }
 		}
 		srv := &http.Server{Handler: healthHandler(c.Healthy), ReadHeaderTimeout: 5 * time.Second}
 		hctx, stop := context.WithCancel(ctx)
 		g.Add(func() error {
-			if h != nil {
-				// The predecessor holds the address until it exits.
+			if ln == nil {
 				select {
 				case <-h.released:
 				case <-hctx.Done():
 					return nil
 				}
-			}
-			ln, err := listen()
-			if err != nil {
-				return fmt.Errorf("--health-addr: %w", err)
+				var err error
+				if ln, err = net.Listen("tcp", o.healthAddr); err != nil {
+					return fmt.Errorf("--health-addr: %w", err)
+				}
 			}
 			log.Info("health endpoint listening", zap.String("addr", ln.Addr().String()))
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

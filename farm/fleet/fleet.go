@@ -245,12 +245,10 @@ type exitResult struct {
 // release lets a child that stands by take its turn (it is told by a byte
 // on its gate), and closes the gate.
 func (c *child) release() {
-	if c.gateW == nil {
-		return
+	if c.gateW != nil {
+		_, _ = c.gateW.Write([]byte{'g'})
 	}
-	_, _ = c.gateW.Write([]byte{'g'})
-	_ = c.gateW.Close()
-	c.gateW = nil
+	c.abandon()
 }
 
 // abandon tells a child that stands by that it is not needed: the end of
@@ -277,41 +275,37 @@ func (f *Fleet) start(slot int, standby bool) (*child, error) {
 	// A HandoffEnv this process inherited is not its children's: they get
 	// it from this fleet's Handoff only.
 	cmd.Env = slices.DeleteFunc(cmd.Environ(), func(kv string) bool { return strings.HasPrefix(kv, HandoffEnv+"=") })
-	var nearR, nearW, gateR *os.File
+	// ours are the fleet's ends of the handoff's pipes, theirs the child's,
+	// which the fleet closes once the child has its copies.
+	var ours, theirs []*os.File
+	var nearR *os.File
 	if f.cfg.Handoff {
+		var nearW *os.File
 		var err error
 		if nearR, nearW, err = os.Pipe(); err != nil {
 			return nil, fmt.Errorf("fleet: handoff pipe: %w", err)
 		}
-		if gateR, c.gateW, err = os.Pipe(); err != nil {
-			nearR.Close()
-			nearW.Close()
+		gateR, gateW, err := os.Pipe()
+		if err != nil {
+			closeAll(nearR, nearW)
 			return nil, fmt.Errorf("fleet: handoff pipe: %w", err)
 		}
+		ours, theirs = []*os.File{nearR, gateW}, []*os.File{nearW, gateR}
 		// ExtraFiles[i] is the child's descriptor 3+i.
-		cmd.ExtraFiles = []*os.File{nearW, gateR}
+		cmd.ExtraFiles = theirs
 		cmd.Env = append(cmd.Env, HandoffEnv+"=1")
-		c.near = make(chan struct{})
-	}
-	closeOurs := func() {
-		if nearW != nil {
-			nearW.Close()
-			gateR.Close()
-		}
+		c.near, c.gateW = make(chan struct{}), gateW
 	}
 	// Pdeathsig follows the forking thread: lockedstart keeps it.
-	if err := lockedstart.Start(cmd, func(err error) {
+	err := lockedstart.Start(cmd, func(err error) {
 		code, err := exitCode(err)
 		c.done <- exitResult{code, err}
-	}); err != nil {
-		closeOurs()
-		if nearR != nil {
-			nearR.Close()
-			c.gateW.Close()
-		}
+	})
+	closeAll(theirs...)
+	if err != nil {
+		closeAll(ours...)
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	closeOurs()
 	c.pid = cmd.Process.Pid
 	if nearR != nil {
 		// Ends at the child's exit at the latest (EOF), which closes its end.
@@ -327,8 +321,15 @@ func (f *Fleet) start(slot int, standby bool) (*child, error) {
 	return c, nil
 }
 
-// reaped records the end of c.
-func (f *Fleet) reaped(c *child) {
+// closeAll closes files whose close errors tell nothing.
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
+// reaped records the end of a child.
+func (f *Fleet) reaped() {
 	f.count(func(s *Stats) { s.Running-- })
 }
 
@@ -345,7 +346,7 @@ func (f *Fleet) await(ctx context.Context, slot int, c *child, next **child) (in
 		}
 		select {
 		case r := <-c.done:
-			f.reaped(c)
+			f.reaped()
 			return r.code, r.err
 		case <-near:
 			near = nil
@@ -358,7 +359,7 @@ func (f *Fleet) await(ctx context.Context, slot int, c *child, next **child) (in
 				*next = n
 			}
 		case r := <-nextDone:
-			f.reaped(*next)
+			f.reaped()
 			*next = nil
 			f.count(func(s *Stats) { s.Crashes++ })
 			f.log.Warn("the successor exited while standing by; a new one starts after the exit", zap.Int("slot", slot),
@@ -382,7 +383,7 @@ func (f *Fleet) stop(c *child) (int, error) {
 	defer t.Stop()
 	select {
 	case r := <-c.done:
-		f.reaped(c)
+		f.reaped()
 		f.log.Info("child stopped", zap.Int("pid", c.pid), zap.Int("exit_code", r.code))
 		return r.code, nil
 	case <-t.C:
@@ -390,7 +391,7 @@ func (f *Fleet) stop(c *child) (int, error) {
 	f.log.Warn("child did not drain in time; killing its process group", zap.Int("pid", c.pid))
 	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
 	r := <-c.done
-	f.reaped(c)
+	f.reaped()
 	return r.code, r.err
 }
 
