@@ -229,6 +229,7 @@ func (f *Fleet) crashed(ctx context.Context, slot, code int, err error, ran time
 
 // child is one started incarnation.
 type child struct {
+	proc *os.Process
 	pid  int
 	done chan exitResult // receives once, when the child is reaped
 	// near is closed when the child said its exit is near (Handoff); nil
@@ -306,7 +307,7 @@ func (f *Fleet) start(slot int, standby bool) (*child, error) {
 		closeAll(ours...)
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	c.pid = cmd.Process.Pid
+	c.proc, c.pid = cmd.Process, cmd.Process.Pid
 	if nearR != nil {
 		// Ends at the child's exit at the latest (EOF), which closes its end.
 		go func() {
@@ -378,7 +379,9 @@ func (f *Fleet) await(ctx context.Context, slot int, c *child, next **child) (in
 // its process group, and returns its exit code once it is reaped.
 func (f *Fleet) stop(c *child) (int, error) {
 	c.abandon() // if it still stands by
-	_ = syscall.Kill(c.pid, syscall.SIGTERM)
+	// Through os.Process: a child reaped meanwhile is not signalled by pid,
+	// which another process may have taken.
+	_ = c.proc.Signal(syscall.SIGTERM)
 	t := time.NewTimer(f.cfg.StopTimeout)
 	defer t.Stop()
 	select {
