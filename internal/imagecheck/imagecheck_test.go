@@ -33,9 +33,11 @@ const (
 
 // TestImageRendersJob runs the image's entrypoint (tini -- farm consumer,
 // with the image's environment: respawn mode, headless shell) from its
-// filesystem under chroot as the image's user, submits one job of the test
-// site, waits for it to complete, then stops the container's main process
-// with SIGTERM and wants exit 0.
+// filesystem under chroot as the image's user, submits jobs of the test
+// site, waits for them to complete, then stops the container's main process
+// with SIGTERM and wants exit 0. The consumer exits for a fresh process
+// every exitAfter jobs, so the jobs cross process recycles, each successor
+// booted ahead and standing by (the handoff the image's respawn mode gives).
 func TestImageRendersJob(t *testing.T) {
 	rootfs := os.Getenv(rootfsEnv)
 	if rootfs == "" {
@@ -69,12 +71,19 @@ func TestImageRendersJob(t *testing.T) {
 	}
 	q := jobqueue.New(pool, jobqueue.Config{})
 	site := testutil.StartSite(t, testsite.Options{Items: 12})
-	_, ids, err := q.Enqueue(ctx, []jobqueue.Spec{{
+	// 5 jobs, a fresh process every 2: two recycles with a successor
+	// standing by, and a third process that ends on SIGTERM.
+	const jobs, exitAfter, recycles = 5, 2, 2
+	specs := []jobqueue.Spec{{
 		URL:        site.URL + "/page/7",
 		Wait:       &jobqueue.Wait{Selector: "#ready"},
 		Extract:    `({title: document.querySelector('h1').textContent, items: document.querySelectorAll('li.item').length})`,
 		Screenshot: true,
-	}})
+	}}
+	for i := 1; i < jobs; i++ {
+		specs = append(specs, jobqueue.Spec{URL: fmt.Sprintf("%s/page/%d", site.URL, i), Wait: &jobqueue.Wait{Selector: "#ready"}})
+	}
+	_, ids, err := q.Enqueue(ctx, specs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +93,7 @@ func TestImageRendersJob(t *testing.T) {
 	args = append(args, "consumer")
 	cmd := exec.Command("chroot", args...)
 	cmd.Env = append(imageEnv, "HOME=/home/farm", "FARM_NODE_ID="+node, "FARM_LOG_FORMAT=json",
+		fmt.Sprintf("FARM_EXIT_AFTER_JOBS=%d", exitAfter),
 		"FARM_ALLOW_DESTINATION="+strings.TrimPrefix(site.URL, "http://"),
 		fmt.Sprintf("FARM_DATABASE_URL=postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
 	logPath := filepath.Join(t.TempDir(), "consumer.log")
@@ -100,26 +110,45 @@ func TestImageRendersJob(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	logs := func() string { b, _ := os.ReadFile(logPath); return string(b) }
 
-	for {
-		_, _ = q.Assign(ctx, node, 1)
-		j, err := q.Get(ctx, ids[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.State == jobqueue.StateCompleted {
-			break
-		}
-		if j.State.Finished() {
-			t.Fatalf("job %s: %s\n%s", j.State, j.LastError, logs())
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("the image's process exited (%v) before the job completed\n%s", err, logs())
-		case <-ctx.Done():
-			t.Fatalf("job not completed in time (%s)\n%s", j.State, logs())
-		case <-time.After(100 * time.Millisecond):
+	// Assigning is the producer's work; here it is done by hand, one job at
+	// a time, so that every process gets jobs until its exit.
+	for _, id := range ids {
+		for {
+			_, _ = q.Assign(ctx, node, 1)
+			j, err := q.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State == jobqueue.StateCompleted {
+				break
+			}
+			if j.State.Finished() {
+				t.Fatalf("job %d %s: %s\n%s", id, j.State, j.LastError, logs())
+			}
+			select {
+			case err := <-exited:
+				t.Fatalf("the image's process exited (%v) before job %d completed\n%s", err, id, logs())
+			case <-ctx.Done():
+				t.Fatalf("job %d not completed in time (%s)\n%s", id, j.State, logs())
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
+	// The respawn parent logs each recycle; every one had its successor
+	// booted ahead.
+	var handoffs, recycled int
+	for _, l := range strings.Split(logs(), "\n") {
+		if strings.Contains(l, "child recycled; restarting") {
+			recycled++
+			if strings.Contains(l, `"successor_standing_by":true`) {
+				handoffs++
+			}
+		}
+	}
+	if recycled != recycles || handoffs != recycles {
+		t.Errorf("%d process recycles, %d with a successor standing by; want %d of each\n%s", recycled, handoffs, recycles, logs())
+	}
+	t.Logf("%d jobs across %d process recycles, each successor standing by", jobs, recycled)
 	res, err := q.GetResult(ctx, ids[0])
 	if err != nil {
 		t.Fatal(err)
