@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oklog/run"
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
@@ -297,51 +296,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 
-	var g run.Group
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	g.Add(func() error { return c.Run(cctx) }, func(error) { cancel() })
-	if h != nil {
-		hctx, stop := context.WithCancel(ctx)
-		g.Add(func() error { return h.run(hctx, c.ExitNear()) }, func(error) { stop(); h.interrupt() })
-	}
-	if o.healthAddr != "" {
-		// Bound now, so that a taken address fails the start; a consumer
-		// standing by binds it once released, its predecessor holding it
-		// until it exits.
-		var ln net.Listener
-		if h == nil {
-			if ln, err = net.Listen("tcp", o.healthAddr); err != nil {
-				return fmt.Errorf("--health-addr: %w", err)
-			}
-		}
-		srv := &http.Server{Handler: healthHandler(c.Healthy), ReadHeaderTimeout: 5 * time.Second}
-		hctx, stop := context.WithCancel(ctx)
-		g.Add(func() error {
-			if ln == nil {
-				select {
-				case <-h.released:
-				case <-hctx.Done():
-					return nil
-				}
-				var err error
-				if ln, err = net.Listen("tcp", o.healthAddr); err != nil {
-					return fmt.Errorf("--health-addr: %w", err)
-				}
-			}
-			log.Info("health endpoint listening", zap.String("addr", ln.Addr().String()))
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("health server: %w", err)
-			}
-			return nil
-		}, func(error) {
-			stop()
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		})
-	}
-	err = g.Run()
+	err = serveNode(ctx, c, h, o.healthAddr, log)
 	if errors.Is(err, errNotNeeded) {
 		log.Info("consumer stopped while standing by: its predecessor did not hand over")
 		return nil

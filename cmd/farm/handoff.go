@@ -1,10 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/browserfarm/browserfarm/farm/fleet"
@@ -15,7 +15,9 @@ import (
 // near so that its successor can boot meanwhile.
 type handoff struct {
 	near, gate *os.File
-	released   chan struct{} // closed when the gate opened
+	released   chan struct{} // closed when the gate opened and release succeeded
+	stop       chan struct{} // closed by interrupt
+	stopOnce   sync.Once
 }
 
 // openHandoff takes the two descriptors the parent passes under
@@ -24,7 +26,7 @@ func openHandoff(getenv func(string) string) (*handoff, error) {
 	if getenv(fleet.HandoffEnv) != "1" {
 		return nil, nil
 	}
-	h := &handoff{released: make(chan struct{})}
+	h := newHandoff(nil, nil)
 	for _, d := range []struct {
 		fd   int
 		name string
@@ -47,14 +49,23 @@ func openHandoff(getenv func(string) string) (*handoff, error) {
 	return h, nil
 }
 
+func newHandoff(near, gate *os.File) *handoff {
+	return &handoff{near: near, gate: gate, released: make(chan struct{}), stop: make(chan struct{})}
+}
+
 // errNotNeeded ends a standing-by consumer whose parent closed its gate
 // without opening it.
 var errNotNeeded = errors.New("handoff: the parent no longer needs this process")
 
-// run reads the gate and, once exitNear closes, tells the parent. It
-// returns errNotNeeded when the gate closes unopened, else nil when ctx
-// ends; interrupt unblocks it.
-func (h *handoff) run(ctx context.Context, exitNear <-chan struct{}) error {
+// run reads the gate and, once exitNear closes, tells the parent. When the
+// gate opens it calls release (what must hold before the consumer may
+// register, such as binding its health address, which the predecessor held
+// until it exited), then releases the consumer; a release error ends run
+// with it, the consumer never released. It returns errNotNeeded when the
+// gate closes unopened, else runs until interrupt: the process's end is the
+// consumer's to decide (a stop drains it, and its health endpoint answers
+// meanwhile), so run is not tied to the process's context.
+func (h *handoff) run(exitNear <-chan struct{}, release func() error) error {
 	opened := make(chan bool, 1)
 	go func() { // ends when the parent writes or closes, or interrupt closes h.gate
 		n, _ := h.gate.Read(make([]byte, 1))
@@ -66,6 +77,11 @@ func (h *handoff) run(ctx context.Context, exitNear <-chan struct{}) error {
 			if !ok {
 				return errNotNeeded
 			}
+			if release != nil {
+				if err := release(); err != nil {
+					return err
+				}
+			}
 			close(h.released)
 			opened = nil
 		case <-exitNear:
@@ -75,7 +91,7 @@ func (h *handoff) run(ctx context.Context, exitNear <-chan struct{}) error {
 			if err != nil {
 				return fmt.Errorf("handoff: telling the parent the exit is near: %w", err)
 			}
-		case <-ctx.Done():
+		case <-h.stop:
 			return nil
 		}
 	}
@@ -83,5 +99,6 @@ func (h *handoff) run(ctx context.Context, exitNear <-chan struct{}) error {
 
 // interrupt ends run.
 func (h *handoff) interrupt() {
+	h.stopOnce.Do(func() { close(h.stop) })
 	_ = h.gate.Close()
 }

@@ -1,20 +1,21 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"os"
 	"testing"
 	"time"
 )
 
-// TestHandoffRun: the gate's byte releases the consumer and its end of file
+// TestHandoffRun: the gate's byte releases the consumer (after the release
+// hook, whose error keeps it from being released) and its end of file
 // unopened ends it; a near exit is told to the parent once.
 func TestHandoffRun(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
-		open         bool // the parent writes the gate's byte, else only closes it
-		near         bool // the exit becomes near
+		open         bool  // the parent writes the gate's byte, else only closes it
+		near         bool  // the exit becomes near
+		releaseErr   error // what the release hook returns
 		wantErr      error
 		wantNear     string
 		wantReleased bool
@@ -22,6 +23,7 @@ func TestHandoffRun(t *testing.T) {
 		{name: "released, then near", open: true, near: true, wantNear: "n", wantReleased: true},
 		{name: "released, never near", open: true, wantReleased: true},
 		{name: "not needed", wantErr: errNotNeeded},
+		{name: "release fails", open: true, releaseErr: errHealthTaken, wantErr: errHealthTaken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nearR, nearW, err := os.Pipe()
@@ -33,12 +35,10 @@ func TestHandoffRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := &handoff{near: nearW, gate: gateR, released: make(chan struct{})}
+			h := newHandoff(nearW, gateR)
 			exitNear := make(chan struct{})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
 			done := make(chan error, 1)
-			go func() { done <- h.run(ctx, exitNear) }()
+			go func() { done <- h.run(exitNear, func() error { return tc.releaseErr }) }()
 			if tc.open {
 				gateW.Write([]byte{'g'})
 			}
@@ -59,9 +59,14 @@ func TestHandoffRun(t *testing.T) {
 				}
 			}
 			if tc.wantErr == nil {
-				cancel()
+				// Released, it runs until interrupted.
+				select {
+				case err := <-done:
+					t.Fatalf("run ended on its own: %v", err)
+				default:
+				}
+				h.interrupt()
 			}
-			h.interrupt()
 			if err := <-done; !errors.Is(err, tc.wantErr) {
 				t.Fatalf("run = %v, want %v", err, tc.wantErr)
 			}
@@ -75,3 +80,5 @@ func TestHandoffRun(t *testing.T) {
 		})
 	}
 }
+
+var errHealthTaken = errors.New("--health-addr: address in use")
