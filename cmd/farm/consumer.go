@@ -295,6 +295,14 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
+	if h != nil {
+		// Standing by, the process touches no database until its gate
+		// opens, which may take long when work stops just as its
+		// predecessor's exit came near: the connection the start-up checks
+		// left idle is closed rather than held beside the predecessor's
+		// (farm.ConsumerConnBudget).
+		pool.Reset()
+	}
 
 	err = serveNode(ctx, c, h, o.healthAddr, log)
 	if errors.Is(err, errNotNeeded) {
