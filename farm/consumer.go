@@ -207,10 +207,11 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	// killed.
 	egressCtx, stopEgress := context.WithCancel(base)
 	egressDone := make(chan struct{})
+	elog := c.log // c.log gains the incarnation below, while this runs
 	go func() {
 		defer close(egressDone)
 		if err := c.egress.Serve(egressCtx); err != nil {
-			c.log.Warn("egress proxy stopped", zap.Error(err))
+			elog.Warn("egress proxy stopped", zap.Error(err))
 		}
 	}()
 	defer func() {
