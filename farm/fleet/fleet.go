@@ -236,6 +236,19 @@ type child struct {
 	// without Handoff.
 	near  chan struct{}
 	gateW *os.File // the write end of the child's gate; nil without Handoff
+	// termed: SIGTERM was sent. A second one makes farm exit at once,
+	// without its cleanup (signalContext in cmd/farm).
+	termed bool
+}
+
+// terminate sends the child SIGTERM, once. Through os.Process: a child
+// reaped meanwhile is not signalled by pid, which another process may have
+// taken.
+func (c *child) terminate() {
+	if !c.termed {
+		c.termed = true
+		_ = c.proc.Signal(syscall.SIGTERM)
+	}
 }
 
 type exitResult struct {
@@ -367,8 +380,11 @@ func (f *Fleet) await(ctx context.Context, slot int, c *child, next **child) (in
 				zap.Int("exit_code", r.code), zap.Error(r.err))
 		case <-ctx.Done():
 			if *next != nil {
-				// It goes at once, while c drains (keepRunning reaps it).
+				// It goes at once, while c drains (keepRunning reaps it):
+				// its gate closes unopened, and SIGTERM stops it also
+				// before it reads the gate (still checking its database).
 				(*next).abandon()
+				(*next).terminate()
 			}
 			return f.stop(c)
 		}
@@ -379,9 +395,7 @@ func (f *Fleet) await(ctx context.Context, slot int, c *child, next **child) (in
 // its process group, and returns its exit code once it is reaped.
 func (f *Fleet) stop(c *child) (int, error) {
 	c.abandon() // if it still stands by
-	// Through os.Process: a child reaped meanwhile is not signalled by pid,
-	// which another process may have taken.
-	_ = c.proc.Signal(syscall.SIGTERM)
+	c.terminate()
 	t := time.NewTimer(f.cfg.StopTimeout)
 	defer t.Stop()
 	select {
@@ -391,9 +405,19 @@ func (f *Fleet) stop(c *child) (int, error) {
 		return r.code, nil
 	case <-t.C:
 	}
-	f.log.Warn("child did not drain in time; killing its process group", zap.Int("pid", c.pid))
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	r := <-c.done
+	var r exitResult
+	select {
+	case r = <-c.done:
+		// Reaped as the timer fired: its group id may be another's by now.
+	default:
+		f.log.Warn("child did not drain in time; killing its process group", zap.Int("pid", c.pid))
+		// By group id, which is only as safe as the child is unreaped; the
+		// check above leaves a window of the reaper's few instructions. The
+		// group takes whatever the child started without a group of its
+		// own (Chrome has its own, killed by its parent-death signal).
+		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		r = <-c.done
+	}
 	f.reaped()
 	return r.code, r.err
 }

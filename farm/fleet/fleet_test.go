@@ -233,6 +233,45 @@ exit 75`
 	}
 }
 
+// TestStopTermsSuccessorAtOnce: on a stop, a successor standing by is sent
+// SIGTERM at once, even one that has not yet read its gate (still checking
+// its database, say), not only after its predecessor has drained.
+func TestStopTermsSuccessorAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	// The first child says its exit is near at once; told to stop, it
+	// drains until the successor has been told too. The successor never
+	// reads its gate.
+	script := `log=` + log + `
+echo "start $$" >> $log
+if [ "$(grep -c '^start' $log)" = 1 ]; then
+  trap 'until grep -q "^term " $log; do sleep 0.01; done; echo "drained $$" >> $log; exit 0' TERM
+  echo n >&` + strconv.Itoa(ExitNearFD) + `
+else
+  trap 'echo "term $$" >> $log; exit 0' TERM
+fi
+while :; do sleep 0.01; done`
+	f, err := New(Config{Count: 1, Handoff: true, StopTimeout: 20 * time.Second,
+		Command: func(int) *exec.Cmd { return exec.Command("bash", "-c", script) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- f.Run(ctx) }()
+	lines := func() string { b, _ := os.ReadFile(log); return string(b) }
+	testutil.Eventually(t, 30*time.Second, "the successor started", func() bool {
+		return strings.Count(lines(), "start ") == 2
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lines(), "drained ") {
+		t.Fatalf("the predecessor was killed, its drain waiting for the successor's SIGTERM; log:\n%s", lines())
+	}
+}
+
 // TestHandoffEnvIsTheFleets: a fleet without Handoff does not pass on a
 // HandoffEnv of its own environment, whose descriptors its children lack.
 func TestHandoffEnvIsTheFleets(t *testing.T) {
