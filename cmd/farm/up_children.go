@@ -43,9 +43,37 @@ func consumerCommand(path string, args, base []string, hostname string, out []io
 	return func(slot int) *exec.Cmd {
 		cmd := exec.Command(path, args...)
 		cmd.Env = consumerSlotEnv(base, nodeIDFor(hostname, slot))
-		cmd.Stdout, cmd.Stderr = out[slot], out[slot]
+		w := &wholeLines{w: out[slot]}
+		cmd.Stdout, cmd.Stderr = w, w
 		return cmd
 	}
+}
+
+// wholeLines passes on only complete lines. A slot's successor, standing
+// by, writes to the slot's log while its predecessor still does, each
+// through a pipe of its own read in chunks: a line longer than the pipe
+// writes atomically (4 KiB) could otherwise be spliced with the other
+// process's output. One process's output is written by one goroutine
+// (Stdout and Stderr are the same writer).
+type wholeLines struct {
+	w   io.Writer
+	buf []byte
+}
+
+func (l *wholeLines) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	i := bytes.LastIndexByte(l.buf, '\n')
+	if i < 0 && len(l.buf) <= 1<<20 {
+		return len(p), nil
+	}
+	if i < 0 { // a runaway line: pass it on rather than hold it
+		i = len(l.buf) - 1
+	}
+	if _, err := l.w.Write(l.buf[:i+1]); err != nil {
+		return 0, err
+	}
+	l.buf = append(l.buf[:0], l.buf[i+1:]...)
+	return len(p), nil
 }
 
 // consumerSlotEnv is base plus one consumer's node id, in a slice of its

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -132,5 +133,27 @@ func TestPolitenessSummary(t *testing.T) {
 		"between starts; shop.example.com: at most 2 jobs at once, at least 500ms between starts"
 	if got != want {
 		t.Fatalf("summary\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestWholeLines: two processes' output, read in chunks that end mid-line
+// and written to one slot's log in turns, keeps every line whole.
+func TestWholeLines(t *testing.T) {
+	var got []string
+	slot := &lineWatcher{w: io.Discard, onLine: func(b []byte) { got = append(got, string(b)) }}
+	a, b := &wholeLines{w: slot}, &wholeLines{w: slot}
+	for _, w := range []struct {
+		to    *wholeLines
+		chunk string
+	}{
+		{a, "a1 lo"}, {b, "b1\nb2 lo"}, {a, "ng\na2\n"}, {b, "ng\n"}, {a, "a3"}, {b, "b3\n"}, {a, "\n"},
+	} {
+		if _, err := w.to.Write([]byte(w.chunk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"b1", "a1 long", "a2", "b2 long", "b3", "a3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines %q, want %q", got, want)
 	}
 }
