@@ -70,7 +70,9 @@ pm image prune -f >/dev/null
 
 printf '\n== export the image filesystem\n'
 rootfs="$work/rootfs"
+rootfs_ro="$work/rootfs-ro"
 cleanup() {
+  mountpoint -q "$rootfs_ro" 2>/dev/null && umount -R -l "$rootfs_ro"
   for m in dev/shm dev/pts dev proc; do mountpoint -q "$rootfs/$m" 2>/dev/null && umount -l "$rootfs/$m"; done
   [ -n "${ctr:-}" ] && pm rm -f "$ctr" >/dev/null 2>&1 || true
 }
@@ -104,6 +106,19 @@ printf 'respawn by default: %s\n' "$(grep '^FARM_RESPAWN=' "$work/image.env")"
 printf '\n== jobs rendered by the image across process recycles (tini -- farm consumer, under chroot)\n'
 FARM_IMAGE_ROOTFS="$rootfs" FARM_IMAGE_ENV_FILE="$work/image.env" FARM_IMAGE_USER="$uid:$gid" FARM_IMAGE_ENTRYPOINT="$entry" \
   go test -tags imagecheck -count=1 -v -run TestImageRendersJob ./internal/imagecheck 2>&1 | grep -v '^=== RUN'
+
+printf '\n== the image as deploy/kubernetes runs it (producer and consumer pods, under chroot)\n'
+# The producer's container has a read-only root filesystem: a read-only view
+# of the same files (with their proc and dev).
+mkdir -p "$rootfs_ro"
+mount --rbind "$rootfs" "$rootfs_ro"
+mount -o remount,bind,ro "$rootfs_ro"
+(cd deploy/kubernetes && go run ./tojson 10-producer.yaml) > "$work/k8s-producer.json"
+(cd deploy/kubernetes && go run ./tojson 20-consumer.yaml) > "$work/k8s-consumer.json"
+FARM_IMAGE_ROOTFS="$rootfs" FARM_IMAGE_ROOTFS_RO="$rootfs_ro" FARM_IMAGE_ENV_FILE="$work/image.env" \
+  FARM_IMAGE_USER="$uid:$gid" FARM_IMAGE_ENTRYPOINT="$entry" \
+  FARM_IMAGE_K8S_PRODUCER="$work/k8s-producer.json" FARM_IMAGE_K8S_CONSUMER="$work/k8s-consumer.json" \
+  go test -tags imagecheck -count=1 -v -run TestImageAsKubernetesPods ./internal/imagecheck 2>&1 | grep -v '^=== RUN'
 
 printf '\n== size\n'
 pm images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E 'browserfarm|debian|golang'

@@ -51,21 +51,7 @@ func TestImageRendersJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	port := freePort(t)
-	dataDir := t.TempDir()
-	_ = os.Chmod(dataDir, 0o755)
-	_ = os.Chmod(filepath.Dir(dataDir), 0o755)
-	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dataDir, "pg"), Port: port, Ephemeral: true,
-		Settings: map[string]string{"listen_addresses": "127.0.0.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop(context.Background())
-	pool, err := pgxpool.New(ctx, cluster.ConnString("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	dbURL, pool := startDB(ctx, t)
 	if err := jobqueue.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +81,7 @@ func TestImageRendersJob(t *testing.T) {
 	cmd.Env = append(imageEnv, "HOME=/home/farm", "FARM_NODE_ID="+node, "FARM_LOG_FORMAT=json",
 		fmt.Sprintf("FARM_EXIT_AFTER_JOBS=%d", exitAfter),
 		"FARM_ALLOW_DESTINATION="+strings.TrimPrefix(site.URL, "http://"),
-		fmt.Sprintf("FARM_DATABASE_URL=postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+		"FARM_DATABASE_URL="+dbURL)
 	logPath := filepath.Join(t.TempDir(), "consumer.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -188,6 +174,30 @@ func TestImageRendersJob(t *testing.T) {
 	if err != nil || n.State != jobqueue.NodeExited {
 		t.Errorf("node after SIGTERM: %+v, %v; want exited", n, err)
 	}
+}
+
+// startDB starts a PostgreSQL on 127.0.0.1 for the image's processes, stopped
+// when the test ends, and returns its URL and a pool on it.
+func startDB(ctx context.Context, t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	port := freePort(t)
+	dataDir := t.TempDir()
+	// The server runs as its own user, which must reach the data dir.
+	_ = os.Chmod(dataDir, 0o755)
+	_ = os.Chmod(filepath.Dir(dataDir), 0o755)
+	cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(dataDir, "pg"), Port: port, Ephemeral: true,
+		Settings: map[string]string{"listen_addresses": "127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Stop(context.Background()) })
+	dbURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return dbURL, pool
 }
 
 // browserExes lists the distinct executables under rootfs/usr/lib/chromium
