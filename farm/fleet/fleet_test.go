@@ -242,13 +242,15 @@ func TestStopTermsSuccessorAtOnce(t *testing.T) {
 	// The first child says its exit is near at once; told to stop, it
 	// drains until the successor has been told too. The successor never
 	// reads its gate.
+	// Each traps SIGTERM before it logs its start, which the test waits for.
 	script := `log=` + log + `
-echo "start $$" >> $log
-if [ "$(grep -c '^start' $log)" = 1 ]; then
+if [ ! -s $log ]; then
   trap 'until grep -q "^term " $log; do sleep 0.01; done; echo "drained $$" >> $log; exit 0' TERM
+  echo "start $$" >> $log
   echo n >&` + strconv.Itoa(ExitNearFD) + `
 else
   trap 'echo "term $$" >> $log; exit 0' TERM
+  echo "start $$" >> $log
 fi
 while :; do sleep 0.01; done`
 	f, err := New(Config{Count: 1, Handoff: true, StopTimeout: 20 * time.Second,
