@@ -104,6 +104,14 @@ func TestParseProxy(t *testing.T) {
 		{in: "ftp://h:1", err: true},
 		{in: "http://h", err: true},
 		{in: "http://h:1/path", err: true},
+		{in: "http://[2001:db8::1]:3128", server: "http://[2001:db8::1]:3128"},
+		{in: "http://under_score.example.:3128", server: "http://under_score.example.:3128"},
+		// Chrome would read a list: a.example.com, then 169.254.169.254.
+		{in: "http://a.example.com,169.254.169.254:80", err: true},
+		{in: "http://a;b:80", err: true},
+		{in: "http://a=b:80", err: true},
+		{in: "http://-a.example:80", err: true},
+		{in: "http://a..example:80", err: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {

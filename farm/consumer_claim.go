@@ -141,12 +141,14 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	}
 	req := SpecRequest(j.Spec)
 	limitRequest(&req, c.q.ResultLimits())
-	if err := c.checkJobProxy(ctx, j.Spec.Proxy); err != nil {
+	proxy, err := c.checkJobProxy(ctx, j.Spec.Proxy)
+	if err != nil {
 		slot.Release()
 		c.signal(c.jobDone)
 		c.fail(j, log, err, 0)
 		return
 	}
+	req.Proxy = proxy
 	rctx, cancel := context.WithTimeout(ctx, req.Timeout+renderSlack)
 	t0 := time.Now()
 	res, err := slot.Render(rctx, req)

@@ -3,16 +3,20 @@ package farm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/browserfarm/browserfarm/internal/jobspec"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -164,5 +168,54 @@ func TestConsumerEgressPolicy(t *testing.T) {
 	}
 	if n := otherHits.Load() + sameHits.Load(); n != 0 {
 		t.Errorf("the forbidden servers got %d requests", n)
+	}
+}
+
+// TestPinProxy: a job's http or socks5 proxy reaches Chrome as the address
+// the egress check approved, so that Chrome never resolves the name again
+// (a rebinding name could answer a private address then); an https proxy
+// keeps its name for its certificate; a refused proxy fails the job.
+func TestPinProxy(t *testing.T) {
+	approved := map[string]netip.Addr{
+		"proxy.example": netip.MustParseAddr("203.0.113.7"),
+		"v6.example":    netip.MustParseAddr("2001:db8::1"),
+	}
+	check := func(_ context.Context, host string, port uint16) (netip.AddrPort, error) {
+		if a, err := netip.ParseAddr(host); err == nil {
+			return netip.AddrPortFrom(a, port), nil
+		}
+		if a, ok := approved[host]; ok {
+			return netip.AddrPortFrom(a, port), nil
+		}
+		return netip.AddrPort{}, &egress.RefusedError{Host: host, Addr: netip.MustParseAddrPort("169.254.169.254:80")}
+	}
+	for _, tc := range []struct {
+		in, want, class string
+	}{
+		{in: "", want: ""},
+		{in: "http://proxy.example:3128", want: "http://203.0.113.7:3128"},
+		{in: "http://user:p%40ss@proxy.example:3128", want: "http://user:p%40ss@203.0.113.7:3128"},
+		{in: "socks5://v6.example:1080", want: "socks5://[2001:db8::1]:1080"},
+		{in: "https://proxy.example:443", want: "https://proxy.example:443"},
+		{in: "http://198.51.100.2:8080", want: "http://198.51.100.2:8080"},
+		{in: "http://rebind.example:80", class: browser.ClassDestinationRefused},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := pinProxy(context.Background(), check, tc.in)
+			if tc.class != "" {
+				var be *browser.Error
+				if !errors.As(err, &be) || be.Class != tc.class {
+					t.Fatalf("pinProxy = %q, %v; want class %s", got, err, tc.class)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("pinProxy = %q, %v; want %q", got, err, tc.want)
+			}
+			// What Chrome gets must still be a proxy it takes.
+			if _, err := jobspec.ParseProxy(got); got != "" && err != nil {
+				t.Errorf("the pinned proxy %q does not parse: %v", got, err)
+			}
+		})
 	}
 }

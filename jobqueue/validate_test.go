@@ -106,6 +106,7 @@ func TestSpecValidate(t *testing.T) {
 		{"proxy without port", ok(func(s *Spec) { s.Proxy = "http://proxy.example" }), "proxy", "needs a port"},
 		{"socks5 proxy with credentials", ok(func(s *Spec) { s.Proxy = "socks5://u:p@h:1080" }), "proxy", "cannot authenticate to a SOCKS proxy"},
 		{"proxy with a path", ok(func(s *Spec) { s.Proxy = "http://h:3128/x" }), "proxy", "without a path"},
+		{"proxy host a list", ok(func(s *Spec) { s.Proxy = "http://a.example,169.254.169.254:80" }), "proxy", "not an IP address or a host name"},
 		{"socks5 proxy", ok(func(s *Spec) { s.Proxy = "socks5://h:1080" }), "", ""},
 		{"proxy shared context", ok(func(s *Spec) { s.Proxy = "http://p:1"; s.SharedContext = true }), "proxy", "own browser context"},
 		{"proxy isolation shared", ok(func(s *Spec) { s.Proxy = "http://p:1"; s.Isolation = IsolationShared }), "proxy", "own browser context"},

@@ -14,6 +14,7 @@ package jobspec
 
 import (
 	"fmt"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -112,6 +113,12 @@ func ParseProxy(p string) (Proxy, error) {
 	if u.Hostname() == "" {
 		return Proxy{}, fmt.Errorf("the proxy URL has no host")
 	}
+	// Chrome reads its proxy setting as a list (',' and ';' separate
+	// entries, '=' names a scheme), which Go's URL parser lets through in a
+	// host name: only an IP address or a DNS name passes.
+	if !proxyHost(u.Hostname()) {
+		return Proxy{}, fmt.Errorf("proxy host %q is not an IP address or a host name of letters, digits, hyphens and dots", u.Hostname())
+	}
 	port := u.Port()
 	if port == "" {
 		return Proxy{}, fmt.Errorf("the proxy URL needs a port, e.g. http://host:3128")
@@ -133,4 +140,27 @@ func ParseProxy(p string) (Proxy, error) {
 		out.HasAuth = true
 	}
 	return out, nil
+}
+
+// proxyHost reports whether h is an IP address or a DNS name: labels of
+// 1 to 63 letters, digits, hyphens or underscores, not starting or ending
+// with a hyphen, at most 253 bytes in all.
+func proxyHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
