@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 func TestParseRule(t *testing.T) {
@@ -32,6 +35,8 @@ func TestParseRule(t *testing.T) {
 		{"127.0.0.1:70000", "", true},
 		{"[::1", "", true},
 		{"", "", true},
+		{"::ffff:10.0.0.0/104", "10.0.0.0/8", false},
+		{"::ffff:10.0.0.0/8", "", true}, // would be ::/8
 	} {
 		r, err := ParseRule(tc.in)
 		if tc.err {
@@ -82,6 +87,14 @@ func TestPolicy(t *testing.T) {
 		{"[::]:80", false, false},
 		{"[fd00::1]:80", false, false},
 		{"[64:ff9b::a9fe:a9fe]:80", false, false},
+		{"[64:ff9b:1::a9fe:a9fe]:80", false, false},
+		{"[::7f00:1]:8089", false, false},
+		{"[::a9fe:a9fe]:80", false, false},
+		{"[2002:7f00:1::1]:80", false, false},
+		{"[2001:0:4136:e378:8000:63bf:3fff:fdd2]:80", false, false},
+		{"[fec0::1]:80", false, false},
+		{"168.63.129.16:80", false, false},
+		{"[2001:db8::1]:80", true, true},
 		{"224.0.0.1:80", false, false},
 		{"203.0.113.5:8080", true, false},
 		{"203.0.113.5:8081", true, true},
@@ -257,5 +270,100 @@ func TestProxy(t *testing.T) {
 		if a != allowed {
 			t.Errorf("dialed %s", a)
 		}
+	}
+}
+
+// TestTunnelEndsWhenOneSideIsDone: a client that closes its tunnel to a
+// server that never closes its side (nor reads, nor writes) does not leave
+// the tunnel open: the other direction gets CloseGrace, then both go.
+func TestTunnelEndsWhenOneSideIsDone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn // the silent server's connections, closed at the end
+	var hmu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			hmu.Lock()
+			held = append(held, c)
+			hmu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		hmu.Lock()
+		defer hmu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	rule, err := ParseRule(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Listen("127.0.0.1:0", Config{Policy: Policy{Allow: []Rule{rule}}, CloseGrace: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	open := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.tunnels)
+	}
+	const tunnels = 20
+	for range tunnels {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", ln.Addr(), ln.Addr())
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		c.Close()
+	}
+	testutil.Eventually(t, 10*time.Second, "every tunnel closed", func() bool { return open() == 0 })
+}
+
+// TestProxyRefusesItself: under a policy that allows loopback, a page still
+// cannot tunnel through the proxy to the proxy again.
+func TestProxyRefusesItself(t *testing.T) {
+	p, err := Listen("127.0.0.1:0", Config{Policy: Policy{Allow: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.0/8")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", p.Addr(), p.Addr())
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(RefusedHeader) != p.Addr() {
+		t.Errorf("CONNECT to the proxy itself: %s, refused %q; want 403 naming %s", resp.Status, resp.Header.Get(RefusedHeader), p.Addr())
 	}
 }

@@ -71,6 +71,10 @@ func ParseRule(s string) (Rule, error) {
 		if err != nil {
 			return Rule{}, fmt.Errorf("destination %q: %v", s, err)
 		}
+		if p.Addr().Is4In6() && p.Bits() < 96 {
+			// Its IPv4 part is all of it: ::ffff:10.0.0.0/8 masks to ::/8.
+			return Rule{}, fmt.Errorf("destination %q: an IPv4-mapped prefix needs 96 bits or more (write the IPv4 prefix instead)", s)
+		}
 		r.Prefix = p.Masked()
 	} else {
 		a, err := netip.ParseAddr(host)
@@ -112,8 +116,11 @@ func ParseRules(list string) ([]Rule, error) {
 // blocked are the ranges refused unless allowed: "this network", loopback,
 // link-local (the cloud metadata service lives at 169.254.169.254),
 // private, shared (carrier-grade NAT), benchmarking, multicast and reserved
-// ranges, and their IPv6 counterparts.
+// ranges, Azure's platform endpoint (WireServer, a public address), and
+// their IPv6 counterparts, with the IPv6 forms that carry an IPv4 address
+// a gateway or tunnel may deliver to (IPv4-compatible, NAT64, 6to4, Teredo).
 var blocked = []netip.Prefix{
+	netip.MustParsePrefix("168.63.129.16/32"),
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
@@ -125,11 +132,14 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("198.18.0.0/15"),
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("::/128"),
-	netip.MustParsePrefix("::1/128"),
-	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach any IPv4 address
+	netip.MustParsePrefix("::/96"),          // ::, ::1 and the deprecated IPv4-compatible form
+	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64 can reach any IPv4 address
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("2001::/32"),      // Teredo
+	netip.MustParsePrefix("2002::/16"),      // 6to4
 	netip.MustParsePrefix("fc00::/7"),
 	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("fec0::/10"), // site-local, deprecated
 	netip.MustParsePrefix("ff00::/8"),
 }
 

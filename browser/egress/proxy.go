@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"go.uber.org/zap"
 )
 
@@ -41,7 +43,16 @@ type Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives refusals (debug) and failures; nil means zap.NewNop().
 	Logger *zap.Logger
+	// CloseGrace is how long a tunnel one side of which has finished waits
+	// for the other side to finish too, before both are closed: a server
+	// that never closes its side would otherwise hold the tunnel (two
+	// goroutines, two descriptors) until the node exits, once per request
+	// a page starts and abandons. Default: DefaultCloseGrace.
+	CloseGrace time.Duration
 }
+
+// DefaultCloseGrace is Config.CloseGrace's default.
+const DefaultCloseGrace = 10 * time.Second
 
 // Proxy is a forward HTTP proxy (absolute-form requests and CONNECT) that
 // enforces a Policy on every resolved address. Create it with Listen, run it
@@ -82,9 +93,18 @@ func Listen(addr string, cfg Config) (*Proxy, error) {
 		d := &net.Dialer{Timeout: dialTimeout}
 		cfg.Dial = d.DialContext
 	}
+	if err := cfgrule.Resolve("CloseGrace", &cfg.CloseGrace, DefaultCloseGrace, false); err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
+	// Not through itself: a policy that allows loopback would let a page
+	// tunnel through the proxy again, once per level.
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
+		a := ap.Addr().Unmap()
+		cfg.Policy.Deny = append(slices.Clip(cfg.Policy.Deny), Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Port: ap.Port()})
 	}
 	p := &Proxy{cfg: cfg, ln: ln, log: cfg.Logger, refusals: map[string]refusal{}, tunnels: map[net.Conn]struct{}{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: zap.NewStdLog(cfg.Logger)}
@@ -318,6 +338,8 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		} else {
 			dst.Close()
 		}
+		// The other direction reads dst: it gets CloseGrace to finish.
+		_ = dst.SetReadDeadline(time.Now().Add(p.cfg.CloseGrace))
 	}
 	wg.Add(2)
 	go pipe(upstream, client)
