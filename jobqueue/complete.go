@@ -139,7 +139,7 @@ func completeSavedSQL(linksOver string) string {
         status = EXCLUDED.status, title = EXCLUDED.title, data = EXCLUDED.data, html = EXCLUDED.html,
         screenshot = EXCLUDED.screenshot, console_errors = EXCLUDED.console_errors,
         timings = EXCLUDED.timings, links = EXCLUDED.links, links_over_limit = EXCLUDED.links_over_limit,
-        created_at = EXCLUDED.created_at`
+        blobs = EXCLUDED.blobs, created_at = EXCLUDED.created_at`
 }
 
 // completeSlotsSQL wakes the producer for the freed slots.

@@ -171,11 +171,15 @@ func TestSaveFailedResult(t *testing.T) {
 	if _, err := q.Claim(ctx, "n1", 6); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Complete(ctx, ids[0], "n1", Result{Status: 200, Title: "OK"}); err != nil {
+	// Its HTML in a blob store: the completion's pointer must replace the
+	// failed result's none, or the page would be out of reach and its blob
+	// out of retention's sight.
+	blob := BlobRef{Kind: BlobHTML, Key: "k/1", Size: 3, SHA256: strings.Repeat("ab", 32)}
+	if _, err := q.Complete(ctx, ids[0], "n1", Result{Status: 200, Title: "OK", Blobs: []BlobRef{blob}}); err != nil {
 		t.Fatalf("completing a retried job that kept a failed result: %v", err)
 	}
-	if r, _ := q.GetResult(ctx, ids[0]); r.Status != 200 || r.Title != "OK" {
-		t.Fatalf("result after completion %+v", r)
+	if r, _ := q.GetResult(ctx, ids[0]); r.Status != 200 || r.Title != "OK" || len(r.Blobs) != 1 || r.Blobs[0] != blob {
+		t.Fatalf("result after completion %+v, want status 200 with its blob", r)
 	}
 }
 
