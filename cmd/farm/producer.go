@@ -28,6 +28,13 @@ import (
 // starts polite.
 const defaultHostMaxConcurrent = 4
 
+// The producer's HTTP server reads a request within producerReadTimeout and
+// writes its answer within producerWriteTimeout.
+const (
+	producerReadTimeout  = time.Minute
+	producerWriteTimeout = 2 * time.Minute
+)
+
 // producerOptions are the flags of `farm producer` (and of `farm up`, which
 // runs the same producer in-process).
 type producerOptions struct {
@@ -252,6 +259,11 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 			metrics.SetDesiredNodes(scaler.Desired())
 			select {
 			case <-ctx.Done():
+				// A producer that no longer leads reports 0, as a standby
+				// does: autoscaling takes the fleet's max of the gauge, and
+				// a stale figure would hold the fleet at this leader's last
+				// size.
+				metrics.SetDesiredNodes(0)
 				return nil
 			case <-t.C:
 			}
@@ -284,13 +296,26 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		Queue: q, Token: po.apiToken, ReadToken: po.readToken, ReadAuth: readAuth, IsLeader: producer.IsLeader,
 		// The desired node count is shown where a driver acts on it; with
 		// none it is only a Prometheus gauge (browserfarm_desired_nodes).
-		Desired: func() (int, bool) { return scaler.Desired(), po.scaleDriver != "none" },
+		// A standby's figure (or a former leader's, frozen) is not the farm's.
+		Desired: func() (int, bool) {
+			if !producer.IsLeader() {
+				return 0, false
+			}
+			return scaler.Desired(), po.scaleDriver != "none"
+		},
 		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version, Blobs: blobs,
 		StaleAfter: po.staleAfter,
 		HostPolicy: pol.For,
 		Wake:       hub,
 	})
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+		// Bounds on a whole request and a whole answer: without them a
+		// client that sends a body slowly (or not at all, which even a
+		// refused request waits for, as the server drains it) or stops
+		// reading an answer holds its connection and memory for good. The
+		// longest legitimate answer is a node's wake-up long-poll
+		// (wake.DefaultMaxWait, 25 s) or a result with its screenshot.
+		ReadTimeout: producerReadTimeout, WriteTimeout: producerWriteTimeout}
 
 	pctx, stopProducer := context.WithCancel(context.WithoutCancel(ctx))
 	g.Add(func() error { return producer.Run(pctx) }, func(error) { stopProducer() })

@@ -159,8 +159,9 @@ type server struct {
 // POST calls need "Authorization: Bearer <Token>" (401 without or with a
 // wrong one, 403 when no token is configured) and the leader (503 on a standby).
 // With ReadAuth, GET /api/ calls need ReadToken or Token the same way.
-// The caller's http.Server should set ReadHeaderTimeout and IdleTimeout;
-// bodies are bounded here by MaxBodyBytes.
+// The caller's http.Server should set ReadHeaderTimeout, ReadTimeout,
+// WriteTimeout (above a node's wake-up long-poll) and IdleTimeout; bodies
+// are bounded here by MaxBodyBytes.
 func NewServer(cfg Config) http.Handler {
 	if cfg.Queue == nil {
 		panic("web.NewServer: Config.Queue is nil")
