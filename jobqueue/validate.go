@@ -191,8 +191,8 @@ func (a *Action) validate(path string) *SpecError {
 		if a.Text == "" {
 			return specErr(path+".text", "is required for type")
 		}
-		if len(a.Text) > MaxTypeText {
-			return specErr(path+".text", "%d bytes; at most %d are allowed", len(a.Text), MaxTypeText)
+		if e := checkText(path+".text", a.Text, MaxTypeText); e != nil {
+			return e
 		}
 	case jobspec.ActionWait:
 		if a.Selector == "" && a.Ms == 0 {
@@ -215,8 +215,21 @@ func (c *Cookie) validate(path, pageURL string) *SpecError {
 	if len(c.Value) > MaxCookieValue {
 		return specErr(path+".value", "%d bytes; at most %d are allowed", len(c.Value), MaxCookieValue)
 	}
-	if strings.ContainsAny(c.Value, ";\r\n") || hasControl(c.Value) {
-		return specErr(path+".value", "contains a ';' or a control character")
+	// What Chrome's Network.setCookies refuses ("Invalid cookie fields", no
+	// field named) would fail the job for good at its render: refused here.
+	if len(c.Name)+len(c.Value) > MaxCookieValue {
+		return specErr(path, "name and value are %d bytes together; the browser takes at most %d", len(c.Name)+len(c.Value), MaxCookieValue)
+	}
+	if strings.ContainsAny(c.Value, ";\r\n\t") || hasControl(c.Value) {
+		return specErr(path+".value", "contains a ';', a tab or a control character")
+	}
+	// The prefixes' rules (RFC 6265bis 4.1.3): __Secure- needs secure;
+	// __Host- needs secure, no domain and the path /.
+	if strings.HasPrefix(c.Name, "__Secure-") && !c.Secure {
+		return specErr(path+".secure", "a __Secure- cookie must be secure")
+	}
+	if strings.HasPrefix(c.Name, "__Host-") && (!c.Secure || c.Domain != "" || cookiePath(c.Path, pageURL) != "/") {
+		return specErr(path, "a __Host- cookie must be secure, with no domain and the path /")
 	}
 	if c.Domain != "" && (len(c.Domain) > 253 || strings.ContainsAny(c.Domain, " /;:\r\n") || hasControl(c.Domain)) {
 		return specErr(path+".domain", "%q is not a domain", c.Domain)
@@ -273,6 +286,11 @@ func checkText(field, v string, maxLen int) *SpecError {
 	if !utf8.ValidString(v) {
 		return specErr(field, "is not valid UTF-8")
 	}
+	// PostgreSQL's jsonb, where specs are kept, cannot hold it: the batch
+	// would fail as a whole at insert instead of here, naming the field.
+	if strings.IndexByte(v, 0) >= 0 {
+		return specErr(field, "contains a NUL character (\\u0000)")
+	}
 	return nil
 }
 
@@ -289,6 +307,19 @@ func hasControl(s string) bool {
 // set them would be refused by Chrome or would break the request.
 var browserHeaders = map[string]bool{"host": true, "content-length": true, "transfer-encoding": true,
 	"connection": true, "keep-alive": true, "upgrade": true, "te": true, "trailer": true, "proxy-connection": true}
+
+// cookiePath is the path a cookie set for pageURL gets: its own, or the
+// URL's default path (RFC 6265 5.1.4), as the browser derives it.
+func cookiePath(p, pageURL string) string {
+	if p != "" {
+		return p
+	}
+	u, err := url.Parse(pageURL)
+	if err != nil || !strings.HasPrefix(u.Path, "/") || strings.Count(u.Path, "/") == 1 {
+		return "/"
+	}
+	return u.Path[:strings.LastIndexByte(u.Path, '/')]
+}
 
 // cookieDomainProblem says why a cookie's domain cannot be set for a job on
 // pageURL, or "": it must be the page's host or a parent of it, and not a

@@ -21,7 +21,7 @@ func TestSpecValidateWhatTheBrowserCanDo(t *testing.T) {
 		msg   string
 	}{
 		{"user agent with CRLF", base(func(s *Spec) { s.UserAgent = "bot\r\nX-Evil: 1" }), "user_agent", "line break"},
-		{"user agent with NUL", base(func(s *Spec) { s.UserAgent = "bot\x00" }), "user_agent", "control"},
+		{"user agent with NUL", base(func(s *Spec) { s.UserAgent = "bot\x00" }), "user_agent", "NUL"},
 		{"plain user agent", base(func(s *Spec) { s.UserAgent = "Mozilla/5.0 (bot)" }), "", ""},
 		{"Host header", base(func(s *Spec) { s.Headers = map[string]string{"Host": "internal.example"} }), `headers["Host"]`, "cannot be overridden"},
 		{"host header lower-case", base(func(s *Spec) { s.Headers = map[string]string{"host": "x"} }), `headers["host"]`, "cannot be overridden"},

@@ -100,6 +100,22 @@ func TestSpecValidate(t *testing.T) {
 		{"cookie no name", ok(func(s *Spec) { s.Cookies = []Cookie{{Value: "v"}} }), "cookies[0].name", "is required"},
 		{"cookie bad value", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "x;y"}} }), "cookies[0].value", "';'"},
 		{"cookie bad path", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Path: "x"}} }), "cookies[0].path", "start with /"},
+		{"cookie value with a tab", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "x\ty"}} }), "cookies[0].value", "tab"},
+		{"cookie name and value too long", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "n", Value: strings.Repeat("v", MaxCookieValue)}} }), "cookies[0]", "together"},
+		{"cookie name and value at the limit", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "n", Value: strings.Repeat("v", MaxCookieValue-1)}} }), "", ""},
+		{"__Secure- cookie not secure", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "__Secure-a", Value: "v"}} }), "cookies[0].secure", "must be secure"},
+		{"__Host- cookie with a domain", ok(func(s *Spec) {
+			s.Cookies = []Cookie{{Name: "__Host-a", Value: "v", Secure: true, Domain: "example.com", Path: "/"}}
+		}), "cookies[0]", "__Host-"},
+		{"__Host- cookie on a deep URL without a path", ok(func(s *Spec) {
+			s.URL = "https://example.com/a/b"
+			s.Cookies = []Cookie{{Name: "__Host-a", Value: "v", Secure: true}}
+		}), "cookies[0]", "__Host-"},
+		{"__Host- cookie", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "__Host-a", Value: "v", Secure: true, Path: "/"}} }), "", ""},
+		{"NUL in extract", ok(func(s *Spec) { s.Extract = "'a\x00b'" }), "extract", "NUL"},
+		{"NUL in typed text", ok(func(s *Spec) {
+			s.Actions = []Action{{Type: "type", Selector: "#q", Text: "a\x00"}}
+		}), "actions[0].text", "NUL"},
 		{"proxy scheme", ok(func(s *Spec) { s.Proxy = "ftp://proxy:21" }), "proxy", `proxy scheme "ftp" is not allowed (use http, https or socks5)`},
 		{"proxy no scheme", ok(func(s *Spec) { s.Proxy = "proxy.local:3128" }), "proxy", "scheme"},
 		{"proxy no host", ok(func(s *Spec) { s.Proxy = "http://:3128" }), "proxy", "no host"},
