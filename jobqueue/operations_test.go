@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 func TestCancelAndRetry(t *testing.T) {
@@ -301,5 +303,52 @@ func TestDeleteFinishedBefore(t *testing.T) {
 	}
 	if left := countRows(t, pool, "SELECT count(*) FROM results"); left != 1 {
 		t.Fatalf("%d results left, want 1", left)
+	}
+}
+
+// TestCancelBatchCatchesChildrenOfAConcurrentCompletion: a completion that
+// holds one of the batch's jobs, inserts its followed children and commits
+// while CancelBatch waits for that job leaves children the cancel's
+// statement cannot see; CancelBatch still leaves none of the batch live.
+func TestCancelBatchCatchesChildrenOfAConcurrentCompletion(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	batchID, ids, err := q.Enqueue(ctx, pageSpecs(2, "cancel-race.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	assignClaim(t, q, "n1", 1)
+	// The completion's part: the job locked, its children inserted.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT id FROM jobs WHERE id = $1 FOR UPDATE`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO jobs (batch_id, spec, host, crawl_id, parent_id, depth)
+        SELECT batch_id, spec, host, crawl_id, id, 1 FROM jobs, generate_series(1, 2) WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.CancelBatch(ctx, batchID)
+		done <- err
+	}()
+	testutil.Eventually(t, 30*time.Second, "the cancel waiting for the job's lock", func() bool {
+		return countRows(t, pool, `SELECT count(*) FROM pg_stat_activity
+            WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%canceled%'`) == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, pool, `SELECT count(*) FROM jobs WHERE batch_id = $1::uuid AND state IN ('pending', 'queued', 'processing')`, batchID); n != 0 {
+		t.Errorf("%d jobs of the canceled batch still live", n)
 	}
 }

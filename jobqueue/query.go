@@ -270,20 +270,37 @@ func (q *Queue) Cancel(ctx context.Context, ids ...int64) (int64, error) {
 	return n, nil
 }
 
+// maxCancelPasses bounds CancelBatch's passes.
+const maxCancelPasses = 10
+
 // CancelBatch cancels every live job of a batch (its followed children too).
+//
+// One statement sees the jobs committed before it began. A completion that
+// held one of the batch's jobs inserted that job's followed children, and
+// committed while the cancel waited for the job: the cancel does not see
+// those children. They are committed once it ends, so another pass cancels
+// them; a canceled job completes no more, so the passes end with one that
+// finds nothing.
 func (q *Queue) CancelBatch(ctx context.Context, batchID string) (int64, error) {
 	if err := checkUUID(batchID); err != nil {
 		return 0, err
 	}
-	var n, notified int64
-	err := q.retryDeadlocks(ctx, "cancel batch", func() error {
-		return q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.batch_id = $1::uuid"), batchID, q.now(), ChannelProducer, PayloadSlots).
-			Scan(&n, &notified)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("cancel batch %s: %w", batchID, err)
+	var total int64
+	for range maxCancelPasses {
+		var n, notified int64
+		err := q.retryDeadlocks(ctx, "cancel batch", func() error {
+			return q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.batch_id = $1::uuid"), batchID, q.now(), ChannelProducer, PayloadSlots).
+				Scan(&n, &notified)
+		})
+		if err != nil {
+			return total, fmt.Errorf("cancel batch %s: %w", batchID, err)
+		}
+		total += n
+		if n == 0 {
+			break
+		}
 	}
-	return n, nil
+	return total, nil
 }
 
 // Retry sends failed and canceled jobs among ids back to pending with their
