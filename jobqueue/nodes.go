@@ -183,10 +183,16 @@ func (q *Queue) Register(ctx context.Context, info NodeInfo) (Node, Reclaimed, e
 			b := &pgx.Batch{}
 			if first {
 				b.Queue("INSERT INTO node_counters (node_id) VALUES ($1) ON CONFLICT (node_id) DO NOTHING", info.ID)
-			} else {
-				b.Queue(bumpNodeCounterSQL(restartColumn(prevState, prevReason), "VALUES ($1, 1)"), info.ID)
 			}
 			q.queueReclaim(b, info.ID, 0, "node "+info.ID+" restarted while the job was running", ClassNodeRestarted, &r)
+			if !first {
+				// After the reclaim: jobs first, then the node's counters,
+				// the order every statement takes them in (see heartbeat.go).
+				// The previous incarnation's last Fail holds its job and
+				// waits for the counters; taking the counters first here
+				// and then that job deadlocked.
+				b.Queue(bumpNodeCounterSQL(restartColumn(prevState, prevReason), "VALUES ($1, 1)"), info.ID)
+			}
 			return tx.SendBatch(ctx, b).Close()
 		})
 	})
