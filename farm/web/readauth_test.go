@@ -62,3 +62,39 @@ func TestReadAuth(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenReadsNeedALoopbackHost: without ReadAuth (a producer on loopback)
+// reads answer only requests that name loopback, so that a page rebinding
+// its own name to 127.0.0.1 cannot read the farm through a browser.
+func TestOpenReadsNeedALoopbackHost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1:8080", http.StatusOK},
+		{"localhost:8080", http.StatusOK},
+		{"LOCALHOST", http.StatusOK},
+		{"farm.localhost:8080", http.StatusOK},
+		{"[::1]:8080", http.StatusOK},
+		{"127.1.2.3", http.StatusOK},
+		{"rebind.example:8080", http.StatusForbidden},
+		{"10.0.0.5:8080", http.StatusForbidden},
+		{"localhost.example.com", http.StatusForbidden},
+	} {
+		req, err := http.NewRequest("GET", f.url+"/api/stats", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = tc.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET /api/stats with Host %q: %d, want %d", tc.host, resp.StatusCode, tc.want)
+		}
+	}
+}

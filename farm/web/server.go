@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -286,6 +288,16 @@ func (s *server) dashboard(assets fs.FS) http.HandlerFunc {
 func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.cfg.ReadAuth {
+			// Open reads are for a producer on loopback, and only for
+			// requests that name it so: a page the operator visits could
+			// point its own host name at 127.0.0.1 (DNS rebinding) and read
+			// every job through the operator's browser, which would send
+			// that name as the Host.
+			if !loopbackHost(r.Host) {
+				writeError(w, http.StatusForbidden,
+					"reads without a token answer requests to localhost or a loopback address only; set FARM_READ_TOKEN to read through another name")
+				return
+			}
 			h(w, r)
 			return
 		}
@@ -307,6 +319,20 @@ func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// loopbackHost reports whether a request's Host names this machine's
+// loopback: localhost or a loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 // bearer returns the hash of the request's bearer token, or answers 401
