@@ -233,3 +233,34 @@ func TestHeartbeatAndCompletionTakeLocksInOneOrder(t *testing.T) {
 		t.Errorf("node counters: %d chrome recycles, want 1", n)
 	}
 }
+
+// TestGetResultSummary: the summary has everything but the HTML and the
+// screenshot, and their sizes, kept in the database or in a blob store.
+func TestGetResultSummary(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, Spec{URL: "http://sum.test/a"}, Spec{URL: "http://sum.test/b"})
+	assignClaim(t, q, "n1", 2)
+	if _, err := q.Complete(ctx, ids[0], "n1", Result{Status: 200, Title: "A", HTML: "<p>hello</p>", Screenshot: []byte{1, 2, 3}}); err != nil {
+		t.Fatal(err)
+	}
+	blobs := []BlobRef{{Kind: BlobHTML, Key: "h", Size: 1234, SHA256: strings.Repeat("ab", 32)},
+		{Kind: BlobScreenshot, Key: "s", Size: 56789, SHA256: strings.Repeat("cd", 32)}}
+	if _, err := q.Complete(ctx, ids[1], "n1", Result{Status: 200, Title: "B", Blobs: blobs}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct{ html, shot int64 }{{12, 3}, {1234, 56789}} {
+		s, err := q.GetResultSummary(ctx, ids[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.HTMLBytes != want.html || s.ScreenshotBytes != want.shot || s.HTML != "" || s.Screenshot != nil || s.Status != 200 {
+			t.Errorf("job %d: summary %+v; want %d HTML and %d screenshot bytes, neither read", i, s, want.html, want.shot)
+		}
+	}
+	if _, err := q.GetResultSummary(ctx, 1<<40); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetResultSummary of no job = %v, want ErrNotFound", err)
+	}
+}

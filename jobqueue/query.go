@@ -28,11 +28,12 @@ func (q *Queue) Get(ctx context.Context, id int64) (Job, error) {
 const resultCols = `r.job_id, r.node_id, r.final_url, r.status, r.title, r.data, coalesce(r.html, ''),
     r.screenshot, r.console_errors, r.timings, r.links, r.links_over_limit, r.blobs, r.created_at`
 
-func scanResult(row pgx.Row) (Result, error) {
+// scanResult scans resultCols, then extra.
+func scanResult(row pgx.Row, extra ...any) (Result, error) {
 	var r Result
 	var data []byte
-	err := row.Scan(&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML,
-		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.LinksOverLimit, &r.Blobs, &r.CreatedAt)
+	err := row.Scan(append([]any{&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML,
+		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.LinksOverLimit, &r.Blobs, &r.CreatedAt}, extra...)...)
 	if len(data) > 0 {
 		r.Data = data
 	}
@@ -56,6 +57,43 @@ func (q *Queue) GetResult(ctx context.Context, jobID int64) (Result, error) {
 		return Result{}, fmt.Errorf("result of job %d: %w", jobID, err)
 	}
 	return r, nil
+}
+
+// ResultSummary is a result without its HTML and screenshot, with their
+// sizes instead, wherever they are kept (the database or a blob store).
+type ResultSummary struct {
+	Result          // HTML and Screenshot empty
+	HTMLBytes       int64
+	ScreenshotBytes int64
+}
+
+// summaryCols are resultCols with the HTML and the screenshot left out
+// (up to megabytes each), then their sizes.
+var summaryCols = strings.NewReplacer("coalesce(r.html, '')", "''", "r.screenshot,", "NULL::bytea,").Replace(resultCols) +
+	", coalesce(octet_length(r.html), 0), coalesce(octet_length(r.screenshot), 0)"
+
+// GetResultSummary is GetResult without the HTML and screenshot, for views
+// that show their sizes only.
+func (q *Queue) GetResultSummary(ctx context.Context, jobID int64) (ResultSummary, error) {
+	var s ResultSummary
+	var err error
+	s.Result, err = scanResult(q.pool.QueryRow(ctx, "SELECT "+summaryCols+" FROM results r WHERE r.job_id = $1", jobID),
+		&s.HTMLBytes, &s.ScreenshotBytes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ResultSummary{}, fmt.Errorf("result of job %d: %w", jobID, ErrNotFound)
+	}
+	if err != nil {
+		return ResultSummary{}, fmt.Errorf("result of job %d: %w", jobID, err)
+	}
+	for _, b := range s.Blobs {
+		switch b.Kind {
+		case BlobHTML:
+			s.HTMLBytes = b.Size
+		case BlobScreenshot:
+			s.ScreenshotBytes = b.Size
+		}
+	}
+	return s, nil
 }
 
 // ListFilter selects jobs for List. Zero fields do not filter.

@@ -147,13 +147,14 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, ctx context.Cont
 	}
 	body := map[string]any{"job": job, "result": nil}
 	if job.State == jobqueue.StateCompleted {
-		res, err := s.q.GetResult(ctx, id)
+		// Sizes only: the HTML and the screenshot (megabytes each) are not read.
+		res, err := s.q.GetResultSummary(ctx, id)
 		switch {
 		case err == nil:
 			body["result"] = resultSummary{
 				NodeID: res.NodeID, FinalURL: res.FinalURL, Status: res.Status, Title: res.Title,
 				Data: res.Data, ConsoleErrors: res.ConsoleErrors, Timings: res.Timings, Links: len(res.Links), LinksOverLimit: res.LinksOverLimit,
-				HTMLBytes: len(res.HTML), HasScreenshot: len(res.Screenshot) > 0, CreatedAt: res.CreatedAt,
+				HTMLBytes: int(res.HTMLBytes), HasScreenshot: res.ScreenshotBytes > 0, CreatedAt: res.CreatedAt,
 			}
 		case !errors.Is(err, jobqueue.ErrNotFound):
 			s.internalError(w, r, err)
