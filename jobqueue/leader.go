@@ -65,12 +65,12 @@ func (e *Elector) IsLeader() bool { return e.leader.Load() }
 // return before campaigning again. It returns nil when ctx ends.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
 	for {
-		conn, err := e.tryLock(ctx)
+		conn, started, err := e.tryLock(ctx)
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("leader election: cannot reach the database", zap.Error(err))
 		}
 		if conn != nil {
-			e.hold(ctx, conn, lead)
+			e.hold(ctx, conn, started, lead)
 		}
 		select {
 		case <-ctx.Done():
@@ -80,34 +80,60 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error
 	}
 }
 
-// tryLock returns a dedicated connection holding the lock, or nil. The try
-// runs on a pooled connection, which goes back to the pool when the lock is
-// taken elsewhere: a standby costs no new server session per try.
-func (e *Elector) tryLock(ctx context.Context) (*pgx.Conn, error) {
+// tryLock returns a dedicated connection holding the lock, or nil, and when
+// its server session started. The try runs on a pooled connection, which
+// goes back to the pool when the lock is taken elsewhere: a standby costs no
+// new server session per try.
+func (e *Elector) tryLock(ctx context.Context) (*pgx.Conn, time.Time, error) {
 	pc, err := e.pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	var got bool
 	if err := pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", e.cfg.Key).Scan(&got); err != nil {
 		// The session's state is unknown: it must not go back to the pool.
 		_ = pc.Hijack().Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("try leader lock: %w", err)
+		return nil, time.Time{}, fmt.Errorf("try leader lock: %w", err)
 	}
 	if !got {
 		pc.Release()
-		return nil, nil
+		return nil, time.Time{}, nil
 	}
 	// The lock belongs to the session: keep this connection out of the pool
 	// for as long as it leads, and close it (dropping the lock) when done.
-	return pc.Hijack(), nil
+	conn := pc.Hijack()
+	// The server drops the session, and the lock with it, once this end
+	// stops answering: without keepalives a connection whose network path
+	// died would hold the lock until the operating system gave up on it
+	// (hours), and no producer would lead meanwhile. (Ignored on a Unix
+	// socket, where there is no path to die.)
+	var started time.Time
+	if err := conn.QueryRow(ctx, leaderKeepaliveSQL).Scan(&started); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, time.Time{}, fmt.Errorf("leader lock session keepalives: %w", err)
+	}
+	return conn, started, nil
 }
+
+// leaderKeepaliveSQL has the server probe the leader's lock session after
+// 10 s of silence, every 5 s, 3 times, and give up on data unacknowledged
+// for 30 s: a dead leader's lock is free within about half a minute. It
+// returns when the session started, which tells it from a later session of
+// the same server process id.
+const leaderKeepaliveSQL = `SELECT backend_start FROM pg_stat_activity, (SELECT
+    set_config('tcp_keepalives_idle', '10', false), set_config('tcp_keepalives_interval', '5', false),
+    set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '30000', false)) s
+WHERE pid = pg_backend_pid()`
 
 // hold leads until the lock connection fails, lead returns on its own (a
 // leader that stopped leading must let a standby take over), or ctx ends.
-func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, lead func(context.Context)) {
+func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, started time.Time, lead func(context.Context)) {
 	leadCtx, stop := context.WithCancel(ctx)
 	leadDone := make(chan struct{})
+	// The lock session's server process, to end from another connection
+	// if this one stops answering (see below).
+	pid := conn.PgConn().PID()
+	lost := false
 	e.leader.Store(true)
 	e.log.Info("became leader")
 	go func() {
@@ -130,6 +156,7 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, lead func(context.Co
 			cancel()
 			if err != nil && leadCtx.Err() == nil {
 				e.log.Error("lost the leader lock connection; stepping down", zap.Error(err))
+				lost = true
 				stop()
 			}
 		}
@@ -143,5 +170,16 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, lead func(context.Co
 	defer cancel()
 	_, _ = conn.Exec(cctx, "SELECT pg_advisory_unlock($1)", e.cfg.Key)
 	_ = conn.Close(cctx)
+	if lost {
+		// The unlock and the close may not have reached the server: a
+		// half-open session keeps the lock until the keepalives give up.
+		// Another connection ends it now, if the database is reachable.
+		// By process id and start time: the id may belong to another
+		// session by now (a standby's, now leading).
+		if _, err := e.pool.Exec(cctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE pid = $1 AND backend_start = $2`, pid, started); err != nil {
+			e.log.Warn("could not end the lost leader lock session; the server's keepalives will", zap.Uint32("pid", pid), zap.Error(err))
+		}
+	}
 	e.log.Info("stopped leading")
 }
