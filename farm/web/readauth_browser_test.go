@@ -2,12 +2,14 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -24,6 +26,8 @@ func TestDashboardWithReadToken(t *testing.T) {
 	const readToken = "dash-read-token"
 	f := newFixture(t, func(c *Config) { c.ReadAuth, c.ReadToken = true, readToken })
 	f.register("token-node", 6)
+	shotID := f.runOne("token-node", "http://shop.test/item/7", jobqueue.Result{FinalURL: "http://shop.test/item/7", Status: 200,
+		Title: "Item 7", Screenshot: pagePNG(t)}, "")
 
 	profile, err := os.MkdirTemp("", "dash-token-")
 	if err != nil {
@@ -76,6 +80,16 @@ func TestDashboardWithReadToken(t *testing.T) {
 	}
 	if err := <-answered; err != nil {
 		t.Fatalf("answering the prompt: %v", err)
+	}
+	// A job's screenshot is a read too: the image is fetched with the token.
+	if err := chromedp.Do(bctx, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`location.hash = "#job/%d"`, shotID))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`(() => {
+		const img = document.querySelector('#job-body img.shot');
+		return !!img && img.complete && img.naturalWidth === 480;
+	})()`, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the job's screenshot never showed behind the read token: %v", err)
 	}
 	if n := prompts.Load(); n != 1 {
 		t.Errorf("the dashboard asked for the token %d times, want once", n)

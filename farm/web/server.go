@@ -265,7 +265,7 @@ func noCache(h http.Handler) http.Handler {
 // dashboardCSP allows only the embedded scripts and styles. Inline styles
 // are allowed because uPlot positions its elements with style attributes.
 const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; " +
-	"img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	"img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 func (s *server) dashboard(assets fs.FS) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -51,23 +51,53 @@
   // A 401 for a request sent before the token was entered is just sent again.
   const tokenKey = "browserfarm-token";
   let declined = false; // the user cancelled the prompt: do not ask again
-  async function getJSON(path, retried) {
-    const headers = {Accept: "application/json"};
+  async function authedFetch(path, accept, retried) {
+    const headers = {Accept: accept};
     const token = sessionStorage.getItem(tokenKey);
     if (token) headers.Authorization = "Bearer " + token;
     const r = await fetch(path, {cache: "no-store", headers});
     if (r.status === 401 && !retried) {
       const now = sessionStorage.getItem(tokenKey);
-      if (now && now !== token) return getJSON(path, true);
+      if (now && now !== token) return authedFetch(path, accept, true);
       if (!declined) {
         const t = window.prompt("This farm needs a token to show its jobs (FARM_READ_TOKEN):");
         if (t && t.trim()) {
           sessionStorage.setItem(tokenKey, t.trim());
-          return getJSON(path, true);
+          return authedFetch(path, accept, true);
         }
         declined = true;
       }
     }
+    return r;
+  }
+
+  // Reads the page's own links and images would make carry no token: they
+  // are fetched with it and shown from blob: URLs instead.
+  async function authedBlobURL(path, accept) {
+    const r = await authedFetch(path, accept);
+    if (!r.ok) throw new Error(r.status + " " + r.statusText);
+    return URL.createObjectURL(await r.blob());
+  }
+
+  // apiLink opens an API read in a new tab, with the token.
+  function apiLink(path, text) {
+    const a = el("a", {href: path, target: "_blank"}, text);
+    a.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      const w = window.open("", "_blank"); // now, while the click lets it
+      authedBlobURL(path, "application/json").then((u) => {
+        if (w) w.location = u;
+        setTimeout(() => URL.revokeObjectURL(u), 60000);
+      }, (e) => {
+        if (w) w.close();
+        window.alert(path + ": " + e.message);
+      });
+    });
+    return a;
+  }
+
+  async function getJSON(path) {
+    const r = await authedFetch(path, "application/json");
     let body = null;
     try { body = await r.json(); } catch (e) { /* not JSON: reported below */ }
     if (!r.ok) throw new Error((body && body.error) || (r.status + " " + r.statusText));
@@ -425,7 +455,7 @@
         ["URL", j.spec.url],
         ["Attempts", j.attempts + " of " + j.max_attempts],
         ["Node", j.node_id],
-        ["Batch", el("a", {href: "/api/jobs?batch=" + encodeURIComponent(j.batch_id), target: "_blank"}, j.batch_id)],
+        ["Batch", apiLink("/api/jobs?batch=" + encodeURIComponent(j.batch_id), j.batch_id)],
         ["Priority", String(j.priority)],
         ["Created", fmtTime(j.created_at)],
         ["Queued", j.queued_at && fmtTime(j.queued_at)],
@@ -449,14 +479,19 @@
         ["HTML", r.html_bytes ? fmtBytes(r.html_bytes) : null],
         ["Links found", r.links ? String(r.links) : null],
         ["Links over the limit", r.links_over_limit ? r.links_over_limit + " not followed (follow.max_links)" : null],
-        ["Full result", el("a", {href: "/api/jobs/" + j.id + "/result", target: "_blank"}, "JSON")],
+        ["Full result", apiLink("/api/jobs/" + j.id + "/result", "JSON")],
       ]));
       if (r.data !== undefined) parts.push(el("h4", null, "Extracted data"), el("pre", null, JSON.stringify(r.data, null, 2)));
       if (r.console_errors && r.console_errors.length) {
         parts.push(el("h4", null, "Console errors"), el("pre", null, r.console_errors.join("\n")));
       }
       if (r.has_screenshot) {
-        parts.push(el("h4", null, "Screenshot"), el("img", {class: "shot", src: "/api/jobs/" + j.id + "/screenshot", alt: "screenshot of job " + j.id}));
+        const img = el("img", {class: "shot", alt: "screenshot of job " + j.id});
+        authedBlobURL("/api/jobs/" + j.id + "/screenshot", "image/*").then((u) => {
+          img.addEventListener("load", () => URL.revokeObjectURL(u), {once: true});
+          img.src = u;
+        }, (e) => { img.alt = "screenshot of job " + j.id + ": " + e.message; });
+        parts.push(el("h4", null, "Screenshot"), img);
       }
     }
     if (ext.jobActions) parts.push(ext.jobActions(j, () => showJob(id)));
