@@ -2,6 +2,8 @@ package farm
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -19,7 +21,23 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	site := testutil.StartSite(t, testsite.Options{Items: 20})
+	// The first Chrome's jobs are held until its replacement has booted,
+	// so that the kill's trough has a live Chrome to sample: a replacement
+	// still booting at the kill (a slow boot on a loaded machine) leaves a
+	// moment with no Chrome, whose trough is rightly 0.
+	release := make(chan struct{})
+	inner := testsite.New(testsite.Options{Items: 20})
+	held := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hold") != "" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(held.Close)
 	db := newTestDB(t)
 	const node = "node-pss-range"
 	db.startAssigner(t, node, defaultCapacity())
@@ -49,7 +67,10 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	})
 	record()
 
-	batch, ids := db.enqueue(t, site.URL, pagePaths(6, "/page/%d"))
+	// One Chrome life of 3 jobs: one recycle, one kill.
+	batch, ids := db.enqueue(t, held.URL, pagePaths(3, "/page/%d?hold=1"))
+	testutil.Eventually(t, 2*time.Minute, "the replacement booted", func() bool { return rc.c.sup.Stats().ChromeStarts >= 2 })
+	close(release)
 	testutil.Eventually(t, 2*time.Minute, "every job final", func() bool { return db.counts(t, batch).Finished() == int64(len(ids)) })
 	if c := db.counts(t, batch); c.By[jobqueue.StateCompleted] != int64(len(ids)) {
 		t.Fatalf("counts %v, want %d completed", c.By, len(ids))
