@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // consumerOptions are the flags of `farm consumer`.
@@ -154,7 +156,89 @@ func (o *consumerOptions) egressPolicy() (egress.Policy, error) {
 	if o.healthAddr != "" {
 		p.Deny = append(p.Deny, listenRules(o.healthAddr)...)
 	}
+	p.Deny = append(p.Deny, publicSelfRules(interfaceAddrs())...)
 	return p, nil
+}
+
+// interfaceAddrs are the machine's own addresses.
+func interfaceAddrs() []netip.Addr {
+	addrs, _ := net.InterfaceAddrs()
+	var out []netip.Addr
+	for _, ia := range addrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
+}
+
+// publicSelfRules refuse, on every port, the machine's own addresses that
+// the default policy lets through (a public address on an interface): a job
+// could otherwise reach whatever listens on all addresses of the node (SSH,
+// a local PostgreSQL, exporters, the container runtime). Its loopback and
+// private addresses are refused already, unless an --allow-destination
+// lets them through on purpose.
+func publicSelfRules(addrs []netip.Addr) []egress.Rule {
+	var out []egress.Rule
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !(egress.Policy{}).Allowed(netip.AddrPortFrom(a, 1)) {
+			continue
+		}
+		out = append(out, egress.Rule{Prefix: netip.PrefixFrom(a, a.BitLen())})
+	}
+	return out
+}
+
+// endpointRules refuse the farm's own services the node talks to — its
+// database's hosts and the producer of --wake-url — at their ports, on
+// every address they resolve to now, whether public or private: a deny beats
+// an --allow-destination that opens the network they are on. A host that
+// does not resolve is logged and left out.
+func (o *consumerOptions) endpointRules(ctx context.Context, log *zap.Logger) []egress.Rule {
+	type endpoint struct {
+		host string
+		port uint16
+	}
+	var eps []endpoint
+	if cfg, err := pgconn.ParseConfig(o.db.url); err == nil {
+		eps = append(eps, endpoint{cfg.Host, cfg.Port})
+		for _, f := range cfg.Fallbacks {
+			eps = append(eps, endpoint{f.Host, f.Port})
+		}
+	}
+	if u, err := url.Parse(o.wakeURL); err == nil && o.wakeURL != "" {
+		port := u.Port()
+		if port == "" {
+			port = map[bool]string{true: "443", false: "80"}[strings.EqualFold(u.Scheme, "https")]
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+			eps = append(eps, endpoint{u.Hostname(), uint16(n)})
+		}
+	}
+	var out []egress.Rule
+	for _, ep := range eps {
+		if ep.host == "" || strings.HasPrefix(ep.host, "/") { // a Unix socket
+			continue
+		}
+		addrs := []netip.Addr{}
+		if a, err := netip.ParseAddr(ep.host); err == nil {
+			addrs = append(addrs, a)
+		} else {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			addrs, err = net.DefaultResolver.LookupNetIP(rctx, "ip", ep.host)
+			cancel()
+			if err != nil {
+				log.Warn("cannot resolve one of the farm's own endpoints to keep jobs from it", zap.String("host", ep.host), zap.Error(err))
+				continue
+			}
+		}
+		for _, a := range addrs {
+			a = a.Unmap()
+			out = append(out, egress.Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Port: ep.port})
+		}
+	}
+	return out
 }
 
 // listenRules are the destinations a listen address answers on: its IP and
@@ -276,6 +360,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue"), ResultLimits: o.limits})
 
 	cfg := o.consumerConfig(q, log)
+	cfg.Egress.Deny = append(cfg.Egress.Deny, o.endpointRules(ctx, log)...)
 	if cfg.Blobs, err = o.blobs.open(ctx); err != nil {
 		return err
 	}

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 )
 
 // TestProducerBeyondLoopbackNeedsAReadToken: a producer that would serve
@@ -40,5 +43,38 @@ func TestConsumerEgressFlags(t *testing.T) {
 	}
 	if rules := listenRules("0.0.0.0:8080"); len(rules) == 0 || !rules[0].Matches(netip.MustParseAddrPort(rules[0].Prefix.Addr().String()+":8080")) {
 		t.Errorf("listenRules(0.0.0.0:8080) = %v, want the machine's addresses on port 8080", rules)
+	}
+}
+
+// TestEgressRefusesTheFarmsOwnEndpoints: the node's public addresses on
+// every port, and its database and producer at their ports (even inside a
+// network --allow-destination opens), are refused to jobs.
+func TestEgressRefusesTheFarmsOwnEndpoints(t *testing.T) {
+	self := publicSelfRules([]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.9"),
+		netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr("2001:db8::9"), netip.MustParseAddr("::ffff:198.51.100.9")})
+	if len(self) != 3 {
+		t.Fatalf("publicSelfRules = %v, want the three public addresses", self)
+	}
+	o := consumerOptions{allow: "10.0.0.0/8",
+		db:      dbOptions{url: "postgres://farm@10.0.0.7:6432,127.0.0.1:5432/farm"},
+		wakeURL: "http://203.0.113.4:8080"}
+	p, err := o.egressPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Deny = append(append(p.Deny, self...), o.endpointRules(context.Background(), zap.NewNop())...)
+	for addr, want := range map[string]bool{
+		"10.0.0.7:6432": false, "10.0.0.7:80": true, "127.0.0.1:5432": false, "203.0.113.4:8080": false,
+		"203.0.113.4:443": true, "203.0.113.9:22": false, "[2001:db8::9]:5432": false, "198.51.100.9:9100": false,
+		"93.184.216.34:443": true,
+	} {
+		if got := p.Allowed(netip.MustParseAddrPort(addr)); got != want {
+			t.Errorf("%s allowed = %v, want %v", addr, got, want)
+		}
+	}
+	// A database on a Unix socket has no address to refuse.
+	sock := consumerOptions{db: dbOptions{url: "postgres:///farm?host=/run/postgresql"}}
+	if rules := sock.endpointRules(context.Background(), zap.NewNop()); len(rules) != 0 {
+		t.Errorf("endpointRules for a Unix socket = %v, want none", rules)
 	}
 }
