@@ -306,17 +306,7 @@ func TestTunnelEndsWhenOneSideIsDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Listen("127.0.0.1:0", Config{Policy: Policy{Allow: []Rule{rule}}, CloseGrace: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-served
-	}()
+	p := serveProxy(t, Config{Policy: Policy{Allow: []Rule{rule}}, CloseGrace: 50 * time.Millisecond})
 	open := func() int {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -324,14 +314,9 @@ func TestTunnelEndsWhenOneSideIsDone(t *testing.T) {
 	}
 	const tunnels = 20
 	for range tunnels {
-		c, err := net.Dial("tcp", p.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", ln.Addr(), ln.Addr())
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("CONNECT: %v %v", resp, err)
+		c, resp := connectThrough(t, p, ln.Addr().String())
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %s", resp.Status)
 		}
 		c.Close()
 	}
@@ -341,29 +326,44 @@ func TestTunnelEndsWhenOneSideIsDone(t *testing.T) {
 // TestProxyRefusesItself: under a policy that allows loopback, a page still
 // cannot tunnel through the proxy to the proxy again.
 func TestProxyRefusesItself(t *testing.T) {
-	p, err := Listen("127.0.0.1:0", Config{Policy: Policy{Allow: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.0/8")}}}})
+	p := serveProxy(t, Config{Policy: Policy{Allow: []Rule{{Prefix: netip.MustParsePrefix("127.0.0.0/8")}}}})
+	c, resp := connectThrough(t, p, p.Addr())
+	c.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(RefusedHeader) != p.Addr() {
+		t.Errorf("CONNECT to the proxy itself: %s, refused %q; want 403 naming %s", resp.Status, resp.Header.Get(RefusedHeader), p.Addr())
+	}
+}
+
+// serveProxy listens on loopback with cfg and serves until the test ends.
+func serveProxy(t *testing.T, cfg Config) *Proxy {
+	t.Helper()
+	p, err := Listen("127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- p.Serve(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		<-served
-	}()
+	})
+	return p
+}
+
+// connectThrough sends CONNECT target to p and returns the connection and
+// the proxy's answer (its body, if any, unread).
+func connectThrough(t *testing.T, p *Proxy, target string) (net.Conn, *http.Response) {
+	t.Helper()
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", p.Addr(), p.Addr())
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatal(err)
+		c.Close()
+		t.Fatalf("CONNECT %s: %v", target, err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(RefusedHeader) != p.Addr() {
-		t.Errorf("CONNECT to the proxy itself: %s, refused %q; want 403 naming %s", resp.Status, resp.Header.Get(RefusedHeader), p.Addr())
-	}
+	return c, resp
 }

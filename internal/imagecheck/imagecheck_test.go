@@ -120,21 +120,8 @@ func TestImageRendersJob(t *testing.T) {
 			}
 		}
 	}
-	// The respawn parent logs each recycle; every one had its successor
-	// booted ahead.
-	var handoffs, recycled int
-	for _, l := range strings.Split(logs(), "\n") {
-		if strings.Contains(l, "child recycled; restarting") {
-			recycled++
-			if strings.Contains(l, `"successor_standing_by":true`) {
-				handoffs++
-			}
-		}
-	}
-	if recycled != recycles || handoffs != recycles {
-		t.Errorf("%d process recycles, %d with a successor standing by; want %d of each\n%s", recycled, handoffs, recycles, logs())
-	}
-	t.Logf("%d jobs across %d process recycles, each successor standing by", jobs, recycled)
+	checkHandoffs(t, logs(), recycles)
+	t.Logf("%d jobs across %d process recycles, each successor standing by", jobs, recycles)
 	res, err := q.GetResult(ctx, ids[0])
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +160,24 @@ func TestImageRendersJob(t *testing.T) {
 	n, err := q.GetNode(ctx, node)
 	if err != nil || n.State != jobqueue.NodeExited {
 		t.Errorf("node after SIGTERM: %+v, %v; want exited", n, err)
+	}
+}
+
+// checkHandoffs wants the respawn parent's log to show n process recycles,
+// each with its successor booted ahead and standing by.
+func checkHandoffs(t *testing.T, logs string, n int) {
+	t.Helper()
+	var handoffs, recycled int
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "child recycled; restarting") {
+			recycled++
+			if strings.Contains(l, `"successor_standing_by":true`) {
+				handoffs++
+			}
+		}
+	}
+	if recycled != n || handoffs != n {
+		t.Errorf("%d process recycles, %d with a successor standing by; want %d of each\n%s", recycled, handoffs, n, logs)
 	}
 }
 
