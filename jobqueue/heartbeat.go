@@ -70,14 +70,15 @@ func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load No
 	// lifetime counters, which a completion bumps after locking its jobs.
 	// Bumping the counters before renewing deadlocked against completions
 	// whenever a heartbeat carried a Chrome recycle.
-	b := &pgx.Batch{}
-	b.Queue(heartbeatLockSQL, nodeID, inc)
-	b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
-	b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
-		load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
-		load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
-	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+	err := q.sendBatch(ctx, "heartbeat", func(b *pgx.Batch) {
+		b.Queue(heartbeatLockSQL, nodeID, inc)
+		b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
+		b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
+			load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
+			load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
+	})
+	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
 				return "", fmt.Errorf("heartbeat: %w", ferr)

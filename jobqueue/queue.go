@@ -312,12 +312,23 @@ func (q *Queue) claim(ctx context.Context, nodeID string, inc int64, n int) ([]J
 	return jobs, nil
 }
 
+// renewSQL locks the jobs it renews in id order first, the order
+// CompleteMany locks them in: an UPDATE alone would lock them in the order
+// its scan meets them, and a heartbeat and a completion of the same jobs
+// could then deadlock.
 const renewSQL = `
+WITH locked AS (
+    SELECT j.id FROM jobs j
+    WHERE j.node_id = $1 AND j.state = 'processing'
+      AND ($5::bigint[] IS NULL OR j.id = ANY($5::bigint[]))
+      AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining')
+                  AND ($4::bigint = 0 OR n.incarnation = $4::bigint))
+    ORDER BY j.id
+    FOR NO KEY UPDATE OF j
+)
 UPDATE jobs j SET lease_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
-WHERE j.node_id = $1 AND j.state = 'processing'
-  AND ($5::bigint[] IS NULL OR j.id = ANY($5::bigint[]))
-  AND EXISTS (SELECT 1 FROM nodes n WHERE n.id = $1 AND n.state IN ('active', 'draining')
-              AND ($4::bigint = 0 OR n.incarnation = $4::bigint))`
+FROM locked l
+WHERE j.id = l.id AND j.state = 'processing' AND j.node_id = $1`
 
 // failSQL ends the attempt of a job processing on the node: pending again
 // after a backoff while attempts remain and the error is retriable, else
