@@ -466,7 +466,7 @@ func jsonbSafe(b []byte) []byte {
 // good — its HTTP status, final URL, title, console errors and timings, not
 // its data, HTML or screenshot — as the job's result, so that a failed job
 // still says what the site answered. It does nothing unless the job is
-// failed; a later completion (after Retry) replaces it.
+// failed, and failed on nodeID; a later completion (after Retry) replaces it.
 func (q *Queue) SaveFailedResult(ctx context.Context, jobID int64, nodeID string, r Result) error {
 	r = Result{FinalURL: r.FinalURL, Status: r.Status, Title: r.Title, ConsoleErrors: r.ConsoleErrors, Timings: r.Timings}
 	var a completeArgs
@@ -476,7 +476,9 @@ func (q *Queue) SaveFailedResult(ctx context.Context, jobID int64, nodeID string
 	_, err := q.pool.Exec(ctx, `
         INSERT INTO results (job_id, node_id, final_url, status, title, console_errors, timings, created_at)
         SELECT j.id, $2, $3, $4, $5, $6::jsonb, $7::jsonb, coalesce($8::timestamptz, now())
-        FROM jobs j WHERE j.id = $1 AND j.state = 'failed'
+        -- Only the node that failed it: a late call of another node's (one
+        -- that ran an earlier attempt) must not replace its answer.
+        FROM jobs j WHERE j.id = $1 AND j.state = 'failed' AND j.node_id = $2
         -- Held until the result is in: retention cannot delete the job
         -- under it (results has no foreign key to do it).
         FOR KEY SHARE OF j

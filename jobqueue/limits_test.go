@@ -158,6 +158,10 @@ func TestSaveFailedResult(t *testing.T) {
 		Data: json.RawMessage(`{"x":1}`)}); err != nil {
 		t.Fatal(err)
 	}
+	// A late call from a node that did not fail it changes nothing.
+	if err := q.SaveFailedResult(ctx, ids[0], "n2", Result{Status: 503, Title: "late"}); err != nil {
+		t.Fatal(err)
+	}
 	r, err := q.GetResult(ctx, ids[0])
 	if err != nil || r.Status != 404 || r.Title != "Not Found" || r.Data != nil {
 		t.Fatalf("failed job's result %+v, %v; want status 404 without data", r, err)
