@@ -151,7 +151,7 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 	}
 	var next time.Time
 	s.retiring = slices.DeleteFunc(s.retiring, func(c *chrome) bool {
-		deadline := c.retiredAt.Add(s.cfg.DrainTimeout)
+		deadline := c.drainDeadline(s.cfg.DrainTimeout)
 		switch {
 		case c.inflight <= 0:
 			kills = append(kills, killOrder{c, c.retireReason, browser.ClassCanceled})

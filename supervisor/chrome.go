@@ -97,6 +97,9 @@ type chrome struct {
 	healthFails  int
 	retiredAt    time.Time
 	retireReason string
+	// jobsDue is the latest deadline of a render started on this Chrome:
+	// its drain waits for that, then DrainTimeout more (drainDeadline).
+	jobsDue time.Time
 	// idle holds sessions between jobs. A session prepares its next fresh
 	// tab while idle, so reusing it, instead of opening one per job, saves
 	// a tab and browser context per job (about a third of the CPU of a
@@ -116,6 +119,20 @@ func (c *chrome) retireSessionsLocked() {
 	for _, sess := range c.idle {
 		sess.Retire()
 	}
+}
+
+// drainDeadline is when a retiring c is killed with jobs still in flight:
+// DrainTimeout after it retired, or after the latest deadline of a render
+// started on it if that is later. A job may run for its own timeout
+// (timeout_ms, up to minutes) whatever its Chrome's recycling: measured
+// from the retirement alone, a job longer than DrainTimeout that started
+// shortly before it would be killed on every attempt.
+func (c *chrome) drainDeadline(drainTimeout time.Duration) time.Time {
+	base := c.retiredAt
+	if c.jobsDue.After(base) {
+		base = c.jobsDue
+	}
+	return base.Add(drainTimeout)
 }
 
 // lost returns the retriable error sessions on c fail with once the

@@ -89,9 +89,10 @@ type Config struct {
 	HealthFailures int
 
 	// DrainTimeout bounds how long a retiring Chrome waits for its in-flight
-	// sessions, on top of their own job timeouts; past it the Chrome is
-	// killed and those sessions fail as retriable. 0: the default, 2m. Off:
-	// wait without bound.
+	// sessions, on top of their own job timeouts (counted from the later of
+	// its retirement and the latest deadline of a render started on it);
+	// past it the Chrome is killed and those sessions fail as retriable.
+	// 0: the default, 2m. Off: wait without bound.
 	DrainTimeout time.Duration
 
 	// BootBackoff is the pause after a failed Chrome boot, doubled after

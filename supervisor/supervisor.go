@@ -389,6 +389,13 @@ func (sl *Slot) Render(ctx context.Context, req browser.Request) (*browser.Resul
 	if be := c.lost(); be != nil {
 		return nil, be
 	}
+	if due, ok := ctx.Deadline(); ok {
+		sl.s.mu.Lock()
+		if due.After(c.jobsDue) {
+			c.jobsDue = due
+		}
+		sl.s.mu.Unlock()
+	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })

@@ -360,6 +360,72 @@ func TestDrainTimeout(t *testing.T) {
 	}
 }
 
+// TestDrainWaitsForTheJobsOwnDeadline: a retiring Chrome's drain is
+// DrainTimeout past the latest deadline of a render started on it, not past
+// its retirement: a job may run for its own timeout whatever the recycling.
+func TestDrainWaitsForTheJobsOwnDeadline(t *testing.T) {
+	fleet := &fakeFleet{}
+	g := newGate()
+	fleet.setRender(g.render)
+	cfg := testConfig()
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead, cfg.DrainTimeout = 1, Off, Off, 20*time.Millisecond
+	h := start(t, cfg, fleet)
+	sl := h.acquire()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sl.Render(ctx, browser.Request{URL: "http://127.0.0.1/long"})
+		sl.Release()
+		errc <- err
+	}()
+	c1 := g.waitStarted(t)
+	testutil.Eventually(t, time.Minute, "chrome retired", func() bool { return h.logs.FilterMessage("chrome retired").Len() == 1 })
+	jobDue, _ := ctx.Deadline()
+	h.s.mu.Lock()
+	due := sl.c.drainDeadline(cfg.DrainTimeout)
+	h.s.mu.Unlock()
+	if !due.Equal(jobDue.Add(cfg.DrainTimeout)) {
+		t.Fatalf("drain deadline %v, want the job's own deadline plus DrainTimeout (%v)", due, jobDue.Add(cfg.DrainTimeout))
+	}
+	// Well past DrainTimeout from the retirement, the job still runs.
+	retired := time.Now()
+	testutil.Eventually(t, time.Minute, "ten drain timeouts gone by", func() bool { return time.Since(retired) > 10*cfg.DrainTimeout })
+	select {
+	case err := <-errc:
+		t.Fatalf("the job ended before its own deadline: %v", err)
+	default:
+	}
+	g.finish(t, c1)
+	if err := recv(t, errc); err != nil {
+		t.Fatalf("a job within its own deadline failed: %v", err)
+	}
+	testutil.Eventually(t, time.Minute, "chrome killed once drained", c1.killed)
+	if st := h.s.Stats(); st.DrainTimeouts != 0 {
+		t.Fatalf("stats: %+v, want no drain timeout", st)
+	}
+}
+
+// TestChromeDrainDeadline: DrainTimeout counts from the later of the
+// retirement and the latest render deadline.
+func TestChromeDrainDeadline(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		jobsDue time.Time
+		want    time.Time
+	}{
+		{"no deadline", time.Time{}, at.Add(2 * time.Minute)},
+		{"a job due later", at.Add(5 * time.Minute), at.Add(7 * time.Minute)},
+		{"a job due before the retirement", at.Add(-time.Minute), at.Add(2 * time.Minute)},
+	} {
+		c := &chrome{retiredAt: at, jobsDue: tc.jobsDue}
+		if got := c.drainDeadline(2 * time.Minute); !got.Equal(tc.want) {
+			t.Errorf("%s: drainDeadline = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestDrain is the SIGTERM path: no new slots, in-flight jobs finish, then
 // every Chrome is killed.
 func TestDrain(t *testing.T) {
