@@ -39,6 +39,12 @@ type Consumer struct {
 
 	jobDone     chan struct{} // a job released its slot or ended; capacity 1
 	completions chan completion
+	// reports bounds recording outcomes (blob uploads, completions,
+	// failures): not Run's context, since an outcome is worth recording
+	// during a drain, but canceled drainReportGrace after a drain timed
+	// out, so that a slow database or blob store cannot hold the exit.
+	reports     context.Context
+	stopReports context.CancelFunc
 	busyChanged chan struct{} // the number of held jobs changed; capacity 1
 
 	mu            sync.Mutex
@@ -94,6 +100,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 
 // newConsumer assembles a Consumer of checked cfg over q and sup.
 func newConsumer(cfg ConsumerConfig, q consumerQueue, sup *supervisor.Supervisor, log *zap.Logger) *Consumer {
+	reports, stopReports := context.WithCancel(context.Background())
 	return &Consumer{
 		cfg:         cfg,
 		q:           q,
@@ -102,6 +109,8 @@ func newConsumer(cfg ConsumerConfig, q consumerQueue, sup *supervisor.Supervisor
 		node:        cfg.NodeID,
 		jobDone:     make(chan struct{}, 1),
 		completions: make(chan completion),
+		reports:     reports,
+		stopReports: stopReports,
 		busyChanged: make(chan struct{}, 1),
 		fenced:      make(chan struct{}),
 		live:        map[int64]struct{}{},
@@ -203,6 +212,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	// The supervisor, the renders and the completer outlive ctx on purpose:
 	// they are stopped in order during the drain.
 	base := context.WithoutCancel(ctx)
+	defer c.stopReports()
 	// The egress proxy outlives the supervisor: Chrome needs it until it is
 	// killed.
 	egressCtx, stopEgress := context.WithCancel(base)
@@ -339,7 +349,12 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			zap.Duration("drain_timeout", c.cfg.DrainTimeout), zap.Int("in_flight", c.Stats().Held))
 		cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true,
 			Err: errors.New("node stopping: drain timeout")})
+		// The renders end at once; what they still have to record gets
+		// drainReportGrace. An outcome not recorded then is left to the
+		// exit below, which hands its job back.
+		t := time.AfterFunc(drainReportGrace, c.stopReports)
 		jobs.Wait()
+		t.Stop()
 	}
 	stopCompleter()
 	completerWG.Wait()

@@ -219,6 +219,9 @@ const (
 	// reportTimeout bounds the attempts to record one job's outcome; past it
 	// the job's lease runs out and the producer hands it out again.
 	reportTimeout = time.Minute
+	// drainReportGrace is how long a drain that timed out still lets the
+	// jobs record their outcomes (blob uploads, completions, failures).
+	drainReportGrace = 10 * time.Second
 	// shutdownTimeout bounds each database call made after Run's context ended.
 	shutdownTimeout = 15 * time.Second
 	// maxCompleteBatch bounds one CompleteMany.

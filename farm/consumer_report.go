@@ -24,8 +24,9 @@ type completion struct {
 func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger, res *browser.Result, took time.Duration) {
 	rec := ResultRecord(res)
 	if c.cfg.Blobs != nil {
-		// Not tied to Run's context: a render finished during a drain is kept.
-		if err := blobstore.Offload(context.WithoutCancel(ctx), c.cfg.Blobs, j.ID, &rec); err != nil {
+		// Not tied to Run's context: a render finished during a drain is
+		// kept (c.reports).
+		if err := blobstore.Offload(c.reports, c.cfg.Blobs, j.ID, &rec); err != nil {
 			c.fail(j, log, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}, took)
 			return
 		}
@@ -79,7 +80,7 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 	// logged must not show their credentials.
 	text := jobqueue.RedactText(rerr.Error(), j.Spec.Secrets()...)
 	var st jobqueue.State
-	err := retryReport(c.log, func(ctx context.Context) error {
+	err := retryReport(c.reports, c.log, func(ctx context.Context) error {
 		var err error
 		st, err = c.inc.Fail(ctx, j.ID, text, class, retriable)
 		return err
@@ -90,7 +91,7 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 	if err == nil && st == jobqueue.StateFailed && res != nil {
 		rec := ResultRecord(res)
 		rec.FinalURL = jobqueue.RedactText(rec.FinalURL, j.Spec.Secrets()...)
-		if serr := retryReport(c.log, func(ctx context.Context) error {
+		if serr := retryReport(c.reports, c.log, func(ctx context.Context) error {
 			return c.q.SaveFailedResult(ctx, j.ID, c.node, rec)
 		}); serr != nil {
 			log.Warn("cannot keep the failed job's answer", zap.Error(serr))
@@ -113,10 +114,11 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 }
 
 // retryReport runs a database write until it succeeds, fails for a reason
-// that retrying cannot change, or reportTimeout passes. The write is not
-// tied to Run's context: an outcome is worth recording during a drain.
-func retryReport(log *zap.Logger, f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), reportTimeout)
+// that retrying cannot change, reportTimeout passes or base ends. base is
+// Consumer.reports, not Run's context: an outcome is worth recording during
+// a drain.
+func retryReport(base context.Context, log *zap.Logger, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(base, reportTimeout)
 	defer cancel()
 	pause := 100 * time.Millisecond
 	for {
@@ -160,7 +162,7 @@ func (c *Consumer) completer(ctx context.Context) {
 			items[i] = x.c
 		}
 		var outcomes []jobqueue.CompleteOutcome
-		err := retryReport(c.log, func(ctx context.Context) error {
+		err := retryReport(c.reports, c.log, func(ctx context.Context) error {
 			var err error
 			outcomes, err = c.q.CompleteMany(ctx, items)
 			return err
