@@ -338,7 +338,7 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 			zap.Error(c.fenceCause), zap.Int("in_flight_abandoned", c.Stats().Held))
 		cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: c.fenceCause})
 	} else {
-		c.handBack(base, reason)
+		c.handBack(reason)
 	}
 
 	// After an exit-after-jobs stop nobody asked the node to hurry: the
@@ -411,15 +411,22 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 // handBack marks the node draining and hands its unstarted jobs back to
 // the queue, so the producer gives them to other nodes while this one
 // finishes what runs. A refusal because the id was taken fences the node.
-func (c *Consumer) handBack(base context.Context, reason stopReason) {
-	dctx, cancel := context.WithTimeout(base, shutdownTimeout)
-	defer cancel()
-	if _, err := c.inc.SetState(dctx, jobqueue.NodeDraining, ""); err != nil {
+func (c *Consumer) handBack(reason stopReason) {
+	// Retried like an outcome: a node left active by one failed call keeps
+	// getting jobs it will not claim, until its exit.
+	if err := retryReport(c.reports, c.log, func(ctx context.Context) error {
+		_, err := c.inc.SetState(ctx, jobqueue.NodeDraining, "")
+		return err
+	}); err != nil {
 		c.noteFenced(err)
 		c.log.Warn("cannot mark the node draining", zap.Error(err))
 	}
-	released, err := c.inc.Release(dctx)
-	if err != nil {
+	var released int64
+	if err := retryReport(c.reports, c.log, func(ctx context.Context) error {
+		var err error
+		released, err = c.inc.Release(ctx)
+		return err
+	}); err != nil {
 		c.noteFenced(err)
 		c.log.Warn("cannot release the unstarted jobs", zap.Error(err))
 	}

@@ -20,8 +20,12 @@ import (
 func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{}, jobsCtx context.Context, jobs *sync.WaitGroup) stopReason {
 	// Jobs assigned before the LISTEN took effect are found by the first
 	// claim, made once listening, so none waits for the poll.
+	// A listener that never becomes ready (LISTEN refused, the producer
+	// unreachable) leaves the node to its poll, not idle.
 	select {
 	case <-l.ready:
+	case <-time.After(c.cfg.PollInterval):
+		c.log.Warn("no wake-ups yet; looking for work every poll interval meanwhile", zap.Duration("poll_interval", c.cfg.PollInterval))
 	case <-ctx.Done():
 		return stopSignal
 	case <-supExited:
@@ -44,7 +48,13 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 			return stopExitDue
 		}
 		if free > 0 {
-			claimed, err := c.inc.Claim(ctx, free)
+			// Not canceled by a stop: the server may commit a claim whose
+			// client gave up, leaving jobs processing that nobody runs until
+			// their lease runs out, each charged an attempt it never had.
+			// A claim that returns is started; the stop is seen next turn.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+			claimed, err := c.inc.Claim(cctx, free)
+			cancel()
 			switch {
 			case errors.Is(err, jobqueue.ErrFenced):
 				c.noteFenced(err)

@@ -18,19 +18,20 @@ type fakeQueue struct {
 	mu sync.Mutex
 
 	// scripted answers
-	jobs       []jobqueue.Job        // handed out by Claim, in order
-	perClaim   int                   // at most this many jobs per Claim; 0: no limit
-	claimErr   error                 // Claim's error, when set
-	complete   map[int64]error       // each job's CompleteMany outcome
-	manyErrs   []error               // CompleteMany's call errors, one per call, then nil
-	failState  jobqueue.State        // what Fail answers
-	failErr    error                 // Fail's error
-	beatErr    error                 // HeartbeatLive's error
-	releaseErr error                 // Release's error
-	stateErr   error                 // SetState's error
-	register   []registerAnswer      // Register's answers, one per call
-	limits     jobqueue.ResultLimits // ResultLimits
-	saveErr    error                 // SaveFailedResult's error
+	jobs         []jobqueue.Job  // handed out by Claim, in order
+	perClaim     int             // at most this many jobs per Claim; 0: no limit
+	claimErr     error           // Claim's error, when set
+	complete     map[int64]error // each job's CompleteMany outcome
+	manyErrs     []error         // CompleteMany's call errors, one per call, then nil
+	failState    jobqueue.State  // what Fail answers
+	failErr      error           // Fail's error
+	beatErr      error           // HeartbeatLive's error
+	releaseErr   error           // Release's error, for its first releaseFails calls (0: every call)
+	releaseFails int
+	stateErr     error                 // SetState's error
+	register     []registerAnswer      // Register's answers, one per call
+	limits       jobqueue.ResultLimits // ResultLimits
+	saveErr      error                 // SaveFailedResult's error
 
 	// recorded calls
 	claims     []int
@@ -141,6 +142,9 @@ func (f *fakeQueue) Release(context.Context) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.released++
+	if f.releaseFails > 0 && f.released > f.releaseFails {
+		return int64(len(f.jobs)), nil
+	}
 	return int64(len(f.jobs)), f.releaseErr
 }
 

@@ -40,13 +40,26 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 	// again. Stopping waits for it (bounded by the timeout).
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.cfg.HeartbeatInterval, 5*time.Second))
 	defer cancel()
-	_, err := c.inc.HeartbeatLive(hctx, load, c.liveJobs())
+	st, err := c.inc.HeartbeatLive(hctx, load, c.liveJobs())
 	c.mu.Lock()
 	c.beatErr = err
 	if err == nil {
 		c.lastBeat = time.Now()
 	}
+	stopping := c.stopping
 	c.mu.Unlock()
+	if err == nil && stopping && st == jobqueue.NodeActive {
+		// Declared lost while draining (its heartbeats failed for a while),
+		// the node was made active again by this one: it would get jobs it
+		// no longer claims. Draining again, they go back.
+		c.log.Warn("the draining node was made active again after being declared lost; draining it again")
+		if _, err := c.inc.SetState(hctx, jobqueue.NodeDraining, ""); err != nil {
+			c.noteFenced(err)
+			c.log.Warn("cannot mark the node draining", zap.Error(err))
+		} else if _, err := c.inc.Release(hctx); err != nil {
+			c.log.Warn("cannot release the unstarted jobs", zap.Error(err))
+		}
+	}
 	if errors.Is(err, jobqueue.ErrFenced) {
 		c.noteFenced(err)
 		return

@@ -269,22 +269,24 @@ func TestUnitClaimable(t *testing.T) {
 
 func TestUnitHandBack(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		releaseErr error
-		wantFenced bool
+		name         string
+		releaseErr   error
+		releaseFails int
+		wantReleases int
+		wantFenced   bool
 	}{
-		{name: "released"},
+		{name: "released", wantReleases: 1},
 		{name: "release refused: fenced", releaseErr: &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2},
-			wantFenced: true},
-		{name: "release failed: not fenced", releaseErr: errors.New("connection reset")},
+			wantReleases: 1, wantFenced: true},
+		{name: "release failed once: retried", releaseErr: errors.New("connection reset"), releaseFails: 1, wantReleases: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fq := &fakeQueue{releaseErr: tc.releaseErr, jobs: fakeJobs(2)}
+			fq := &fakeQueue{releaseErr: tc.releaseErr, releaseFails: tc.releaseFails, jobs: fakeJobs(2)}
 			c := fakeConsumer(t, fq, 6, Off)
-			c.handBack(context.Background(), stopSignal)
+			c.handBack(stopSignal)
 			got := fq.snapshot()
-			if !slices.Equal(got.states, []jobqueue.NodeState{jobqueue.NodeDraining}) || got.released != 1 {
-				t.Errorf("states %v, released %d times; want draining, then one release", got.states, got.released)
+			if !slices.Equal(got.states, []jobqueue.NodeState{jobqueue.NodeDraining}) || got.released != tc.wantReleases {
+				t.Errorf("states %v, released %d times; want draining, then %d releases", got.states, got.released, tc.wantReleases)
 			}
 			if c.isFenced() != tc.wantFenced {
 				t.Errorf("fenced = %v, want %v", c.isFenced(), tc.wantFenced)
