@@ -31,6 +31,7 @@ type isoState struct {
 	ServiceWorkers int      `json:"service_workers"`
 	Geolocation    string   `json:"geolocation"`
 	History        int      `json:"history"`
+	WindowName     string   `json:"window_name"`
 }
 
 // empty reports whether the state holds nothing a job left.
@@ -38,7 +39,7 @@ type isoState struct {
 // a count of 1 means the answer came from A's HTTP cache.
 func (s isoState) empty() bool {
 	return s.HTTPCacheCount > 1 && len(s.ServerCookies) == 0 && s.ScriptCookies == "" && len(s.Local) == 0 && len(s.Session) == 0 &&
-		len(s.IndexedDB) == 0 && len(s.Caches) == 0 && s.ServiceWorkers == 0 && s.Geolocation == "prompt"
+		len(s.IndexedDB) == 0 && len(s.Caches) == 0 && s.ServiceWorkers == 0 && s.Geolocation == "prompt" && s.WindowName == ""
 }
 
 // readState renders an /isolation/get URL on the session and returns the
@@ -112,7 +113,7 @@ func TestIsolationModes(t *testing.T) {
 				switch iso {
 				case IsolationShared:
 					want := isoState{HTTPCacheCount: 1, ServerCookies: []string{"ho", "js"}, ScriptCookies: "js=1", Local: []string{"ls"}, Session: []string{"ss"},
-						IndexedDB: []string{"bfdb"}, Caches: []string{"bfcache"}, ServiceWorkers: 1, Geolocation: "granted"}
+						IndexedDB: []string{"bfdb"}, Caches: []string{"bfcache"}, ServiceWorkers: 1, Geolocation: "granted", WindowName: "bf-name"}
 					if !sw {
 						want.ServiceWorkers = 0
 					}
@@ -127,6 +128,14 @@ func TestIsolationModes(t *testing.T) {
 					if same.History > 2 {
 						t.Errorf("%s: history.length %d: job A's pages are reachable with history.back()", iso, same.History)
 					}
+				}
+				if iso == IsolationShared {
+					// The shared tab keeps window.name across sites, as a
+					// browser tab does (README: what crosses in shared).
+					if otherHost.WindowName != "bf-name" {
+						t.Errorf("shared, other host: window.name %q, want job A's (the tab's)", otherHost.WindowName)
+					}
+					otherHost.WindowName = ""
 				}
 				if !otherHost.empty() {
 					t.Errorf("%s, other host sees job A's state: %+v", iso, otherHost)
@@ -177,7 +186,7 @@ func TestWipeAfterUnloadHandlers(t *testing.T) {
 					t.Fatal(err)
 				}
 				st := readState(t, s, e.url("/isolation/get"), iso)
-				if len(st.ServerCookies) > 0 || st.ScriptCookies != "" || len(st.Local) > 0 || len(st.Session) > 0 {
+				if len(st.ServerCookies) > 0 || st.ScriptCookies != "" || len(st.Local) > 0 || len(st.Session) > 0 || st.WindowName != "" {
 					t.Errorf("%s, pair %d: the next job sees what the page wrote as it was left: %+v", iso, i, st)
 				}
 			}
@@ -354,7 +363,8 @@ func preparedTab(t *testing.T, s *Session) *tab {
 func equalState(a, b isoState) bool {
 	return a.HTTPCacheCount == b.HTTPCacheCount && slices.Equal(a.ServerCookies, b.ServerCookies) && a.ScriptCookies == b.ScriptCookies &&
 		slices.Equal(a.Local, b.Local) && slices.Equal(a.Session, b.Session) && slices.Equal(a.IndexedDB, b.IndexedDB) &&
-		slices.Equal(a.Caches, b.Caches) && a.ServiceWorkers == b.ServiceWorkers && a.Geolocation == b.Geolocation
+		slices.Equal(a.Caches, b.Caches) && a.ServiceWorkers == b.ServiceWorkers && a.Geolocation == b.Geolocation &&
+		a.WindowName == b.WindowName
 }
 
 func resData(res *Result) string {

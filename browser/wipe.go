@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/cdproto/domstorage"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/storage"
 )
 
@@ -205,6 +206,18 @@ func (t *tab) wipe(ctx context.Context) error {
 			// history.back().
 			_, err := cdp.Call(ctx, t.t, page.ResetNavigationHistory, cdp.Empty{})
 			return wrapStep("Page.resetNavigationHistory", err)
+		},
+		func() error {
+			// window.name belongs to the tab, not to a document or an
+			// origin: it outlives navigations, to about:blank and on to
+			// the next job's page, whatever its site. Reset in
+			// about:blank once committed, after the handlers of leaving
+			// (which may set it too).
+			r, err := cdp.Call(ctx, t.t, runtime.Evaluate, runtime.EvaluateParams{Expression: "window.name = ''"})
+			if err == nil && r.ExceptionDetails != nil {
+				err = errors.New(r.ExceptionDetails.Text)
+			}
+			return wrapStep("resetting window.name", err)
 		},
 	}
 	for _, o := range origins {

@@ -39,7 +39,7 @@ func (s *site) isolationCached(w http.ResponseWriter, r *http.Request) {
 }
 
 // isolationSet sets an HttpOnly cookie (in its response) and, from its
-// script, a cookie, localStorage, sessionStorage, an IndexedDB database, a
+// script, a cookie, window.name, localStorage, sessionStorage, an IndexedDB database, a
 // Cache Storage entry, an HTTP cache entry (/isolation/cached/{key}) and,
 // unless ?sw=0, a service worker; #ready appears when all are in place.
 func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
@@ -48,6 +48,7 @@ func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
 <script>
 (async () => {
   document.cookie = 'js=1; path=/; max-age=3600';
+  window.name = 'bf-name';
   localStorage.setItem('ls', '1');
   sessionStorage.setItem('ss', '1');
   await new Promise((ok, fail) => {
@@ -82,6 +83,7 @@ window.addEventListener('pagehide', () => { const until = performance.now() + 30
 for (const ev of ['pagehide', 'visibilitychange', 'unload']) {
   window.addEventListener(ev, () => {
     document.cookie = 'left_' + ev + '=1; path=/; max-age=3600';
+    window.name = 'left_' + ev;
     if (window.cookieStore) cookieStore.set({name: 'left_store_' + ev, value: '1', path: '/', expires: Date.now() + 3600e3});
     localStorage.setItem('left_' + ev, '1');
     sessionStorage.setItem('left_' + ev, '1');
@@ -158,6 +160,7 @@ window.__state = (async () => {
     controlled: !!navigator.serviceWorker.controller,
     geolocation: perm,
     history: history.length,
+    window_name: window.name,
   };
   const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'got'; document.body.appendChild(d);
   return st;
