@@ -494,3 +494,36 @@ func TestRetiredSessionSkipsTheWipe(t *testing.T) {
 		}
 	}
 }
+
+// TestWipeClearsPartitionedStorage: a frame of another site stores under a
+// key partitioned by the top page's site (local storage, IndexedDB, Cache
+// Storage), which clearing the frame's origin does not reach. The next job
+// embedding the same frame finds nothing, and the context is kept.
+func TestWipeClearsPartitionedStorage(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	top, frame := e.site.URL, withHost(t, e.site.URL, "localhost")
+	embed := func(src string) string { return top + "/isolation/embed?src=" + url.QueryEscape(src) }
+	if _, err := s.Render(ctx, Request{URL: top + "/page/1", Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := preparedTab(t, s)
+	res, err := s.Render(ctx, Request{URL: embed(frame + "/isolation/set?sw=0&key=partitioned"), Wait: Wait{Selector: "#ready"},
+		Extract: "document.getElementById('ready').textContent"})
+	if err != nil || string(res.Data) != `"set"` {
+		t.Fatalf("job A: %v, %s", err, resData(res))
+	}
+	if preparedTab(t, s) != before {
+		t.Errorf("a page with another site's frame cost its context; want it wiped and reused")
+	}
+	res, err = s.Render(ctx, Request{URL: embed(frame + "/isolation/get"), Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st isoState
+	unmarshal(t, res.Data, &st)
+	if len(st.Local) > 0 || len(st.IndexedDB) > 0 || len(st.Caches) > 0 || len(st.Session) > 0 || st.ScriptCookies != "" {
+		t.Errorf("the next job's frame of the same site sees job A's frame's state: %+v", st)
+	}
+}

@@ -47,6 +47,12 @@ type tab struct {
 	// is out of the wipe's reach (tainted).
 	origins map[string]bool
 	tainted bool
+	// The partitioned storage keys of its frames of other sites than the
+	// top page's (storage their origin's clearing does not reach), from
+	// each frame's site and the top page's.
+	storageKeys map[string]bool
+	frameSites  map[cdp.FrameID]string
+	topSite     string
 	// Fetches and beacons in flight on the session's own tab: a keepalive
 	// fetch or a beacon outlives its page, and its answer may set cookies
 	// after the wipe. settled is closed when the last of them ends.
@@ -245,6 +251,7 @@ func (t *tab) onEvent(ev any) {
 	case *page.EventFrameNavigated:
 		if e.Frame != nil {
 			t.noteOrigin(e.Frame.SecurityOrigin)
+			t.notePartitionedFrame(e.Frame)
 		}
 	case *page.EventFrameDetached:
 		// A frame that moved to another renderer (a cross-site iframe under

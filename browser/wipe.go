@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,78 @@ func (t *tab) noteOrigin(origin string) {
 	}
 	t.origins[u.Scheme+"://"+u.Host] = true
 	t.mu.Unlock()
+}
+
+// notePartitionedFrame records the storage key a subframe of another site
+// stores under: its origin, partitioned by the top page's site, which
+// clearing its origin does not reach. Chrome serializes such a key as the
+// origin's URL, "^0", and the top-level site (the test of the wipe checks
+// that clearing it clears the frame's storage). A frame of the top page's
+// site under a frame of another site stores under a key of its own (the
+// cross-site ancestor bit), which is not derived here: the context cannot
+// be vouched for. Only the tab's own context needs them.
+func (t *tab) notePartitionedFrame(f *cdp.Frame) {
+	site := frameSite(f)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.own {
+		return
+	}
+	if t.frameSites == nil {
+		t.frameSites = map[cdp.FrameID]string{}
+	}
+	t.frameSites[f.ID] = site
+	if f.ParentID == "" {
+		t.topSite = site
+		return
+	}
+	u, err := url.Parse(f.SecurityOrigin)
+	if err != nil || site == "" || t.topSite == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return
+	}
+	if site == t.topSite {
+		if parent := t.frameSites[f.ParentID]; parent != "" && parent != t.topSite {
+			t.tainted = true
+		}
+		return
+	}
+	if t.storageKeys == nil {
+		t.storageKeys = map[string]bool{}
+	}
+	t.storageKeys[u.Scheme+"://"+u.Host+"/^0"+t.topSite] = true
+}
+
+// frameSite is a frame's site: scheme and registrable domain (or the host,
+// for an IP address or a name without one), no port; "" for a frame that
+// is not http(s).
+func frameSite(f *cdp.Frame) string {
+	u, err := url.Parse(f.SecurityOrigin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return ""
+	}
+	host := f.DomainAndRegistry
+	if host == "" {
+		host = u.Hostname()
+	}
+	if strings.Contains(host, ":") { // IPv6
+		host = "[" + host + "]"
+	}
+	return u.Scheme + "://" + host
+}
+
+// takeStorageKeys returns the recorded partitioned storage keys, sorted,
+// and forgets them.
+func (t *tab) takeStorageKeys() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.storageKeys))
+	for k := range t.storageKeys {
+		out = append(out, k)
+	}
+	t.storageKeys = nil
+	t.frameSites = nil
+	sort.Strings(out)
+	return out
 }
 
 // taint marks the tab's context as holding state a wipe cannot clear: it is
@@ -224,6 +297,12 @@ func (t *tab) wipe(ctx context.Context) error {
 		steps = append(steps, func() error {
 			_, err := cdp.Call(ctx, t.t, storage.ClearDataForOrigin, storage.ClearDataForOriginParams{Origin: o, StorageTypes: wipeStorageTypes})
 			return wrapStep("Storage.clearDataForOrigin "+o, err)
+		})
+	}
+	for _, k := range t.takeStorageKeys() {
+		steps = append(steps, func() error {
+			_, err := cdp.Call(ctx, t.t, storage.ClearDataForStorageKey, storage.ClearDataForStorageKeyParams{StorageKey: k, StorageTypes: wipeStorageTypes})
+			return wrapStep("Storage.clearDataForStorageKey "+k, err)
 		})
 	}
 	errs := make([]error, len(steps))

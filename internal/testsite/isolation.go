@@ -3,7 +3,9 @@ package testsite
 import (
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -20,6 +22,7 @@ func (s *site) isolationRoutes() {
 	m := s.mux
 	m.HandleFunc("GET /isolation/set", s.isolationSet)
 	m.HandleFunc("GET /isolation/get", s.isolationGet)
+	m.HandleFunc("GET /isolation/embed", s.isolationEmbed)
 	m.HandleFunc("GET /isolation/leave", s.isolationLeave)
 	m.HandleFunc("GET /isolation/keepalive", s.isolationKeepalive)
 	m.HandleFunc("/isolation/cookie", s.isolationCookie)
@@ -65,7 +68,11 @@ func (s *site) isolationSet(w http.ResponseWriter, r *http.Request) {
     await navigator.serviceWorker.ready;
   }
   const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'set'; document.body.appendChild(d);
-})().catch(e => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'error: ' + e; document.body.appendChild(d); });
+  if (window.parent !== window) parent.postMessage({ready: 'set'}, '*');
+})().catch(e => {
+  const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'error: ' + e; document.body.appendChild(d);
+  if (window.parent !== window) parent.postMessage({ready: 'error: ' + e}, '*');
+});
 </script></body></html>`)
 }
 
@@ -163,9 +170,31 @@ window.__state = (async () => {
     window_name: window.name,
   };
   const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'got'; document.body.appendChild(d);
+  if (window.parent !== window) parent.postMessage({ready: 'got', state: st}, '*');
   return st;
 })();
 </script></body></html>`)
+}
+
+// isolationEmbed frames ?src= (typically /isolation/set or /isolation/get
+// of another site, whose storage is then partitioned under this page's
+// site) and shows what the frame posts back: #ready with its ready text,
+// window.__state with its state.
+func (s *site) isolationEmbed(w http.ResponseWriter, r *http.Request) {
+	src := r.URL.Query().Get("src")
+	if !strings.HasPrefix(src, "http://") && !strings.HasPrefix(src, "https://") {
+		http.Error(w, "src must be an http(s) URL", http.StatusBadRequest)
+		return
+	}
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Embed</title></head><body>
+<script>
+window.__state = new Promise(ok => window.addEventListener('message', ev => {
+  const d = document.createElement('div'); d.id = 'ready'; d.textContent = ev.data.ready; document.body.appendChild(d);
+  ok(ev.data.state || null);
+}, {once: true}));
+</script>
+<iframe src="`+html.EscapeString(src)+`"></iframe>
+</body></html>`)
 }
 
 func (s *site) isolationSW(w http.ResponseWriter, r *http.Request) {
