@@ -527,3 +527,27 @@ func TestWipeClearsPartitionedStorage(t *testing.T) {
 		t.Errorf("the next job's frame of the same site sees job A's frame's state: %+v", st)
 	}
 }
+
+// TestWipeClearsTheHTTPCacheWorkersRead: the session's tab never reads the
+// HTTP cache, but a page's dedicated worker does; the next job's worker
+// must not get this job's cached answer.
+func TestWipeClearsTheHTTPCacheWorkersRead(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	count := func() string {
+		t.Helper()
+		res, err := s.Render(ctx, Request{URL: e.url("/isolation/worker?key=worker-cache"), Wait: Wait{Selector: "#ready"},
+			Extract: "document.getElementById('ready').textContent"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Data)
+	}
+	if got := count(); got != `"1"` {
+		t.Fatalf("job A's worker got %s, want the server's first answer", got)
+	}
+	if got := count(); got != `"2"` {
+		t.Errorf("job B's worker got %s, want the server's second answer: job A's answer came from the HTTP cache", got)
+	}
+}

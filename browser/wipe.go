@@ -281,6 +281,15 @@ func (t *tab) wipe(ctx context.Context) error {
 			return wrapStep("Page.resetNavigationHistory", err)
 		},
 		func() error {
+			// The context's HTTP cache: the tab's own requests do not read
+			// it (newOwnTab), but they write it, and a page's dedicated
+			// workers, which the tab's setting does not reach, read and
+			// write it: a later job's worker would find this job's
+			// responses (private ones too) there.
+			_, err := cdp.Call(ctx, t.t, network.ClearBrowserCache, cdp.Empty{})
+			return wrapStep("Network.clearBrowserCache", err)
+		},
+		func() error {
 			// window.name belongs to the tab, not to a document or an
 			// origin: it outlives navigations, to about:blank and on to
 			// the next job's page, whatever its site. Reset in

@@ -23,6 +23,8 @@ func (s *site) isolationRoutes() {
 	m.HandleFunc("GET /isolation/set", s.isolationSet)
 	m.HandleFunc("GET /isolation/get", s.isolationGet)
 	m.HandleFunc("GET /isolation/embed", s.isolationEmbed)
+	m.HandleFunc("GET /isolation/worker", s.isolationWorker)
+	m.HandleFunc("GET /isolation/worker.js", s.isolationWorkerJS)
 	m.HandleFunc("GET /isolation/leave", s.isolationLeave)
 	m.HandleFunc("GET /isolation/keepalive", s.isolationKeepalive)
 	m.HandleFunc("/isolation/cookie", s.isolationCookie)
@@ -195,6 +197,29 @@ window.__state = new Promise(ok => window.addEventListener('message', ev => {
 </script>
 <iframe src="`+html.EscapeString(src)+`"></iframe>
 </body></html>`)
+}
+
+// isolationWorker starts a dedicated worker that fetches
+// /isolation/cached/{?key=} and shows its count as #ready: 1 the first time
+// the key is asked, more when it reached the server again, not an earlier
+// job's answer in the HTTP cache (a tab's cache setting does not reach its
+// workers).
+func (s *site) isolationWorker(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Worker</title></head><body>
+<script>
+const w = new Worker('/isolation/worker.js');
+w.onmessage = ev => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = String(ev.data); document.body.appendChild(d); };
+w.postMessage(new URLSearchParams(location.search).get('key'));
+</script></body></html>`)
+}
+
+func (s *site) isolationWorkerJS(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/javascript")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(`onmessage = async ev => {
+  try { postMessage((await (await fetch('/isolation/cached/' + ev.data)).json()).n); } catch (e) { postMessage('error: ' + e); }
+};
+`))
 }
 
 func (s *site) isolationSW(w http.ResponseWriter, r *http.Request) {

@@ -135,6 +135,7 @@ var paths = [][2]string{
 	{"/isolation/keepalive?ms=300", "starts a keepalive fetch answered after ms with a cookie"},
 	{"/isolation/cookie?name=n&ms=0", "answers with the cookie n after ms"},
 	{"/isolation/get", "window.__state: the state /isolation/set leaves, as this context sees it"},
+	{"/isolation/worker?key=k", "a dedicated worker fetches /isolation/cached/k and shows the count it got"},
 	{"/isolation/embed?src=URL", "frames URL (/isolation/set or /isolation/get of another site: partitioned storage) and shows what it posts back"},
 	{"/isolation/auth", "needs HTTP basic authentication (testsite.AuthUser, AuthPassword)"},
 	{"/console", "logs console errors and throws an uncaught exception"},
