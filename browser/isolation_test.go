@@ -551,3 +551,24 @@ func TestWipeClearsTheHTTPCacheWorkersRead(t *testing.T) {
 		t.Errorf("job B's worker got %s, want the server's second answer: job A's answer came from the HTTP cache", got)
 	}
 }
+
+// TestPageThatLoopsAsItIsLeft: a page whose pagehide handler never returns
+// holds its renderer as it is left; the next job on the session gets a
+// clean tab within its own short timeout, not after the wipe's.
+func TestPageThatLoopsAsItIsLeft(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, iso := range []Isolation{IsolationWipe, IsolationContext} {
+		t.Run(string(iso), func(t *testing.T) {
+			s := e.session(t)
+			if _, err := s.Render(ctx, Request{URL: e.url("/hostile/leave-loop"), Isolation: iso, Wait: Wait{Selector: "#ready"}}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Render(ctx, Request{URL: e.url("/page/3"), Isolation: iso, Wait: Wait{Selector: "#ready"},
+				Extract: "document.querySelectorAll('li.item').length", Timeout: 8 * time.Second})
+			if err != nil || string(res.Data) != "200" {
+				t.Fatalf("the next job: %v %s", err, resData(res))
+			}
+		})
+	}
+}

@@ -110,6 +110,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /hostile/download", s.hostileDownload)
 	m.HandleFunc("GET /hostile/autodownload", s.hostileAutoDownload)
 	m.HandleFunc("GET /hostile/loop", s.hostileLoop)
+	m.HandleFunc("GET /hostile/leave-loop", s.hostileLeaveLoop)
 	m.HandleFunc("GET /hostile/dom", s.hostileDOM)
 	m.HandleFunc("GET /hostile/crash", s.hostileCrash)
 	m.HandleFunc("GET /file.pdf", s.pdf)
@@ -152,6 +153,7 @@ var paths = [][2]string{
 	{"/hostile/download", "a forced download (Content-Disposition: attachment)"},
 	{"/hostile/autodownload", "a page that starts a download from script"},
 	{"/hostile/loop", "an infinite JavaScript loop after the first paint"},
+	{"/hostile/leave-loop", "an infinite JavaScript loop in its pagehide handler, as it is left"},
 	{"/hostile/dom?n=N", "a DOM of N elements (default 100000)"},
 	{"/hostile/crash", "allocates until the renderer runs out of memory"},
 	{"/file.pdf", "a one-page PDF, served inline"},
@@ -586,6 +588,13 @@ func (s *site) hostileLoop(w http.ResponseWriter, r *http.Request) {
 <div id="before">before</div>
 <script>for (;;) {}</script>
 <div id="ready">never</div></body></html>`)
+}
+
+func (s *site) hostileLeaveLoop(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Leave loop</title></head><body>
+<div id="ready">shown</div>
+<script>window.addEventListener('pagehide', () => { for (;;) {} });</script>
+</body></html>`)
 }
 
 func (s *site) hostileDOM(w http.ResponseWriter, r *http.Request) {
