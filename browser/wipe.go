@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -97,13 +97,9 @@ func frameSite(f *cdp.Frame) string {
 func (t *tab) takeStorageKeys() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]string, 0, len(t.storageKeys))
-	for k := range t.storageKeys {
-		out = append(out, k)
-	}
+	out := slices.Sorted(maps.Keys(t.storageKeys))
 	t.storageKeys = nil
 	t.frameSites = nil
-	sort.Strings(out)
 	return out
 }
 
@@ -327,12 +323,8 @@ func (t *tab) wipe(ctx context.Context) error {
 func (t *tab) takeOrigins() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]string, 0, len(t.origins))
-	for o := range t.origins {
-		out = append(out, o)
-	}
+	out := slices.Sorted(maps.Keys(t.origins))
 	t.origins = nil
-	sort.Strings(out)
 	return out
 }
 

@@ -338,15 +338,21 @@ func TestMemoryCeiling(t *testing.T) {
 	}
 }
 
-// TestDrainTimeout kills a retiring Chrome whose job outlives DrainTimeout;
-// the job fails as retriable.
-func TestDrainTimeout(t *testing.T) {
+// startDrainTimeout starts a supervisor that retires its Chrome after one
+// job and gives a retiring Chrome 20 ms, its renders held by the gate.
+func startDrainTimeout(t *testing.T) (*harness, *gate, Config) {
 	fleet := &fakeFleet{}
 	g := newGate()
 	fleet.setRender(g.render)
 	cfg := testConfig()
 	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead, cfg.DrainTimeout = 1, Off, Off, 20*time.Millisecond
-	h := start(t, cfg, fleet)
+	return start(t, cfg, fleet), g, cfg
+}
+
+// TestDrainTimeout kills a retiring Chrome whose job outlives DrainTimeout;
+// the job fails as retriable.
+func TestDrainTimeout(t *testing.T) {
+	h, g, _ := startDrainTimeout(t)
 
 	errc := renderAsync(h.acquire())
 	c1 := g.waitStarted(t)
@@ -364,12 +370,7 @@ func TestDrainTimeout(t *testing.T) {
 // DrainTimeout past the latest deadline of a render started on it, not past
 // its retirement: a job may run for its own timeout whatever the recycling.
 func TestDrainWaitsForTheJobsOwnDeadline(t *testing.T) {
-	fleet := &fakeFleet{}
-	g := newGate()
-	fleet.setRender(g.render)
-	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead, cfg.DrainTimeout = 1, Off, Off, 20*time.Millisecond
-	h := start(t, cfg, fleet)
+	h, g, cfg := startDrainTimeout(t)
 	sl := h.acquire()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
