@@ -105,6 +105,10 @@ type ConsumerConfig struct {
 	// Protector is told it is idle, so that protection does not flap
 	// between jobs. 0: the default, 30 s. Off: at once.
 	ProtectorIdleAfter time.Duration
+	// ProtectorRetry is how soon a Protector call that failed is made again,
+	// for as long as the node's state differs from what the Protector last
+	// applied. 0: the default, 10 s.
+	ProtectorRetry time.Duration
 	// Egress is what the node's jobs may reach: by default public addresses
 	// only — no loopback, link-local (the cloud metadata service), private
 	// range or the farm's own listen addresses (list those in Deny when they
@@ -180,6 +184,7 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		cfgrule.Resolve("PollInterval", &c.PollInterval, DefaultPollInterval, false),
 		cfgrule.Resolve("DrainTimeout", &c.DrainTimeout, DefaultConsumerDrain, true),
 		cfgrule.Resolve("ProtectorIdleAfter", &c.ProtectorIdleAfter, DefaultProtectorIdleAfter, true),
+		cfgrule.Resolve("ProtectorRetry", &c.ProtectorRetry, DefaultProtectorRetry, false),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("farm: consumer: invalid config: %w", err)
@@ -213,6 +218,7 @@ const (
 	DefaultPollInterval       = 10 * time.Second
 	DefaultConsumerDrain      = time.Minute
 	DefaultProtectorIdleAfter = 30 * time.Second
+	DefaultProtectorRetry     = 10 * time.Second
 	// renderSlack is added to a job's own timeout to bound a render that the
 	// browser failed to end in time; the browser enforces the timeout itself.
 	renderSlack = 15 * time.Second

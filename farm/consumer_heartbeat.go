@@ -115,7 +115,12 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 }
 
 // protectLoop tells the Protector when the node starts holding jobs (at
-// once) and when it has held none for ProtectorIdleAfter.
+// once) and when it has held none for ProtectorIdleAfter. A call that
+// failed is made again every ProtectorRetry until one succeeds: a busy node
+// left unprotected could be terminated mid-job by a scale-in, for as long
+// as it stays busy. At its start it says idle: a process killed while
+// busy left its instance protected, and an idle instance nobody unprotects
+// can never be scaled in.
 func (c *Consumer) protectLoop(ctx context.Context) {
 	var idleTimer *time.Timer
 	var idleC <-chan time.Time
@@ -126,23 +131,30 @@ func (c *Consumer) protectLoop(ctx context.Context) {
 		}
 	}
 	defer stopTimer()
-	set := func(busy bool) {
+	busy := false // what the instance should be
+	var retryC <-chan time.Time
+	apply := func() {
 		pctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
 		defer cancel()
+		retryC = nil
 		if err := c.cfg.Protector.SetBusy(pctx, busy); err != nil && ctx.Err() == nil {
-			c.log.Warn("protector failed", zap.Bool("busy", busy), zap.Error(err))
+			c.log.Warn("protector failed; trying again", zap.Bool("busy", busy), zap.Duration("retry_in", c.cfg.ProtectorRetry), zap.Error(err))
+			retryC = time.After(c.cfg.ProtectorRetry)
 		}
 	}
-	busy := false
+	apply()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-retryC:
+			apply()
+			continue
 		case <-idleC:
 			idleTimer, idleC = nil, nil
 			if c.Stats().Held == 0 && busy {
 				busy = false
-				set(false)
+				apply()
 			}
 			continue
 		case <-c.busyChanged:
@@ -153,7 +165,7 @@ func (c *Consumer) protectLoop(ctx context.Context) {
 			stopTimer()
 			if !busy {
 				busy = true
-				set(true)
+				apply()
 			}
 		case busy && idleTimer == nil:
 			idleTimer = time.NewTimer(c.cfg.ProtectorIdleAfter)

@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"reflect"
@@ -303,16 +304,21 @@ func TestWaitJobs(t *testing.T) {
 	})
 }
 
-// fakeProtector records SetBusy calls.
+// fakeProtector records SetBusy calls; the first fails of them fail.
 type fakeProtector struct {
 	mu    sync.Mutex
 	calls []bool
+	fails int
 }
 
 func (p *fakeProtector) SetBusy(_ context.Context, busy bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls = append(p.calls, busy)
+	if p.fails > 0 {
+		p.fails--
+		return errors.New("throttled")
+	}
 	return nil
 }
 
@@ -322,10 +328,12 @@ func (p *fakeProtector) get() []bool {
 	return append([]bool(nil), p.calls...)
 }
 
+// TestProtectLoop: idle at the start, busy at once, idle after the idle
+// time; a failed call is made again while the node stays as it is.
 func TestProtectLoop(t *testing.T) {
 	p := &fakeProtector{}
 	c := &Consumer{
-		cfg:         ConsumerConfig{Protector: p, ProtectorIdleAfter: time.Millisecond},
+		cfg:         ConsumerConfig{Protector: p, ProtectorIdleAfter: time.Millisecond, ProtectorRetry: time.Millisecond},
 		busyChanged: make(chan struct{}, 1),
 		log:         zap.NewNop(),
 	}
@@ -338,13 +346,21 @@ func TestProtectLoop(t *testing.T) {
 		c.mu.Unlock()
 		c.signal(c.busyChanged)
 	}
+	testutil.Eventually(t, 10*time.Second, "idle at the start", func() bool { return reflect.DeepEqual(p.get(), []bool{false}) })
 	setHeld(1)
-	testutil.Eventually(t, 10*time.Second, "busy", func() bool { return reflect.DeepEqual(p.get(), []bool{true}) })
+	testutil.Eventually(t, 10*time.Second, "busy", func() bool { return reflect.DeepEqual(p.get(), []bool{false, true}) })
 	setHeld(2) // still busy: no call
 	setHeld(0)
-	testutil.Eventually(t, 10*time.Second, "idle", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false}) })
+	testutil.Eventually(t, 10*time.Second, "idle", func() bool { return reflect.DeepEqual(p.get(), []bool{false, true, false}) })
+	// The next busy call fails twice: it is made again until it succeeds,
+	// though the node stays busy (no change to wake the loop).
+	p.mu.Lock()
+	p.fails = 2
+	p.mu.Unlock()
 	setHeld(1)
-	testutil.Eventually(t, 10*time.Second, "busy again", func() bool { return reflect.DeepEqual(p.get(), []bool{true, false, true}) })
+	testutil.Eventually(t, 10*time.Second, "busy again, retried", func() bool {
+		return reflect.DeepEqual(p.get(), []bool{false, true, false, true, true, true})
+	})
 	cancel()
 	wg.Wait()
 }
