@@ -134,8 +134,19 @@ func (r *Reconciler) Status() Status {
 
 // Run ticks at once and then every interval until ctx is done, and returns
 // nil then. Failures are logged and retried on the next tick; they never
-// stop the loop.
+// stop the loop. A producer runs it for each term it leads: it starts
+// afresh each time (the first computation starts from the live nodes, and
+// a decrease waits a cooldown), since what it knew at the end of an earlier
+// term (the desired count, since when the need was below it, idle nodes,
+// what it applied) is stale after another producer led.
 func (r *Reconciler) Run(ctx context.Context) error {
+	r.tickMu.Lock()
+	r.state = State{}
+	r.idle = map[string]time.Time{}
+	r.tickMu.Unlock()
+	r.mu.Lock()
+	r.status.Applied, r.status.AppliedAt = 0, time.Time{}
+	r.mu.Unlock()
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {

@@ -3,6 +3,7 @@ package autoscale
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -241,5 +242,51 @@ func TestNewReconcilerRejects(t *testing.T) {
 	}
 	if _, err := NewReconciler(ReconcilerConfig{}, &loadBox{}, nil, nil); err == nil {
 		t.Error("accepted a nil driver")
+	}
+}
+
+// TestReconcilerRunStartsAfresh: a producer leading again after another led
+// starts from the fleet as it is, not from what it knew in its earlier
+// term: a need under the live fleet waits the cooldown instead of being
+// applied as a "scale-out" from the old, smaller count.
+func TestReconcilerRunStartsAfresh(t *testing.T) {
+	nodes := func(n int) []Node {
+		out := make([]Node, n)
+		for i := range out {
+			out[i] = Node{ID: fmt.Sprintf("n%d", i), Busy: 6, Capacity: 6}
+		}
+		return out
+	}
+	// Term 1: 3 nodes' worth of work on 3 nodes.
+	src := &loadBox{load: Load{Processing: 14, Nodes: nodes(3)}}
+	drv := &recordingDriver{}
+	r, err := NewReconciler(ReconcilerConfig{Interval: time.Hour, Scaling: Config{NodeCapacity: 6, TargetUtilisation: 1}}, src, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := func() {
+		t.Helper()
+		calls := len(drv.calls())
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(drv.calls()) == calls {
+			if time.Now().After(deadline) {
+				t.Fatal("Run applied nothing in 10s")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	term()
+	// Another producer led and grew the fleet to 8; 7 nodes' worth of work.
+	src.set(Load{Processing: 42, Nodes: nodes(8)}, nil)
+	term()
+	if got := drv.calls(); !slices.Equal(got, []int{3, 8}) {
+		t.Fatalf("driver calls %v, want [3 8]: the second term keeps the live 8 until the cooldown", got)
 	}
 }

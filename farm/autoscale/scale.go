@@ -198,7 +198,13 @@ func NodesFor(work, capacity int, target float64) int {
 	perNode := float64(capacity) * target
 	// The small epsilon keeps exact multiples (24 jobs / 4.8) from rounding
 	// up to one node too many through floating-point error.
-	return int(math.Ceil(float64(work)/perNode - 1e-9))
+	n := math.Ceil(float64(work)/perNode - 1e-9)
+	// Converted in range only: an out-of-range float becomes the minimum
+	// int, which the bounds would then clamp to the fleet's minimum.
+	if n > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int(n)
 }
 
 // nodeCapacity is the jobs one more node would run: the mean capacity the

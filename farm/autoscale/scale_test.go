@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ func TestNodesFor(t *testing.T) {
 		{5, 6, 0.8, 2},
 		{24, 6, 0.8, 5}, // exact multiple of 4.8 must not round up to 6
 		{25, 6, 0.8, 6},
+		{1000, 1, 1e-17, math.MaxInt32}, // far beyond any int: not wrapped to negative
 		{6, 6, 1, 1},
 		{7, 6, 1, 2},
 		{7, 0, 1, 7},  // capacity below 1 is treated as 1
