@@ -113,6 +113,9 @@ func TestOffFlagsReachTheConfigs(t *testing.T) {
 		{[]string{"--host-max-concurrent", "0"}, 0, 0, "--host-max-concurrent 0: want a whole number ≥ 1, or off"},
 		{[]string{"--host-max-concurrent", "many"}, 0, 0, `--host-max-concurrent "many"`},
 		{[]string{"--autoscale-target", "0"}, 0, 0, "--autoscale-target 0"},
+		// Checked before anything waits for the database.
+		{[]string{"--autoscale", "gcp"}, 0, 0, `--autoscale: "gcp" is not none, aws or exec`},
+		{[]string{"--autoscale", "aws"}, 0, 0, "--autoscale aws needs --aws-asg-name"},
 	} {
 		fs := newFlagSet("producer", "", &bytes.Buffer{})
 		var po producerOptions

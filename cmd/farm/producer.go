@@ -111,7 +111,33 @@ func (o *producerOptions) check() error {
 	if o.scaleMax < o.scaleMin {
 		return usagef("--autoscale-max %d is below --autoscale-min %d", o.scaleMax, o.scaleMin)
 	}
+	if _, err := o.driverConfig(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// driverConfig is the autoscale driver the flags choose.
+func (po *producerOptions) driverConfig() (autoscale.DriverConfig, error) {
+	dc := autoscale.DriverConfig{Kind: po.scaleDriver}
+	switch po.scaleDriver {
+	case autoscale.DriverNone:
+	case autoscale.DriverAWS:
+		if po.awsGroup == "" {
+			return dc, usagef("--autoscale aws needs --aws-asg-name")
+		}
+		dc.AWS = autoscale.AWSConfig{GroupName: po.awsGroup, Region: po.awsRegion, Endpoint: po.awsEndpoint}
+	case autoscale.DriverExec:
+		if strings.TrimSpace(po.scaleExec) == "" {
+			return dc, usagef("--autoscale exec needs --autoscale-exec")
+		}
+		// The driver appends the count as the last argument: after the
+		// script and $0, so the script sees it as $1 (and $FARM_DESIRED_NODES).
+		dc.Exec = autoscale.ExecConfig{Command: []string{"sh", "-c", po.scaleExec, "farm-autoscale"}}
+	default:
+		return dc, usagef("--autoscale: %q is not none, aws or exec", po.scaleDriver)
+	}
+	return dc, nil
 }
 
 // assignPolicy resolves --assign: "auto" packs when this producer drives
@@ -337,23 +363,9 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 // newScaler builds the autoscaler with the chosen driver. With "none" it
 // still computes and reports the desired count (for HPA/KEDA users).
 func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log *zap.Logger) (*autoscale.Reconciler, error) {
-	dc := autoscale.DriverConfig{Kind: po.scaleDriver}
-	switch po.scaleDriver {
-	case autoscale.DriverNone:
-	case autoscale.DriverAWS:
-		if po.awsGroup == "" {
-			return nil, usagef("--autoscale aws needs --aws-asg-name")
-		}
-		dc.AWS = autoscale.AWSConfig{GroupName: po.awsGroup, Region: po.awsRegion, Endpoint: po.awsEndpoint}
-	case autoscale.DriverExec:
-		if strings.TrimSpace(po.scaleExec) == "" {
-			return nil, usagef("--autoscale exec needs --autoscale-exec")
-		}
-		// The driver appends the count as the last argument: after the
-		// script and $0, so the script sees it as $1 (and $FARM_DESIRED_NODES).
-		dc.Exec = autoscale.ExecConfig{Command: []string{"sh", "-c", po.scaleExec, "farm-autoscale"}}
-	default:
-		return nil, usagef("--autoscale: %q is not none, aws or exec", po.scaleDriver)
+	dc, err := po.driverConfig()
+	if err != nil {
+		return nil, err
 	}
 	scaling := autoscale.Config{Min: po.scaleMin, Max: po.scaleMax, TargetUtilisation: po.scaleTarget,
 		ScaleInCooldown: zeroAsOff(po.scaleCooldown)}.WithDefaults()
