@@ -118,9 +118,12 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 // once) and when it has held none for ProtectorIdleAfter. A call that
 // failed is made again every ProtectorRetry until one succeeds: a busy node
 // left unprotected could be terminated mid-job by a scale-in, for as long
-// as it stays busy. At its start it says idle: a process killed while
-// busy left its instance protected, and an idle instance nobody unprotects
-// can never be scaled in.
+// as it stays busy. A process that holds no job for ProtectorIdleAfter
+// after its start says idle too, though it never said busy: a process
+// killed while busy left its instance protected, and an idle instance
+// nobody unprotects can never be scaled in. (Not at once at the start: a
+// node that gets work at once, as one replaced every few seconds does,
+// would make two calls per process instead of one.)
 func (c *Consumer) protectLoop(ctx context.Context) {
 	var idleTimer *time.Timer
 	var idleC <-chan time.Time
@@ -142,7 +145,9 @@ func (c *Consumer) protectLoop(ctx context.Context) {
 			retryC = time.After(c.cfg.ProtectorRetry)
 		}
 	}
-	apply()
+	told := false // the Protector was told something by this process
+	idleTimer = time.NewTimer(c.cfg.ProtectorIdleAfter)
+	idleC = idleTimer.C
 	for {
 		select {
 		case <-ctx.Done():
@@ -152,8 +157,8 @@ func (c *Consumer) protectLoop(ctx context.Context) {
 			continue
 		case <-idleC:
 			idleTimer, idleC = nil, nil
-			if c.Stats().Held == 0 && busy {
-				busy = false
+			if c.Stats().Held == 0 && (busy || !told) {
+				busy, told = false, true
 				apply()
 			}
 			continue
@@ -164,7 +169,7 @@ func (c *Consumer) protectLoop(ctx context.Context) {
 		case held > 0:
 			stopTimer()
 			if !busy {
-				busy = true
+				busy, told = true, true
 				apply()
 			}
 		case busy && idleTimer == nil:

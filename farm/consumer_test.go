@@ -328,8 +328,9 @@ func (p *fakeProtector) get() []bool {
 	return append([]bool(nil), p.calls...)
 }
 
-// TestProtectLoop: idle at the start, busy at once, idle after the idle
-// time; a failed call is made again while the node stays as it is.
+// TestProtectLoop: idle after the idle time from the start, busy at once,
+// idle after the idle time; a failed call is made again while the node
+// stays as it is. A node busy from its start says busy only.
 func TestProtectLoop(t *testing.T) {
 	p := &fakeProtector{}
 	c := &Consumer{
@@ -364,3 +365,24 @@ func TestProtectLoop(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+func TestProtectLoopBusyFromTheStart(t *testing.T) {
+	p := &fakeProtector{}
+	c := &Consumer{
+		cfg:         ConsumerConfig{Protector: p, ProtectorIdleAfter: time.Hour, ProtectorRetry: time.Millisecond},
+		busyChanged: make(chan struct{}, 1),
+		log:         zap.NewNop(),
+	}
+	c.held = 1
+	c.busyChanged <- struct{}{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.protectLoop(ctx) })
+	testutil.Eventually(t, 10*time.Second, "busy", func() bool { return reflect.DeepEqual(p.get(), []bool{true}) })
+	cancel()
+	wg.Wait()
+	if got := p.get(); !reflect.DeepEqual(got, []bool{true}) {
+		t.Errorf("calls %v, want [true] only", got)
+	}
+}
+
