@@ -191,6 +191,21 @@ func TestBlobStoreS3(t *testing.T) {
 		}
 	}
 
+	// A blob whose bytes changed, though not their number, is not served
+	// as the result: the hash is checked before anything goes out.
+	htmlRef, _ := mustResult(t, q, ids[1]).Blob(jobqueue.BlobHTML)
+	if err := store.Put(ctx, htmlRef.Key, bytes.Repeat([]byte("x"), int(htmlRef.Size)), "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(api.URL + "/api/jobs/" + strconv.FormatInt(ids[1], 10) + "/html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("GET a tampered blob: %s, want 502", resp.Status)
+	}
+
 	// Retention deletes the blobs with their rows.
 	png, _ := mustResult(t, q, ids[0]).Blob(jobqueue.BlobScreenshot)
 	var gone []string

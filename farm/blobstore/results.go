@@ -93,6 +93,10 @@ func (c *checkedBlob) Read(p []byte) (int, error) {
 	n, err := c.rc.Read(p)
 	c.h.Write(p[:n])
 	c.n += int64(n)
+	if c.n > c.ref.Size {
+		// Longer than stored: not read on into memory.
+		return n, fmt.Errorf("blob %s: more than the %d bytes stored", c.ref.Key, c.ref.Size)
+	}
 	if err == io.EOF {
 		if got := hex.EncodeToString(c.h.Sum(nil)); c.n != c.ref.Size || got != c.ref.SHA256 {
 			return n, fmt.Errorf("blob %s: read %d bytes with SHA-256 %s, stored %d with %s", c.ref.Key, c.n, got, c.ref.Size, c.ref.SHA256)
