@@ -39,7 +39,8 @@ func TestPlainProgress(t *testing.T) {
 }
 
 // `farm submit --wait` with stderr not a terminal prints plain lines (no
-// carriage-return frames); with --quiet it prints the batch id and nothing else.
+// carriage-return frames); with --quiet it prints the batch id and nothing
+// else but the exit's reason. A batch with canceled jobs exits 1.
 func TestSubmitWaitOutput(t *testing.T) {
 	url, q := migratedDB(t)
 	for _, quiet := range []bool{false, true} {
@@ -71,12 +72,13 @@ func TestSubmitWaitOutput(t *testing.T) {
 		if _, err := q.CancelBatch(context.Background(), batch); err != nil {
 			t.Fatal(err)
 		}
-		if code := <-done; code != exitOK {
-			t.Fatalf("quiet=%v: exit %d, stderr %q", quiet, code, stderr.String())
+		// Canceled jobs did not complete: the exit status says so.
+		if code := <-done; code != exitError || !strings.Contains(stderr.String(), "2 of 2 jobs canceled") {
+			t.Fatalf("quiet=%v: exit %d, stderr %q; want %d saying the jobs were canceled", quiet, code, stderr.String(), exitError)
 		}
 		if quiet {
-			if stdout.String() != batch+"\n" || stderr.String() != "" {
-				t.Errorf("--quiet --wait printed stdout %q, stderr %q; want only the batch id", stdout.String(), stderr.String())
+			if stdout.String() != batch+"\n" || strings.Count(stderr.String(), "\n") != 1 {
+				t.Errorf("--quiet --wait printed stdout %q, stderr %q; want only the batch id, and the exit's reason", stdout.String(), stderr.String())
 			}
 			continue
 		}

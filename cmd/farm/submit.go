@@ -274,8 +274,12 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintf(env.stdout, "batch %s: %d completed, %d failed, %d canceled in %s\n",
 			batch, sum.completed, sum.failed, sum.canceled, sum.took.Round(time.Millisecond))
 	}
-	if sum.failed > 0 {
-		return fmt.Errorf("%d of %d jobs failed (see: farm results --batch %s --state failed)", sum.failed, len(ids), batch)
+	// Every job completed, or the exit status says otherwise (--help).
+	switch {
+	case sum.failed > 0:
+		return fmt.Errorf("%d of %d jobs failed, %d canceled (see: farm results --batch %s --state failed)", sum.failed, len(ids), sum.canceled, batch)
+	case sum.canceled > 0:
+		return fmt.Errorf("%d of %d jobs canceled (see: farm results --batch %s --state canceled)", sum.canceled, len(ids), batch)
 	}
 	return nil
 }
