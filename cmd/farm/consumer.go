@@ -191,7 +191,8 @@ func publicSelfRules(addrs []netip.Addr) []egress.Rule {
 }
 
 // endpointRules refuse the farm's own services the node talks to — its
-// database's hosts and the producer of --wake-url — at their ports, on
+// database's hosts, the producer of --wake-url and an S3-compatible blob
+// store's endpoint — at their ports, on
 // every address they resolve to now, whether public or private: a deny beats
 // an --allow-destination that opens the network they are on. A host that
 // does not resolve is logged and left out.
@@ -205,6 +206,17 @@ func (o *consumerOptions) endpointRules(ctx context.Context, log *zap.Logger) []
 		eps = append(eps, endpoint{cfg.Host, cfg.Port})
 		for _, f := range cfg.Fallbacks {
 			eps = append(eps, endpoint{f.Host, f.Port})
+		}
+	}
+	if u, err := url.Parse(o.blobs.url); err == nil && u.Scheme == "s3" {
+		if ep, err := url.Parse(u.Query().Get("endpoint")); err == nil && ep.Host != "" {
+			port := ep.Port()
+			if port == "" {
+				port = map[bool]string{true: "443", false: "80"}[strings.EqualFold(ep.Scheme, "https")]
+			}
+			if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+				eps = append(eps, endpoint{ep.Hostname(), uint16(n)})
+			}
 		}
 	}
 	if u, err := url.Parse(o.wakeURL); err == nil && o.wakeURL != "" {

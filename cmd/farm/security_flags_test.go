@@ -57,6 +57,7 @@ func TestEgressRefusesTheFarmsOwnEndpoints(t *testing.T) {
 	}
 	o := consumerOptions{allow: "10.0.0.0/8",
 		db:      dbOptions{url: "postgres://farm@10.0.0.7:6432,127.0.0.1:5432/farm"},
+		blobs:   blobOptions{url: "s3://blobs/farm?endpoint=http://10.0.0.5:9000&path_style=true"},
 		wakeURL: "http://203.0.113.4:8080"}
 	p, err := o.egressPolicy()
 	if err != nil {
@@ -64,7 +65,7 @@ func TestEgressRefusesTheFarmsOwnEndpoints(t *testing.T) {
 	}
 	p.Deny = append(append(p.Deny, self...), o.endpointRules(context.Background(), zap.NewNop())...)
 	for addr, want := range map[string]bool{
-		"10.0.0.7:6432": false, "10.0.0.7:80": true, "127.0.0.1:5432": false, "203.0.113.4:8080": false,
+		"10.0.0.7:6432": false, "10.0.0.7:80": true, "10.0.0.5:9000": false, "10.0.0.5:80": true, "127.0.0.1:5432": false, "203.0.113.4:8080": false,
 		"203.0.113.4:443": true, "203.0.113.9:22": false, "[2001:db8::9]:5432": false, "198.51.100.9:9100": false,
 		"93.184.216.34:443": true,
 	} {

@@ -37,7 +37,15 @@ var ErrNotFound = errors.New("blob not found")
 func Open(ctx context.Context, rawURL string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("blob store %q: %w", rawURL, err)
+		return nil, fmt.Errorf("blob store URL: %w", err)
+	}
+	// Credentials come from the AWS SDK's chain only: in the URL they would
+	// be ignored, and repeated in every message that names the store.
+	if u.User != nil {
+		return nil, errors.New("blob store URL: it holds a user or password; credentials come from the AWS SDK's default chain (environment, profile, instance role), never the URL")
+	}
+	if ep, err := url.Parse(u.Query().Get("endpoint")); err == nil && ep.User != nil {
+		return nil, errors.New("blob store URL: its endpoint holds a user or password; credentials come from the AWS SDK's default chain, never the URL")
 	}
 	switch u.Scheme {
 	case "file":

@@ -101,4 +101,11 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 			t.Errorf("Open(%q) = %v, want an error naming the blob store", u, err)
 		}
 	}
+	// Credentials in the URL are refused, and not repeated.
+	for _, u := range []string{"s3://AKIAKEY:s3cr3t@bucket/p", "s3://bucket/p?endpoint=http://minio:m1n10pass@minio:9000"} {
+		_, err := Open(context.Background(), u)
+		if err == nil || !strings.Contains(err.Error(), "credentials") || strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "m1n10pass") {
+			t.Errorf("Open(%q) = %v, want an error about credentials that does not repeat them", u, err)
+		}
+	}
 }

@@ -63,7 +63,28 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, _ string) error 
 		os.Remove(tmp.Name())
 		return fmt.Errorf("blob %s: %w", key, werr)
 	}
+	// The rename, and the directories MkdirAll made, are durable only once
+	// their directories are: the result that points here is committed next,
+	// and after a power loss it must not point at nothing.
+	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+		if err := syncDir(dir); err != nil {
+			return fmt.Errorf("blob %s: %w", key, err)
+		}
+		if dir == d.root || len(dir) <= len(d.root) {
+			break
+		}
+	}
 	return nil
+}
+
+// syncDir flushes a directory's entries to disk.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 func (d *Dir) Open(_ context.Context, key string) (io.ReadCloser, error) {
