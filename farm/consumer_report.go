@@ -26,7 +26,7 @@ func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger
 	if c.cfg.Blobs != nil {
 		// Not tied to Run's context: a render finished during a drain is
 		// kept (c.reports).
-		if err := blobstore.Offload(c.reports, c.cfg.Blobs, j.ID, &rec); err != nil {
+		if err := blobstore.Offload(c.reports, c.cfg.Blobs, j.ID, j.Attempts, &rec); err != nil {
 			c.fail(j, log, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}, took)
 			return
 		}
@@ -34,6 +34,12 @@ func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger
 	reply := make(chan error, 1)
 	c.completions <- completion{c: c.inc.Completion(j.ID, rec), reply: reply}
 	err := <-reply
+	if c.cfg.Blobs != nil && err != nil && !errors.Is(err, errReport) {
+		// The result was not recorded (refused, or the job is another's
+		// now): nothing will point at this attempt's blobs. (After
+		// errReport it may have been: they stay.)
+		blobstore.Forget(c.reports, c.cfg.Blobs, rec.Blobs)
+	}
 	switch {
 	case err == nil:
 		c.mu.Lock()

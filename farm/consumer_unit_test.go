@@ -3,15 +3,20 @@ package farm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"math"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -379,5 +384,40 @@ func TestRegisterReportsThresholds(t *testing.T) {
 				t.Fatalf("registered %+v, want recycle %d, exit %d", got, tc.wantRecycle, tc.wantEx)
 			}
 		})
+	}
+}
+
+// TestUnitBlobsOfUnrecordedResults: an attempt whose result is recorded
+// keeps its blobs; one whose result is not (the job finished elsewhere,
+// the result refused) leaves none in the store.
+func TestUnitBlobsOfUnrecordedResults(t *testing.T) {
+	finished := &jobqueue.FinishedError{JobID: 2, State: jobqueue.StateCanceled}
+	invalid := &jobqueue.ResultError{Class: jobqueue.ClassResultInvalid, Msg: "data is not JSON"}
+	dir := t.TempDir()
+	store, err := blobstore.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fq := &fakeQueue{complete: map[int64]error{2: finished, 3: invalid}, failState: jobqueue.StateFailed}
+	c := fakeConsumer(t, fq, 6, Off)
+	c.cfg.Blobs = store
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.completer(ctx) })
+	for _, j := range fakeJobs(3) {
+		c.complete(ctx, j, zap.NewNop(), &browser.Result{FinalURL: j.Spec.URL, Status: 200, HTML: fmt.Sprintf("<p>%d</p>", j.ID)}, 0)
+	}
+	stop()
+	wg.Wait()
+	var left []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			left = append(left, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if len(left) != 1 || !strings.HasPrefix(left[0], "jobs/1/") {
+		t.Errorf("blobs left %v, want job 1's only", left)
 	}
 }

@@ -17,11 +17,14 @@ const putTimeout = time.Minute
 
 // Offload moves a result's HTML and screenshot to the blob store,
 // leaving their references (key, size, SHA-256) in res. Keys are content
-// addressed under the job, so a job rendered twice never has one run's
-// bytes under the other's hash. Any upload error is returned and res is left
-// as it was: the caller fails the attempt as retriable, it never completes a
-// job whose blobs are not stored.
-func Offload(ctx context.Context, store Store, jobID int64, res *jobqueue.Result) error {
+// addressed under the job and its attempt, so a job rendered twice never
+// has one run's bytes under the other's hash, and an attempt's blobs are
+// its own: when its result is not recorded (the job finished elsewhere,
+// the result refused) the caller deletes them (Forget) without touching
+// another attempt's. Any upload error is returned, what was uploaded
+// deleted, and res left as it was: the caller fails the attempt as
+// retriable, it never completes a job whose blobs are not stored.
+func Offload(ctx context.Context, store Store, jobID int64, attempt int, res *jobqueue.Result) error {
 	var refs []jobqueue.BlobRef
 	for _, b := range []struct {
 		kind, ext, contentType string
@@ -35,11 +38,12 @@ func Offload(ctx context.Context, store Store, jobID int64, res *jobqueue.Result
 		}
 		sum := sha256.Sum256(b.data)
 		hash := hex.EncodeToString(sum[:])
-		key := fmt.Sprintf("jobs/%d/%s.%s", jobID, hash, b.ext)
+		key := fmt.Sprintf("jobs/%d/%d-%s.%s", jobID, attempt, hash, b.ext)
 		uctx, cancel := context.WithTimeout(ctx, putTimeout)
 		err := store.Put(uctx, key, b.data, b.contentType)
 		cancel()
 		if err != nil {
+			Forget(ctx, store, refs)
 			return fmt.Errorf("storing the %s of job %d in %s: %w", b.kind, jobID, store, err)
 		}
 		refs = append(refs, jobqueue.BlobRef{Kind: b.kind, Key: key, Size: int64(len(b.data)), SHA256: hash})
@@ -49,6 +53,21 @@ func Offload(ctx context.Context, store Store, jobID int64, res *jobqueue.Result
 		res.Blobs = append(res.Blobs, refs...)
 	}
 	return nil
+}
+
+// Forget deletes an attempt's blobs whose result was not recorded, best
+// effort (a blob left behind costs storage, nothing else).
+func Forget(ctx context.Context, store Store, refs []jobqueue.BlobRef) {
+	if len(refs) == 0 {
+		return
+	}
+	keys := make([]string, len(refs))
+	for i, r := range refs {
+		keys[i] = r.Key
+	}
+	dctx, cancel := context.WithTimeout(ctx, putTimeout)
+	defer cancel()
+	_ = store.Delete(dctx, keys)
 }
 
 // OpenRef streams one blob of a result, checking its size and hash as it
