@@ -385,4 +385,3 @@ func TestProtectLoopBusyFromTheStart(t *testing.T) {
 		t.Errorf("calls %v, want [true] only", got)
 	}
 }
-
