@@ -192,6 +192,10 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 	return p, nil
 }
 
+// ValidateBatchID reports whether s can be a batch id (a UUID), for callers
+// that check their input before reaching the database.
+func ValidateBatchID(s string) error { return checkUUID(s) }
+
 func checkUUID(s string) error {
 	h := strings.ReplaceAll(s, "-", "")
 	if len(s) != 36 || len(h) != 32 {

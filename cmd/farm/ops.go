@@ -135,6 +135,11 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
+	if batch != "" {
+		if err := jobqueue.ValidateBatchID(batch); err != nil {
+			return usagef("--batch: %v", err)
+		}
+	}
 	f := jobqueue.ExportFilter{BatchID: batch, WithHTML: html, WithScreenshot: screenshot}
 	for _, s := range strings.Split(states, ",") {
 		st := jobqueue.State(strings.TrimSpace(s))
@@ -298,6 +303,11 @@ func cancelOrRetry(ctx context.Context, env *environment, args []string, verb st
 	}
 	if (len(ids) == 0) == (batch == "") {
 		return usagef("give job ids or --batch BATCH_ID, not both")
+	}
+	if batch != "" {
+		if err := jobqueue.ValidateBatchID(batch); err != nil {
+			return usagef("--batch: %v", err)
+		}
 	}
 	pool, err := db.pool(ctx, 2)
 	if err != nil {

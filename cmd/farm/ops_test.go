@@ -255,8 +255,11 @@ func TestCancelSelectors(t *testing.T) {
 	if code, _, errOut := farmRun(t, "", env, "retry", "--batch", batch, strconv.FormatInt(ids[0], 10)); code != exitUsage || !strings.Contains(errOut, "not both") {
 		t.Fatalf("ids and --batch: %d %q", code, errOut)
 	}
-	if code, _, errOut := farmRun(t, "", env, "cancel", "--batch", "not-a-uuid"); code != exitError || !strings.Contains(errOut, "not a UUID") {
-		t.Fatalf("bad batch id: %d %q", code, errOut)
+	// A malformed batch id is bad usage, found before the database is asked.
+	for _, cmd := range []string{"cancel", "retry", "results"} {
+		if code, _, errOut := farmRun(t, "", env, cmd, "--batch", "not-a-uuid"); code != exitUsage || !strings.Contains(errOut, "--batch: batch id \"not-a-uuid\" is not a UUID") {
+			t.Fatalf("%s with a bad batch id: %d %q", cmd, code, errOut)
+		}
 	}
 }
 
