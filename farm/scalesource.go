@@ -32,7 +32,10 @@ func ScaleSource(q *jobqueue.Queue) autoscale.Source {
 		for _, n := range nodes {
 			switch n.State {
 			case jobqueue.NodeActive, jobqueue.NodeDraining:
-				load.Nodes = append(load.Nodes, autoscale.Node{ID: n.ID, Busy: n.Queued + n.Processing, Capacity: n.Capacity})
+				load.Nodes = append(load.Nodes, autoscale.Node{ID: n.ID, Busy: n.Queued + n.Processing, Capacity: n.Capacity,
+					// Grows with every job the node starts (its process's
+					// count, from its heartbeats) or finishes for good.
+					Work: n.Lifetime.JobsCompleted + n.Lifetime.JobsFailed + n.Load.JobsSinceProcessStart})
 			case jobqueue.NodeLost:
 				load.Lost++
 			}

@@ -80,6 +80,7 @@ type Reconciler struct {
 	tickMu sync.Mutex // serialises Tick; guards the fields below it
 	state  State
 	idle   map[string]time.Time // first time each node was seen idle
+	work   map[string]int64     // each node's Work at the previous tick
 
 	desired atomic.Int64
 	mu      sync.Mutex // guards status
@@ -115,6 +116,7 @@ func NewReconciler(cfg ReconcilerConfig, src Source, drv Driver, log *zap.Logger
 		drv:    drv,
 		log:    log.Named("autoscale").With(zap.String("driver", drv.Name())),
 		idle:   make(map[string]time.Time),
+		work:   make(map[string]int64),
 		status: Status{Driver: drv.Name(), Applied: -1},
 	}
 	return r, nil
@@ -143,6 +145,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	r.tickMu.Lock()
 	r.state = State{}
 	r.idle = map[string]time.Time{}
+	r.work = map[string]int64{}
 	r.tickMu.Unlock()
 	r.mu.Lock()
 	r.status.Applied, r.status.AppliedAt = 0, time.Time{}
@@ -232,16 +235,23 @@ func (r *Reconciler) fail(now time.Time, err error) {
 }
 
 // trackIdle fills in IdleSince for idle nodes whose source left it unknown,
-// from the first tick that saw each of them idle, and forgets nodes that
-// are busy or gone. Callers hold tickMu.
+// from the first tick that saw each of them idle (again: a node whose Work
+// changed since the previous tick ran jobs in between, short ones the
+// samples missed), and forgets nodes that are busy or gone. Callers hold
+// tickMu.
 func (r *Reconciler) trackIdle(load *Load, now time.Time) {
 	seen := make(map[string]bool, len(load.Nodes))
 	nodes := make([]Node, len(load.Nodes))
 	copy(nodes, load.Nodes)
 	for i := range nodes {
 		n := &nodes[i]
+		prevWork, known := r.work[n.ID]
+		r.work[n.ID] = n.Work
 		if n.Busy > 0 {
 			continue
+		}
+		if known && prevWork != n.Work {
+			delete(r.idle, n.ID)
 		}
 		seen[n.ID] = true
 		since, ok := r.idle[n.ID]
@@ -259,6 +269,15 @@ func (r *Reconciler) trackIdle(load *Load, now time.Time) {
 	for id := range r.idle {
 		if !seen[id] {
 			delete(r.idle, id)
+		}
+	}
+	present := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		present[n.ID] = true
+	}
+	for id := range r.work {
+		if !present[id] {
+			delete(r.work, id)
 		}
 	}
 	load.Nodes = nodes

@@ -201,6 +201,31 @@ func TestReconcilerTracksIdleNodes(t *testing.T) {
 	}
 }
 
+// TestReconcilerIdleNeedsNoWork: a node idle at each sample whose work
+// count keeps moving between them is never idle long enough.
+func TestReconcilerIdleNeedsNoWork(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	src := &loadBox{}
+	r, err := NewReconciler(ReconcilerConfig{
+		Now:     clock.Now,
+		Scaling: Config{ScaleInCooldown: time.Minute, IdleGrace: 3 * time.Minute},
+	}, src, &recordingDriver{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		src.set(Load{Processing: 1, Nodes: []Node{{ID: "a", Busy: 1}, {ID: "b", Work: int64(i)}}}, nil)
+		d, err := r.Tick(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.ScaleIn) > 0 {
+			t.Fatalf("tick %d: scale-in %v of a node that ran jobs between every sample", i, d.ScaleIn)
+		}
+		clock.Advance(time.Minute)
+	}
+}
+
 func TestReconcilerRun(t *testing.T) {
 	src := &loadBox{load: Load{Pending: 7}}
 	drv := &recordingDriver{}

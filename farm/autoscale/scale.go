@@ -119,6 +119,10 @@ type Node struct {
 	// IdleSince is when Busy last became zero; zero time while busy or when
 	// unknown. A node with an unknown idle time is never a scale-in candidate.
 	IdleSince time.Time `json:"idle_since,omitzero"`
+	// Work is a count that grows with the jobs the node starts and
+	// finishes. A node seen idle at two samples whose Work changed between
+	// them ran jobs meanwhile: it was not idle all along.
+	Work int64 `json:"work,omitempty"`
 }
 
 // Load is what the scaler needs to know about the farm at one instant.
