@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
@@ -349,14 +351,8 @@ func (s *Session) refusedTunnel(j *job, st *jobState, errText string) error {
 	if err != nil {
 		return nil
 	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-		if u.Scheme == "http" {
-			port = "80"
-		}
-	}
-	if addr, ok := s.b.opts.EgressRefused(net.JoinHostPort(u.Hostname(), port)); ok {
+	port, _ := egress.URLPort(u)
+	if addr, ok := s.b.opts.EgressRefused(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port)))); ok {
 		return newErr(ClassDestinationRefused, false, "destination %s refused by the egress policy (%s)", addr, j.shown)
 	}
 	return nil

@@ -138,12 +138,6 @@ func (s *Session) background(fn func(ctx context.Context) (*tab, error)) *prepar
 // under a second.
 const tabTimeout = 20 * time.Second
 
-// wipeTimeout bounds a wipe, a part of tabTimeout: a page that holds its
-// renderer (an endless loop in a handler of leaving, or still running) does
-// not let it leave, and its context is given up for a new one, made in
-// what is left of tabTimeout, rather than the next job waiting for it.
-const wipeTimeout = 5 * time.Second
-
 // newOwnTab makes the session's own tab: a browser context of its own that
 // IsolationWipe jobs share one after another, wiped in between.
 func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
@@ -242,10 +236,7 @@ func (s *Session) release(t *tab) {
 	case t.own:
 		if !t.isBroken() && !t.isTainted() && !s.closed {
 			s.own = s.background(func(ctx context.Context) (*tab, error) {
-				wctx, cancel := context.WithTimeout(ctx, wipeTimeout)
-				err := t.wipe(wctx)
-				cancel()
-				if err != nil {
+				if err := t.wipe(ctx); err != nil {
 					t.close()
 					if s.ctx.Err() != nil {
 						// The session is closing: no replacement (a context

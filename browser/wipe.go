@@ -200,6 +200,12 @@ func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
 	}
 }
 
+// wipeTimeout bounds a wipe: a page that holds its renderer (an endless
+// loop in a handler of leaving, or still running) does not let it leave,
+// and its context is given up for a new one, made in what is left of
+// tabTimeout, rather than the next job waiting for it.
+const wipeTimeout = 5 * time.Second
+
 // wipe makes the tab's browser context as a brand-new one would be for the
 // next job: no cookie, storage, service worker, permission or history of the
 // jobs before it is left (the tab never reads the HTTP cache: newOwnTab). It
@@ -209,6 +215,8 @@ func (t *tab) wipe(ctx context.Context) error {
 	if t.isTainted() {
 		return errUnreached
 	}
+	ctx, cancel := context.WithTimeout(ctx, wipeTimeout)
+	defer cancel()
 	// From here to about:blank's commit no request of the tab may start:
 	// the page, still live, could otherwise start another fetch that
 	// outlives it, and its handlers of leaving send beacons and keepalive

@@ -65,15 +65,8 @@ func (c *Consumer) followable(links []string) []string {
 	for _, l := range links {
 		if u, err := url.Parse(l); err == nil {
 			if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil {
-				port := u.Port()
-				if port == "" {
-					port = "80"
-					if strings.EqualFold(u.Scheme, "https") {
-						port = "443"
-					}
-				}
-				p, _ := strconv.ParseUint(port, 10, 16)
-				if !c.cfg.Egress.Allowed(netip.AddrPortFrom(a, uint16(p))) {
+				p, _ := egress.URLPort(u)
+				if !c.cfg.Egress.Allowed(netip.AddrPortFrom(a, p)) {
 					continue
 				}
 			}

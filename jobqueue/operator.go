@@ -25,7 +25,7 @@ func (c BatchCounts) Finished() int64 {
 // BatchCounts counts the jobs of one batch by state.
 func (q *Queue) BatchCounts(ctx context.Context, batchID string) (BatchCounts, error) {
 	out := BatchCounts{By: map[State]int64{}}
-	if err := checkUUID(batchID); err != nil {
+	if err := ValidateBatchID(batchID); err != nil {
 		return out, err
 	}
 	for _, s := range States() {
@@ -95,7 +95,7 @@ func (q *Queue) ExportResults(ctx context.Context, f ExportFilter, fn func(Expor
 	}
 	var batch any
 	if f.BatchID != "" {
-		if err := checkUUID(f.BatchID); err != nil {
+		if err := ValidateBatchID(f.BatchID); err != nil {
 			return err
 		}
 		batch = f.BatchID
@@ -200,7 +200,7 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 
 // RetryBatch queues every failed or canceled job of a batch again (see Retry).
 func (q *Queue) RetryBatch(ctx context.Context, batchID string) (int64, error) {
-	if err := checkUUID(batchID); err != nil {
+	if err := ValidateBatchID(batchID); err != nil {
 		return 0, err
 	}
 	rows, err := q.pool.Query(ctx, `SELECT id FROM jobs WHERE batch_id = $1::uuid AND state IN ('failed', 'canceled')`, batchID)

@@ -149,7 +149,7 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 		conds = append(conds, "j.node_id = "+arg(f.NodeID))
 	}
 	if f.BatchID != "" {
-		if err := checkUUID(f.BatchID); err != nil {
+		if err := ValidateBatchID(f.BatchID); err != nil {
 			return Page{}, fmt.Errorf("list jobs: %w", err)
 		}
 		conds = append(conds, "j.batch_id = "+arg(f.BatchID)+"::uuid")
@@ -192,11 +192,9 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 	return p, nil
 }
 
-// ValidateBatchID reports whether s can be a batch id (a UUID), for callers
-// that check their input before reaching the database.
-func ValidateBatchID(s string) error { return checkUUID(s) }
-
-func checkUUID(s string) error {
+// ValidateBatchID reports whether s can be a batch id (a UUID); the
+// commands check their input with it before reaching the database.
+func ValidateBatchID(s string) error {
 	h := strings.ReplaceAll(s, "-", "")
 	if len(s) != 36 || len(h) != 32 {
 		return fmt.Errorf("batch id %q is not a UUID", s)
@@ -324,7 +322,7 @@ const maxCancelPasses = 10
 // them; a canceled job completes no more, so the passes end with one that
 // finds nothing.
 func (q *Queue) CancelBatch(ctx context.Context, batchID string) (int64, error) {
-	if err := checkUUID(batchID); err != nil {
+	if err := ValidateBatchID(batchID); err != nil {
 		return 0, err
 	}
 	var total int64

@@ -123,7 +123,7 @@ func TestEnqueueStoresJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if checkUUID(batchID) != nil || len(ids) != 3 || !(ids[0] < ids[1] && ids[1] < ids[2]) {
+	if ValidateBatchID(batchID) != nil || len(ids) != 3 || !(ids[0] < ids[1] && ids[1] < ids[2]) {
 		t.Fatalf("batch %q ids %v", batchID, ids)
 	}
 	j := mustGet(t, q, ids[0])

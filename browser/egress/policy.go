@@ -11,6 +11,7 @@ package egress
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -81,8 +82,7 @@ func ParseRule(s string) (Rule, error) {
 		if err != nil {
 			return Rule{}, fmt.Errorf("destination %q: not an IP address or prefix (host names are not allowed: the policy is on resolved addresses)", s)
 		}
-		a = a.Unmap()
-		r.Prefix = netip.PrefixFrom(a, a.BitLen())
+		r.Prefix = HostRule(a, 0).Prefix
 	}
 	if r.Prefix.Addr().Is4In6() {
 		r.Prefix = netip.PrefixFrom(r.Prefix.Addr().Unmap(), r.Prefix.Bits()-96)
@@ -95,6 +95,26 @@ func ParseRule(s string) (Rule, error) {
 		r.Port = uint16(n)
 	}
 	return r, nil
+}
+
+// HostRule is the rule for one address, on port (every port when 0).
+func HostRule(a netip.Addr, port uint16) Rule {
+	a = a.Unmap()
+	return Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Port: port}
+}
+
+// URLPort is the port a URL connects to: its own, or its scheme's default
+// (443 for https and wss, else 80); false when its port is not one.
+func URLPort(u *url.URL) (uint16, bool) {
+	port := u.Port()
+	if port == "" {
+		if strings.EqualFold(u.Scheme, "https") || strings.EqualFold(u.Scheme, "wss") {
+			return 443, true
+		}
+		return 80, true
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	return uint16(n), err == nil && n > 0
 }
 
 // ParseRules reads a comma-separated list of rules (see ParseRule).

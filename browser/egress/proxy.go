@@ -103,8 +103,7 @@ func Listen(addr string, cfg Config) (*Proxy, error) {
 	// Not through itself: a policy that allows loopback would let a page
 	// tunnel through the proxy again, once per level.
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
-		a := ap.Addr().Unmap()
-		cfg.Policy.Deny = append(slices.Clip(cfg.Policy.Deny), Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Port: ap.Port()})
+		cfg.Policy.Deny = append(slices.Clip(cfg.Policy.Deny), HostRule(ap.Addr(), ap.Port()))
 	}
 	p := &Proxy{cfg: cfg, ln: ln, log: cfg.Logger, refusals: map[string]refusal{}, tunnels: map[net.Conn]struct{}{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: zap.NewStdLog(cfg.Logger)}

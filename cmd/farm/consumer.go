@@ -181,11 +181,10 @@ func interfaceAddrs() []netip.Addr {
 func publicSelfRules(addrs []netip.Addr) []egress.Rule {
 	var out []egress.Rule
 	for _, a := range addrs {
-		a = a.Unmap()
-		if !(egress.Policy{}).Allowed(netip.AddrPortFrom(a, 1)) {
+		if !(egress.Policy{}).Allowed(netip.AddrPortFrom(a.Unmap(), 1)) {
 			continue
 		}
-		out = append(out, egress.Rule{Prefix: netip.PrefixFrom(a, a.BitLen())})
+		out = append(out, egress.HostRule(a, 0))
 	}
 	return out
 }
@@ -208,26 +207,17 @@ func (o *consumerOptions) endpointRules(ctx context.Context, log *zap.Logger) []
 			eps = append(eps, endpoint{f.Host, f.Port})
 		}
 	}
+	addURL := func(raw string) {
+		if u, err := url.Parse(raw); err == nil && u.Host != "" {
+			if port, ok := egress.URLPort(u); ok {
+				eps = append(eps, endpoint{u.Hostname(), port})
+			}
+		}
+	}
 	if u, err := url.Parse(o.blobs.url); err == nil && u.Scheme == "s3" {
-		if ep, err := url.Parse(u.Query().Get("endpoint")); err == nil && ep.Host != "" {
-			port := ep.Port()
-			if port == "" {
-				port = map[bool]string{true: "443", false: "80"}[strings.EqualFold(ep.Scheme, "https")]
-			}
-			if n, err := strconv.ParseUint(port, 10, 16); err == nil {
-				eps = append(eps, endpoint{ep.Hostname(), uint16(n)})
-			}
-		}
+		addURL(u.Query().Get("endpoint"))
 	}
-	if u, err := url.Parse(o.wakeURL); err == nil && o.wakeURL != "" {
-		port := u.Port()
-		if port == "" {
-			port = map[bool]string{true: "443", false: "80"}[strings.EqualFold(u.Scheme, "https")]
-		}
-		if n, err := strconv.ParseUint(port, 10, 16); err == nil {
-			eps = append(eps, endpoint{u.Hostname(), uint16(n)})
-		}
-	}
+	addURL(o.wakeURL)
 	var out []egress.Rule
 	for _, ep := range eps {
 		if ep.host == "" || strings.HasPrefix(ep.host, "/") { // a Unix socket
@@ -246,8 +236,7 @@ func (o *consumerOptions) endpointRules(ctx context.Context, log *zap.Logger) []
 			}
 		}
 		for _, a := range addrs {
-			a = a.Unmap()
-			out = append(out, egress.Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Port: ep.port})
+			out = append(out, egress.HostRule(a, ep.port))
 		}
 	}
 	return out
@@ -269,17 +258,11 @@ func listenRules(addr string) []egress.Rule {
 	if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
 		ips = append(ips, a)
 	} else if host == "" || err == nil {
-		addrs, _ := net.InterfaceAddrs()
-		for _, ia := range addrs {
-			if p, err := netip.ParsePrefix(ia.String()); err == nil {
-				ips = append(ips, p.Addr())
-			}
-		}
+		ips = interfaceAddrs()
 	}
 	var out []egress.Rule
 	for _, a := range ips {
-		a = a.Unmap()
-		out = append(out, egress.Rule{Prefix: netip.PrefixFrom(a, a.BitLen()), Port: uint16(port)})
+		out = append(out, egress.HostRule(a, uint16(port)))
 	}
 	return out
 }
