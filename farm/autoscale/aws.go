@@ -174,6 +174,23 @@ func (d *AWSDriver) SetDesired(ctx context.Context, n int) error {
 	return nil
 }
 
+// Current returns the group's desired capacity
+// (DescribeAutoScalingGroups).
+func (d *AWSDriver) Current(ctx context.Context) (int, error) {
+	out, err := d.client.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
+		AutoScalingGroupNames: []string{d.group},
+	})
+	if err != nil {
+		return 0, explainAWSError(err, fmt.Sprintf("DescribeAutoScalingGroups(group %q)", d.group))
+	}
+	for _, g := range out.AutoScalingGroups {
+		if aws.ToString(g.AutoScalingGroupName) == d.group && g.DesiredCapacity != nil {
+			return int(*g.DesiredCapacity), nil
+		}
+	}
+	return 0, fmt.Errorf("autoscale: aws: DescribeAutoScalingGroups: no group %q in region %s (check the group name and region)", d.group, d.region)
+}
+
 // attempts reads how many tries the SDK retryer made.
 func attempts(md middleware.Metadata) int {
 	if r, ok := retry.GetAttemptResults(md); ok {

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,6 +48,11 @@ type fakeASG struct {
 	calls []asgCall
 	// replies are (HTTP status, error code, message); status 0 is success.
 	replies []asgReply
+	// desired is the group's desired capacity: DescribeAutoScalingGroups
+	// answers it, a successful SetDesiredCapacity sets it. With noGroup,
+	// DescribeAutoScalingGroups finds no group.
+	desired int
+	noGroup bool
 }
 
 type asgReply struct {
@@ -72,9 +79,24 @@ func (f *fakeASG) serve(w http.ResponseWriter, r *http.Request) {
 	if len(f.replies) > 0 {
 		reply, f.replies = f.replies[0], f.replies[1:]
 	}
+	action := r.PostForm.Get("Action")
+	result := ""
+	switch {
+	case reply.status != 0:
+	case action == "SetInstanceProtection":
+		result = "<SetInstanceProtectionResult/>"
+	case action == "SetDesiredCapacity":
+		f.desired, _ = strconv.Atoi(r.PostForm.Get("DesiredCapacity"))
+	case action == "DescribeAutoScalingGroups" && !f.noGroup:
+		result = fmt.Sprintf(`<DescribeAutoScalingGroupsResult><AutoScalingGroups><member>`+
+			`<AutoScalingGroupName>%s</AutoScalingGroupName><DesiredCapacity>%d</DesiredCapacity>`+
+			`<MinSize>0</MinSize><MaxSize>100</MaxSize></member></AutoScalingGroups></DescribeAutoScalingGroupsResult>`,
+			r.PostForm.Get("AutoScalingGroupNames.member.1"), f.desired)
+	case action == "DescribeAutoScalingGroups":
+		result = `<DescribeAutoScalingGroupsResult><AutoScalingGroups/></DescribeAutoScalingGroupsResult>`
+	}
 	f.mu.Unlock()
 
-	action := r.PostForm.Get("Action")
 	w.Header().Set("Content-Type", "text/xml")
 	if reply.status != 0 {
 		w.WriteHeader(reply.status)
@@ -82,10 +104,6 @@ func (f *fakeASG) serve(w http.ResponseWriter, r *http.Request) {
 			`<Error><Type>Sender</Type><Code>%s</Code><Message>%s</Message></Error>`+
 			`<RequestId>req-err</RequestId></ErrorResponse>`, reply.code, reply.message)
 		return
-	}
-	result := ""
-	if action == "SetInstanceProtection" {
-		result = "<SetInstanceProtectionResult/>"
 	}
 	fmt.Fprintf(w, `<%sResponse xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/">%s`+
 		`<ResponseMetadata><RequestId>req-ok</RequestId></ResponseMetadata></%sResponse>`, action, result, action)
@@ -354,12 +372,13 @@ func TestAWSDriverDefaultChain(t *testing.T) {
 
 // TestReconcilerSurvivesAWSErrors runs the producer's actor against the real
 // SDK and a failing group: errors are reported in Status and the log, the
-// loop keeps its desired count, and the next tick applies it once AWS
+// loop computes nothing until it could read the group's count and keeps its
+// desired count while AWS refuses it, and the next tick applies it once AWS
 // accepts.
 func TestReconcilerSurvivesAWSErrors(t *testing.T) {
 	asg := newFakeASG(t,
 		asgReply{400, "ValidationError", "AutoScalingGroup name not found - AutoScalingGroup 'farm-consumers' not found"},
-		asgReply{400, "Throttling", "Rate exceeded"}, asgReply{400, "Throttling", "Rate exceeded"}, asgReply{400, "Throttling", "Rate exceeded"},
+		asgReply{}, asgReply{400, "Throttling", "Rate exceeded"}, asgReply{400, "Throttling", "Rate exceeded"}, asgReply{400, "Throttling", "Rate exceeded"},
 	)
 	log, logs := observed(t)
 	d, err := NewAWSWithConfig(staticAWS("us-east-1"), testAWSConfig(asg.srv.URL), log)
@@ -374,14 +393,18 @@ func TestReconcilerSurvivesAWSErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Tick 1: invalid group. Tick 2: throttled on every attempt.
-	for i, want := range []string{"ValidationError", "Throttling"} {
+	// Tick 1: the group's count cannot be read (invalid group). Tick 2: it
+	// can (0), and setting 5 is throttled on every attempt.
+	for i, want := range []struct {
+		err     string
+		desired int
+	}{{"ValidationError", 0}, {"Throttling", 5}} {
 		dec, err := r.Tick(t.Context())
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("tick %d: err = %v, want %s", i+1, err, want)
+		if err == nil || !strings.Contains(err.Error(), want.err) {
+			t.Fatalf("tick %d: err = %v, want %s", i+1, err, want.err)
 		}
 		st := r.Status()
-		if dec.Desired != 5 || r.Desired() != 5 || st.Applied != -1 || !strings.Contains(st.LastError, want) || st.Errors != i+1 {
+		if dec.Desired != want.desired || r.Desired() != want.desired || st.Applied != -1 || !strings.Contains(st.LastError, want.err) || st.Errors != i+1 {
 			t.Fatalf("tick %d: decision %+v status %+v", i+1, dec, st)
 		}
 		clock.Advance(15 * time.Second)
@@ -393,17 +416,44 @@ func TestReconcilerSurvivesAWSErrors(t *testing.T) {
 	if st.Applied != 5 || st.LastError != "" {
 		t.Fatalf("after recovery: %+v", st)
 	}
-	calls := asg.Calls()
-	if len(calls) != 1+3+1 {
-		t.Fatalf("%d requests, want 5 (1 invalid, 3 throttled, 1 ok)", len(calls))
+	var actions []string
+	for _, c := range asg.Calls() {
+		actions = append(actions, c.get("Action")+" "+c.get("DesiredCapacity"))
 	}
-	for _, c := range calls {
-		if c.get("DesiredCapacity") != "5" {
-			t.Errorf("request %v", c.form)
-		}
+	want := []string{"DescribeAutoScalingGroups ", "DescribeAutoScalingGroups ",
+		"SetDesiredCapacity 5", "SetDesiredCapacity 5", "SetDesiredCapacity 5", "SetDesiredCapacity 5"}
+	if !slices.Equal(actions, want) {
+		t.Fatalf("requests %q, want %q (a read refused, a read, 3 throttled, 1 ok)", actions, want)
 	}
-	if n := logs.FilterMessage("driver could not apply desired count; retrying next tick").Len(); n != 2 {
-		t.Errorf("%d driver failure log entries, want 2", n)
+	if n := logs.FilterMessage("driver could not apply desired count; retrying next tick").Len(); n != 1 {
+		t.Errorf("%d driver failure log entries, want 1", n)
+	}
+	if n := logs.FilterMessage("cannot read the orchestrator's count; computing nothing until it can be read").Len(); n != 1 {
+		t.Errorf("%d read failure log entries, want 1", n)
+	}
+}
+
+// TestAWSDriverCurrent reads the group's desired capacity back, and names
+// the group and region when it does not exist.
+func TestAWSDriverCurrent(t *testing.T) {
+	asg := newFakeASG(t)
+	asg.desired = 8
+	d, err := NewAWSWithConfig(staticAWS("us-east-2"), testAWSConfig(asg.srv.URL), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := d.Current(t.Context()); n != 8 || err != nil {
+		t.Fatalf("Current() = %d, %v; want 8", n, err)
+	}
+	c := asg.Calls()[0]
+	if c.get("Action") != "DescribeAutoScalingGroups" || c.get("AutoScalingGroupNames.member.1") != testGroup {
+		t.Errorf("request %v", c.form)
+	}
+	asg.mu.Lock()
+	asg.noGroup = true
+	asg.mu.Unlock()
+	if _, err := d.Current(t.Context()); err == nil || !strings.Contains(err.Error(), testGroup) || !strings.Contains(err.Error(), "us-east-2") {
+		t.Fatalf("Current() of a missing group: %v, want an error naming the group and region", err)
 	}
 }
 

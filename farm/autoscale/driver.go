@@ -28,6 +28,16 @@ type Driver interface {
 	SetDesired(ctx context.Context, n int) error
 }
 
+// CurrentReader is a Driver that can read back the count the orchestrator
+// now holds (an Auto Scaling group's desired capacity). A reconciler
+// starting a term starts from it when it is above the live nodes: the
+// instances another producer asked for and that are still booting are not
+// live nodes yet, and a count computed from the live ones alone would give
+// them up at once, without the cooldown.
+type CurrentReader interface {
+	Current(ctx context.Context) (int, error)
+}
+
 // Driver names accepted by NewDriver.
 const (
 	DriverNone = "none"

@@ -79,6 +79,9 @@ type Reconciler struct {
 
 	tickMu sync.Mutex // serialises Tick; guards the fields below it
 	state  State
+	// seeded is whether this term's state holds the orchestrator's count
+	// (or the driver cannot read it back).
+	seeded bool
 	idle   map[string]time.Time // first time each node was seen idle
 	work   map[string]int64     // each node's Work at the previous tick
 
@@ -140,10 +143,12 @@ func (r *Reconciler) Status() Status {
 // afresh each time (the first computation starts from the live nodes, and
 // a decrease waits a cooldown), since what it knew at the end of an earlier
 // term (the desired count, since when the need was below it, idle nodes,
-// what it applied) is stale after another producer led.
+// what it applied) is stale after another producer led. A driver that can
+// read the orchestrator's count back (CurrentReader) is asked for it first:
+// the term starts from it when it is above the live nodes.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.tickMu.Lock()
-	r.state = State{}
+	r.state, r.seeded = State{}, false
 	r.idle = map[string]time.Time{}
 	r.work = map[string]int64{}
 	r.tickMu.Unlock()
@@ -178,6 +183,14 @@ func (r *Reconciler) Tick(ctx context.Context) (Decision, error) {
 		}
 		err = fmt.Errorf("autoscale: read load: %w", err)
 		r.log.Warn("cannot read farm load; keeping desired count", zap.Error(err))
+		r.fail(now, err)
+		return r.Status().Decision, err
+	}
+	if err := r.seed(ctx); err != nil {
+		if ctx.Err() != nil {
+			return r.Status().Decision, ctx.Err()
+		}
+		r.log.Warn("cannot read the orchestrator's count; computing nothing until it can be read", zap.Error(err))
 		r.fail(now, err)
 		return r.Status().Decision, err
 	}
@@ -224,6 +237,26 @@ func (r *Reconciler) Tick(ctx context.Context) (Decision, error) {
 	r.status.LastErrorAt = time.Time{}
 	r.mu.Unlock()
 	return d, nil
+}
+
+// seed reads, once a term, the count the orchestrator holds into the state
+// the term's first computation starts from. Until it succeeds nothing is
+// computed or applied: a count from the live nodes alone could give up
+// instances still booting. Callers hold tickMu.
+func (r *Reconciler) seed(ctx context.Context) error {
+	cr, ok := r.drv.(CurrentReader)
+	if r.seeded || r.state.Initialized || !ok {
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, r.cfg.ApplyTimeout)
+	defer cancel()
+	n, err := cr.Current(actx)
+	if err != nil {
+		return fmt.Errorf("autoscale: read the orchestrator's count: %w", err)
+	}
+	r.state, r.seeded = State{Desired: n}, true
+	r.log.Info("term starts from the orchestrator's count", zap.Int("current", n))
+	return nil
 }
 
 func (r *Reconciler) fail(now time.Time, err error) {

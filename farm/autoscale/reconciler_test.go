@@ -315,3 +315,57 @@ func TestReconcilerRunStartsAfresh(t *testing.T) {
 		t.Fatalf("driver calls %v, want [3 8]: the second term keeps the live 8 until the cooldown", got)
 	}
 }
+
+// readingDriver is a recordingDriver that reads the orchestrator's count
+// back, failing while readErr is set.
+type readingDriver struct {
+	recordingDriver
+	current int
+	readErr error
+	reads   int
+}
+
+func (d *readingDriver) Current(context.Context) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reads++
+	return d.current, d.readErr
+}
+
+// TestReconcilerStartsFromTheOrchestratorsCount: a leader taking over while
+// the group another producer grew to 8 still boots 5 of them must not drop
+// it to its need of 7 at once; until the count can be read, nothing is
+// applied.
+func TestReconcilerStartsFromTheOrchestratorsCount(t *testing.T) {
+	nodes := []Node{{ID: "a", Busy: 6, Capacity: 6}, {ID: "b", Busy: 6, Capacity: 6}, {ID: "c", Busy: 6, Capacity: 6}}
+	src := &loadBox{load: Load{Processing: 18, Pending: 24, Nodes: nodes}}
+	drv := &readingDriver{current: 8, readErr: errors.New("throttled")}
+	r, err := NewReconciler(ReconcilerConfig{Interval: time.Hour, Scaling: Config{NodeCapacity: 6, TargetUtilisation: 1}}, src, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Tick(t.Context()); err == nil || !strings.Contains(err.Error(), "throttled") {
+		t.Fatalf("Tick with the count unreadable = %v, want the read's error", err)
+	}
+	if got := drv.calls(); len(got) != 0 {
+		t.Fatalf("driver calls %v before the count was read, want none", got)
+	}
+	drv.mu.Lock()
+	drv.readErr = nil
+	drv.mu.Unlock()
+	for range 2 {
+		d, err := r.Tick(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Desired != 8 || d.Need != 7 || d.Action != ActionHold {
+			t.Fatalf("decision %+v, want desired 8 (the group's count) held while need 7 cools down", d)
+		}
+	}
+	if got := drv.calls(); !slices.Equal(got, []int{8}) {
+		t.Fatalf("driver calls %v, want [8]", got)
+	}
+	if drv.reads != 2 {
+		t.Fatalf("%d reads of the count, want 2 (one failed, then once a term)", drv.reads)
+	}
+}

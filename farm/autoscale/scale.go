@@ -139,9 +139,11 @@ type Load struct {
 	Lost int `json:"lost"`
 }
 
-// State is what Compute carries from one computation to the next. The zero
-// State means "no computation yet"; the first one starts from the number of
-// live nodes, so a producer restart does not shrink a running fleet before
+// State is what Compute carries from one computation to the next. A State
+// not Initialized means "no computation yet"; the first one starts from the
+// number of live nodes or, when larger, from the Desired it carries (the
+// count the orchestrator holds, when the driver can read it back), so a
+// producer restart does not shrink a running or still booting fleet before
 // the cooldown.
 type State struct {
 	Initialized bool      `json:"initialized"`
@@ -253,7 +255,7 @@ func Compute(cfg Config, st State, load Load, now time.Time) (Decision, State) {
 
 	idle := idleCandidates(load.Nodes, now, cfg.IdleGrace)
 	if !st.Initialized {
-		st = State{Initialized: true, Desired: len(load.Nodes)}
+		st = State{Initialized: true, Desired: max(len(load.Nodes), st.Desired)}
 	}
 	d := Decision{
 		Previous: st.Desired,

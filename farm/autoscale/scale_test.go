@@ -118,6 +118,27 @@ func TestCompute(t *testing.T) {
 			},
 		},
 		{
+			// A new term whose driver read the group's count back (8:
+			// 3 live, 5 booting): a need of 7 waits the cooldown and then
+			// gives up an empty slot, instead of dropping to 7 at once.
+			name:  "first computation starts from the orchestrator's count",
+			cfg:   Config{NodeCapacity: 6, TargetUtilisation: 1},
+			state: State{Desired: 8},
+			steps: []step{
+				{at: 0, load: Load{Processing: 18, Pending: 24, Nodes: []Node{busy("a", 6), busy("b", 6), busy("c", 6)}}, want: 8, action: ActionHold},
+				{at: 6 * time.Minute, load: Load{Processing: 18, Pending: 24, Nodes: []Node{busy("a", 6), busy("b", 6), busy("c", 6)}}, want: 7, action: ActionScaleIn},
+			},
+		},
+		{
+			// The orchestrator's count below the live nodes: the live
+			// nodes win, as without it.
+			name:  "first computation starts from the live nodes above the orchestrator's count",
+			state: State{Desired: 1},
+			steps: []step{
+				{at: 0, load: Load{Processing: 12, Nodes: []Node{busy("a", 6), busy("b", 6), idle("c", -time.Hour)}}, want: 3, action: ActionHold},
+			},
+		},
+		{
 			name: "burst bounded by max",
 			cfg:  Config{Max: 4},
 			steps: []step{
