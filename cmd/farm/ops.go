@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -157,6 +158,7 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	}
 	var write func(jobqueue.ExportRow) error
 	var flush func() error
+	var q *jobqueue.Queue
 	out := bufio.NewWriterSize(env.stdout, 64*1024)
 	switch format {
 	case "jsonl":
@@ -167,8 +169,8 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 		}
 		write = func(r jobqueue.ExportRow) error {
 			if r.Result != nil && (html || screenshot) {
-				// Kept in the blob store: read back, checked against the stored hash.
-				if err := blobstore.Fill(ctx, blobs, r.Result, html, screenshot); err != nil {
+				keep, err := fillBlobs(ctx, blobs, r.Result, html, screenshot, q.Get)
+				if err != nil || !keep {
 					return err
 				}
 			}
@@ -216,13 +218,30 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer pool.Close()
-	q := jobqueue.New(pool, jobqueue.Config{})
+	q = jobqueue.New(pool, jobqueue.Config{})
 	// What was exported is written out even when the export stops early.
 	err = q.ExportResults(ctx, f, write)
 	if ferr := flush(); err == nil {
 		err = ferr
 	}
 	return err
+}
+
+// fillBlobs reads a result's HTML and screenshot back from the blob store,
+// checked against their stored hashes. A blob that is gone because its job
+// was purged since the export read it (retention deletes the rows, then
+// their blobs) leaves the job out (keep false): it is no longer there to
+// export. A blob missing from a job still there is an error.
+func fillBlobs(ctx context.Context, store blobstore.Store, res *jobqueue.Result, html, screenshot bool,
+	get func(context.Context, int64) (jobqueue.Job, error)) (keep bool, err error) {
+	err = blobstore.Fill(ctx, store, res, html, screenshot)
+	if !errors.Is(err, blobstore.ErrNotFound) {
+		return err == nil, err
+	}
+	if _, gerr := get(ctx, res.JobID); errors.Is(gerr, jobqueue.ErrNotFound) {
+		return false, nil
+	}
+	return false, err
 }
 
 // parseWhen reads an absolute time (RFC 3339) or a duration before now.

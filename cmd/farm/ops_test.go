@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -274,5 +277,54 @@ func TestConsumerEnvironment(t *testing.T) {
 		if !want[kv] {
 			t.Errorf("unexpected %q in %q", kv, got)
 		}
+	}
+}
+
+// TestFillBlobsOfAPurgedJob: an export reading a job whose blobs retention
+// deleted since (the job is gone) leaves it out and goes on; a blob missing
+// from a job still there stops the export with the blob's error.
+func TestFillBlobsOfAPurgedJob(t *testing.T) {
+	store, err := blobstore.Open(t.Context(), "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := jobqueue.Result{JobID: 7, HTML: "<p>kept</p>"}
+	if err := blobstore.Offload(t.Context(), store, 7, 1, &stored); err != nil {
+		t.Fatal(err)
+	}
+	gone := jobqueue.Result{JobID: 8, HTML: "<p>purged</p>"}
+	if err := blobstore.Offload(t.Context(), store, 8, 1, &gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(t.Context(), []string{gone.Blobs[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		res      jobqueue.Result
+		jobThere bool
+		keep     bool
+		err      error
+	}{
+		{"blob there", stored, true, true, nil},
+		{"job and blob purged", gone, false, false, nil},
+		{"blob missing from a job still there", gone, true, false, blobstore.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			get := func(_ context.Context, id int64) (jobqueue.Job, error) {
+				if !tc.jobThere {
+					return jobqueue.Job{}, fmt.Errorf("job %d: %w", id, jobqueue.ErrNotFound)
+				}
+				return jobqueue.Job{ID: id}, nil
+			}
+			res := tc.res
+			keep, err := fillBlobs(t.Context(), store, &res, true, false, get)
+			if keep != tc.keep || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("fillBlobs = %v, %v; want %v, %v", keep, err, tc.keep, tc.err)
+			}
+			if keep && res.HTML != "<p>kept</p>" {
+				t.Fatalf("HTML %q", res.HTML)
+			}
+		})
 	}
 }
