@@ -47,7 +47,18 @@ func (in *Incarnation) Claim(ctx context.Context, n int) ([]Job, error) {
 // A job no longer processing on this node is left alone: a *FinishedError
 // (ErrAlreadyFinished) when it is final, ErrNotHeld when it was taken back.
 func (in *Incarnation) Fail(ctx context.Context, jobID int64, errText, class string, retriable bool) (State, error) {
-	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, retriable)
+	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, retriable, false)
+}
+
+// GiveBack ends the attempt of a job processing on the node through no
+// fault of the job (the node stopped before it started it, or could not
+// store its result): the job goes back to pending after the usual backoff
+// with its attempt given back, whatever its count, and the error text and
+// class are kept. Whether a cause is the node's is the caller's rule; one
+// that could be the job's must go through Fail, or the job could run for
+// ever. Refusals as Fail.
+func (in *Incarnation) GiveBack(ctx context.Context, jobID int64, errText, class string) (State, error) {
+	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, true, true)
 }
 
 // Completion is the Completion of a job this incarnation rendered.

@@ -332,18 +332,21 @@ WHERE j.id = l.id AND j.state = 'processing' AND j.node_id = $1`
 
 // failSQL ends the attempt of a job processing on the node: pending again
 // after a backoff while attempts remain and the error is retriable, else
-// failed. $5 holds the delay per attempt number.
+// failed. $5 holds the delay per attempt number. With $11 the attempt is
+// given back (the node's fault, not the job's): pending again whatever its
+// count, which goes down by one.
 var failSQL = `
 WITH upd AS (
     UPDATE jobs j SET
-        state       = CASE WHEN $3 AND j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
-        node_id     = CASE WHEN $3 AND j.attempts < j.max_attempts THEN NULL ELSE j.node_id END,
-        queued_at   = CASE WHEN $3 AND j.attempts < j.max_attempts THEN NULL ELSE j.queued_at END,
-        run_after   = CASE WHEN $3 AND j.attempts < j.max_attempts
+        state       = CASE WHEN ` + failRetries + ` THEN 'pending' ELSE 'failed' END,
+        node_id     = CASE WHEN ` + failRetries + ` THEN NULL ELSE j.node_id END,
+        queued_at   = CASE WHEN ` + failRetries + ` THEN NULL ELSE j.queued_at END,
+        run_after   = CASE WHEN ` + failRetries + `
                            THEN coalesce($4::timestamptz, now())
                                 + make_interval(secs => ($5::float8[])[least(greatest(j.attempts, 1), 20)])
                            ELSE j.run_after END,
-        finished_at = CASE WHEN $3 AND j.attempts < j.max_attempts THEN NULL ELSE coalesce($4::timestamptz, now()) END,
+        finished_at = CASE WHEN ` + failRetries + ` THEN NULL ELSE coalesce($4::timestamptz, now()) END,
+        attempts    = CASE WHEN $11 THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
         lease_expires_at = NULL,
         last_error  = $6,
         error_class = $7
@@ -357,11 +360,14 @@ WITH upd AS (
 )
 SELECT u.state, (SELECT count(*) FROM woken) FROM upd u`
 
-func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable bool) (State, error) {
+// failRetries is failSQL's rule for a job going back to pending.
+const failRetries = `$3 AND ($11 OR j.attempts < j.max_attempts)`
+
+func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable, giveBack bool) (State, error) {
 	var st State
 	var notified int64
 	err := q.pool.QueryRow(ctx, failSQL, jobID, nodeID, retriable, q.now(), q.delays(),
-		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots, inc).Scan(&st, &notified)
+		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots, inc, giveBack).Scan(&st, &notified)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
 			return "", fmt.Errorf("fail job %d: %w", jobID, ferr)

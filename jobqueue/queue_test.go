@@ -381,6 +381,48 @@ func TestFailRetriesWithBackoffThenFails(t *testing.T) {
 	}
 }
 
+// TestGiveBackChargesNoAttempt: a job whose attempt ended through the
+// node's fault goes back to pending with its attempt given back, also on
+// its last attempt, keeping the error; from another node, or once the job
+// is pending, it is refused as Fail is.
+func TestGiveBackChargesNoAttempt(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	base, maxDelay := 10*time.Second, time.Hour
+	q, _ := newTestQueue(t, Config{Now: clock.Now, Rand: func() float64 { return 0.5 }, BackoffBase: base, BackoffMax: maxDelay})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	mustRegister(t, q, "n2", 6)
+	ids := mustEnqueue(t, q, Spec{URL: "http://give.test/a", MaxAttempts: 1})
+	assignClaim(t, q, "n1", 1)
+	if _, err := currentIncarnation(t, q, "n2").GiveBack(ctx, ids[0], "x", "x"); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("GiveBack from another node = %v, want ErrNotHeld", err)
+	}
+	for round := range 2 {
+		st, err := currentIncarnation(t, q, "n1").GiveBack(ctx, ids[0], "storing the result: bucket gone", "blob_store")
+		if err != nil || st != StatePending {
+			t.Fatalf("round %d: GiveBack on the last attempt = %v, %v; want pending", round, st, err)
+		}
+		j := mustGet(t, q, ids[0])
+		wantRun := clock.Now().Add(Backoff(1, base, maxDelay, 0.5))
+		if j.Attempts != 0 || j.NodeID != "" || j.LastError != "storing the result: bucket gone" || j.ErrorClass != "blob_store" ||
+			!j.RunAfter.Equal(wantRun) || j.FinishedAt != nil || j.LeaseExpiresAt != nil {
+			t.Fatalf("round %d: after GiveBack: %+v (want run_after %v)", round, j, wantRun)
+		}
+		if _, err := currentIncarnation(t, q, "n1").GiveBack(ctx, ids[0], "x", "x"); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("GiveBack of a pending job = %v, want ErrNotHeld", err)
+		}
+		clock.Advance(time.Minute)
+		if jobs := assignClaim(t, q, "n1", 1); len(jobs) != 1 || jobs[0].Attempts != 1 {
+			t.Fatalf("round %d: claimed again %+v, want attempt 1", round, jobs)
+		}
+	}
+	// The job's own fault on its last attempt fails it.
+	if st, err := currentIncarnation(t, q, "n1").Fail(ctx, ids[0], "boom", "render", true); err != nil || st != StateFailed {
+		t.Fatalf("Fail on the last attempt = %v, %v; want failed", st, err)
+	}
+}
+
 func TestReleaseReturnsQueuedFree(t *testing.T) {
 	t.Parallel()
 	q, _ := newTestQueue(t, Config{})
