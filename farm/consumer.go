@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -46,6 +47,9 @@ type Consumer struct {
 	reports     context.Context
 	stopReports context.CancelFunc
 	busyChanged chan struct{} // the number of held jobs changed; capacity 1
+	// blobsDown is set when storing a result's blobs failed: the claim
+	// loop takes no job until the store answers again (awaitBlobs).
+	blobsDown atomic.Bool
 
 	mu            sync.Mutex
 	ran           bool

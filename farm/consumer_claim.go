@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -40,6 +41,11 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 		}
 		if ctx.Err() != nil {
 			return stopSignal
+		}
+		if c.blobsDown.Load() {
+			if r, stop := c.awaitBlobs(ctx, supExited); stop {
+				return r
+			}
 		}
 		// Notifications that arrived so far are answered by this claim.
 		drainWakeups(l.c)
@@ -145,8 +151,8 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	if err != nil {
 		// The node is stopping or its supervisor failed before the job
 		// started: not the job's fault.
-		c.fail(j, log, &browser.Error{Class: browser.ClassCanceled, Retriable: true,
-			Err: fmt.Errorf("node %s could not start the job: %w", c.node, err)}, 0)
+		c.fail(j, log, nodeFault{&browser.Error{Class: browser.ClassCanceled, Retriable: true,
+			Err: fmt.Errorf("node %s could not start the job: %w", c.node, err)}}, 0)
 		return
 	}
 	req := SpecRequest(j.Spec)
@@ -193,5 +199,60 @@ func drainWakeups(ch <-chan jobqueue.Notification) {
 		default:
 			return
 		}
+	}
+}
+
+// Pacing of awaitBlobs' probes: from blobProbeFirst, doubling to
+// blobProbeMax.
+const (
+	blobProbeFirst = time.Second
+	blobProbeMax   = 30 * time.Second
+)
+
+// awaitBlobs holds the claims while the blob store fails: a job the node
+// rendered meanwhile would be thrown away (its attempt given back). The
+// node's queued jobs go back to pending for nodes whose store works — again
+// after each failed probe, since the producer sees free slots here — and the
+// store is probed until it takes a blob. It returns true with the reason
+// when the loop must stop instead.
+func (c *Consumer) awaitBlobs(ctx context.Context, supExited <-chan struct{}) (stopReason, bool) {
+	pause := blobProbeFirst
+	for {
+		n, err := c.inc.Release(ctx)
+		switch {
+		case errors.Is(err, jobqueue.ErrFenced):
+			c.noteFenced(err)
+			return stopFenced, true
+		case err != nil && ctx.Err() != nil:
+			return stopSignal, true
+		case err != nil:
+			c.log.Warn("cannot hand the queued jobs back", zap.Error(err))
+		}
+		c.log.Warn("the blob store failed; taking no job until it takes a blob again",
+			zap.String("store", c.cfg.Blobs.String()), zap.Int64("handed_back", n), zap.Duration("probe_in", pause))
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return stopSignal, true
+		case <-supExited:
+			timer.Stop()
+			return stopFatal, true
+		case <-c.fenced:
+			timer.Stop()
+			return stopFenced, true
+		case <-timer.C:
+		}
+		err = blobstore.Probe(ctx, c.cfg.Blobs, c.node)
+		if err == nil {
+			c.blobsDown.Store(false)
+			c.log.Info("the blob store takes blobs again; taking jobs")
+			return 0, false
+		}
+		if ctx.Err() != nil {
+			return stopSignal, true
+		}
+		c.log.Warn("blob store probe failed", zap.Error(err))
+		pause = min(2*pause, blobProbeMax)
 	}
 }

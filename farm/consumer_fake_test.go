@@ -55,6 +55,7 @@ type fakeFail struct {
 	class     string
 	retriable bool
 	text      string
+	givenBack bool
 }
 
 type fakeSave struct {
@@ -131,6 +132,13 @@ func (f *fakeQueue) Fail(_ context.Context, jobID int64, errText, class string, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fails = append(f.fails, fakeFail{id: jobID, class: class, retriable: retriable, text: errText})
+	return f.failState, f.failErr
+}
+
+func (f *fakeQueue) GiveBack(_ context.Context, jobID int64, errText, class string) (jobqueue.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails = append(f.fails, fakeFail{id: jobID, class: class, retriable: true, text: errText, givenBack: true})
 	return f.failState, f.failErr
 }
 

@@ -29,6 +29,7 @@ type consumerQueue interface {
 type nodeIncarnation interface {
 	Claim(ctx context.Context, n int) ([]jobqueue.Job, error)
 	Fail(ctx context.Context, jobID int64, errText, class string, retriable bool) (jobqueue.State, error)
+	GiveBack(ctx context.Context, jobID int64, errText, class string) (jobqueue.State, error)
 	Completion(jobID int64, res jobqueue.Result) jobqueue.Completion
 	Release(ctx context.Context) (int64, error)
 	SetState(ctx context.Context, st jobqueue.NodeState, reason string) (jobqueue.Reclaimed, error)

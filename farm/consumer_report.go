@@ -27,7 +27,15 @@ func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger
 		// Not tied to Run's context: a render finished during a drain is
 		// kept (c.reports).
 		if err := blobstore.Offload(c.reports, c.cfg.Blobs, j.ID, j.Attempts, &rec); err != nil {
-			c.fail(j, log, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}, took)
+			c.blobsDown.Store(true)
+			var berr error = &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}
+			if j.ErrorClass != ClassBlobStore {
+				// The store's fault, not the job's: its attempt is given
+				// back. Not twice in a row, so that a job whose blobs no
+				// store takes cannot run for ever.
+				berr = nodeFault{berr}
+			}
+			c.fail(j, log, berr, took)
 			return
 		}
 	}
@@ -82,13 +90,18 @@ func (c *Consumer) fail(j jobqueue.Job, log *zap.Logger, rerr error, took time.D
 func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, took time.Duration, res *browser.Result) {
 	retriable := browser.IsRetriable(rerr)
 	class := browser.ClassOf(rerr)
+	giveBack := errors.As(rerr, new(nodeFault))
 	// The error may quote the job's URL or proxy; what is stored and
 	// logged must not show their credentials.
 	text := jobqueue.RedactText(rerr.Error(), j.Spec.Secrets()...)
 	var st jobqueue.State
 	err := retryReport(c.reports, c.log, func(ctx context.Context) error {
 		var err error
-		st, err = c.inc.Fail(ctx, j.ID, text, class, retriable)
+		if giveBack {
+			st, err = c.inc.GiveBack(ctx, j.ID, text, class)
+		} else {
+			st, err = c.inc.Fail(ctx, j.ID, text, class, retriable)
+		}
 		return err
 	})
 	c.mu.Lock()
@@ -106,6 +119,7 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 	switch {
 	case err == nil:
 		log.Warn("job attempt failed", zap.String("class", class), zap.Bool("retriable", retriable),
+			zap.Bool("attempt_given_back", giveBack),
 			zap.String("state", string(st)), zap.Duration("took", took), zap.String("error", text))
 	case errors.Is(err, jobqueue.ErrFenced):
 		c.noteFenced(err)
@@ -118,6 +132,13 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 			zap.String("class", class), zap.String("render_error", text), zap.Error(err))
 	}
 }
+
+// nodeFault marks an attempt's error as the node's, not the job's (the node
+// stopped before the job started, or could not store its result): the
+// attempt is given back (Incarnation.GiveBack) rather than charged.
+type nodeFault struct{ error }
+
+func (e nodeFault) Unwrap() error { return e.error }
 
 // retryReport runs a database write until it succeeds, fails for a reason
 // that retrying cannot change, reportTimeout passes or base ends. base is

@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -237,13 +239,14 @@ func TestUnitClaimLoopStopsAtExitAfterJobs(t *testing.T) {
 				t.Errorf("claims asked %v, want %v", got.claims, tc.wantClaims)
 			}
 			// The claimed jobs never got a slot (no Chrome): they were
-			// handed back as retriable, not lost.
+			// handed back as retriable with their attempt given back, not
+			// lost.
 			if len(got.fails) != tc.exitAfter {
 				t.Errorf("%d jobs handed back, want %d", len(got.fails), tc.exitAfter)
 			}
 			for _, f := range got.fails {
-				if !f.retriable || f.class != browser.ClassCanceled {
-					t.Errorf("handed back %+v, want retriable %q", f, browser.ClassCanceled)
+				if !f.retriable || !f.givenBack || f.class != browser.ClassCanceled {
+					t.Errorf("handed back %+v, want retriable %q, attempt given back", f, browser.ClassCanceled)
 				}
 			}
 		})
@@ -420,4 +423,88 @@ func TestUnitBlobsOfUnrecordedResults(t *testing.T) {
 	if len(left) != 1 || !strings.HasPrefix(left[0], "jobs/1/") {
 		t.Errorf("blobs left %v, want job 1's only", left)
 	}
+}
+
+// failingStore is a blob store that refuses every Put while down is set,
+// and says on failedProbes when it refused a probe.
+type failingStore struct {
+	blobstore.Store
+	down         atomic.Bool
+	failedProbes chan struct{}
+}
+
+func (s *failingStore) Put(ctx context.Context, key string, data []byte, contentType string) error {
+	if s.down.Load() {
+		if strings.HasPrefix(key, "probes/") {
+			s.failedProbes <- struct{}{}
+		}
+		return errors.New("AccessDenied")
+	}
+	return s.Store.Put(ctx, key, data, contentType)
+}
+
+// TestUnitBlobStoreDown: a result whose blobs cannot be stored gives its
+// attempt back (not twice in a row for the same job), and the node takes no
+// job — handing its queued ones back — until the store takes a blob again.
+func TestUnitBlobStoreDown(t *testing.T) {
+	dir, err := blobstore.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &failingStore{Store: dir, failedProbes: make(chan struct{}, 1)}
+	store.down.Store(true)
+	fq := &fakeQueue{failState: jobqueue.StatePending}
+	c := fakeConsumer(t, fq, 6, Off)
+	c.cfg.Blobs = store
+	jobs := fakeJobs(2)
+	jobs[1].ErrorClass = ClassBlobStore // its previous attempt failed the same way
+	for _, j := range jobs {
+		c.complete(t.Context(), j, zap.NewNop(), &browser.Result{FinalURL: j.Spec.URL, Status: 200, HTML: "<p>x</p>"}, 0)
+	}
+	got := fq.snapshot()
+	if len(got.fails) != 2 || got.fails[0].class != ClassBlobStore || !got.fails[0].givenBack || !got.fails[0].retriable ||
+		got.fails[1].givenBack || !got.fails[1].retriable {
+		t.Fatalf("outcomes %+v, want job 1 given back and job 2 charged, both retriable %s", got.fails, ClassBlobStore)
+	}
+	if !c.blobsDown.Load() {
+		t.Fatal("the node did not note the store down")
+	}
+
+	// The claim loop holds; once the store works, a probe lets it claim.
+	fq.mu.Lock()
+	fq.jobs = fakeJobs(1)
+	fq.mu.Unlock()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	jobsCtx, stopJobs := context.WithCancel(context.Background())
+	defer func() { stopJobs(); wg.Wait() }()
+	done := make(chan stopReason, 1)
+	go func() {
+		ready := make(chan struct{})
+		close(ready)
+		done <- c.loop(ctx, wakeups{ready: ready}, make(chan struct{}), jobsCtx, &wg)
+	}()
+	// The first probe (after blobProbeFirst) fails: the loop hands the
+	// queued jobs back again and claims nothing.
+	<-store.failedProbes
+	if got := fq.snapshot(); len(got.claims) != 0 || got.released < 1 {
+		t.Fatalf("while the store fails: claims %v, releases %d; want none and at least one", got.claims, got.released)
+	}
+	store.down.Store(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fq.snapshot().claims) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no claim 30s after the store recovered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if c.blobsDown.Load() {
+		t.Error("the node claimed with the store still noted down")
+	}
+	if got := fq.snapshot(); got.released < 2 {
+		t.Errorf("%d releases, want one per failed probe and one at the start", got.released)
+	}
+	cancel()
+	<-done
 }

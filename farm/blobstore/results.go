@@ -70,6 +70,22 @@ func Forget(ctx context.Context, store Store, refs []jobqueue.BlobRef) {
 	_ = store.Delete(dctx, keys)
 }
 
+// Probe checks that the store takes a blob again: it stores a small one
+// under probes/<name> and deletes it. name must be a valid key element (a
+// node id is).
+func Probe(ctx context.Context, store Store, name string) error {
+	key := "probes/" + name
+	pctx, cancel := context.WithTimeout(ctx, putTimeout)
+	defer cancel()
+	if err := store.Put(pctx, key, []byte("probe\n"), "text/plain"); err != nil {
+		return fmt.Errorf("probing %s: %w", store, err)
+	}
+	if err := store.Delete(pctx, []string{key}); err != nil {
+		return fmt.Errorf("probing %s: deleting %s: %w", store, key, err)
+	}
+	return nil
+}
+
 // OpenRef streams one blob of a result, checking its size and hash as it
 // is read: a reader that sees the end without an error got exactly the
 // stored bytes.
