@@ -43,23 +43,31 @@ const compactLockKey int64 = 0x6266636f756e7473 // "bfcounts"
 // The delta rows of each table are replaced by one row per key, in one
 // transaction: a reader sees either the deltas or their sum. Rows a
 // transaction still open inserted are not visible here and stay for the
-// next compaction.
+// next compaction. job_counts is a few rows; finished_minutes holds a row
+// per minute of the retained history, so only the minutes with delta rows
+// (not folded, found by a partial index) are rewritten.
 const (
 	compactJobCountsSQL = `
 WITH d AS (DELETE FROM job_counts RETURNING state, n)
 INSERT INTO job_counts (state, n)
 SELECT state, sum(n) FROM d GROUP BY state HAVING sum(n) <> 0`
 	compactFinishedSQL = `
-WITH d AS (DELETE FROM finished_minutes RETURNING minute, state, class, n)
-INSERT INTO finished_minutes (minute, state, class, n)
-SELECT minute, state, class, sum(n) FROM d GROUP BY minute, state, class HAVING sum(n) <> 0`
+WITH fresh AS (
+    SELECT DISTINCT minute, state, class FROM finished_minutes WHERE NOT folded
+), d AS (
+    DELETE FROM finished_minutes f USING fresh
+    WHERE f.minute = fresh.minute AND f.state = fresh.state AND f.class = fresh.class
+    RETURNING f.minute, f.state, f.class, f.n
+)
+INSERT INTO finished_minutes (minute, state, class, n, folded)
+SELECT minute, state, class, sum(n), true FROM d GROUP BY minute, state, class HAVING sum(n) <> 0`
 )
 
 // CompactCounts folds the delta rows the triggers appended into one row per
 // key, and returns how many rows it folded. The leader's recorder runs it
-// every sample, which keeps a count read to a few hundred rows (finishes
-// per minute of retained history, by state and failure class). It does
-// nothing when another compaction is running.
+// every sample, which keeps a window's count to a row per minute, state and
+// failure class, and its cost to the minutes that changed since the last
+// one. It does nothing when another compaction is running.
 func (q *Queue) CompactCounts(ctx context.Context) (int64, error) {
 	var folded int64
 	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {

@@ -225,6 +225,14 @@ func TestCountsMigrationCountsExistingJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	folded, err := fs.Glob(migrationFiles, "migrations/*_fold_only_new_minutes.sql")
+	if err != nil || len(folded) != 1 {
+		t.Fatalf("the folding migration: %v, %v", folded, err)
+	}
+	foldBody, err := migrationFiles.ReadFile(folded[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Undo the migration, then apply it again, as on an upgraded database
 	// that already has jobs.
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -234,6 +242,7 @@ func TestCountsMigrationCountsExistingJobs(t *testing.T) {
 			`DROP INDEX jobs_failed_class_idx`,
 			`DROP FUNCTION finished_minute, finished_class`,
 			string(body),
+			string(foldBody),
 		} {
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				return fmt.Errorf("%.60s: %w", sql, err)
@@ -245,4 +254,42 @@ func TestCountsMigrationCountsExistingJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCounts(t, q, pool, "after the migration on existing jobs")
+}
+
+// TestCompactionRewritesOnlyNewMinutes: a compaction rewrites the minutes
+// that got delta rows since the last one, not the retained history (a busy
+// week is 30,000 rows, compacted every few seconds).
+func TestCompactionRewritesOnlyNewMinutes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, pool := newTestQueue(t, Config{})
+	if _, err := pool.Exec(ctx, `
+        INSERT INTO finished_minutes (minute, state, class, n)
+        SELECT m, s.state, s.class, 1
+        FROM generate_series(timestamptz '2030-01-01', timestamptz '2030-01-02' - interval '1 minute', interval '1 minute') m
+        CROSS JOIN (VALUES ('completed', ''), ('failed', 'http'), ('failed', 'timeout')) s(state, class)`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.CompactCounts(ctx); err != nil || n != 3*1440 {
+		t.Fatalf("first compaction folded %d rows, %v; want every minute (%d)", n, err, 3*1440)
+	}
+	if n, err := q.CompactCounts(ctx); err != nil || n != 0 {
+		t.Fatalf("a compaction with nothing new folded %d rows, %v; want 0", n, err)
+	}
+	// Two deltas of one minute: that minute only is rewritten, summed.
+	if _, err := pool.Exec(ctx, `INSERT INTO finished_minutes (minute, state, class, n)
+        VALUES ('2030-01-01 12:00+00', 'completed', '', 2), ('2030-01-01 12:00+00', 'completed', '', -1)`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.CompactCounts(ctx); err != nil || n != 1 {
+		t.Fatalf("compaction of one minute's deltas folded %d rows, %v; want that minute's", n, err)
+	}
+	var sum, rows int64
+	if err := pool.QueryRow(ctx, `SELECT sum(n), count(*) FROM finished_minutes
+        WHERE minute = '2030-01-01 12:00+00' AND state = 'completed'`).Scan(&sum, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if sum != 2 || rows != 1 {
+		t.Fatalf("the minute holds %d in %d rows, want 2 in 1", sum, rows)
+	}
 }
