@@ -112,12 +112,14 @@ func (c *Consumer) claimable() (free, remaining int) {
 	return max(0, min(free, remaining)), max(0, remaining)
 }
 
-// start runs one claimed job on its own goroutine.
+// start runs one claimed job on its own goroutine, under a context of its
+// own that stopGone cancels.
 func (c *Consumer) start(jobsCtx context.Context, jobs *sync.WaitGroup, j jobqueue.Job) {
+	ctx, stop := context.WithCancelCause(jobsCtx)
 	c.mu.Lock()
 	c.unacquired++
 	c.held++
-	c.live[j.ID] = struct{}{}
+	c.live[j.ID] = stop
 	c.mu.Unlock()
 	c.signal(c.busyChanged)
 	jobs.Go(func() {
@@ -126,11 +128,38 @@ func (c *Consumer) start(jobsCtx context.Context, jobs *sync.WaitGroup, j jobque
 			c.held--
 			delete(c.live, j.ID)
 			c.mu.Unlock()
+			stop(nil)
 			c.signal(c.busyChanged)
 			c.signal(c.jobDone)
 		}()
-		c.runJob(jobsCtx, j)
+		c.runJob(ctx, j)
 	})
+}
+
+// errJobGone is why a job's render stops when the queue no longer has it
+// processing on this node.
+var errJobGone = &browser.Error{Class: browser.ClassCanceled, Retriable: true,
+	Err: errors.New("the job is no longer this node's (canceled, or taken back while the node was declared lost)")}
+
+// stopGone stops the renders of jobs the queue no longer has processing on
+// this node (a heartbeat names them): a canceled job would otherwise go on
+// loading its site, past the host's politeness limit, which no longer
+// counts it, until its timeout. A job already reporting is unaffected.
+func (c *Consumer) stopGone(ids []int64) {
+	c.mu.Lock()
+	stops := make([]context.CancelCauseFunc, 0, len(ids))
+	for _, id := range ids {
+		if stop := c.live[id]; stop != nil {
+			stops = append(stops, stop)
+		}
+	}
+	c.mu.Unlock()
+	for _, stop := range stops {
+		stop(errJobGone)
+	}
+	if len(stops) > 0 {
+		c.log.Info("stopping jobs no longer this node's", zap.Int64s("jobs", ids))
+	}
 }
 
 // signal wakes the reader of a capacity-1 channel without blocking.

@@ -32,6 +32,7 @@ type fakeQueue struct {
 	register     []registerAnswer      // Register's answers, one per call
 	limits       jobqueue.ResultLimits // ResultLimits
 	saveErr      error                 // SaveFailedResult's error
+	gone         map[int64]bool        // jobs HeartbeatLive says are no longer the node's
 
 	// recorded calls
 	claims     []int
@@ -163,11 +164,17 @@ func (f *fakeQueue) SetState(_ context.Context, st jobqueue.NodeState, _ string)
 	return jobqueue.Reclaimed{}, f.stateErr
 }
 
-func (f *fakeQueue) HeartbeatLive(_ context.Context, _ jobqueue.NodeLoad, live []int64) (jobqueue.NodeState, error) {
+func (f *fakeQueue) HeartbeatLive(_ context.Context, _ jobqueue.NodeLoad, live []int64) (jobqueue.NodeState, []int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.beats = append(f.beats, live)
-	return jobqueue.NodeActive, f.beatErr
+	var gone []int64
+	for _, id := range live {
+		if f.gone[id] {
+			gone = append(gone, id)
+		}
+	}
+	return jobqueue.NodeActive, gone, f.beatErr
 }
 
 // snapshot returns a copy of the recorded calls, safe to read.

@@ -40,7 +40,8 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 	// again. Stopping waits for it (bounded by the timeout).
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.cfg.HeartbeatInterval, 5*time.Second))
 	defer cancel()
-	st, err := c.inc.HeartbeatLive(hctx, load, c.liveJobs())
+	st, gone, err := c.inc.HeartbeatLive(hctx, load, c.liveJobs())
+	c.stopGone(gone)
 	c.mu.Lock()
 	c.beatErr = err
 	if err == nil {

@@ -168,7 +168,7 @@ func TestUnitFailKeepsTheAnswerOfAFinalFailure(t *testing.T) {
 func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	fq := &fakeQueue{}
 	c := fakeConsumer(t, fq, 6, Off)
-	c.live[3], c.live[5] = struct{}{}, struct{}{}
+	c.live[3], c.live[5] = func(error) {}, func(error) {}
 	c.heartbeat(context.Background())
 	delete(c.live, 3) // its report was given up on: its lease must run out
 	c.heartbeat(context.Background())
@@ -184,6 +184,32 @@ func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	if c.isFenced() {
 		t.Error("fenced after accepted heartbeats")
 	}
+}
+
+// TestUnitHeartbeatStopsJobsGone: a job the heartbeat says is no longer
+// the node's (canceled meanwhile) stops at once; the others go on.
+func TestUnitHeartbeatStopsJobsGone(t *testing.T) {
+	fq := &fakeQueue{gone: map[int64]bool{1: true}}
+	c := fakeConsumer(t, fq, 6, Off)
+	jobsCtx, stopJobs := context.WithCancelCause(context.Background())
+	var jobs sync.WaitGroup
+	for _, j := range fakeJobs(2) {
+		c.start(jobsCtx, &jobs, j) // each waits for a slot: no Chrome runs
+	}
+	c.heartbeat(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fq.snapshot().fails) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the job gone was not stopped in 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got := fq.snapshot()
+	if len(got.fails) != 1 || got.fails[0].id != 1 {
+		t.Fatalf("jobs ended %+v, want job 1 only", got.fails)
+	}
+	stopJobs(errors.New("test over"))
+	jobs.Wait()
 }
 
 func TestUnitFencedHeartbeatStopsTheClaimLoop(t *testing.T) {

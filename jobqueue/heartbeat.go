@@ -57,13 +57,14 @@ const heartbeatLockSQL = `SELECT 1 FROM nodes WHERE id = $1 AND ($2::bigint = 0 
 // nil live, of every job it holds. A job the node holds in the queue but
 // gave up on (its outcome could not be recorded) is left to its lease, so
 // the producer takes it back instead of the node holding its slot for ever.
-func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad, live []int64) (NodeState, error) {
+func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load NodeLoad, live []int64) (NodeState, []int64, error) {
 	var before, st NodeState
 	pssMin, pssMax := load.pssRange()
 	var ids any
 	if live != nil {
 		ids = live
 	}
+	var renewed map[int64]bool
 	// One implicit transaction, its locks taken in the order every other
 	// statement takes them: the node row, then its jobs (a completion in
 	// flight may hold some: the renewal waits for it), then the node's
@@ -72,7 +73,15 @@ func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load No
 	// whenever a heartbeat carried a Chrome recycle.
 	err := q.sendBatch(ctx, "heartbeat", func(b *pgx.Batch) {
 		b.Queue(heartbeatLockSQL, nodeID, inc)
-		b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
+		renewed = make(map[int64]bool, len(live))
+		b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids).Query(func(rows pgx.Rows) error {
+			var id int64
+			_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+				renewed[id] = true
+				return nil
+			})
+			return err
+		})
 		b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
 			load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
 			load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
@@ -81,20 +90,26 @@ func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load No
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
-				return "", fmt.Errorf("heartbeat: %w", ferr)
+				return "", nil, fmt.Errorf("heartbeat: %w", ferr)
 			}
-			return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, ErrNotFound)
+			return "", nil, fmt.Errorf("heartbeat of node %q: %w", nodeID, ErrNotFound)
 		}
-		return "", fmt.Errorf("heartbeat of node %q: %w", nodeID, err)
+		return "", nil, fmt.Errorf("heartbeat of node %q: %w", nodeID, err)
+	}
+	var gone []int64
+	for _, id := range live {
+		if !renewed[id] {
+			gone = append(gone, id)
+		}
 	}
 	if before != st {
 		q.log.Warn("node was "+string(before)+" while its process lived on; its heartbeat made it active again",
 			zap.String("node", nodeID), zap.Int64("incarnation", inc))
 		if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSlots); err != nil {
-			return st, fmt.Errorf("heartbeat of node %q: notify: %w", nodeID, err)
+			return st, gone, fmt.Errorf("heartbeat of node %q: notify: %w", nodeID, err)
 		}
 	}
-	return st, nil
+	return st, gone, nil
 }
 
 // fenceErr explains why a statement of incarnation inc of a node matched

@@ -24,14 +24,18 @@ func (q *Queue) Incarnation(node Node) *Incarnation {
 // node found lost or exited is made active again: its current incarnation
 // is alive.
 func (in *Incarnation) Heartbeat(ctx context.Context, load NodeLoad) (NodeState, error) {
-	return in.q.heartbeat(ctx, in.NodeID, in.N, load, nil)
+	st, _, err := in.q.heartbeat(ctx, in.NodeID, in.N, load, nil)
+	return st, err
 }
 
 // HeartbeatLive is Heartbeat renewing the leases of live only: the jobs the
 // node still renders or reports. A job it gave up on (its outcome could not
 // be recorded) is left to its lease, so the producer takes it back instead
-// of the node holding its slot for ever.
-func (in *Incarnation) HeartbeatLive(ctx context.Context, load NodeLoad, live []int64) (NodeState, error) {
+// of the node holding its slot for ever. It also returns gone: the jobs of
+// live no longer processing on the node (canceled, or taken back while the
+// node was declared lost), whose renders the node should stop — a job
+// finished meanwhile by the node itself is among them too.
+func (in *Incarnation) HeartbeatLive(ctx context.Context, load NodeLoad, live []int64) (st NodeState, gone []int64, err error) {
 	return in.q.heartbeat(ctx, in.NodeID, in.N, load, live)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,8 +111,8 @@ func TestHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	assignClaim(t, q, "n1", 3)
 	for range 4 {
 		clock.Advance(20 * time.Second)
-		if _, err := in.HeartbeatLive(ctx, NodeLoad{}, []int64{ids[0], ids[2]}); err != nil {
-			t.Fatal(err)
+		if _, gone, err := in.HeartbeatLive(ctx, NodeLoad{}, []int64{ids[0], ids[2]}); err != nil || len(gone) != 0 {
+			t.Fatal(gone, err)
 		}
 	}
 	if _, err := q.RescueLost(ctx, time.Hour); err != nil {
@@ -124,7 +125,7 @@ func TestHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	}
 	// An empty list renews nothing; nil renews everything the node holds.
 	clock.Advance(20 * time.Second)
-	if _, err := in.HeartbeatLive(ctx, NodeLoad{}, []int64{}); err != nil {
+	if _, _, err := in.HeartbeatLive(ctx, NodeLoad{}, []int64{}); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(20 * time.Second)
@@ -133,6 +134,43 @@ func TestHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	}
 	if j := mustGet(t, q, ids[0]); j.State != StatePending {
 		t.Errorf("job 0 is %s after an empty renewal, want pending", j.State)
+	}
+}
+
+// TestHeartbeatTellsJobsGone: a heartbeat names the live jobs no longer
+// processing on the node — canceled, finished, or taken back while it was
+// declared lost — so that it stops rendering them.
+func TestHeartbeatTellsJobsGone(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	q, _ := newTestQueue(t, Config{Now: clock.Now, Lease: 30 * time.Second})
+	ctx := context.Background()
+	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Hostname: "test", Capacity: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := q.Incarnation(node)
+	ids := mustEnqueue(t, q, pageSpecs(4, "gone.test")...)
+	assignClaim(t, q, "n1", 4)
+	if _, err := q.Cancel(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Fail(ctx, ids[3], "x", "render", false); err != nil {
+		t.Fatal(err)
+	}
+	_, gone, err := in.HeartbeatLive(ctx, NodeLoad{}, ids)
+	if err != nil || !slices.Equal(gone, []int64{ids[1], ids[3]}) {
+		t.Fatalf("gone %v, %v; want the canceled and the failed job %v", gone, err, []int64{ids[1], ids[3]})
+	}
+	// Declared lost: its jobs went back; the heartbeat that revives the
+	// node names them all.
+	clock.Advance(time.Minute)
+	if rep, err := q.RescueLost(ctx, 15*time.Second); err != nil || len(rep.LostNodes) != 1 {
+		t.Fatalf("rescue %+v, %v", rep, err)
+	}
+	_, gone, err = in.HeartbeatLive(ctx, NodeLoad{}, []int64{ids[0], ids[2]})
+	if err != nil || !slices.Equal(gone, []int64{ids[0], ids[2]}) {
+		t.Fatalf("after being declared lost: gone %v, %v; want both live jobs", gone, err)
 	}
 }
 

@@ -328,7 +328,8 @@ WITH locked AS (
 )
 UPDATE jobs j SET lease_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
 FROM locked l
-WHERE j.id = l.id AND j.state = 'processing' AND j.node_id = $1`
+WHERE j.id = l.id AND j.state = 'processing' AND j.node_id = $1
+RETURNING j.id`
 
 // failSQL ends the attempt of a job processing on the node: pending again
 // after a backoff while attempts remain and the error is retriable, else

@@ -24,5 +24,6 @@ func (q *Queue) Fail(ctx context.Context, jobID int64, nodeID, errText, class st
 
 // Heartbeat sends nodeID's heartbeat (see Incarnation.Heartbeat).
 func (q *Queue) Heartbeat(ctx context.Context, nodeID string, load NodeLoad) (NodeState, error) {
-	return q.heartbeat(ctx, nodeID, 0, load, nil)
+	st, _, err := q.heartbeat(ctx, nodeID, 0, load, nil)
+	return st, err
 }
