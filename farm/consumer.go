@@ -160,7 +160,7 @@ func (c *Consumer) Healthy() error {
 		return nil
 	}
 	now := time.Now()
-	if stale := max(5*c.cfg.HeartbeatInterval, 30*time.Second); now.Sub(lastBeat) > stale {
+	if stale := max(5*c.cfg.HeartbeatInterval, healthBeatGrace); now.Sub(lastBeat) > stale {
 		return fmt.Errorf("no successful heartbeat for %s: %v", now.Sub(lastBeat).Round(time.Second), beatErr)
 	}
 	st := c.sup.Stats()

@@ -235,4 +235,11 @@ const (
 	// healthBootGrace is how long the node counts as healthy without a live
 	// Chrome (the first boot, a replacement after a crash).
 	healthBootGrace = time.Minute
+	// healthBeatGrace is how long the node counts as healthy while its
+	// heartbeats fail (at least five heartbeat intervals): a database outage
+	// or failover is not mended by restarting the node, which under
+	// Kubernetes would restart the whole fleet and add restart backoff; a
+	// node whose heartbeats fail for longer may hold a broken pool a
+	// restart does mend.
+	healthBeatGrace = 5 * time.Minute
 )

@@ -235,9 +235,14 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	// Logged before: a migration of a large table, or the wait for another
+	// producer's migration lock, can take minutes, with nothing listening.
+	log.Info("migrating the schema (waits while another producer migrates)")
+	t0 := time.Now()
 	if err := jobqueue.Migrate(ctx, pool); err != nil {
 		return err
 	}
+	log.Info("schema up to date", zap.Duration("took", time.Since(t0)))
 	ln, err := net.Listen("tcp", po.listen)
 	if err != nil {
 		return usagef("--listen %s: %v", po.listen, err)

@@ -216,6 +216,32 @@ func TestManifests(t *testing.T) {
 		t.Errorf("consumer liveness probe = %+v, want exec farm health", cc.LivenessProbe)
 	}
 
+	// The liveness probes wait for startup probes whose window outlasts
+	// what a start may take: the consumer's database wait (its health
+	// endpoint listens after it), the producer's migration (it listens
+	// after it; killing it rolls the migration back).
+	wait, err := time.ParseDuration(env(cc, "FARM_DATABASE_WAIT"))
+	if err != nil {
+		t.Fatalf("consumer FARM_DATABASE_WAIT: %v", err)
+	}
+	for _, w := range []struct {
+		who    string
+		c      corev1.Container
+		needed time.Duration
+	}{{"consumer", cc, wait + time.Minute}, {"producer", pc, 10 * time.Minute}} {
+		p := w.c.StartupProbe
+		if p == nil {
+			t.Errorf("%s: no startup probe: the liveness probe kills a start that waits for the database or migrates", w.who)
+			continue
+		}
+		if window := time.Duration(p.PeriodSeconds*p.FailureThreshold) * time.Second; window < w.needed {
+			t.Errorf("%s: the startup probe gives up after %v, want at least %v", w.who, window, w.needed)
+		}
+		if l := w.c.LivenessProbe; l == nil || l.InitialDelaySeconds != 0 {
+			t.Errorf("%s: liveness probe %+v: the startup probe holds it off, no initial delay needed", w.who, l)
+		}
+	}
+
 	// Both read the database URL (and the producer the token) from the Secret's keys.
 	for _, c := range []corev1.Container{pc, cc} {
 		for _, e := range c.Env {

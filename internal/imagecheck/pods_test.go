@@ -64,6 +64,7 @@ type container struct {
 	Args            []string `json:"args"`
 	Env             []envVar `json:"env"`
 	LivenessProbe   *probe   `json:"livenessProbe"`
+	StartupProbe    *probe   `json:"startupProbe"`
 	ReadinessProbe  *probe   `json:"readinessProbe"`
 	SecurityContext struct {
 		RunAsUser                *int64 `json:"runAsUser"`
