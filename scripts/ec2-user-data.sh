@@ -67,17 +67,22 @@ cat > /etc/systemd/system/farm-consumer.service <<'UNIT'
 Description=browserfarm consumer node
 Wants=network-online.target
 After=network-online.target
-# Recycles (exit 75) can be frequent under load: never rate-limit restarts.
+# Never give up restarting a node that keeps failing (the database away).
 StartLimitIntervalSec=0
 
 [Service]
 User=farm
 Group=farm
 EnvironmentFile=/etc/browserfarm/consumer.env
+# Recycles (exit 75) happen inside: the parent restarts its consumer child at
+# once, its successor standing by; RestartSec would delay each of them.
+Environment=FARM_RESPAWN=true
 ExecStart=/usr/local/bin/farm consumer
-Restart=always
+Restart=on-failure
 RestartSec=2
 SuccessExitStatus=75
+# Exit 2 is a bad configuration: restarting cannot mend it.
+RestartPreventExitStatus=2
 KillSignal=SIGTERM
 TimeoutStopSec=120
 KillMode=mixed

@@ -42,3 +42,22 @@ func TestRecycleExitCodeSpelledConsistently(t *testing.T) {
 		}
 	}
 }
+
+// TestSystemdUnitsRespawn: systemd's RestartSec delays every restart it
+// makes, recycles too, so the systemd unit and the EC2 user data run the
+// consumer under its respawn parent (which restarts it in place at once,
+// the successor standing by), restart the parent only on failure, and not
+// on a bad configuration.
+func TestSystemdUnitsRespawn(t *testing.T) {
+	for _, path := range []string{"../../scripts/farm-consumer.service", "../../scripts/ec2-user-data.sh"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range []string{"Environment=FARM_RESPAWN=true", "Restart=on-failure", fmt.Sprintf("RestartPreventExitStatus=%d", exitUsage)} {
+			if !strings.Contains(string(b), "\n"+line+"\n") {
+				t.Errorf("%s: no %s", path, line)
+			}
+		}
+	}
+}
