@@ -202,7 +202,7 @@ func TestConsumerDrainOnStop(t *testing.T) {
 // its claimed jobs back as retriable, marks itself exited, and fails.
 func TestConsumerChromeWillNotBoot(t *testing.T) {
 	db := newTestDB(t)
-	batch, _ := db.enqueue(t, "http://127.0.0.1:9", pagePaths(3, "/page/%d"))
+	batch, _ := db.enqueue(t, "http://127.0.0.1:8", pagePaths(3, "/page/%d"))
 	const node = "node-no-chrome"
 	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {

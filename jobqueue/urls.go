@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
 
 // ParseJobURL parses a job URL and reports why it is not an acceptable page to
@@ -36,6 +38,9 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 	if p := u.Port(); p != "" {
 		if len(p) > 5 || p == "0" || portNumber(p) > 65535 {
 			return nil, specErr("url", "bad port %q", p)
+		}
+		if jobspec.BadPort(portNumber(p)) {
+			return nil, specErr("url", "port %s is one browsers refuse to load (the Fetch standard's bad ports)", p)
 		}
 	}
 	return u, nil

@@ -223,6 +223,9 @@ func (c *Cookie) validate(path, pageURL string) *SpecError {
 	if strings.ContainsAny(c.Value, ";\r\n\t") || hasControl(c.Value) {
 		return specErr(path+".value", "contains a ';', a tab or a control character")
 	}
+	if strings.Trim(c.Value, " ") != c.Value {
+		return specErr(path+".value", "begins or ends with a space, which the browser refuses")
+	}
 	// The prefixes' rules (RFC 6265bis 4.1.3): __Secure- needs secure;
 	// __Host- needs secure, no domain and the path /.
 	if strings.HasPrefix(c.Name, "__Secure-") && !c.Secure {

@@ -65,6 +65,9 @@ func TestSpecValidate(t *testing.T) {
 		{"missing host", ok(func(s *Spec) { s.URL = "http:///path" }), "url", "missing host"},
 		{"opaque http", ok(func(s *Spec) { s.URL = "http:example.com" }), "url", "missing host"},
 		{"port out of range", ok(func(s *Spec) { s.URL = "http://example.com:99999/" }), "url", "bad port"},
+		// Chrome answers net::ERR_UNSAFE_PORT for these.
+		{"unsafe port 6000", ok(func(s *Spec) { s.URL = "http://example.com:6000/" }), "url", "browsers refuse"},
+		{"unsafe port 10080", ok(func(s *Spec) { s.URL = "https://example.com:10080/" }), "url", "browsers refuse"},
 		{"control char", ok(func(s *Spec) { s.URL = "http://example.com/\x01" }), "url", "control character"},
 		{"url too long", ok(func(s *Spec) { s.URL = "http://example.com/" + strings.Repeat("a", MaxURLLength) }), "url", "at most 4096"},
 
@@ -101,6 +104,9 @@ func TestSpecValidate(t *testing.T) {
 		{"cookie bad value", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "x;y"}} }), "cookies[0].value", "';'"},
 		{"cookie bad path", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Path: "x"}} }), "cookies[0].path", "start with /"},
 		{"cookie value with a tab", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "x\ty"}} }), "cookies[0].value", "tab"},
+		// Chrome's Network.setCookies: "Invalid cookie fields".
+		{"cookie value with a leading space", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: " x"}} }), "cookies[0].value", "space"},
+		{"cookie value with a trailing space", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "a", Value: "x "}} }), "cookies[0].value", "space"},
 		{"cookie name and value too long", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "n", Value: strings.Repeat("v", MaxCookieValue)}} }), "cookies[0]", "together"},
 		{"cookie name and value at the limit", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "n", Value: strings.Repeat("v", MaxCookieValue-1)}} }), "", ""},
 		{"__Secure- cookie not secure", ok(func(s *Spec) { s.Cookies = []Cookie{{Name: "__Secure-a", Value: "v"}} }), "cookies[0].secure", "must be secure"},
