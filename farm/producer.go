@@ -262,13 +262,47 @@ func (p *Producer) assignLoop(ctx context.Context) error {
 	}
 }
 
+// rescueGate holds the rescue off until the database has answered this
+// leader for staleAfter without a break. A heartbeat older than staleAfter
+// proves a node gone only if the node could reach the database meanwhile:
+// after an outage every node saw too (a failover), every heartbeat is that
+// old, and a rescue then would declare the whole fleet lost, charging every
+// running job an attempt (failing those on their last) though no node
+// stopped. The cost: a leader that just took over rescues a node that
+// really is gone up to staleAfter later.
+type rescueGate struct {
+	staleAfter time.Duration
+	upSince    time.Time // since when the database answered; zero: it did not, last time
+}
+
+// answered records whether the database answered at now, and reports
+// whether the rescue may run.
+func (g *rescueGate) answered(now time.Time, ok bool) bool {
+	if !ok {
+		g.upSince = time.Time{}
+		return false
+	}
+	if g.upSince.IsZero() {
+		g.upSince = now
+	}
+	return now.Sub(g.upSince) >= g.staleAfter
+}
+
 // rescueLoop returns the jobs of nodes that stopped heartbeating and of
-// expired leases.
+// expired leases, once the database has answered for the stale time
+// (rescueGate).
 func (p *Producer) rescueLoop(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.RescueInterval)
 	defer tick.Stop()
+	gate := rescueGate{staleAfter: p.cfg.StaleAfter}
 	for {
-		rep, err := p.cfg.Queue.RescueLost(ctx, p.cfg.StaleAfter)
+		var rep jobqueue.RescueReport
+		err := p.cfg.Queue.Ping(ctx)
+		if gate.answered(p.cfg.Now(), err == nil) {
+			if rep, err = p.cfg.Queue.RescueLost(ctx, p.cfg.StaleAfter); err != nil {
+				gate.answered(p.cfg.Now(), false)
+			}
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			p.log.Warn("rescue failed", zap.Error(err))
