@@ -322,6 +322,14 @@ func (c *queueCollector) read(now time.Time) []prometheus.Metric {
 			}
 			out = append(out, gauge(c.nodeState, v, id, string(s)))
 		}
+		if n.State != jobqueue.NodeActive && n.State != jobqueue.NodeDraining {
+			// A node that exited or was lost keeps its last heartbeat's
+			// load in its row until retention deletes it: exported as
+			// current, it would count machines that are gone in every
+			// sum of load or capacity. Its state and lifetime counters
+			// stay.
+			continue
+		}
 		l := n.Load
 		out = append(out,
 			gauge(c.busy, float64(l.BusySessions), id),

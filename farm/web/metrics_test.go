@@ -249,3 +249,41 @@ func TestMetricsWithoutQueue(t *testing.T) {
 	none.SetLeaderFunc(func() bool { return true })
 	none.WatchQueue(nil, nil)
 }
+
+// TestMetricsGoneNodesExportNoLoad: a node that exited keeps its last
+// heartbeat's load in its row until retention deletes it; /metrics exports
+// its state and lifetime counters, not that load as current.
+func TestMetricsGoneNodesExportNoLoad(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	f.register("gone", 6)
+	f.register("live", 6)
+	for _, id := range []string{"gone", "live"} {
+		n, err := f.q.GetNode(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.q.Incarnation(n).Heartbeat(ctx, jobqueue.NodeLoad{BusySessions: 6, CPUPercent: 97}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := f.q.GetNode(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.q.Incarnation(n).SetState(ctx, jobqueue.NodeExited, jobqueue.ExitStop); err != nil {
+		t.Fatal(err)
+	}
+	fams := f.scrape()
+	for _, name := range []string{"browserfarm_node_busy_sessions", "browserfarm_node_capacity", "browserfarm_node_cpu_percent", "browserfarm_node_heartbeat_age_seconds"} {
+		if v, ok := value(fams, name, "node", "gone"); ok {
+			t.Errorf("the exited node exports %s %v", name, v)
+		}
+		if _, ok := value(fams, name, "node", "live"); !ok {
+			t.Errorf("the live node exports no %s", name)
+		}
+	}
+	if v, ok := value(fams, "browserfarm_node_state", "node", "gone", "state", "exited"); !ok || v != 1 {
+		t.Errorf("the exited node's state: %v, %v", v, ok)
+	}
+}
