@@ -317,8 +317,11 @@ func (q *Queue) ListNodes(ctx context.Context) ([]Node, error) {
 }
 
 func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Node, error) {
+	// The heartbeat's age by the database's clock: the next placeholder.
+	age := fmt.Sprintf("extract(epoch FROM coalesce($%d::timestamptz, now()) - n.heartbeat_at)::float8", len(args)+1)
+	args = append(args, q.now())
 	rows, err := q.pool.Query(ctx, `
-        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0), `+lifetimeCols+`
+        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0), `+age+`, `+lifetimeCols+`
         FROM nodes n
         LEFT JOIN node_counters c ON c.node_id = n.id
         LEFT JOIN (SELECT node_id,
@@ -335,13 +338,15 @@ func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Nod
 	var nodes []Node
 	for rows.Next() {
 		var queued, processing int64
+		var ageSeconds float64
 		var life Counters
-		n, err := scanNode(rows, append([]any{&queued, &processing}, counterDest(&life)...)...)
+		n, err := scanNode(rows, append([]any{&queued, &processing, &ageSeconds}, counterDest(&life)...)...)
 		n.Lifetime = life
 		if err != nil {
 			return nil, fmt.Errorf("list nodes: %w", err)
 		}
 		n.Queued, n.Processing = int(queued), int(processing)
+		n.HeartbeatAge = max(0, time.Duration(ageSeconds*float64(time.Second)))
 		nodes = append(nodes, n)
 	}
 	if err := rows.Err(); err != nil {

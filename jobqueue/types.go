@@ -283,7 +283,11 @@ type Node struct {
 	RegisteredAt    time.Time `json:"registered_at"`
 	StartedAt       time.Time `json:"started_at"`
 	HeartbeatAt     time.Time `json:"heartbeat_at"`
-	StateChangedAt  time.Time `json:"state_changed_at"`
+	// HeartbeatAge is how long ago HeartbeatAt was by the database's clock,
+	// which stamped it and by which the rescue judges it (filled by
+	// ListNodes): a reader's own clock may be skewed.
+	HeartbeatAge   time.Duration `json:"-"`
+	StateChangedAt time.Time     `json:"state_changed_at"`
 	// Queued and Processing count the jobs the node holds now (filled by ListNodes).
 	Queued     int `json:"queued"`
 	Processing int `json:"processing"`

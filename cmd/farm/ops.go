@@ -89,7 +89,7 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, now t
 			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, l.JobsCompleted, l.JobsFailed,
 			l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
 			l.RestartsRecycle, l.RestartsStop, l.RestartsCrash,
-			now.Sub(n.HeartbeatAt).Round(time.Second))
+			n.HeartbeatAge.Round(time.Second))
 	}
 	if len(nodes) == 0 {
 		fmt.Fprintln(tw, "(no nodes registered)")

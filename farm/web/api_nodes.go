@@ -42,7 +42,7 @@ func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 	now := s.cfg.Now()
 	views := make([]nodeView, 0, len(nodes))
 	for _, n := range nodes {
-		age := max(0, now.Sub(n.HeartbeatAt).Seconds())
+		age := n.HeartbeatAge.Seconds()
 		live := n.State == jobqueue.NodeActive || n.State == jobqueue.NodeDraining
 		views = append(views, nodeView{
 			Node:                n,

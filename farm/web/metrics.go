@@ -344,7 +344,7 @@ func (c *queueCollector) read(now time.Time) []prometheus.Metric {
 			gauge(c.sinceProcess, float64(l.JobsSinceProcessStart), id),
 			prometheus.MustNewConstMetric(c.chromeRestarts, prometheus.CounterValue, float64(l.ChromeRestarts), id),
 			prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(n.ProcessRestarts), id),
-			gauge(c.heartbeatAge, max(0, now.Sub(n.HeartbeatAt).Seconds()), id),
+			gauge(c.heartbeatAge, n.HeartbeatAge.Seconds(), id),
 		)
 	}
 	for _, s := range nodeStates {

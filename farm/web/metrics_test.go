@@ -287,3 +287,33 @@ func TestMetricsGoneNodesExportNoLoad(t *testing.T) {
 		t.Errorf("the exited node's state: %v, %v", v, ok)
 	}
 }
+
+// TestHeartbeatAgeByTheDatabasesClock: the producer's clock 30 s ahead of
+// the database's (an unsynchronised VM) must not make a node that just
+// heartbeated look stale on the dashboard or /metrics, while the rescue,
+// which judges by the database's clock, finds it fresh.
+func TestHeartbeatAgeByTheDatabasesClock(t *testing.T) {
+	skew := 30 * time.Second
+	f := newFixture(t, func(c *Config) { c.Now = func() time.Time { return time.Now().Add(skew) } })
+	f.metrics.queue.now = func() time.Time { return time.Now().Add(skew) }
+	ctx := context.Background()
+	f.register("n1", 6)
+	rep, err := f.q.RescueLost(ctx, jobqueue.DefaultStaleAfter)
+	if err != nil || len(rep.LostNodes) != 0 {
+		t.Fatalf("rescue: %+v %v", rep, err)
+	}
+	var got struct {
+		Nodes []struct {
+			ID    string  `json:"id"`
+			Age   float64 `json:"heartbeat_age_seconds"`
+			Stale bool    `json:"stale"`
+		} `json:"nodes"`
+	}
+	f.call("GET", "/api/nodes", "", "", 200, &got)
+	if len(got.Nodes) != 1 || got.Nodes[0].Stale || got.Nodes[0].Age > 5 {
+		t.Errorf("/api/nodes: %+v, want n1 fresh (the rescue finds it so)", got.Nodes)
+	}
+	if v, _ := value(f.scrape(), "browserfarm_node_heartbeat_age_seconds", "node", "n1"); v > 5 {
+		t.Errorf("browserfarm_node_heartbeat_age_seconds = %v, want about 0", v)
+	}
+}
