@@ -1,6 +1,7 @@
 package farm
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -22,12 +23,23 @@ type Politeness struct {
 	Hosts   map[string]HostPolicy
 }
 
-// For returns the policy for host (lower-case, with a port if the URL had one;
-// a rule without a port also covers the host on any port).
+// For returns the policy for host, a host key (jobqueue.HostKey: with a port
+// if the URL had one other than its scheme's default). A rule without a port
+// also covers the host on any port. The key is normalized again
+// (jobqueue.NormalizeHostKey), so that a key stored before host keys folded
+// a trailing dot and Unicode names still finds its rule.
 func (p Politeness) For(host string) HostPolicy {
-	host = strings.ToLower(host)
+	if k, err := jobqueue.NormalizeHostKey(host); err == nil {
+		host = k
+	} else {
+		host = strings.ToLower(host)
+	}
 	bare := host
-	if h, _, ok := strings.Cut(host, ":"); ok {
+	if strings.HasPrefix(host, "[") {
+		if i := strings.Index(host, "]"); i >= 0 {
+			bare = host[:i+1]
+		}
+	} else if h, _, ok := strings.Cut(host, ":"); ok {
 		bare = h
 	}
 	best, bestLen := p.Default, -1
@@ -44,4 +56,32 @@ func (p Politeness) For(host string) HostPolicy {
 		}
 	}
 	return best
+}
+
+// HostRuleKey is the key of a rule in Politeness.Hosts as an operator writes
+// it: a host as jobqueue.NormalizeHostKey takes it ("shop.example.com",
+// "api.example.com:8443", "[2001:db8::1]"), or a domain suffix
+// (".example.com", no port). It is normalized the way the queue's host keys
+// are — lower case, one trailing dot dropped, a Unicode name in punycode —
+// so that a rule matches every spelling of its host. A rule on port 80 or
+// 443 is the host's rule: a host key drops its scheme's default port, so
+// such a rule is the host without a port, which also covers the host's other
+// ports that have no rule of their own. cmd normalizes every rule it reads
+// with it.
+func HostRuleKey(rule string) (string, error) {
+	name, suffix := strings.CutPrefix(rule, ".")
+	if name == "" {
+		return "", fmt.Errorf("host %q: empty host", rule)
+	}
+	if suffix && (strings.HasPrefix(name, "[") || strings.Contains(name, ":")) {
+		return "", fmt.Errorf("host %q: a domain suffix (.example.com) takes neither a port nor an IP address", rule)
+	}
+	key, err := jobqueue.NormalizeHostKey(name)
+	if err != nil {
+		return "", err
+	}
+	if suffix {
+		return "." + key, nil
+	}
+	return key, nil
 }

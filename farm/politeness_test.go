@@ -1,8 +1,12 @@
 package farm
 
 import (
+	"net/url"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 func TestPolitenessFor(t *testing.T) {
@@ -41,4 +45,73 @@ func TestPolitenessFor(t *testing.T) {
 
 func hp(maxConcurrent int, interval time.Duration) HostPolicy {
 	return HostPolicy{MaxConcurrent: maxConcurrent, MinInterval: interval}
+}
+
+// A rule matches the host keys of every spelling of its host: the queue's
+// key of a trailing-dot or default-port URL, and an IPv6 address with a port.
+func TestPolitenessForMatchesHostKeys(t *testing.T) {
+	p := Politeness{Default: HostPolicy{MaxConcurrent: 4}, Hosts: map[string]HostPolicy{
+		"shop.example.com": {MaxConcurrent: 1, MinInterval: time.Second}, ".example.org": {MaxConcurrent: 1},
+		"[2001:db8::1]": {MaxConcurrent: 1}, "xn--bcher-kva.test": {MaxConcurrent: 1}}}
+	for _, raw := range []string{"http://shop.example.com/", "http://shop.example.com./", "https://SHOP.example.com:443/",
+		"https://www.example.org./", "http://[2001:db8::1]:8080/", "http://[2001:DB8::1]/", "http://bücher.test:81/"} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := jobqueue.HostKey(u)
+		if got := p.For(key); got.MaxConcurrent != 1 {
+			t.Errorf("%s (host key %q): policy %+v, want max_concurrent 1", raw, key, got)
+		}
+	}
+	// Keys stored before host keys were normalized still find their rule.
+	for _, old := range []string{"shop.example.com.", "bücher.test", "www.example.org.:8080"} {
+		if got := p.For(old); got.MaxConcurrent != 1 {
+			t.Errorf("For(%q) = %+v, want max_concurrent 1", old, got)
+		}
+	}
+	if got := p.For("[2001:db8::2]:8080"); got.MaxConcurrent != 4 {
+		t.Errorf("another IPv6 address took the rule: %+v", got)
+	}
+}
+
+func TestHostRuleKey(t *testing.T) {
+	tests := []struct{ in, want, wantErr string }{
+		{"shop.example.com", "shop.example.com", ""},
+		{"Shop.Example.COM.", "shop.example.com", ""},
+		{".Example.org.", ".example.org", ""},
+		{"bücher.test", "xn--bcher-kva.test", ""},
+		{".bücher.test", ".xn--bcher-kva.test", ""},
+		{"api.example.com:8443", "api.example.com:8443", ""},
+		{"shop.example.com:443", "shop.example.com", ""},
+		{"shop.example.com.:80", "shop.example.com", ""},
+		{"[2001:DB8::1]", "[2001:db8::1]", ""},
+		{"[2001:db8::1]:8080", "[2001:db8::1]:8080", ""},
+		{"[2001:db8::1]:443", "[2001:db8::1]", ""},
+		{"127.0.0.1:9000", "127.0.0.1:9000", ""},
+		{"", "", "empty host"},
+		{".", "", "empty host"},
+		{"..example.com", "", "empty label"},
+		{"2001:db8::1", "", "in brackets"},
+		{"[2001:db8::1", "", "in brackets"},
+		{".[2001:db8::1]", "", "domain suffix"},
+		{"shop.example.com:", "", "bad port"},
+		{"shop.example.com:0", "", "bad port"},
+		{"shop.example.com:99999", "", "bad port"},
+		{"shop.example.com:http", "", "bad port"},
+		{"shop.example.com/path", "", "not a host"},
+		{"http://shop.example.com", "", "not a host"},
+	}
+	for _, tt := range tests {
+		got, err := HostRuleKey(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("HostRuleKey(%q) = %q, %v; want an error containing %q", tt.in, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("HostRuleKey(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
 }

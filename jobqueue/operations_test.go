@@ -352,3 +352,42 @@ func TestCancelBatchCatchesChildrenOfAConcurrentCompletion(t *testing.T) {
 		t.Errorf("%d jobs of the canceled batch still live", n)
 	}
 }
+
+// A crawl seeded with a Unicode host name follows its links: Chrome hands
+// them back in the ASCII (punycode) form, which must be the same host and the
+// same crawl key as the seed's.
+func TestFollowIDNSeedFollowsPunycodeLinks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := newTestQueue(t, Config{})
+	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ids, err := q.Enqueue(ctx, []Spec{{URL: "http://bücher.test/", Follow: &Follow{Selector: "a", MaxDepth: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := assignRound(ctx, q, 10); err != nil {
+		t.Fatal(err)
+	}
+	in := q.Incarnation(node)
+	if jobs, err := in.Claim(ctx, 1); err != nil || len(jobs) != 1 {
+		t.Fatalf("claim = %v, %v", jobs, err)
+	}
+	links := []string{"http://xn--bcher-kva.test/seite", "http://xn--bcher-kva.test/"}
+	out, err := q.CompleteMany(ctx, []Completion{in.Completion(ids[0], Result{Status: 200, FinalURL: "http://xn--bcher-kva.test/", Links: links})})
+	if err != nil || out[0].Err != nil {
+		t.Fatalf("complete: %v, %v", err, out[0].Err)
+	}
+	if out[0].Children != 1 { // /seite; / is the seed itself
+		t.Fatalf("%d children, want 1", out[0].Children)
+	}
+	page, err := q.List(ctx, ListFilter{States: []State{StatePending}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Jobs) != 1 || page.Jobs[0].Spec.URL != links[0] || page.Jobs[0].Host != "xn--bcher-kva.test" {
+		t.Fatalf("pending jobs %+v, want the child %s on host xn--bcher-kva.test", page.Jobs, links[0])
+	}
+}

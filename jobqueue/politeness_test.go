@@ -108,3 +108,20 @@ func TestAssignPolite(t *testing.T) {
 		t.Fatalf("second round: %+v, %v", rep, err)
 	}
 }
+
+// A host's cap counts the server once, however its URLs spell the host: a
+// trailing dot, upper case and the scheme's default port are one bucket.
+func TestHostCapCountsEverySpellingOfOneServer(t *testing.T) {
+	ctx := context.Background()
+	q, _ := newTestQueue(t, Config{})
+	mustRegister(t, q, "n1", 6)
+	mustEnqueue(t, q, Spec{URL: "http://shop.example.com/a"}, Spec{URL: "http://shop.example.com./b"},
+		Spec{URL: "http://SHOP.example.com:80/c"})
+	rep, err := q.AssignPolite(ctx, func(string) HostPolicy { return HostPolicy{MaxConcurrent: 1} }, 100, AssignSpread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total() != 1 {
+		t.Fatalf("max_concurrent 1 on one server: %d jobs assigned at once", rep.Total())
+	}
+}

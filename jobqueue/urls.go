@@ -1,11 +1,14 @@
 package jobqueue
 
 import (
+	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/browserfarm/browserfarm/internal/jobspec"
+	"golang.org/x/net/idna"
 )
 
 // ParseJobURL parses a job URL and reports why it is not an acceptable page to
@@ -62,22 +65,121 @@ func unwrapURLError(err error) string {
 	return err.Error()
 }
 
-// HostKey is the lower-cased host[:port] of u with the scheme's default port
-// dropped: the unit of per-host politeness.
+// HostKey is the host[:port] of u in its canonical form (see CanonicalHost),
+// with the scheme's default port dropped: the unit of per-host politeness.
+// The spellings of one server — upper case, a trailing dot, a Unicode name or
+// its punycode, the default port — are one key, so one bucket and one crawl
+// key: Chrome hands links back in the ASCII form.
 func HostKey(u *url.URL) string {
-	host := strings.ToLower(u.Hostname())
+	// A name IDNA refuses keeps its lower-cased form: Chrome cannot load it,
+	// so no other spelling of it will come back.
+	host, _ := CanonicalHost(u.Hostname())
 	port := u.Port()
 	scheme := strings.ToLower(u.Scheme)
-	if port == "" || (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
-		if strings.Contains(host, ":") {
-			return "[" + host + "]"
-		}
+	if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		port = ""
+	}
+	return hostPort(host, port)
+}
+
+// hostPort joins a canonical host name and a port (none if empty) into a
+// host key, with an IPv6 address in brackets.
+func hostPort(host, port string) string {
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if port == "" {
 		return host
 	}
-	if strings.Contains(host, ":") {
-		return "[" + host + "]:" + port
-	}
 	return host + ":" + port
+}
+
+// idnaProfile maps a host name to ASCII the way a browser's URL parser does
+// (the WHATWG URL standard's "domain to ASCII": UTS 46 non-transitional
+// mapping, the Bidi and joiner rules, but neither STD3's letters-digits-
+// hyphens rule nor the hyphen checks, so "under_score.example" stays as it
+// is). An *idna.Profile is read-only.
+var idnaProfile = idna.New(idna.MapForLookup(), idna.BidiRule(), idna.Transitional(false),
+	idna.StrictDomainName(false), idna.CheckHyphens(false))
+
+// CanonicalHost is the form of a host name (no port, an IPv6 address without
+// brackets) that host keys use: lower case, one trailing dot dropped, a
+// Unicode name in its ASCII (punycode) form. It is the one home of that rule:
+// HostKey applies it to URLs, NormalizeHostKey to host keys written by
+// operators. The error is for a Unicode name IDNA refuses; the lower-cased
+// name comes with it.
+func CanonicalHost(name string) (string, error) {
+	if strings.Contains(name, ":") { // an IPv6 address
+		return strings.ToLower(name), nil
+	}
+	name = strings.TrimSuffix(name, ".")
+	if isASCII(name) {
+		return strings.ToLower(name), nil
+	}
+	a, err := idnaProfile.ToASCII(name)
+	if err != nil {
+		return strings.ToLower(name), fmt.Errorf("host %q is not a valid internationalized domain name: %w", name, err)
+	}
+	return a, nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// NormalizeHostKey is the host key of a host as an operator writes it, without
+// a scheme: "host", "host:port", "[IPv6]" or "[IPv6]:port", in any of the
+// spellings HostKey folds (see CanonicalHost). Port 80 and port 443 are
+// dropped, since a key without a scheme cannot tell which one's default it
+// is: "shop.example.com:443" is the key of https://shop.example.com/. The
+// error says what is wrong with s.
+func NormalizeHostKey(s string) (string, error) {
+	if strings.ContainsAny(s, "/?#@ \t") {
+		return "", fmt.Errorf("host %q is not a host (write it without scheme or path, e.g. shop.example.com)", s)
+	}
+	name, port, hasPort := s, "", false
+	if rest, ok := strings.CutPrefix(s, "["); ok {
+		addr, after, ok := strings.Cut(rest, "]")
+		if !ok || strings.Count(addr, ":") < 2 || net.ParseIP(addr) == nil {
+			return "", fmt.Errorf("host %q: an IPv6 address goes in brackets, e.g. [2001:db8::1]", s)
+		}
+		name = addr
+		if after != "" {
+			if port, hasPort = strings.CutPrefix(after, ":"); !hasPort {
+				return "", fmt.Errorf("host %q: want [IPv6]:port", s)
+			}
+		}
+	} else {
+		if strings.Count(s, ":") > 1 {
+			return "", fmt.Errorf("host %q: an IPv6 address goes in brackets, e.g. [2001:db8::1]", s)
+		}
+		name, port, hasPort = strings.Cut(s, ":")
+		if strings.ContainsAny(name, "[]") {
+			return "", fmt.Errorf("host %q: an IPv6 address goes in brackets, e.g. [2001:db8::1]", s)
+		}
+	}
+	if hasPort && (port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" ||
+		portNumber(port) == 0 || portNumber(port) > 65535) {
+		return "", fmt.Errorf("host %q: bad port %q (want 1-65535)", s, port)
+	}
+	if port == "80" || port == "443" {
+		port = ""
+	}
+	host, err := CanonicalHost(name)
+	switch {
+	case err != nil:
+		return "", err
+	case host == "":
+		return "", fmt.Errorf("host %q: empty host", s)
+	case !strings.Contains(host, ":") && (strings.HasPrefix(host, ".") || strings.Contains(host, "..")):
+		return "", fmt.Errorf("host %q: empty label", s)
+	}
+	return hostPort(host, port), nil
 }
 
 // DedupKey is the normalized form under which a URL is crawled at most once per

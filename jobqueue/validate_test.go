@@ -215,6 +215,16 @@ func TestHostAndDedupKey(t *testing.T) {
 		{"http://[::1]:80/", "[::1]", "http://[::1]/"},
 		{"http://[::1]:81/", "[::1]:81", "http://[::1]:81/"},
 		{"http://example.com/a%20b", "example.com", "http://example.com/a%20b"},
+		// One server, one key: the root's trailing dot and a Unicode name
+		// (IDNA) are the forms Chrome hands back links in.
+		{"http://shop.example.com./b", "shop.example.com", "http://shop.example.com/b"},
+		{"http://SHOP.example.com.:8080/", "shop.example.com:8080", "http://shop.example.com:8080/"},
+		{"http://bücher.test/", "xn--bcher-kva.test", "http://xn--bcher-kva.test/"},
+		{"https://BÜCHER.test:8443/a", "xn--bcher-kva.test:8443", "https://xn--bcher-kva.test:8443/a"},
+		{"http://XN--BCHER-KVA.test./", "xn--bcher-kva.test", "http://xn--bcher-kva.test/"},
+		{"http://b%C3%BCcher.test/", "xn--bcher-kva.test", "http://xn--bcher-kva.test/"},
+		{"http://under_score.example/", "under_score.example", "http://under_score.example/"},
+		{"http://127.0.0.1./", "127.0.0.1", "http://127.0.0.1/"},
 	}
 	for _, tt := range tests {
 		u, err := url.Parse(tt.in)

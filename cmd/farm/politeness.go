@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,9 +18,13 @@ import (
 // "api.example.com=1" (interval 0) or "slow.example.com=/2s" (no concurrency limit).
 func parseHostRule(s string) (string, farm.HostPolicy, error) {
 	host, spec, ok := strings.Cut(s, "=")
-	host = strings.ToLower(strings.TrimSpace(host))
-	if !ok || host == "" || host == "." {
+	host = strings.TrimSpace(host)
+	if !ok || host == "" {
 		return "", farm.HostPolicy{}, fmt.Errorf("host rule %q: want HOST=MAX/INTERVAL, e.g. shop.example.com=2/500ms", s)
+	}
+	host, err := farm.HostRuleKey(host)
+	if err != nil {
+		return "", farm.HostPolicy{}, fmt.Errorf("host rule %q: %w", s, err)
 	}
 	maxS, intervalS, _ := strings.Cut(strings.TrimSpace(spec), "/")
 	var pol farm.HostPolicy
@@ -100,12 +106,23 @@ func loadPoliteness(path string, base farm.Politeness) (farm.Politeness, error) 
 			return base, err
 		}
 	}
-	for h, fp := range f.Hosts {
-		pol, err := fp.policy(fmt.Sprintf("%s: host %q", path, h), out.Default)
+	// In sorted order, so that of two entries that are one host the error
+	// names the same pair every time.
+	written := make(map[string]string, len(f.Hosts)) // rule key → the entry as written
+	for _, h := range slices.Sorted(maps.Keys(f.Hosts)) {
+		key, err := farm.HostRuleKey(h)
+		if err != nil {
+			return base, fmt.Errorf("%s: %w", path, err)
+		}
+		if prev, dup := written[key]; dup {
+			return base, fmt.Errorf("%s: hosts %q and %q are one host, %s: keep one", path, prev, h, key)
+		}
+		written[key] = h
+		pol, err := f.Hosts[h].policy(fmt.Sprintf("%s: host %q", path, h), out.Default)
 		if err != nil {
 			return base, err
 		}
-		out.Hosts[strings.ToLower(h)] = pol
+		out.Hosts[key] = pol
 	}
 	return out, nil
 }

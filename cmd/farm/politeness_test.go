@@ -27,6 +27,13 @@ func TestParseHostRule(t *testing.T) {
 		{"a.com=-1", "", farm.HostPolicy{}, `max concurrent "-1"`},
 		{"a.com=2/soon", "", farm.HostPolicy{}, `interval "soon"`},
 		{"a.com=2/-1s", "", farm.HostPolicy{}, `interval "-1s"`},
+		// The rule's host is normalized as the queue's host keys are.
+		{"Shop.Example.com.=2", "shop.example.com", farm.HostPolicy{MaxConcurrent: 2}, ""},
+		{"bücher.test=1", "xn--bcher-kva.test", farm.HostPolicy{MaxConcurrent: 1}, ""},
+		{"shop.example.com:443=1", "shop.example.com", farm.HostPolicy{MaxConcurrent: 1}, ""},
+		{"[2001:DB8::1]:8080=1", "[2001:db8::1]:8080", farm.HostPolicy{MaxConcurrent: 1}, ""},
+		{"2001:db8::1=1", "", farm.HostPolicy{}, `host rule "2001:db8::1=1": host "2001:db8::1"`},
+		{"a.com:http=1", "", farm.HostPolicy{}, `host rule "a.com:http=1": host "a.com:http": bad port`},
 	}
 	for _, tt := range tests {
 		host, pol, err := parseHostRule(tt.in)
@@ -61,7 +68,16 @@ func TestLoadPoliteness(t *testing.T) {
 	if base.Hosts["b.com"] != (farm.HostPolicy{}) {
 		t.Error("loadPoliteness modified its base")
 	}
+	got, err = loadPoliteness(write(`{"hosts":{"Shop.Example.com.:443":{"max_concurrent":1},"bücher.test":{"max_concurrent":2}}}`), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hosts["shop.example.com"] != (farm.HostPolicy{MaxConcurrent: 1}) || got.Hosts["xn--bcher-kva.test"] != (farm.HostPolicy{MaxConcurrent: 2}) {
+		t.Errorf("host keys not normalized: %+v", got.Hosts)
+	}
 	bad := []struct{ file, want string }{
+		{`{"hosts":{"b.com:x":{"max_concurrent":1}}}`, `host "b.com:x": bad port`},
+		{`{"hosts":{"b.com":{"max_concurrent":1},"B.com:443":{"max_concurrent":2}}}`, `hosts "B.com:443" and "b.com" are one host, b.com`},
 		{`{"hosts":{"b.com":{"min_interval":"soon"}}}`, `host "b.com": min_interval "soon"`},
 		{`{"default":{"max_concurrent":-2}}`, "max_concurrent -2 is negative"},
 		{`{"hosts":{"b.com":{"max":1}}}`, `unknown field "max"`},
