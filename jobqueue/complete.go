@@ -52,7 +52,18 @@ var completeSQL = completeHeadSQL + `
         AS f(job_id, url, host, dedup_key, ord)
 ), eligible AS (
     SELECT d.id AS parent_id, d.batch_id, d.priority, d.max_attempts, d.crawl_id, d.depth,
-           jsonb_set(d.spec, '{url}', to_jsonb(f.url)) AS spec, f.host, f.dedup_key,
+           CASE WHEN f.host = d.host OR jsonb_typeof(d.spec -> 'cookies') IS DISTINCT FROM 'array'
+                THEN jsonb_set(d.spec, '{url}', to_jsonb(f.url))
+                -- A cookie without a domain is the parent host's (the node
+                -- sets it for the page's URL): a child on another host would
+                -- set it for, and send it to, that host. Cookies with a
+                -- domain are scoped by the browser and go along.
+                ELSE (jsonb_set(d.spec, '{url}', to_jsonb(f.url)) - 'cookies') || coalesce((
+                    SELECT jsonb_build_object('cookies', jsonb_agg(c.v ORDER BY c.o))
+                    FROM jsonb_array_elements(d.spec -> 'cookies') WITH ORDINALITY AS c(v, o)
+                    WHERE coalesce(c.v ->> 'domain', '') <> ''
+                    HAVING count(*) > 0), '{}')
+           END AS spec, f.host, f.dedup_key,
            row_number() OVER (PARTITION BY d.id ORDER BY f.ord) AS rn,
            coalesce(nullif((d.spec #>> '{follow,max_links}')::int, 0), $23::int) AS max_links
     FROM done d JOIN found f ON f.job_id = d.id

@@ -391,3 +391,68 @@ func TestFollowIDNSeedFollowsPunycodeLinks(t *testing.T) {
 		t.Fatalf("pending jobs %+v, want the child %s on host xn--bcher-kva.test", page.Jobs, links[0])
 	}
 }
+
+// A crawl that follows links to any host does not hand the seed site's
+// cookies to the other hosts: a cookie without a domain is the parent host's
+// (Chrome sets it for the page's URL), so a child on another host does not
+// inherit it; a cookie with a domain, which Chrome scopes itself, and every
+// cookie of a same-host child are kept.
+func TestFollowAnyHostChildDropsHostOnlyCookies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := newTestQueue(t, Config{})
+	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cookies := []Cookie{{Name: "session", Value: "s3cret"}, {Name: "pref", Value: "de", Domain: "shop.test"}}
+	_, ids, err := q.Enqueue(ctx, []Spec{
+		{URL: "https://shop.test/account", Cookies: cookies[:1], Follow: &Follow{Selector: "a", MaxDepth: 1, AnyHost: true}},
+		{URL: "https://shop.test/other", Cookies: cookies, Follow: &Follow{Selector: "a", MaxDepth: 1, AnyHost: true}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := q.Incarnation(node)
+	children := map[string]Job{}
+	for _, id := range ids {
+		if _, err := assignRound(ctx, q, 10); err != nil {
+			t.Fatal(err)
+		}
+		if jobs, err := in.Claim(ctx, 1); err != nil || len(jobs) != 1 || jobs[0].ID != id {
+			t.Fatalf("claim = %v, %v; want job %d", jobs, err, id)
+		}
+		links := []string{fmt.Sprintf("https://tracker.test/x%d", id), fmt.Sprintf("https://shop.test/page%d", id)}
+		out, err := q.CompleteMany(ctx, []Completion{in.Completion(id, Result{Status: 200, Links: links})})
+		if err != nil || out[0].Err != nil || out[0].Children != 2 {
+			t.Fatalf("complete %d: %v, %+v", id, err, out)
+		}
+		page, err := q.List(ctx, ListFilter{States: []State{StatePending}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			if j.ParentID == id {
+				children[j.Spec.URL] = j
+			}
+		}
+	}
+	want := map[string][]Cookie{
+		fmt.Sprintf("https://tracker.test/x%d", ids[0]): nil,
+		fmt.Sprintf("https://shop.test/page%d", ids[0]): cookies[:1],
+		fmt.Sprintf("https://tracker.test/x%d", ids[1]): cookies[1:],
+		fmt.Sprintf("https://shop.test/page%d", ids[1]): cookies,
+	}
+	if len(children) != len(want) {
+		t.Fatalf("children %v, want %d", children, len(want))
+	}
+	for u, w := range want {
+		c, ok := children[u]
+		if !ok {
+			t.Fatalf("no child %s", u)
+		}
+		if !reflect.DeepEqual(c.Spec.Cookies, w) {
+			t.Errorf("child %s carries cookies %+v, want %+v", u, c.Spec.Cookies, w)
+		}
+	}
+}
