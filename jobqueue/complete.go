@@ -70,6 +70,10 @@ var completeSQL = completeHeadSQL + `
     WHERE d.spec -> 'follow' IS NOT NULL
       AND d.depth < (d.spec #>> '{follow,max_depth}')::int
       AND (f.host = d.host OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
+      -- A link already in the crawl (a site's navigation, on every page)
+      -- takes no place under max_links: numbered with the new ones, it
+      -- would crowd them out and count among the links over the limit.
+      AND NOT EXISTS (SELECT 1 FROM jobs k WHERE k.crawl_id = d.crawl_id AND k.dedup_key = f.dedup_key)
 ` + completeSavedSQL("i.links_over + (SELECT count(*) FROM eligible e WHERE e.parent_id = i.job_id AND e.rn > e.max_links)") + `
 ), children AS (
     INSERT INTO jobs (batch_id, priority, spec, host, max_attempts, run_after, created_at,

@@ -61,8 +61,9 @@ func TestFollowTenThousandLinksCountsTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Links in page order after de-duplication: 10,500 items then the page
-	// itself; 10,000 are followed, 500 items and the page are past the limit.
-	if want := 7 + 501; res.LinksOverLimit != want {
+	// itself, which is already in the crawl and counts for nothing; 10,000
+	// are followed, 500 items are past the limit.
+	if want := 7 + 500; res.LinksOverLimit != want {
 		t.Fatalf("links_over_limit = %d, want %d", res.LinksOverLimit, want)
 	}
 }
@@ -78,5 +79,51 @@ func TestFollowLimitsAreConsistent(t *testing.T) {
 	bad := Spec{URL: "http://a.test/", Follow: &Follow{Selector: "a", MaxDepth: 1, MaxLinks: MaxFollowLinks + 1}}
 	if err := bad.Validate(); err == nil {
 		t.Fatal("max_links past MaxFollowLinks accepted")
+	}
+}
+
+// Links already in the crawl do not use up a page's max_links: a site's
+// navigation, repeated on every page, would otherwise leave a child page no
+// room for its own new links.
+func TestFollowKnownLinksLeaveMaxLinksFree(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := newTestQueue(t, Config{})
+	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := q.Enqueue(ctx, []Spec{{URL: "http://site.test/", Follow: &Follow{Selector: "a", MaxDepth: 3, MaxLinks: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	in := q.Incarnation(node)
+	nav := []string{"http://site.test/", "http://site.test/about", "http://site.test/contact"}
+	run := func(links []string) (CompleteOutcome, Result) {
+		t.Helper()
+		if _, err := assignRound(ctx, q, 10); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := in.Claim(ctx, 1)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim = %v, %v", jobs, err)
+		}
+		out, err := q.CompleteMany(ctx, []Completion{in.Completion(jobs[0].ID, Result{Status: 200, Links: links})})
+		if err != nil || out[0].Err != nil {
+			t.Fatalf("complete: %v, %v", err, out[0].Err)
+		}
+		res, err := q.GetResult(ctx, jobs[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0], res
+	}
+	if o, res := run(nav); o.Children != 2 || res.LinksOverLimit != 0 {
+		t.Fatalf("root: %d children, %d over the limit; want 2 and 0", o.Children, res.LinksOverLimit)
+	}
+	extra := []string{"http://site.test/new1", "http://site.test/new2", "http://site.test/new3", "http://site.test/new4"}
+	o, res := run(append(append([]string{}, nav...), extra...))
+	if o.Children != 3 || res.LinksOverLimit != 1 {
+		t.Fatalf("a child page (3 known nav links, then 4 new; max_links 3): %d children, %d over the limit; want 3 and 1",
+			o.Children, res.LinksOverLimit)
 	}
 }

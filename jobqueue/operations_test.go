@@ -94,10 +94,11 @@ func TestFollowEnqueuesDedupedChildren(t *testing.T) {
 	n := run(root,
 		"http://site.test/a", "http://site.test/a#section", "http://SITE.test:80/b", "http://other.test/x",
 		"mailto:me@site.test", "javascript:void(0)", "http://site.test/", "http://site.test/c", "http://site.test/d")
-	// Same-host links in order: a, b, / (the root itself), c, d; max_links 3
-	// takes a, b and /; / is already part of this crawl.
-	if n != 2 {
-		t.Fatalf("root produced %d children, want 2", n)
+	// Same-host links in order: a, b, / (the root itself), c, d; / is
+	// already part of this crawl and takes no place, so max_links 3 takes a,
+	// b and c.
+	if n != 3 {
+		t.Fatalf("root produced %d children, want 3", n)
 	}
 	page, err := q.List(ctx, ListFilter{BatchID: batchID, States: []State{StatePending}})
 	if err != nil {
@@ -111,7 +112,8 @@ func TestFollowEnqueuesDedupedChildren(t *testing.T) {
 	}
 	slices.SortFunc(children, func(a, b Job) int { return int(a.ID - b.ID) })
 	// A child's URL is the link as found, without its fragment.
-	if len(children) != 2 || children[0].Spec.URL != "http://site.test/a" || children[1].Spec.URL != "http://SITE.test:80/b" {
+	if len(children) != 3 || children[0].Spec.URL != "http://site.test/a" || children[1].Spec.URL != "http://SITE.test:80/b" ||
+		children[2].Spec.URL != "http://site.test/c" {
 		t.Fatalf("children %+v", children)
 	}
 	for _, c := range children {
@@ -144,8 +146,8 @@ func TestFollowEnqueuesDedupedChildren(t *testing.T) {
 	if n := run(ids[2], "http://site.test/zzz"); n != 0 {
 		t.Fatalf("a job without follow produced %d children", n)
 	}
-	if n := countRows(t, pool, "SELECT count(*) FROM jobs WHERE crawl_id = $1", root); n != 4 {
-		t.Fatalf("crawl has %d jobs, want 4 (root, a, b, e)", n)
+	if n := countRows(t, pool, "SELECT count(*) FROM jobs WHERE crawl_id = $1", root); n != 5 {
+		t.Fatalf("crawl has %d jobs, want 5 (root, a, b, c, e)", n)
 	}
 }
 
