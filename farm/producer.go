@@ -318,7 +318,8 @@ func (p *Producer) rescueLoop(ctx context.Context) error {
 	}
 }
 
-// retentionLoop deletes old finished jobs in bounded batches, and the rows
+// retentionLoop deletes old finished jobs in bounded batches, the
+// politeness rows of hosts idle for longer than the retention, and the rows
 // of nodes that exited or were lost longer than the retention ago (their
 // lifetime counters fold into the farm's).
 func (p *Producer) retentionLoop(ctx context.Context) error {
@@ -332,6 +333,13 @@ func (p *Producer) retentionLoop(ctx context.Context) error {
 			p.log.Warn("retention purge failed", zap.Error(err))
 		case n > 0:
 			p.log.Info("purged finished jobs", zap.Int64("jobs", n), zap.Time("finished_before", cutoff))
+		}
+		hosts, err := p.cfg.Queue.DeleteIdleHosts(ctx, cutoff, p.cfg.RetentionBatch)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("deleting idle hosts failed", zap.Error(err))
+		case hosts > 0:
+			p.log.Info("deleted idle hosts", zap.Int64("hosts", hosts), zap.Time("last_started_before", cutoff))
 		}
 		nodes, err := p.cfg.Queue.DeleteGoneNodes(ctx, cutoff)
 		switch {

@@ -30,10 +30,10 @@ func (c *testClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// The leader's retention deletes what finished, and the nodes that went,
-// longer than the retention ago, and nothing live: pending, queued and
-// processing jobs older than the retention stay, and so does a node that
-// exited recently.
+// The leader's retention deletes what finished, the nodes that went and the
+// politeness rows of hosts idle, longer than the retention ago, and nothing
+// live: pending, queued and processing jobs older than the retention stay,
+// and so does a node that exited recently, and the row of a host with jobs.
 func TestProducerRetention(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
@@ -72,6 +72,12 @@ func TestProducerRetention(t *testing.T) {
 	if _, err := q.SetNodeState(ctx, "recent", jobqueue.NodeExited); err != nil {
 		t.Fatal(err)
 	}
+	// Politeness rows: an idle host's, and that of a host whose last start
+	// is as old but which has jobs waiting.
+	if _, err := pool.Exec(ctx, "INSERT INTO hosts (host, last_started_at) VALUES ('idle.test', $1), ('retention.test', $1)",
+		clock.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	// The worker stays live for the stale check (heartbeats at the test
 	// clock's time are hours ahead of the database's).
 	p := newTestProducer(t, q, pool, func(c *ProducerConfig) {
@@ -86,7 +92,15 @@ func TestProducerRetention(t *testing.T) {
 		var n int64
 		return pool.QueryRow(ctx, "SELECT count(*) FROM jobs WHERE state IN ('completed', 'failed')").Scan(&n) == nil && n == 0
 	})
+	testutil.Eventually(t, time.Minute, "the idle host's row deleted", func() bool {
+		var n int64
+		return pool.QueryRow(ctx, "SELECT count(*) FROM hosts WHERE host = 'idle.test'").Scan(&n) == nil && n == 0
+	})
 	stop()
+	var hosts int64
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM hosts WHERE host = 'retention.test'").Scan(&hosts); err != nil || hosts != 1 {
+		t.Errorf("the row of a host with live jobs: %d, %v; want kept", hosts, err)
+	}
 	if _, err := q.GetNode(ctx, "recent"); err != nil {
 		t.Errorf("a node exited less than the retention ago: %v", err)
 	}

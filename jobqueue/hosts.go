@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // HostActivity is one host as farm-wide politeness sees it now.
@@ -54,4 +56,58 @@ func (q *Queue) HostActivity(ctx context.Context, recent time.Duration) ([]HostA
 		return nil, fmt.Errorf("host activity: %w", err)
 	}
 	return out, nil
+}
+
+// deleteIdleHostsSQL deletes one batch of the hosts rows DeleteIdleHosts
+// forgets, in key order after $3. A host's in-flight jobs are read once (the
+// queued and processing jobs are bounded by the fleet's capacity), its
+// pending ones through the pending index by host.
+const deleteIdleHostsSQL = `
+WITH active AS (
+    SELECT DISTINCT host FROM jobs WHERE state IN ('queued', 'processing')
+), doomed AS (
+    SELECT h.host FROM hosts h
+    WHERE h.host > $3 AND h.last_started_at < $1
+      AND NOT EXISTS (SELECT 1 FROM active a WHERE a.host = h.host)
+      AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.state = 'pending' AND p.host = h.host)
+    ORDER BY h.host
+    LIMIT $2
+), gone AS (
+    DELETE FROM hosts h USING doomed d WHERE h.host = d.host RETURNING h.host
+)
+SELECT count(*), coalesce(max(host), '') FROM gone`
+
+// DeleteIdleHosts deletes the politeness rows (hosts) of hosts that started
+// no job since cutoff and have none pending, queued or processing, batchSize
+// rows per transaction, and returns how many it deleted. Such a row keeps
+// only a last start older than any minimum interval; without pruning, a
+// broad crawl leaves one row per host it ever visited. Each batch holds the
+// assignment rounds' lock, so no round is between reading a host's row and
+// assigning its jobs (whose starts Claim stamps only on a row that exists);
+// the next round that assigns the host creates its row again.
+func (q *Queue) DeleteIdleHosts(ctx context.Context, cutoff time.Time, batchSize int) (int64, error) {
+	if batchSize <= 0 {
+		batchSize = 1000
+	}
+	var total int64
+	after := ""
+	for {
+		var n int64
+		err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, lockAssignSQL, assignLockKey); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, deleteIdleHostsSQL, cutoff, batchSize, after).Scan(&n, &after)
+		})
+		if err != nil {
+			return total, fmt.Errorf("delete idle hosts: %w", err)
+		}
+		total += n
+		if n < int64(batchSize) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
 }

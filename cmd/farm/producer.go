@@ -74,7 +74,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.positive(&o.tick, "tick", farm.DefaultTick, "fallback assignment interval (NOTIFY wakes the producer at once)")
 	fs.positive(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.positive(&o.rescueInterval, "rescue-interval", farm.DefaultRescueInterval, "how often lost nodes and expired leases are looked for")
-	fs.positiveOrOff(&o.retention, "retention", farm.DefaultRetention, "delete finished jobs and results, and nodes exited or lost, older than this (off: keep them)")
+	fs.positiveOrOff(&o.retention, "retention", farm.DefaultRetention, "delete finished jobs and results, nodes exited or lost, and idle hosts' politeness rows, older than this (off: keep them)")
 	fs.count(&o.assignBatch, "assign-batch", farm.DefaultAssignBatch, 1, "most jobs assigned in one round")
 	fs.StringVar(&o.assign, "assign", "auto", "which nodes get work first: spread (least loaded), pack (busiest with a free slot, so idle nodes can scale in), auto (pack with an --autoscale driver, else spread; set pack when KEDA or an HPA scales the consumers)")
 	fs.StringVar(&o.hostMax, "host-max-concurrent", strconv.Itoa(defaultHostMaxConcurrent), "default politeness: most jobs of one host running at once, farm-wide (off: no limit)")
