@@ -89,29 +89,17 @@ func TestFollowKnownLinksLeaveMaxLinksFree(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, _ := newTestQueue(t, Config{})
-	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := q.Enqueue(ctx, []Spec{{URL: "http://site.test/", Follow: &Follow{Selector: "a", MaxDepth: 3, MaxLinks: 3}}}); err != nil {
-		t.Fatal(err)
-	}
-	in := q.Incarnation(node)
+	in := registerIncarnation(t, q, "n1", 1)
+	mustEnqueue(t, q, Spec{URL: "http://site.test/", Follow: &Follow{Selector: "a", MaxDepth: 3, MaxLinks: 3}})
 	nav := []string{"http://site.test/", "http://site.test/about", "http://site.test/contact"}
 	run := func(links []string) (CompleteOutcome, Result) {
 		t.Helper()
-		if _, err := assignRound(ctx, q, 10); err != nil {
-			t.Fatal(err)
-		}
-		jobs, err := in.Claim(ctx, 1)
-		if err != nil || len(jobs) != 1 {
-			t.Fatalf("claim = %v, %v", jobs, err)
-		}
-		out, err := q.CompleteMany(ctx, []Completion{in.Completion(jobs[0].ID, Result{Status: 200, Links: links})})
+		job := startOne(t, q, in)
+		out, err := q.CompleteMany(ctx, []Completion{in.Completion(job.ID, Result{Status: 200, Links: links})})
 		if err != nil || out[0].Err != nil {
 			t.Fatalf("complete: %v, %v", err, out[0].Err)
 		}
-		res, err := q.GetResult(ctx, jobs[0].ID)
+		res, err := q.GetResult(ctx, job.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -121,3 +121,27 @@ func assignRound(ctx context.Context, q *Queue, limit int) (map[string][]int64, 
 	rep, err := q.AssignPolite(ctx, func(string) HostPolicy { return HostPolicy{} }, limit, AssignSpread)
 	return rep.Assigned, err
 }
+
+// registerIncarnation registers node id and returns its process's handle.
+func registerIncarnation(t testing.TB, q *Queue, id string, capacity int) *Incarnation {
+	t.Helper()
+	node, _, err := q.Register(context.Background(), NodeInfo{ID: id, Capacity: capacity})
+	if err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+	return q.Incarnation(node)
+}
+
+// startOne runs an assignment round (assignRound) and claims one job as in.
+func startOne(t testing.TB, q *Queue, in *Incarnation) Job {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := assignRound(ctx, q, 10); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := in.Claim(ctx, 1)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim = %v, %v; want one job", jobs, err)
+	}
+	return jobs[0]
+}

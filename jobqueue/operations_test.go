@@ -362,21 +362,9 @@ func TestFollowIDNSeedFollowsPunycodeLinks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, _ := newTestQueue(t, Config{})
-	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ids, err := q.Enqueue(ctx, []Spec{{URL: "http://bücher.test/", Follow: &Follow{Selector: "a", MaxDepth: 2}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := assignRound(ctx, q, 10); err != nil {
-		t.Fatal(err)
-	}
-	in := q.Incarnation(node)
-	if jobs, err := in.Claim(ctx, 1); err != nil || len(jobs) != 1 {
-		t.Fatalf("claim = %v, %v", jobs, err)
-	}
+	in := registerIncarnation(t, q, "n1", 1)
+	ids := mustEnqueue(t, q, Spec{URL: "http://bücher.test/", Follow: &Follow{Selector: "a", MaxDepth: 2}})
+	startOne(t, q, in)
 	links := []string{"http://xn--bcher-kva.test/seite", "http://xn--bcher-kva.test/"}
 	out, err := q.CompleteMany(ctx, []Completion{in.Completion(ids[0], Result{Status: 200, FinalURL: "http://xn--bcher-kva.test/", Links: links})})
 	if err != nil || out[0].Err != nil {
@@ -403,26 +391,15 @@ func TestFollowAnyHostChildDropsHostOnlyCookies(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	q, _ := newTestQueue(t, Config{})
-	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := registerIncarnation(t, q, "n1", 1)
 	cookies := []Cookie{{Name: "session", Value: "s3cret"}, {Name: "pref", Value: "de", Domain: "shop.test"}}
-	_, ids, err := q.Enqueue(ctx, []Spec{
-		{URL: "https://shop.test/account", Cookies: cookies[:1], Follow: &Follow{Selector: "a", MaxDepth: 1, AnyHost: true}},
-		{URL: "https://shop.test/other", Cookies: cookies, Follow: &Follow{Selector: "a", MaxDepth: 1, AnyHost: true}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := q.Incarnation(node)
+	ids := mustEnqueue(t, q,
+		Spec{URL: "https://shop.test/account", Cookies: cookies[:1], Follow: &Follow{Selector: "a", MaxDepth: 1, AnyHost: true}},
+		Spec{URL: "https://shop.test/other", Cookies: cookies, Follow: &Follow{Selector: "a", MaxDepth: 1, AnyHost: true}})
 	children := map[string]Job{}
 	for _, id := range ids {
-		if _, err := assignRound(ctx, q, 10); err != nil {
-			t.Fatal(err)
-		}
-		if jobs, err := in.Claim(ctx, 1); err != nil || len(jobs) != 1 || jobs[0].ID != id {
-			t.Fatalf("claim = %v, %v; want job %d", jobs, err, id)
+		if j := startOne(t, q, in); j.ID != id {
+			t.Fatalf("claimed job %d, want %d", j.ID, id)
 		}
 		links := []string{fmt.Sprintf("https://tracker.test/x%d", id), fmt.Sprintf("https://shop.test/page%d", id)}
 		out, err := q.CompleteMany(ctx, []Completion{in.Completion(id, Result{Status: 200, Links: links})})
