@@ -405,6 +405,13 @@ func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 	kept := make([]string, 0, len(links))
 	keys := make(map[string]bool, len(links))
 	for _, l := range links {
+		if len(l) > MaxURLLength {
+			// Cut short it would be another page, followed and stored as
+			// this one: left out, and counted with the links over the
+			// limit.
+			over++
+			continue
+		}
 		l = cleanText(l, MaxURLLength)
 		kept = append(kept, l)
 		u, perr := ParseJobURL(l)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -379,6 +380,40 @@ func TestFollowIDNSeedFollowsPunycodeLinks(t *testing.T) {
 	}
 	if len(page.Jobs) != 1 || page.Jobs[0].Spec.URL != links[0] || page.Jobs[0].Host != "xn--bcher-kva.test" {
 		t.Fatalf("pending jobs %+v, want the child %s on host xn--bcher-kva.test", page.Jobs, links[0])
+	}
+}
+
+// A followed link longer than a job URL may be is left out, not cut short:
+// cut, it would be another page, enqueued and stored as this one.
+func TestFollowLeavesOverlongLinksOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := newTestQueue(t, Config{})
+	in := registerIncarnation(t, q, "n1", 1)
+	ids := mustEnqueue(t, q, Spec{URL: "http://list.test/", Follow: &Follow{Selector: "a", MaxDepth: 1}})
+	startOne(t, q, in)
+	long := "http://list.test/item?q=" + strings.Repeat("a", MaxURLLength) + "&page=2"
+	out, err := q.CompleteMany(ctx, []Completion{in.Completion(ids[0], Result{Status: 200,
+		Links: []string{long, "http://list.test/short"}})})
+	if err != nil || out[0].Err != nil {
+		t.Fatalf("complete: %v, %v", err, out[0].Err)
+	}
+	if out[0].Children != 1 {
+		t.Fatalf("%d children, want 1 (the short link)", out[0].Children)
+	}
+	page, err := q.List(ctx, ListFilter{States: []State{StatePending}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Jobs) != 1 || page.Jobs[0].Spec.URL != "http://list.test/short" {
+		t.Fatalf("pending jobs %+v, want the short link's only", page.Jobs)
+	}
+	res, err := q.GetResult(ctx, ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Links) != 1 || res.LinksOverLimit != 1 {
+		t.Fatalf("result links %d, over the limit %d; want 1 and 1", len(res.Links), res.LinksOverLimit)
 	}
 }
 
