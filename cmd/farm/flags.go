@@ -24,6 +24,29 @@ type flagSet struct {
 	// value left in the environment by an earlier command would silently
 	// widen what a destructive command acts on (farm cancel --batch).
 	noEnv map[string]bool
+	// aliases lists groups of flags that set one variable, each in the
+	// order their environment variables are read.
+	aliases [][]string
+}
+
+// alias declares flags bound to one variable. A flag of the group on the
+// command line beats every variable of the group (parse would otherwise
+// fill the others from theirs, over it); without one, the first variable
+// set, in the order named, is taken.
+func (fs *flagSet) alias(names ...string) {
+	fs.aliases = append(fs.aliases, names)
+}
+
+// group is the alias group of a flag: itself alone when it has none.
+func (fs *flagSet) group(name string) []string {
+	for _, g := range fs.aliases {
+		for _, n := range g {
+			if n == name {
+				return g
+			}
+		}
+	}
+	return []string{name}
 }
 
 // commandLineOnly exempts flags from the environment.
@@ -63,8 +86,9 @@ func envName(flagName string) string {
 }
 
 // parse reads args, then fills every flag not given on the command line from
-// its environment variable. A malformed environment value is an error that
-// names the variable.
+// its environment variable (a flag of an alias group: from its group's, and
+// only when no flag of the group was given). A malformed environment value
+// is an error that names the variable.
 func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 	if err := fs.parseInterspersed(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -77,17 +101,28 @@ func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 	fs.Visit(func(f *flag.Flag) { fs.given[f.Name], fs.cmdline[f.Name] = true, true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if fs.given[f.Name] || fs.noEnv[f.Name] {
+		group := fs.group(f.Name)
+		for _, n := range group {
+			if fs.given[n] {
+				return
+			}
+		}
+		for _, n := range group {
+			if fs.noEnv[n] {
+				continue
+			}
+			v := getenv(envName(n))
+			if v == "" {
+				continue
+			}
+			if err := fs.Set(n, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(n), v, err))
+			}
+			for _, m := range group {
+				fs.given[m] = true
+			}
 			return
 		}
-		v := getenv(envName(f.Name))
-		if v == "" {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
-		}
-		fs.given[f.Name] = true
 	})
 	if len(errs) > 0 {
 		return &usageError{errors.Join(errs...).Error()}

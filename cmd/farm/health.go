@@ -16,10 +16,18 @@ func runHealth(ctx context.Context, env *environment, args []string) error {
 	var addr string
 	var timeout time.Duration
 	// --health-addr is the consumer's own flag, so one FARM_HEALTH_ADDR
-	// configures both the endpoint and its check.
+	// configures both the endpoint and its check. Either on the command
+	// line beats both variables: the image bakes FARM_HEALTH_ADDR, and a
+	// producer's healthcheck names its --listen address with --addr.
 	fs.StringVar(&addr, "addr", "127.0.0.1:9091", "address of the consumer's health endpoint (as its --health-addr)")
 	fs.StringVar(&addr, "health-addr", "127.0.0.1:9091", "same as --addr")
-	fs.positive(&timeout, "timeout", 5*time.Second, "give up after this long")
+	fs.alias("addr", "health-addr")
+	// FARM_TIMEOUT is `farm submit`'s bound on one render: the check's own
+	// bound has its own variable, FARM_HEALTH_TIMEOUT.
+	fs.positive(&timeout, "health-timeout", 5*time.Second, "give up after this long")
+	fs.positive(&timeout, "timeout", 5*time.Second, "same as --health-timeout")
+	fs.alias("health-timeout", "timeout")
+	fs.commandLineOnly("timeout")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
