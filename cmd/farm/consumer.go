@@ -133,6 +133,11 @@ func (o *consumerOptions) check() error {
 	if o.wakeToken != "" && o.wakeURL == "" {
 		errs = append(errs, "--wake-token needs --wake-url")
 	}
+	if o.healthAddr != "" {
+		if err := checkListenAddr("health-addr", o.healthAddr); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
 	if o.awsProtection && o.awsGroup == "" {
 		errs = append(errs, "--aws-instance-protection needs --aws-asg-name")
 	}
@@ -341,6 +346,17 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Not standing by, nothing holds the health address for this process:
+	// bind it now, so that one another process holds fails at once rather
+	// than after the database wait (standing by, its predecessor holds it:
+	// serveNode binds it when the gate opens).
+	var healthLn net.Listener
+	if h == nil && o.healthAddr != "" {
+		if healthLn, err = net.Listen("tcp", o.healthAddr); err != nil {
+			return listenError("health-addr", o.healthAddr, err)
+		}
+		defer healthLn.Close()
+	}
 
 	// The node's connection budget (farm.ConsumerConnBudget): the pool plus
 	// the listener's connection, or a pool of two when it does not LISTEN.
@@ -384,7 +400,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		pool.Reset()
 	}
 
-	err = serveNode(ctx, c, h, o.healthAddr, log)
+	err = serveNode(ctx, c, h, o.healthAddr, healthLn, log)
 	if errors.Is(err, errNotNeeded) {
 		log.Info("consumer stopped while standing by: its predecessor did not hand over")
 		return nil

@@ -37,12 +37,19 @@ func runHealth(ctx context.Context, env *environment, args []string) error {
 	if addr == "" {
 		return usagef("--addr is required")
 	}
+	addrFlag := "addr"
+	if fs.onCommandLine("health-addr") || (!fs.onCommandLine("addr") && env.getenv(envName("addr")) == "") {
+		addrFlag = "health-addr"
+	}
+	if err := checkListenAddr(addrFlag, addr); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	url := "http://" + addr + "/healthz"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return usagef("--addr %q: %v", addr, err)
+		return usagef("--%s %q: %v", addrFlag, addr, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

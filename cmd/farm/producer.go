@@ -99,6 +99,9 @@ func (o *producerOptions) register(fs *flagSet) {
 // check rejects values no producer can run with, naming the flag, before
 // anything waits for the database.
 func (o *producerOptions) check() error {
+	if err := checkListenAddr("listen", o.listen); err != nil {
+		return err
+	}
 	if _, err := o.politeness(); err != nil {
 		return err
 	}
@@ -245,7 +248,7 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	log.Info("schema up to date", zap.Duration("took", time.Since(t0)))
 	ln, err := net.Listen("tcp", po.listen)
 	if err != nil {
-		return usagef("--listen %s: %v", po.listen, err)
+		return listenError("listen", po.listen, err)
 	}
 	var g run.Group
 	if err := addProducer(ctx, &g, pool, ln, &po, log); err != nil {

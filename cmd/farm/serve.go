@@ -26,20 +26,24 @@ type node interface {
 // drain, and the handoff and the health endpoint stay up until it has
 // returned, so /healthz answers through the drain and the node's error is
 // the group's. The health address is bound before the node may register:
-// at once, or, standing by, when the gate opens (its predecessor holds it
-// until it exits), so that a taken address fails the process before it
-// has touched the queue.
-func serveNode(ctx context.Context, n node, h *handoff, healthAddr string, log *zap.Logger) error {
+// by the caller before its database wait (bound, nil if not), at once, or,
+// standing by, when the gate opens (its predecessor holds it until it
+// exits), so that a taken address fails the process before it has touched
+// the queue.
+func serveNode(ctx context.Context, n node, h *handoff, healthAddr string, bound net.Listener, log *zap.Logger) error {
 	var g run.Group
 	nctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g.Add(func() error { return n.Run(nctx) }, func(error) { cancel() })
 
-	var ln net.Listener // set before the node is released, read after
+	ln := bound // set before the node is released, read after
 	bind := func() error {
+		if ln != nil {
+			return nil
+		}
 		var err error
 		if ln, err = net.Listen("tcp", healthAddr); err != nil {
-			return fmt.Errorf("--health-addr: %w", err)
+			return listenError("health-addr", healthAddr, err)
 		}
 		return nil
 	}

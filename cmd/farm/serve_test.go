@@ -90,7 +90,7 @@ func TestServeNodeDrain(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { done <- serveNode(ctx, n, h, addr, zap.NewNop()) }()
+			go func() { done <- serveNode(ctx, n, h, addr, nil, zap.NewNop()) }()
 			<-n.started // the health address is bound by now
 			healthz := func() error {
 				resp, err := http.Get("http://" + addr + "/healthz")
@@ -123,7 +123,8 @@ func TestServeNodeDrain(t *testing.T) {
 }
 
 // TestServeNodeHealthAddrTaken: a standing-by node whose health address
-// is taken when its gate opens fails before it registers.
+// is taken when its gate opens fails before it registers, with a usage
+// error saying so, which the --respawn parent does not restart.
 func TestServeNodeHealthAddrTaken(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -133,12 +134,14 @@ func TestServeNodeHealthAddrTaken(t *testing.T) {
 	h, gateW := handoffPipes(t)
 	n := newFakeNode(h.released, nil)
 	done := make(chan error, 1)
-	go func() { done <- serveNode(context.Background(), n, h, taken.Addr().String(), zap.NewNop()) }()
+	go func() { done <- serveNode(context.Background(), n, h, taken.Addr().String(), nil, zap.NewNop()) }()
 	if _, err := gateW.Write([]byte{'g'}); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err == nil || !strings.Contains(err.Error(), "--health-addr") {
-		t.Fatalf("serveNode = %v, want a --health-addr error", err)
+	err = <-done
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--health-addr") || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("serveNode = %v, want a usage error saying --health-addr is in use", err)
 	}
 	select {
 	case <-n.started:

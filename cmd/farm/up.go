@@ -225,7 +225,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		ln, err = net.Listen("tcp", "127.0.0.1:0") // the demo runs anyway, on a free port
 	}
 	if err != nil {
-		return usagef("--listen %s: %v", po.listen, err)
+		return listenError("listen", po.listen, err)
 	}
 	dashboard := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintf(env.stderr, "browserfarm up: dashboard %s · data %s · %d consumer(s) × %d sessions · browser %s\n",
