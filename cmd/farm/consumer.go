@@ -362,25 +362,25 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	// the listener's connection, or a pool of two when it does not LISTEN.
 	pool, err := o.startup.waitForPool(ctx, &o.db, farm.ConsumerPoolSize(!o.db.pollOnly && o.wakeURL == ""), log)
 	if err != nil {
-		return err
+		return stoppedAtStart(ctx, err, log)
 	}
 	defer pool.Close()
 	if err := o.startup.waitForSchema(ctx, pool, log); err != nil {
-		return err
+		return stoppedAtStart(ctx, err, log)
 	}
 	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue"), ResultLimits: o.limits})
 
 	cfg := o.consumerConfig(q, log)
 	cfg.Egress.Deny = append(cfg.Egress.Deny, o.endpointRules(ctx, log)...)
 	if cfg.Blobs, err = o.blobs.open(ctx); err != nil {
-		return err
+		return stoppedAtStart(ctx, err, log)
 	}
 	if o.awsProtection {
 		p, err := autoscale.NewInstanceProtector(ctx, autoscale.ProtectorConfig{
 			AWSConfig: autoscale.AWSConfig{GroupName: o.awsGroup, Region: o.awsRegion},
 		}, log)
 		if err != nil {
-			return fmt.Errorf("--aws-instance-protection: %w", err)
+			return stoppedAtStart(ctx, fmt.Errorf("--aws-instance-protection: %w", err), log)
 		}
 		cfg.Protector = p
 	}

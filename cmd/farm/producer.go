@@ -235,7 +235,7 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	defer log.Sync()
 	pool, err := so.waitForPool(ctx, &db, 16, log)
 	if err != nil {
-		return err
+		return stoppedAtStart(ctx, err, log)
 	}
 	defer pool.Close()
 	// Logged before: a migration of a large table, or the wait for another
@@ -243,7 +243,7 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	log.Info("migrating the schema (waits while another producer migrates)")
 	t0 := time.Now()
 	if err := jobqueue.Migrate(ctx, pool); err != nil {
-		return err
+		return stoppedAtStart(ctx, err, log)
 	}
 	log.Info("schema up to date", zap.Duration("took", time.Since(t0)))
 	ln, err := net.Listen("tcp", po.listen)

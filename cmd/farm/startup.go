@@ -70,8 +70,9 @@ func (o *startupOptions) waitForSchema(ctx context.Context, pool *pgxpool.Pool, 
 	})
 }
 
-// retry calls try until it succeeds, says its error is final, ctx ends or
-// --database-wait passes, logging what it waits for every startupLogEvery.
+// retry calls try until it succeeds, says its error is final, ctx ends (a
+// *stoppedWaiting) or --database-wait passes, logging what it waits for
+// every startupLogEvery.
 func (o *startupOptions) retry(ctx context.Context, log *zap.Logger, what, hint string, try func() (final bool, err error)) error {
 	start := time.Now()
 	var lastLog time.Time
@@ -83,7 +84,10 @@ func (o *startupOptions) retry(ctx context.Context, log *zap.Logger, what, hint 
 			}
 			return nil
 		}
-		if final || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return &stoppedWaiting{what: what, waited: time.Since(start), stop: ctx.Err(), err: err}
+		}
+		if final {
 			return err
 		}
 		if time.Since(start) >= o.wait {
@@ -102,7 +106,37 @@ func (o *startupOptions) retry(ctx context.Context, log *zap.Logger, what, hint 
 			lastLog = time.Now()
 		}
 		if !ctxtime.Sleep(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)) {
-			return ctx.Err()
+			return &stoppedWaiting{what: what, waited: time.Since(start), stop: ctx.Err(), err: err}
 		}
 	}
+}
+
+// stoppedWaiting is a wait at start that a stop (SIGTERM/SIGINT) ended.
+type stoppedWaiting struct {
+	what   string
+	waited time.Duration
+	stop   error // ctx.Err()
+	err    error // the last attempt's
+}
+
+func (e *stoppedWaiting) Error() string { return "stopped while waiting for the " + e.what }
+
+func (e *stoppedWaiting) Unwrap() []error { return []error{e.stop, e.err} }
+
+// stoppedAtStart maps an error of the start (the waits for the database and
+// its schema, the migration, what opens before the process serves) that a
+// stop caused onto nil, logged: a stop exits 0 however early it comes
+// (README, exit codes), so that systemctl stop during a database outage
+// leaves no failed unit.
+func stoppedAtStart(ctx context.Context, err error, log *zap.Logger) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	var sw *stoppedWaiting
+	if errors.As(err, &sw) {
+		log.Info(sw.Error(), zap.Duration("waited", sw.waited.Round(time.Millisecond)), zap.NamedError("last_error", sw.err))
+	} else {
+		log.Info("stopped while starting", zap.NamedError("cause", err))
+	}
+	return nil
 }
