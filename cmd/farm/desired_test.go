@@ -40,6 +40,9 @@ func TestDashboardDesiredNodesOnlyWithDriver(t *testing.T) {
 				}
 			})
 			waitForLog(t, logs, "dashboard and API listening", done)
+			// The desired count is the leader's: only once it leads (the
+			// flag is set before this line is logged).
+			waitForLog(t, logs, "became leader", done)
 			m := regexp.MustCompile(`"url":"(http://127\.0\.0\.1:\d+/)"`).FindStringSubmatch(logs.String())
 			if m == nil {
 				t.Fatalf("no dashboard url in the log:\n%s", logs.String())
