@@ -75,8 +75,8 @@ func BenchmarkAssign100Nodes(b *testing.B) {
 }
 
 // BenchmarkSubmitToStart measures, on an idle farm (a producer and one
-// node), the time from Enqueue returning to the node's Claim returning the
-// job: woken by NOTIFY ("listen"; the fallback tick is a full second, so a
+// node), the time from the call to Enqueue (its insert and NOTIFY
+// included) to the node's Claim returning the job: woken by NOTIFY ("listen"; the fallback tick is a full second, so a
 // poll-bound path would show as ~500 ms), or polling every
 // DefaultPollOnlyInterval, producer and node ("poll-only": what going
 // without LISTEN costs).

@@ -4,9 +4,10 @@
 # Progress goes to stderr; the result is ONE JSON line on stdout.
 #
 #   scripts/bench.sh soak      Chrome-tree PSS over 400 /leak/ jobs, recycling every 20 vs never
-#                              (-context fresh: a browser context per job instead of the shared one)
+#                              (-isolation wipe|context|shared: the jobs' isolation, default wipe)
 #   scripts/bench.sh recycle   one node's pages/s, recycling every 20 vs never, latency- and CPU-bound
-#   scripts/bench.sh go        every Go benchmark (queue, assignment, latency, rendering, dashboard)
+#   scripts/bench.sh go        the Go benchmarks (queue, assignment, latency, rendering, dashboard, the
+#                              supervisor's node), each at the count its README row uses
 #   scripts/bench.sh autoscale a simulated day: node-hours autoscaled vs a fixed fleet, longest wait
 #                              (pack and spread assignment)
 #   scripts/bench.sh river     BenchmarkLifecycle and BenchmarkEnqueue10k side by side with River v0.51
@@ -19,9 +20,10 @@
 #                              submit→start, connections per node and producer, PostgreSQL CPU share
 #                              (-poll-only for nodes and producer without LISTEN, -http-wake for nodes woken
 #                              by the producer's HTTP long-poll, -pgbouncer N, -assign pack|spread)
-#   scripts/bench.sh crawlee   pages/s and CPU-ms/page of browser (fresh and shared context) vs
-#                              Crawlee's PuppeteerCrawler (default and incognito pages), 6 at once, CPU- and
-#                              latency-bound /page/ (installs @crawlee/puppeteer from npm into a temp dir)
+#   scripts/bench.sh crawlee   pages/s and CPU-ms/page of the farm's node path (default isolation; with
+#                              -sides also shared, the egress proxy) vs Crawlee's PuppeteerCrawler with its
+#                              defaults, 6 at once, CPU- and latency-bound /page/ (installs the pinned
+#                              @crawlee/puppeteer and puppeteer-core from npm into a temp dir)
 #   scripts/bench.sh scale     with 0 and 10,000,000 retained finished jobs (COPY, -retained 0,1000,1000000 to
 #                              choose): p50/p99 of /api/stats, /api/failures, /metrics (uncached), the dashboard's
 #                              load and `farm status`, lifecycle jobs/s, and the retention purge's deletes/s
@@ -85,7 +87,7 @@ case "$mode" in
     if [ "$mode" = go ]; then
       runs=(
         "./jobqueue BenchmarkEnqueue10k 20x"
-        "./jobqueue BenchmarkLifecycle 20000x"
+        "./jobqueue BenchmarkLifecycle 20x"
         "./farm BenchmarkAssign100Nodes 6000x"
         "./farm BenchmarkSubmitToStart 300x"
         "./browser BenchmarkColdStart 5x"
@@ -93,6 +95,7 @@ case "$mode" in
         "./browser BenchmarkIsolation 60x"
         "./browser BenchmarkChromeLife 3x"
         "./browser BenchmarkEgress 120x"
+        "./supervisor BenchmarkNode 200x"
         "./farm/web . 20x"
       )
     else
@@ -102,7 +105,7 @@ case "$mode" in
     : > "$out"
     for r in "${runs[@]}"; do
       read -r pkg re bt <<<"$r"
-      go test -run '^$' -bench "$re" -benchtime "$bt" -count 1 "$pkg" "$@" | tee -a "$out" >&2
+      go test -run '^$' -bench "$re" -benchtime "$bt" -count 1 -timeout 60m "$pkg" "$@" | tee -a "$out" >&2
     done
     awk -v mode="$mode" '
       /^Benchmark/ {

@@ -19,21 +19,30 @@
 // It is a module of its own so that the product never depends on River.
 // Progress goes to stderr; the result is one JSON line on stdout:
 //
-//	{"bench":"river","river.insert.jobs/s":…,"river.worked/s":…,"river.insert-then-work.jobs/s":…}
+//	{"bench":"river","river.insert.jobs/s":…,"river.worked/s":…,"river.insert-then-work.jobs/s":…,"river.concurrent.jobs/s":…}
 //
-// insert-then-work is N over insert time plus work time (until every
-// completion is written: Stop waits for River's batched completer);
-// worked/s is N over the time from the client's start to the last job's
-// Work returning.
+// Two phases of N jobs each. First insert-then-work: N over insert time
+// plus work time (until every completion is written: the clients' Stops,
+// run at once, wait for River's batched completers); worked/s is N over the
+// time from the clients' start to the last job's Work returning. Then, on
+// the warm tables, concurrent: the clients started first and the jobs
+// inserted in batches while they work, N over the time from the first
+// insert to the last completion written — the span and the order of
+// jobqueue's BenchmarkLifecycle (enqueue while working, to the last
+// completion), which it is the baseline of.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,14 +63,22 @@ func (pageArgs) Kind() string { return "page" }
 
 type pageWorker struct {
 	river.WorkerDefaults[pageArgs]
-	worked *atomic.Int64
+	phase atomic.Pointer[phase]
+}
+
+// phase counts the jobs worked in one phase of the run.
+type phase struct {
+	worked atomic.Int64
 	total  int64
 	done   chan struct{}
 }
 
+func newPhase(n int) *phase { return &phase{total: int64(n), done: make(chan struct{})} }
+
 func (w *pageWorker) Work(ctx context.Context, job *river.Job[pageArgs]) error {
-	if w.worked.Add(1) == w.total {
-		close(w.done)
+	p := w.phase.Load()
+	if p.worked.Add(1) == p.total {
+		close(p.done)
 	}
 	return nil
 }
@@ -86,7 +103,9 @@ func main() {
 }
 
 func run(n, clients, workers, batch int, cooldown, pollEvery time.Duration, dsn string) error {
-	ctx := context.Background()
+	// Interrupted, the private cluster is still stopped and removed.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
 	if dsn == "" {
 		cluster, stop, err := pglocal.StartTemp(ctx, "river-bench-", pglocal.Config{Ephemeral: true,
 			Settings: map[string]string{"max_connections": "300"}})
@@ -115,74 +134,149 @@ func run(n, clients, workers, batch int, cooldown, pollEvery time.Duration, dsn 
 		return fmt.Errorf("migrate: %w", err)
 	}
 
-	w := &pageWorker{worked: new(atomic.Int64), total: int64(n), done: make(chan struct{})}
+	w := &pageWorker{}
 	ws := river.NewWorkers()
 	river.AddWorker(ws, w)
-	riverClients := make([]*river.Client[pgx.Tx], clients)
-	for i := range riverClients {
-		c, err := river.NewClient(driver, &river.Config{
-			ID:                fmt.Sprintf("bench-client-%02d", i),
-			Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
-			Workers:           ws,
-			FetchCooldown:     cooldown,
-			FetchPollInterval: pollEvery,
-		})
-		if err != nil {
-			return err
+	newClients := func(phase string) ([]*river.Client[pgx.Tx], error) {
+		cs := make([]*river.Client[pgx.Tx], clients)
+		for i := range cs {
+			c, err := river.NewClient(driver, &river.Config{
+				ID:                fmt.Sprintf("bench-%s-%02d", phase, i),
+				Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+				Workers:           ws,
+				FetchCooldown:     cooldown,
+				FetchPollInterval: pollEvery,
+			})
+			if err != nil {
+				return nil, err
+			}
+			cs[i] = c
 		}
-		riverClients[i] = c
+		return cs, nil
 	}
-	client := riverClients[0]
-
-	fmt.Fprintf(os.Stderr, "river bench: inserting %d jobs in batches of %d\n", n, batch)
-	params := make([]river.InsertManyParams, n)
-	for i := range params {
-		params[i] = river.InsertManyParams{Args: pageArgs{URL: fmt.Sprintf("https://bench.example.com/p/%d", i)}}
+	insert := func(client *river.Client[pgx.Tx], from int) error {
+		params := make([]river.InsertManyParams, 0, batch)
+		for off := 0; off < n; off += batch {
+			params = params[:0]
+			for i := off; i < min(off+batch, n); i++ {
+				params = append(params, river.InsertManyParams{Args: pageArgs{URL: fmt.Sprintf("https://bench.example.com/p/%d", from+i)}})
+			}
+			if _, err := client.InsertManyFast(ctx, params); err != nil {
+				return fmt.Errorf("insert: %w", err)
+			}
+		}
+		return nil
 	}
-	t0 := time.Now()
-	for off := 0; off < n; off += batch {
-		if _, err := client.InsertManyFast(ctx, params[off:min(off+batch, n)]); err != nil {
-			return fmt.Errorf("insert: %w", err)
+	start := func(cs []*river.Client[pgx.Tx]) error {
+		for _, c := range cs {
+			if err := c.Start(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	awaitWorked := func(p *phase) error {
+		select {
+		case <-p.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Minute):
+			return fmt.Errorf("only %d of %d jobs worked after 10 minutes", p.worked.Load(), n)
 		}
 	}
-	insert := time.Since(t0)
-
-	fmt.Fprintf(os.Stderr, "river bench: working them with %d client(s) of %d workers\n", clients, workers)
-	t1 := time.Now()
-	for _, c := range riverClients {
-		if err := c.Start(ctx); err != nil {
-			return err
+	// stop stops the clients at once; each Stop returns once its
+	// completer has written every completion.
+	stop := func(cs []*river.Client[pgx.Tx]) error {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		errs := make([]error, len(cs))
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			wg.Go(func() { errs[i] = c.Stop(sctx) })
 		}
-	}
-	select {
-	case <-w.done:
-	case <-time.After(10 * time.Minute):
-		return fmt.Errorf("only %d of %d jobs worked after 10 minutes", w.worked.Load(), n)
-	}
-	worked := time.Since(t1)
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for _, c := range riverClients {
-		if err := c.Stop(sctx); err != nil {
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return fmt.Errorf("stop: %w", err)
 		}
+		return nil
 	}
-	work := time.Since(t1)
-	var completed int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed); err != nil {
+	completed := func(want int) error {
+		var got int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&got); err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("%d of %d jobs completed", got, want)
+		}
+		return nil
+	}
+
+	// Phase 1: insert, then work.
+	cs, err := newClients("itw")
+	if err != nil {
 		return err
 	}
-	if completed != n {
-		return fmt.Errorf("%d of %d jobs completed", completed, n)
+	p1 := newPhase(n)
+	w.phase.Store(p1)
+	fmt.Fprintf(os.Stderr, "river bench: inserting %d jobs in batches of %d\n", n, batch)
+	t0 := time.Now()
+	if err := insert(cs[0], 0); err != nil {
+		return err
 	}
+	inserted := time.Since(t0)
+	fmt.Fprintf(os.Stderr, "river bench: working them with %d client(s) of %d workers\n", clients, workers)
+	t1 := time.Now()
+	if err := start(cs); err != nil {
+		return err
+	}
+	if err := awaitWorked(p1); err != nil {
+		return err
+	}
+	worked := time.Since(t1)
+	if err := stop(cs); err != nil {
+		return err
+	}
+	work := time.Since(t1)
+	if err := completed(n); err != nil {
+		return err
+	}
+
+	// Phase 2: inserted while working, as the lifecycle benchmark does.
+	cs, err = newClients("conc")
+	if err != nil {
+		return err
+	}
+	p2 := newPhase(n)
+	w.phase.Store(p2)
+	if err := start(cs); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "river bench: inserting %d more jobs in batches of %d while %d client(s) work\n", n, batch, clients)
+	t2 := time.Now()
+	if err := insert(cs[0], n); err != nil {
+		return err
+	}
+	if err := awaitWorked(p2); err != nil {
+		return err
+	}
+	if err := stop(cs); err != nil {
+		return err
+	}
+	concurrent := time.Since(t2)
+	if err := completed(2 * n); err != nil {
+		return err
+	}
+
 	out := map[string]any{
 		"bench":                         "river",
 		"river.jobs":                    n,
 		"river.clients":                 clients,
 		"river.workers":                 workers,
-		"river.insert.jobs/s":           round(float64(n) / insert.Seconds()),
+		"river.insert.jobs/s":           round(float64(n) / inserted.Seconds()),
 		"river.worked/s":                round(float64(n) / worked.Seconds()),
-		"river.insert-then-work.jobs/s": round(float64(n) / (insert + work).Seconds()),
+		"river.insert-then-work.jobs/s": round(float64(n) / (inserted + work).Seconds()),
+		"river.concurrent.jobs/s":       round(float64(n) / concurrent.Seconds()),
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
