@@ -126,7 +126,8 @@ case "$mode" in
     # node resolves its imports. Crawlee's incognito pages import
     # 'puppeteer' itself, hence the alias of it to puppeteer-core.
     echo "bench.sh: installing @crawlee/puppeteer and puppeteer-core" >&2
-    npm install --no-audit --no-fund --silent --prefix "$tmp/crawlee" @crawlee/puppeteer puppeteer-core puppeteer@npm:puppeteer-core >&2
+    # Pinned: a re-run compares the same Crawlee (the result names them).
+    npm install --no-audit --no-fund --silent --prefix "$tmp/crawlee" @crawlee/puppeteer@3.18.1 puppeteer-core@25.16.0 puppeteer@npm:puppeteer-core@25.16.0 >&2
     cp scripts/crawlee-bench.mjs "$tmp/crawlee/"
     build internal/benchcrawlee
     "$tmp/benchcrawlee" -driver "$tmp/crawlee/crawlee-bench.mjs" "$@"

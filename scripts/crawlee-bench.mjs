@@ -12,6 +12,7 @@
 //   {"url": "http://127.0.0.1:port", "pages": 300, "delay": 0,
 //    "concurrency": 6, "chrome": "/usr/lib/chromium/chromium", "flags": [...],
 //    "incognito": false}
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { PuppeteerCrawler, Configuration, log } from '@crawlee/puppeteer';
 import puppeteer from 'puppeteer-core';
@@ -49,13 +50,9 @@ const crawler = new PuppeteerCrawler({
     // context each, like the farm's default isolation.
     useIncognitoPages: Boolean(cfg.incognito),
   },
-  browserPoolOptions: {
-    // The farm injects no fingerprints; Crawlee does by default.
-    useFingerprints: false,
-    // One Chrome for the whole run, like the farm side (Crawlee's default
-    // retires a browser after 100 pages and launches another).
-    retireBrowserAfterPageCount: 1_000_000,
-  },
+  // browserPoolOptions are Crawlee's defaults: fingerprints injected, a
+  // browser retired after 100 pages and another launched (the farm side
+  // recycles its Chrome every 20 jobs and its process every 80).
   minConcurrency: cfg.concurrency,
   maxConcurrency: cfg.concurrency,
   autoscaledPoolOptions: { desiredConcurrency: cfg.concurrency },
@@ -120,7 +117,11 @@ await p.done;
 const elapsedMs = Number(process.hrtime.bigint() - t0) / 1e6;
 clearInterval(sampler);
 
+// What ran: bench.sh pins the versions; the result records them.
+const version = (pkg) => JSON.parse(readFileSync(new URL(`./node_modules/${pkg}/package.json`, import.meta.url))).version;
+
 console.log(JSON.stringify({
+  versions: { '@crawlee/puppeteer': version('@crawlee/puppeteer'), 'puppeteer-core': version('puppeteer-core') },
   elapsed_ms: elapsedMs,
   ok: p.ok,
   failed: p.failed,

@@ -58,6 +58,9 @@ type workerResult struct {
 	Errors          []string `json:"errors,omitempty"`
 	MeanConcurrency float64  `json:"mean_concurrency"`
 	MaxConcurrency  int      `json:"max_concurrency"`
+	// Versions names the packages a Crawlee worker ran (its driver reads
+	// them from its node_modules), so that a run records what it compared.
+	Versions map[string]string `json:"versions,omitempty"`
 	// Restarts is how many times the farm side's node was replaced (its
 	// process exits).
 	Restarts int `json:"restarts,omitempty"`

@@ -219,6 +219,7 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 	load0 := procstat.LoadAvg()
 	b.progress("%d pages per run, concurrency %d, %d rounds, delays %v ms; load average %s", b.pages, b.conc, b.rounds, b.delays, load0)
 	var runs []runRecord
+	var versions map[string]string
 	for r := range b.rounds {
 		// Rotating the order spreads a change of the machine's load over
 		// every side alike.
@@ -247,6 +248,9 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 					Load1:                load1(),
 				}
 				runs = append(runs, rec)
+				if len(res.Versions) > 0 {
+					versions = res.Versions
+				}
 				b.progress("round %d/%d delay=%dms %-13s %.2f pages/s, %.0f CPU-ms/page%s, concurrency mean %.2f max %d, load1 %.1f%s",
 					r+1, b.rounds, d, s, rec.PagesPerS, rec.CPUMsPerPage, farmSelf(rec), rec.MeanConcurrency, rec.MaxConcurrency, rec.Load1, farmTimes(rec))
 			}
@@ -255,6 +259,9 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 	out := map[string]any{"bench": "crawlee", "pages": b.pages, "concurrency": b.conc, "rounds": b.rounds,
 		"farm_chrome": b.chrome, "crawlee_chrome": b.crawleeChrome, "farm_recycle_jobs": b.recycle, "farm_exit_after_jobs": b.exitAfter,
 		"loadavg_start": load0, "loadavg_end": procstat.LoadAvg(), "runs": runs}
+	if versions != nil {
+		out["crawlee_versions"] = versions
+	}
 	for _, d := range b.delays {
 		suffix := ""
 		if d > 0 {
