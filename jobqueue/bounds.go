@@ -8,7 +8,7 @@ import "github.com/browserfarm/browserfarm/internal/jobspec"
 // internal/jobspec, and named here; the rest are the queue's own.
 const (
 	MaxSpecBytes      = 64 << 10 // the whole spec as JSON
-	MaxURLLength      = 4096
+	MaxURLLength      = jobspec.MaxURLLength
 	MaxExtractLength  = 32 << 10
 	MaxSelectorLength = 1024
 	MaxActions        = 50

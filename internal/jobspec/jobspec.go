@@ -28,6 +28,11 @@ const (
 	DefaultTimeoutMS = 30_000
 	MinTimeoutMS     = 1000
 	MaxTimeoutMS     = 300_000
+	// MaxURLLength bounds a URL the farm takes: a job's url (and proxy) at
+	// submit, and a followed link, which the browser counts over the limit
+	// instead of collecting when it is longer (it would be refused as a
+	// job's url).
+	MaxURLLength = 4096
 	// MaxActionTimes bounds an action's times (repeats of click and scroll).
 	MaxActionTimes = 100
 	// MaxActionMS bounds an action's ms: one pause or wait.
