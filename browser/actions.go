@@ -45,14 +45,15 @@ func (s *Session) wait(ctx context.Context, t *tab, j *job, st *jobState, loader
 	return nil
 }
 
-// eval runs a JavaScript expression in the page's main world and returns its
-// JSON value. Exceptions come back as *Error of class extract.
-func (t *tab) eval(ctx context.Context, expr string, userGesture bool) (json.RawMessage, error) {
+// evalIn runs a JavaScript expression in the execution context uid ("": the
+// page's main world) and returns its value, by value. Exceptions come back
+// as *Error of class extract.
+func (t *tab) evalIn(ctx context.Context, uid string, expr string) (*runtime.RemoteObject, error) {
 	r, err := cdp.Call(ctx, t.t, runtime.Evaluate, runtime.EvaluateParams{
-		Expression:    expr,
-		ReturnByValue: ptr(true),
-		AwaitPromise:  ptr(true),
-		UserGesture:   ptr(userGesture),
+		Expression:      expr,
+		ReturnByValue:   ptr(true),
+		AwaitPromise:    ptr(true),
+		UniqueContextID: uid,
 	})
 	if err != nil {
 		return nil, err
@@ -60,7 +61,7 @@ func (t *tab) eval(ctx context.Context, expr string, userGesture bool) (json.Raw
 	if r.ExceptionDetails != nil {
 		return nil, newErr(ClassExtract, false, "script threw: %s", exceptionText(r.ExceptionDetails))
 	}
-	return remoteValue(r.Result), nil
+	return r.Result, nil
 }
 
 // remoteValue is the JSON of a by-value remote object: undefined is null,
@@ -78,12 +79,12 @@ func remoteValue(o *runtime.RemoteObject) json.RawMessage {
 	return json.RawMessage(o.Value)
 }
 
-// evalRetry is eval for scripts that wait: if the page navigates meanwhile
-// (a client-side redirect), the script's context dies and it runs again in
-// the new document.
+// evalRetry is evalFarm for scripts that wait: if the page navigates
+// meanwhile (a client-side redirect), the script's context dies and it runs
+// again in the new document.
 func (t *tab) evalRetry(ctx context.Context, expr string) (json.RawMessage, error) {
 	for {
-		v, err := t.eval(ctx, expr, false)
+		v, err := t.evalFarm(ctx, expr)
 		if err == nil || !contextLost(err) {
 			return v, err
 		}
@@ -95,9 +96,15 @@ func (t *tab) evalRetry(ctx context.Context, expr string) (json.RawMessage, erro
 	}
 }
 
+// contextLost reports whether err is a script's context ending with its
+// document: the page navigated.
 func contextLost(err error) bool {
+	if errors.Is(err, errWorldGone) {
+		return true
+	}
 	s := err.Error()
 	return strings.Contains(s, "Execution context was destroyed") ||
+		strings.Contains(s, "Cannot find context with specified id") ||
 		strings.Contains(s, "Cannot find default execution context") ||
 		strings.Contains(s, "Inspected target navigated or closed")
 }
@@ -123,7 +130,7 @@ func (t *tab) waitError(ctx context.Context, sel string, visible bool, err error
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeWaitTimeout)
 	defer cancel()
 	found := "the page could not be read"
-	if v, derr := t.eval(dctx, "("+jsDescribeWait+")("+jsString(sel)+")", false); derr == nil {
+	if v, derr := t.evalFarm(dctx, "("+jsDescribeWait+")("+jsString(sel)+")"); derr == nil {
 		_ = json.Unmarshal(v, &found)
 	}
 	return fmt.Errorf("waiting for %q to be %s: %w; found: %s", sel, cond, err, found)
@@ -159,7 +166,7 @@ func (t *tab) act(ctx context.Context, a Action) error {
 		if ms == 0 {
 			ms = defaultScrollWaitMs
 		}
-		_, err := t.eval(ctx, fmt.Sprintf("(%s)(%d, %d)", jsScroll, times, ms), false)
+		_, err := t.evalFarm(ctx, fmt.Sprintf("(%s)(%d, %d)", jsScroll, times, ms))
 		return selectorError(err)
 	case ActionType:
 		v, err := t.evalRetry(ctx, "("+jsFocus+")("+jsString(a.Selector)+")")

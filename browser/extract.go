@@ -6,46 +6,75 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/chromedp/cdproto/runtime"
+
+	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
 
-// extract evaluates the extract expression. With a cap, the expression runs
-// inside a wrapper that measures its JSON in the page and answers with the
-// size instead of the value when it is over the cap, so a page cannot make
-// the node read hundreds of megabytes. JSON.stringify counts UTF-16 units,
-// never more than the UTF-8 bytes, so what it lets through is checked again
-// in bytes here. A value JSON cannot hold (cyclic, BigInt) is returned as
-// before and measured here.
+// extract evaluates the extract expression in the page's world (it reads
+// the page's variables) inside a wrapper that answers only with a primitive:
+// the value's JSON text, measured in the page, when it is at most maxBytes
+// UTF-16 units, else that size as a number. A primitive string's length is
+// the one thing a page cannot fake, and Chrome sends the string as it is,
+// so no more than the cap crosses into Go however the page replaced
+// JSON.stringify, toJSON or getters; what JSON.stringify answers is the
+// value (toJSON honoured). The text is checked here again in bytes (a
+// UTF-16 unit is up to three), and for being JSON: a page may replace
+// JSON.stringify, and lie about its own data, but not hand the node
+// something else. Top-level NaN, ±Infinity, -0 and bigints, which JSON
+// cannot hold, come back as their names ("NaN", "12n"); a value
+// JSON.stringify throws on (a cycle, a nested bigint) fails the job with
+// ClassExtract. maxBytes must be positive (prepare's default).
 func (t *tab) extract(ctx context.Context, expr string, maxBytes int) (json.RawMessage, error) {
-	if maxBytes > 0 {
-		expr = fmt.Sprintf(jsExtractCapped, strings.TrimRight(expr, " \t\r\n;"), maxBytes, jsString(extractOverKey))
-	}
-	v, err := t.eval(ctx, expr, false)
+	expr = fmt.Sprintf(jsExtractCapped, strings.TrimRight(expr, " \t\r\n;"), maxBytes)
+	r, err := t.evalIn(ctx, "", expr)
 	if err != nil {
 		return nil, fmt.Errorf("extract: %w", err)
 	}
-	if maxBytes > 0 {
-		var over map[string]int64
-		if json.Unmarshal(v, &over) == nil && len(over) == 1 && over[extractOverKey] > 0 {
-			return nil, newErr(ClassTooLarge, false, "extract value is over %d bytes (%d characters of JSON), the cap (result limit data_bytes)",
-				maxBytes, over[extractOverKey])
+	switch {
+	case r.Type == runtime.RemoteObjectTypeString:
+		var s string
+		if err := json.Unmarshal(r.Value, &s); err != nil {
+			return nil, fmt.Errorf("extract: reading the JSON text: %w", err)
 		}
-		if len(v) > maxBytes {
-			return nil, newErr(ClassTooLarge, false, "extract value is %d bytes, over the cap of %d bytes (result limit data_bytes)", len(v), maxBytes)
+		if len(s) > maxBytes {
+			return nil, newErr(ClassTooLarge, false, "extract value is %d bytes, over the cap of %d bytes (result limit data_bytes)", len(s), maxBytes)
 		}
+		if !json.Valid([]byte(s)) {
+			return nil, newErr(ClassExtract, false, "extract: the page's JSON.stringify answered %d bytes that are not JSON", len(s))
+		}
+		return json.RawMessage(s), nil
+	case r.Type == runtime.RemoteObjectTypeNumber && r.UnserializableValue == "":
+		var n int64
+		if err := json.Unmarshal(r.Value, &n); err != nil {
+			return nil, fmt.Errorf("extract: reading the size of the value: %w", err)
+		}
+		return nil, newErr(ClassTooLarge, false, "extract value is over %d bytes (%d characters of JSON), the cap (result limit data_bytes)", maxBytes, n)
+	case r.Type == runtime.RemoteObjectTypeUndefined, r.UnserializableValue != "":
+		return remoteValue(r), nil
 	}
-	return v, nil
+	return nil, fmt.Errorf("extract: the wrapper answered a %s", r.Type)
 }
 
-// extractOverKey names the size in the capped extract's over-cap answer.
-const extractOverKey = "__browserfarm_extract_over_cap__"
-
-// jsExtractCapped wraps an extract expression (%s), its cap (%d) and the
-// over-cap key (%s). The expression sits on lines of its own so that a
-// trailing line comment cannot swallow the wrapper.
+// jsExtractCapped wraps an extract expression (%s) and its cap (%d). The
+// expression sits on lines of its own so that a trailing line comment
+// cannot swallow the wrapper. It uses no global the page could replace but
+// JSON.stringify, whose answer it measures: typeof, ===, concatenation to
+// the empty string (the ToString of a primitive calls no method) and a
+// string's length are the language's.
 const jsExtractCapped = `(async () => { const v = await (
 %s
-); let n = 0; try { const s = JSON.stringify(v); n = s === undefined ? 0 : s.length; } catch (e) {}
-if (n > %[2]d) { return {[%[3]s]: n}; } return v; })()`
+); const t = typeof v;
+if (t === 'number' && (v !== v || v === 1 / 0 || v === -1 / 0 || (v === 0 && 1 / v < 0))) return v;
+if (t === 'bigint') { const n = ('' + v).length; return n > %[2]d ? n : v; }
+const s = JSON.stringify(v);
+if (typeof s !== 'string') return undefined;
+return s.length > %[2]d ? s.length : s; })()`
+
+// maxMetaText bounds the title and the final URL a page can send, in UTF-16
+// units.
+const maxMetaText = 16 << 10
 
 // meta reads title, final URL, HTML and links in one round trip.
 func (t *tab) meta(ctx context.Context, j *job, res *Result) error {
@@ -55,8 +84,8 @@ func (t *tab) meta(ctx context.Context, j *job, res *Result) error {
 	}
 	// The HTML is cut in the page (in UTF-16 units, a safe upper bound of
 	// bytes/1) so that a huge DOM does not cross the pipe whole.
-	expr := fmt.Sprintf("(%s)(%t, %d, %s, %d)", jsMeta, j.HTML, j.HTMLMaxBytes, follow, j.FollowMax)
-	v, err := t.eval(ctx, expr, false)
+	expr := fmt.Sprintf("(%s)(%t, %d, %s, %d, %d, %d)", jsMeta, j.HTML, j.HTMLMaxBytes, follow, j.FollowMax, maxMetaText, jobspec.MaxURLLength)
+	v, err := t.evalFarm(ctx, expr)
 	if err != nil {
 		return selectorError(err)
 	}

@@ -1,7 +1,9 @@
 package browser
 
-// The scripts below run in the page with Runtime.evaluate, each as one round
-// trip; they are function expressions called with JSON-quoted arguments.
+// The scripts below run in the farm's isolated world of the page
+// (world.go) with Runtime.evaluate, each as one round trip; they are
+// function expressions called with JSON-quoted arguments. jsConsoleGuard
+// alone runs in the page's own world.
 
 // jsWhyHidden says why an element is not visible (empty when it is): hidden
 // by style, or rendered without a width or a height.
@@ -117,13 +119,15 @@ const jsScroll = `async function (times, ms) {
   return se.scrollHeight;
 }`
 
-// jsMeta returns the title and the URL (each cut at 16 Ki UTF-16 units, so
-// that a page cannot send megabytes through them), optionally the outer HTML
-// (cut at cap units) and the followed links: absolute http(s) URLs of at
-// most 16 Ki units without fragment, de-duplicated, at most max; more counts
-// those past max.
-const jsMeta = `function (wantHTML, cap, follow, max) {
-  var out = {title: String(document.title).slice(0, 16384), url: String(location.href).slice(0, 16384)};
+// jsMeta returns the title and the URL (each cut at maxText UTF-16 units,
+// so that a page cannot send megabytes through them), optionally the outer
+// HTML (cut at cap units) and the followed links: absolute http(s) URLs
+// without fragment, de-duplicated, at most max; more counts those past max
+// and those longer than maxURL (the queue would refuse them as jobs' URLs;
+// a URL's href is ASCII, so units are bytes). It runs in the farm's
+// isolated world (world.go), where the page's replaced built-ins are not.
+const jsMeta = `function (wantHTML, cap, follow, max, maxText, maxURL) {
+  var out = {title: String(document.title).slice(0, maxText), url: String(location.href).slice(0, maxText)};
   if (wantHTML) {
     var h = document.documentElement ? document.documentElement.outerHTML : '';
     if (h.length > cap) { h = h.slice(0, cap); out.truncated = true; }
@@ -140,12 +144,12 @@ const jsMeta = `function (wantHTML, cap, follow, max) {
         if (!raw) continue;
         try { href = new URL(raw, document.baseURI).href; } catch (e) { continue; }
       }
-      if (!/^https?:/i.test(href) || href.length > 16384) continue;
+      if (!/^https?:/i.test(href)) continue;
       var k = href.indexOf('#');
       if (k >= 0) href = href.slice(0, k);
       if (seen.has(href)) continue;
       seen.add(href);
-      if (links.length < max) links.push(href); else more++;
+      if (links.length < max && href.length <= maxURL) links.push(href); else more++;
     }
     out.links = links;
     out.more = more;

@@ -61,6 +61,12 @@ type tab struct {
 
 	unwatchContext func() // set for the session's own tab
 
+	// The farm's isolated world (world.go): its newest context in the
+	// main frame, and the one of the current job's document, once asked
+	// for.
+	newestWorld worldCtx
+	world       worldCtx
+
 	// What the last job changed on a shared tab, to undo for the next one.
 	dirtyHeaders, dirtyUA, dirtyViewport bool
 	fetchOn                              bool
@@ -306,6 +312,8 @@ func (t *tab) onEvent(ev any) {
 			return
 		}
 		t.withJob(func(j *jobState) { j.consoleError("console." + string(e.Type) + ": " + msg) })
+	case *runtime.EventExecutionContextCreated, *runtime.EventExecutionContextDestroyed:
+		t.noteContext(ev)
 	case *runtime.EventExceptionThrown:
 		msg := exceptionText(e.ExceptionDetails)
 		t.withJob(func(j *jobState) { j.consoleError("uncaught: " + msg) })
@@ -370,6 +378,9 @@ func (t *tab) onAuthRequired(e *fetch.EventAuthRequired) {
 func (t *tab) beginJob(j *jobState) {
 	t.mu.Lock()
 	t.cur = j
+	// The job's scripts run in a world made in its own document, never
+	// in one left from the document before (which may still be alive).
+	t.world = worldCtx{}
 	t.mu.Unlock()
 }
 
