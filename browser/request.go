@@ -278,6 +278,12 @@ func (r Request) prepare() (*job, error) {
 			return nil, invalid("viewport: %dx%d is outside %dx%d..%dx%d", v.Width, v.Height,
 				jobspec.MinViewport, jobspec.MinViewport, jobspec.MaxViewportWidth, jobspec.MaxViewportHeight)
 		}
+		// Chrome sends the PNG whole before its size can be checked: the
+		// viewport bounds it (jobspec.MaxScreenshotPixels).
+		if r.Screenshot && v.Width*v.Height > jobspec.MaxScreenshotPixels {
+			return nil, invalid("viewport: %dx%d is %d pixels; with a screenshot at most %d are allowed (1920x1080 fits)",
+				v.Width, v.Height, v.Width*v.Height, jobspec.MaxScreenshotPixels)
+		}
 	}
 	for i, c := range r.Cookies {
 		if c.Name == "" {

@@ -56,6 +56,9 @@ func TestRequestPrepare(t *testing.T) {
 		{name: "ua newline", req: Request{URL: ok, UserAgent: "a\nb"}, wantErr: "user_agent"},
 		{name: "viewport", req: Request{URL: ok, Viewport: Viewport{Width: 390, Height: 844, Mobile: true}}},
 		{name: "tiny viewport", req: Request{URL: ok, Viewport: Viewport{Width: 10, Height: 800}}, wantErr: "viewport"},
+		{name: "screenshot of 1080p", req: Request{URL: ok, Screenshot: true, Viewport: Viewport{Width: 1920, Height: 1080}}},
+		{name: "8K viewport without a screenshot", req: Request{URL: ok, Viewport: Viewport{Width: 7680, Height: 4320}}},
+		{name: "screenshot of 8K", req: Request{URL: ok, Screenshot: true, Viewport: Viewport{Width: 7680, Height: 4320}}, wantErr: "with a screenshot at most"},
 		{name: "cookie without name", req: Request{URL: ok, Cookies: []Cookie{{Value: "v"}}}, wantErr: "cookies[0]"},
 		{name: "proxy", req: Request{URL: ok, Proxy: "http://u:p@127.0.0.1:3128"}, check: func(t *testing.T, j *job) {
 			if j.proxy == nil || j.proxy.server != "http://127.0.0.1:3128" || j.proxy.user != "u" || j.proxy.password != "p" || !j.proxy.hasAuth {

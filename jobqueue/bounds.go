@@ -30,7 +30,10 @@ const (
 	MinViewport       = jobspec.MinViewport
 	MaxViewportWidth  = jobspec.MaxViewportWidth
 	MaxViewportHeight = jobspec.MaxViewportHeight
-	MaxFollowDepth    = 10
+	// MaxScreenshotPixels bounds width × height of a viewport with a
+	// screenshot.
+	MaxScreenshotPixels = jobspec.MaxScreenshotPixels
+	MaxFollowDepth      = 10
 	// MaxFollowLinks bounds follow.max_links.
 	MaxFollowLinks = jobspec.MaxFollowLinks
 	// DefaultMaxLinks is follow.max_links when a spec leaves it 0: the one
