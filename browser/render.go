@@ -40,7 +40,8 @@ type Result struct {
 	ConsoleErrors []string
 	// Links are the absolute URLs matched by Request.FollowSelector.
 	Links []string
-	// LinksOmitted counts the distinct matched URLs past Request.FollowMax.
+	// LinksOmitted counts the distinct matched URLs past Request.FollowMax
+	// and those longer than jobspec.MaxURLLength, which are not collected.
 	LinksOmitted int
 	// Dialogs is how many JavaScript dialogs were dismissed.
 	Dialogs int

@@ -185,7 +185,8 @@ type Result struct {
 	// queue turns them into child jobs.
 	Links []string `json:"links,omitempty"`
 	// LinksOverLimit counts links the page had beyond a limit —
-	// follow.max_links, or MaxCollectedLinks — which were not followed.
+	// follow.max_links, MaxCollectedLinks, or MaxURLLength (a link longer
+	// than a job's URL may be) — which were not followed.
 	// A node reports those it did not collect; the queue adds those past
 	// max_links when it completes the job.
 	LinksOverLimit int `json:"links_over_limit"`
