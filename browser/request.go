@@ -281,7 +281,7 @@ func (r Request) prepare() (*job, error) {
 		// Chrome sends the PNG whole before its size can be checked: the
 		// viewport bounds it (jobspec.MaxScreenshotPixels).
 		if r.Screenshot && v.Width*v.Height > jobspec.MaxScreenshotPixels {
-			return nil, invalid("viewport: %dx%d is %d pixels; with a screenshot at most %d are allowed (1920x1080 fits)",
+			return nil, invalid("viewport: %dx%d is %d pixels; with a screenshot at most %d (3840x2160) are allowed",
 				v.Width, v.Height, v.Width*v.Height, jobspec.MaxScreenshotPixels)
 		}
 	}

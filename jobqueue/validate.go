@@ -103,7 +103,7 @@ func (s *Spec) validate() *SpecError {
 			return specErr("viewport.height", "%d is out of range %d..%d", v.Height, MinViewport, MaxViewportHeight)
 		}
 		if s.Screenshot && v.Width*v.Height > MaxScreenshotPixels {
-			return specErr("viewport", "%dx%d is %d pixels; with a screenshot at most %d are allowed (1920x1080 fits), so that a page painting noise cannot send a PNG far over the screenshot cap",
+			return specErr("viewport", "%dx%d is %d pixels; with a screenshot at most %d (3840x2160) are allowed, so that a page painting noise cannot send a PNG far over the screenshot cap",
 				v.Width, v.Height, v.Width*v.Height, MaxScreenshotPixels)
 		}
 	}

@@ -42,14 +42,14 @@ const (
 	MaxViewportWidth  = 7680
 	MaxViewportHeight = 4320
 	// MaxScreenshotPixels bounds the viewport (width × height) of a job
-	// that takes a screenshot. Chrome sends a screenshot's PNG whole before
-	// a node can measure it, and a page can paint noise no compression
-	// shrinks (7680×4320 of it: a 99 MB PNG, 825 MB allocated reading it):
-	// at 4 bytes a pixel at most (color and alpha), a viewport within the
-	// bound keeps what crosses to about the default screenshot cap. A
-	// node's own cap (--max-screenshot-bytes) still applies to the PNG;
-	// raising it does not raise this bound. 1920×1080 fits.
-	MaxScreenshotPixels = DefaultMaxScreenshotBytes / 4
+	// that takes a screenshot: 4K UHD, 3840×2160. Chrome sends a
+	// screenshot's PNG whole before a node can measure it, and a page can
+	// paint noise no compression shrinks, about 3 bytes a pixel (7680×4320
+	// of it: a 99 MB PNG, 825 MB allocated reading it); within the bound at
+	// most about 25 MB crosses before the node's cap (--max-screenshot-bytes,
+	// 8 MiB by default) refuses it, while the screenshots users take (1080p,
+	// 1440p, 4K) stay allowed. Raising the cap does not raise this bound.
+	MaxScreenshotPixels = 3840 * 2160
 	// DefaultMaxLinks is follow.max_links when a spec leaves it 0, and the
 	// links a render returns when its caller sets no cap.
 	DefaultMaxLinks = 100
