@@ -183,3 +183,37 @@ func TestConcurrentSessions(t *testing.T) {
 		t.Fatalf("%d renders succeeded, want %d", n, sessions*each)
 	}
 }
+
+// TestClosingARetiredSessionEndsItsPages: a retired session leaves its tabs
+// as its last job left them (no wipe for a job that should never come);
+// Close, which the supervisor calls as soon as such a job ends while its
+// Chrome stays up for others, closes them, so that none of the finished
+// pages goes on running in the Chrome.
+func TestClosingARetiredSessionEndsItsPages(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, iso := range []Isolation{IsolationWipe, IsolationContext, IsolationShared} {
+		s := e.session(t)
+		s.Retire()
+		path := "/page/7?iso=" + string(iso)
+		if _, err := s.Render(ctx, Request{URL: e.url(path), Isolation: iso, Wait: Wait{Selector: "#ready"}}); err != nil {
+			t.Fatalf("%s: %v", iso, err)
+		}
+		open := func() bool {
+			for _, info := range pageTargets(t, e) {
+				if strings.HasSuffix(info.URL, path) {
+					return true
+				}
+			}
+			return false
+		}
+		if !open() {
+			t.Fatalf("%s: the retired session's finished page is not open before Close; the test checks nothing", iso)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("%s: close: %v", iso, err)
+		}
+		// Target.closeTarget answers before the page is gone.
+		waitTabGone(t, e, path)
+	}
+}

@@ -61,7 +61,11 @@ type Config struct {
 
 	// MemoryCeilingBytes retires the current Chrome early when its process
 	// tree's PSS passes it. 0: the default, which is no ceiling; Off: no
-	// ceiling either. A ceiling needs MemoryInterval.
+	// ceiling either. A ceiling needs MemoryInterval. It bounds one Chrome,
+	// not the node: retiring Chromes wait for their last job, each holding
+	// at least one slot, so up to Capacity+2 Chromes can be alive at once
+	// (their finished sessions closed, the pages in flight at most
+	// Capacity); Stats.ChromePSSBytes sums them all.
 	MemoryCeilingBytes int64
 
 	// MemoryInterval is how often every live Chrome's tree PSS is sampled,

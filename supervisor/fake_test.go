@@ -75,6 +75,7 @@ type fakeChrome struct {
 	kills     int
 	renders   int
 	endings   []bool // per finished render: whether its session was retired by then
+	closes    int    // sessions closed
 	unhealthy bool
 	pss       uint64
 	memReads  int
@@ -198,7 +199,18 @@ func (s *fakeSession) Render(ctx context.Context, req browser.Request) (*browser
 	return &browser.Result{FinalURL: req.URL, Status: 200}, nil
 }
 
-func (s *fakeSession) Close() error { return nil }
+func (s *fakeSession) Close() error {
+	s.c.mu.Lock()
+	s.c.closes++
+	s.c.mu.Unlock()
+	return nil
+}
+
+func (c *fakeChrome) closeCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closes
+}
 
 // gate makes fake renders block until released, so a test controls exactly
 // which jobs are in flight and on which Chrome they end.

@@ -443,19 +443,33 @@ func (s *Supervisor) useLocked(c *chrome, sess renderSession) {
 		c.inUse = make(map[renderSession]struct{})
 	}
 	c.inUse[sess] = struct{}{}
-	if c.state != stateCurrent || (s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs) {
+	if s.takesNoJobLocked(c) {
 		sess.Retire()
 	}
 }
 
+// takesNoJobLocked reports whether c will start no job after those in
+// flight: it is retiring, or the process has started its last job.
+func (s *Supervisor) takesNoJobLocked(c *chrome) bool {
+	return c.state != stateCurrent || (s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs)
+}
+
 // putSession keeps a session for the Chrome's next job, or closes it when
-// its job failed (the session's state is then unknown) or the Chrome is
-// going away.
+// its job failed (the session's state is then unknown), the Chrome is going
+// away, or the Chrome takes no more jobs yet stays up for other jobs still
+// in flight. A session retired that way skips its wipe and leaves its tab
+// as the job left it: kept until the kill, the finished page would go on
+// running its scripts, timers and requests outside any slot, for as long as
+// the slowest job on that Chrome (its timeout plus the drain bound), and
+// hold its renderer's memory. The session of the Chrome's last job in
+// flight is kept: the kill follows its release.
 func (sl *Slot) putSession(sess renderSession, ok bool) {
 	s, c := sl.s, sl.c
 	s.mu.Lock()
 	delete(c.inUse, sess)
-	if ok && c.state != stateDead && c.ctx.Err() == nil {
+	// c.inflight still counts this job: the slot is released after.
+	heldUp := s.takesNoJobLocked(c) && c.inflight > 1
+	if ok && c.state != stateDead && c.ctx.Err() == nil && !heldUp {
 		c.idle = append(c.idle, sess)
 		s.mu.Unlock()
 		return

@@ -842,3 +842,61 @@ func TestHoldUntilRelease(t *testing.T) {
 		t.Fatalf("%d chromes launched, want 1: holding must not boot another", n)
 	}
 }
+
+// TestHeldUpChromeClosesFinishedSessions: a Chrome that takes no more jobs
+// (retired for its job count, or the process's last start handed out) but
+// stays up for a slower job still in flight closes the session of every job
+// that finishes meanwhile, whose page would otherwise go on running.
+func TestHeldUpChromeClosesFinishedSessions(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		recycle, exit int
+	}{
+		{"recycle", 2, Off},
+		{"exit", Off, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := &fakeFleet{}
+			g := newGate()
+			fleet.setRender(g.render)
+			cfg := testConfig()
+			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, tc.recycle, tc.exit, Off
+			h := start(t, cfg, fleet)
+
+			a, b := h.acquire(), h.acquire()
+			errA, errB := renderAsync(a), renderAsync(b)
+			c1 := g.waitStarted(t)
+			g.waitStarted(t)
+			if tc.recycle > 0 {
+				testutil.Eventually(t, time.Minute, "chrome retired", func() bool { return h.logs.FilterMessage("chrome retired").Len() == 1 })
+			}
+			if n := c1.closeCount(); n != 0 {
+				t.Fatalf("%d sessions closed before any job finished", n)
+			}
+			g.finish(t, c1)
+			var last <-chan error
+			select {
+			case err := <-errA:
+				if err != nil {
+					t.Fatalf("render: %v", err)
+				}
+				last = errB
+			case err := <-errB:
+				if err != nil {
+					t.Fatalf("render: %v", err)
+				}
+				last = errA
+			case <-time.After(10 * time.Second):
+				t.Fatal("no render finished")
+			}
+			// Render returns after putSession: the close has happened.
+			if n := c1.closeCount(); n != 1 || c1.killed() {
+				t.Fatalf("first job done, one still in flight: %d sessions closed (want 1), chrome killed %v", n, c1.killed())
+			}
+			g.finish(t, c1)
+			if err := recv(t, last); err != nil {
+				t.Fatalf("render: %v", err)
+			}
+		})
+	}
+}
