@@ -282,12 +282,13 @@ func (b *Browser) makeTmpDir() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("browser: creating chrome's temp dir: %w", err)
 	}
+	// RemoveAll: the owner mark is inside.
 	if err := markOwner(dir); err != nil {
-		os.Remove(dir)
+		os.RemoveAll(dir)
 		return "", err
 	}
 	if len(dir) > maxTmpDirLen {
-		os.Remove(dir)
+		os.RemoveAll(dir)
 		return "", fmt.Errorf("browser: temp dir %s is too long for chrome's socket (max %d bytes): set TMPDIR shorter", dir, maxTmpDirLen)
 	}
 	b.extraTmp = dir
@@ -324,6 +325,14 @@ func (b *Browser) args() []string {
 }
 
 func (b *Browser) start(ctx context.Context, execPath string) error {
+	// Chrome makes org.chromium.Chromium.* scratch dirs (its singleton
+	// socket; shared memory with --disable-dev-shm-usage) in $TMPDIR and
+	// leaves them behind when killed: a private TMPDIR goes with the
+	// profile. Made first, so that its failure leaves no pipe open.
+	tmpDir, err := b.makeTmpDir()
+	if err != nil {
+		return err
+	}
 	// The pipe transport: Chrome reads commands on fd 3 and writes on fd 4.
 	childR, parentW, err := os.Pipe()
 	if err != nil {
@@ -354,14 +363,6 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 	// pointing the XDG dirs into the profile keeps every file Chrome writes
 	// there, and puts the profile path on the handler's command line, where
 	// Kill finds it.
-	// Chrome makes org.chromium.Chromium.* scratch dirs (its singleton
-	// socket; shared memory with --disable-dev-shm-usage) in $TMPDIR and
-	// leaves them behind when killed: a private TMPDIR goes with the
-	// profile.
-	tmpDir, err := b.makeTmpDir()
-	if err != nil {
-		return err
-	}
 	cmd.Env = append(os.Environ(),
 		"XDG_CONFIG_HOME="+filepath.Join(b.profileDir, "xdg-config"),
 		"XDG_CACHE_HOME="+filepath.Join(b.profileDir, "xdg-cache"),

@@ -1,9 +1,12 @@
 package browser
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -346,5 +349,43 @@ func TestMergeFeatureFlags(t *testing.T) {
 func TestEgressRefusedHeaderAgrees(t *testing.T) {
 	if egressRefusedHeader != egress.RefusedHeader {
 		t.Fatalf("browser looks for %q, the egress proxy sets %q", egressRefusedHeader, egress.RefusedHeader)
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestFailedLaunchLeaksNothing: a launch that fails making Chrome's temp dir
+// (a TMPDIR too long for Chrome's socket path) leaves no descriptor open and
+// no directory behind, the temp dir with its owner mark included.
+func TestFailedLaunchLeaksNothing(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("x", 80))
+	if err := os.MkdirAll(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	before := openFDs(t)
+	for range 5 {
+		_, err := Launch(context.Background(), Options{ProfileRoot: long, ExecPath: "/bin/true"})
+		if err == nil || !strings.Contains(err.Error(), "too long") {
+			t.Fatalf("launch: %v, want the temp dir error", err)
+		}
+	}
+	if after := openFDs(t); after != before {
+		t.Errorf("open descriptors: %d before 5 failed launches, %d after", before, after)
+	}
+	ents, err := os.ReadDir(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left under the profile root: %s", e.Name())
 	}
 }
