@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -191,6 +192,9 @@ type Browser struct {
 	killOnce sync.Once
 	killed   chan struct{} // closed when Kill has finished
 	killErr  error
+	// orphanedTicks is the CPU of the processes Kill orphaned (see
+	// OrphanedCPUTicks).
+	orphanedTicks atomic.Uint64
 }
 
 // Launch starts Chrome and connects to it. Chrome runs in its own process

@@ -64,7 +64,8 @@ func (b *Browser) kill() error {
 		// Processes that left the group (none are known to, but a zygote
 		// could call setsid) are found through the parent links before the
 		// main process dies and its children are re-parented.
-		tree := processTree(int32(b.pid))
+		tree, ticks := descendantsCPU(b.pid)
+		b.orphanedTicks.Store(ticks)
 		if err := syscall.Kill(-b.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("browser: killing process group %d: %w", b.pid, err))
 		}
@@ -114,3 +115,11 @@ func removeAllRetry(dir string) error {
 	}
 	return err
 }
+
+// OrphanedCPUTicks is the CPU time, in /proc ticks (1/100 s), that Chrome's
+// helpers and renderers had used, with the children they had reaped, when
+// Kill killed them: 0 before Kill. This process reaps only Chrome's main
+// process; the others, orphaned by the SIGKILL, are reaped by init, and
+// their CPU leaves this process's cutime/cstime with them. A node that
+// measures the CPU of its own process tree adds it back.
+func (b *Browser) OrphanedCPUTicks() uint64 { return b.orphanedTicks.Load() }

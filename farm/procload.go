@@ -35,6 +35,13 @@ type MachineLoad struct {
 // (the consumer adds its Chromes' PSS, which the supervisor samples);
 // MemTotalBytes is the machine's. Safe for concurrent use.
 type ProcessLoadSampler struct {
+	// Orphaned, if set, returns the CPU ticks the tree lost so far to
+	// processes reaped outside it: a killed Chrome's helpers and renderers,
+	// orphaned by the SIGKILL, are reaped by init, so their CPU is in no
+	// cutime of this tree, and without it the tree's count goes backwards
+	// at every recycle (supervisor.Stats.OrphanedCPUTicks).
+	Orphaned func() uint64
+
 	mu        sync.Mutex
 	prevTicks uint64
 	prevAt    time.Time
@@ -47,7 +54,7 @@ const userHZ = 100
 
 // Sample returns the load since the previous call (CPU 0 on the first).
 func (s *ProcessLoadSampler) Sample(ctx context.Context) (MachineLoad, error) {
-	ticks, rssPages, err := treeTicks(os.Getpid())
+	ticks, rssPages, err := s.ticks()
 	if err != nil {
 		return MachineLoad{}, fmt.Errorf("load: %w", err)
 	}
@@ -68,6 +75,21 @@ func (s *ProcessLoadSampler) Sample(ctx context.Context) (MachineLoad, error) {
 		MemUsedBytes:  rssPages * uint64(os.Getpagesize()),
 		MemTotalBytes: vm.Total,
 	}, nil
+}
+
+// ticks is the CPU the node's tree has used so far, in ticks, the orphaned
+// processes' included, and this process's resident pages.
+func (s *ProcessLoadSampler) ticks() (ticks, rssPages uint64, err error) {
+	ticks, rssPages, err = treeTicks(os.Getpid())
+	if err != nil || s.Orphaned == nil {
+		return ticks, rssPages, err
+	}
+	// Read after the tree: a kill in between counts its processes twice
+	// (alive, then orphaned) rather than not at all. Between Chrome's
+	// SIGKILL and the supervisor adding their ticks (the kill's few ms)
+	// they are in neither: a sample that falls there reads low and the
+	// next one makes up for it.
+	return ticks + s.Orphaned(), rssPages, nil
 }
 
 // treeCPUPercent is CPU time used over wall time on cpus CPUs, 0..100.

@@ -480,6 +480,7 @@ func (a *actor) kill(k killOrder, alive bool) {
 	if alive {
 		s.counts.chromeKills++
 	}
+	s.counts.orphanedTicks += c.proc.OrphanedCPUTicks()
 	jobs, finished, inflight := c.starts, c.finished, c.inflight
 	s.mu.Unlock()
 	if sample {

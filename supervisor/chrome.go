@@ -18,6 +18,10 @@ type chromeProc interface {
 	Healthy(ctx context.Context) error
 	Memory(ctx context.Context) (browser.Memory, error)
 	Kill() error
+	// OrphanedCPUTicks is the CPU, in /proc ticks, of the helpers and
+	// renderers Kill killed, which init reaps (see
+	// browser.Browser.OrphanedCPUTicks).
+	OrphanedCPUTicks() uint64
 	// Foreground gives the Chrome, booted in the background, the node's
 	// normal CPU priority (see browser.Browser.Foreground).
 	Foreground() error

@@ -45,7 +45,7 @@ func (f *fakeFleet) launch(ctx context.Context) (chromeProc, error) {
 	if fail {
 		return nil, fmt.Errorf("fake boot %d failed", n)
 	}
-	c := &fakeChrome{fleet: f, pid: 1000 + n, done: make(chan struct{})}
+	c := &fakeChrome{fleet: f, pid: 1000 + n, done: make(chan struct{}), orphaned: uint64(100 + n)}
 	f.mu.Lock()
 	f.chromes = append(f.chromes, c)
 	f.mu.Unlock()
@@ -76,6 +76,7 @@ type fakeChrome struct {
 	renders   int
 	endings   []bool // per finished render: whether its session was retired by then
 	closes    int    // sessions closed
+	orphaned  uint64 // OrphanedCPUTicks once killed
 	unhealthy bool
 	pss       uint64
 	memReads  int
@@ -118,6 +119,15 @@ func (c *fakeChrome) Kill() error {
 	c.mu.Unlock()
 	c.exit()
 	return nil
+}
+
+func (c *fakeChrome) OrphanedCPUTicks() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kills == 0 {
+		return 0
+	}
+	return c.orphaned
 }
 
 func (c *fakeChrome) Foreground() error {

@@ -71,6 +71,7 @@ type counters struct {
 	bootFailures   int
 	healthFailures int
 	drainTimeouts  int
+	orphanedTicks  uint64
 }
 
 // New checks cfg and returns a Supervisor that launches real Chromes with
@@ -259,24 +260,28 @@ func (s *Supervisor) Drain(ctx context.Context) error {
 
 // Stats is a snapshot of the supervisor's state for heartbeats and metrics.
 type Stats struct {
-	Capacity              int    // configured concurrent sessions
-	Busy                  int    // slots held now, on any Chrome
-	Remaining             int    // job starts left for this process (math.MaxInt: unlimited)
-	JobsSinceChromeStart  int    // jobs finished on the current Chrome
-	JobsSinceProcessStart int    // jobs finished by this process
-	ChromeStarts          int    // Chromes booted
-	ChromeKills           int    // live Chromes killed by the supervisor (retired, stopped, hung)
-	ChromeCrashes         int    // Chromes lost unplanned: exited on their own or hung
-	Recycles              int    // retirements for job count or memory
-	MemoryRecycles        int    // of Recycles, those for memory
-	BootFailures          int    // failed boots
-	HealthFailures        int    // failed health checks
-	DrainTimeouts         int    // retiring Chromes killed with sessions still running
-	Chromes               int    // live Chrome processes (current, standby, retiring)
-	ChromePID             int    // the current Chrome's pid, 0 if none
-	ChromePSSBytes        uint64 // last sampled PSS summed over every live Chrome tree
-	ExitDue               bool   // ExitAfterJobs jobs finished
-	Stopping              bool   // Drain was called or Run ended
+	Capacity              int // configured concurrent sessions
+	Busy                  int // slots held now, on any Chrome
+	Remaining             int // job starts left for this process (math.MaxInt: unlimited)
+	JobsSinceChromeStart  int // jobs finished on the current Chrome
+	JobsSinceProcessStart int // jobs finished by this process
+	ChromeStarts          int // Chromes booted
+	ChromeKills           int // live Chromes killed by the supervisor (retired, stopped, hung)
+	ChromeCrashes         int // Chromes lost unplanned: exited on their own or hung
+	Recycles              int // retirements for job count or memory
+	MemoryRecycles        int // of Recycles, those for memory
+	BootFailures          int // failed boots
+	HealthFailures        int // failed health checks
+	DrainTimeouts         int // retiring Chromes killed with sessions still running
+	// OrphanedCPUTicks is the CPU, in /proc ticks (1/100 s), of the killed
+	// Chromes' helpers and renderers: init reaps them, so their CPU is in
+	// no cutime of this process's tree; a CPU figure of that tree adds it.
+	OrphanedCPUTicks uint64
+	Chromes          int    // live Chrome processes (current, standby, retiring)
+	ChromePID        int    // the current Chrome's pid, 0 if none
+	ChromePSSBytes   uint64 // last sampled PSS summed over every live Chrome tree
+	ExitDue          bool   // ExitAfterJobs jobs finished
+	Stopping         bool   // Drain was called or Run ended
 }
 
 // Stats returns a snapshot.
@@ -296,6 +301,7 @@ func (s *Supervisor) Stats() Stats {
 		BootFailures:          s.counts.bootFailures,
 		HealthFailures:        s.counts.healthFailures,
 		DrainTimeouts:         s.counts.drainTimeouts,
+		OrphanedCPUTicks:      s.counts.orphanedTicks,
 		ExitDue:               s.exited,
 		Stopping:              s.stopping,
 	}

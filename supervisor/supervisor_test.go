@@ -900,3 +900,37 @@ func TestHeldUpChromeClosesFinishedSessions(t *testing.T) {
 		})
 	}
 }
+
+// TestStatsSumOrphanedCPU: the CPU of every killed Chrome's helpers and
+// renderers, lost to init at the kill, is summed in Stats, for recycled
+// Chromes and for those killed at the stop.
+func TestStatsSumOrphanedCPU(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 1, 1, Off, Off
+	h := start(t, cfg, fleet)
+	for range 3 {
+		sl := h.acquire()
+		if err := recv(t, renderAsync(sl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c1 := h.chrome(0)
+	testutil.Eventually(t, time.Minute, "the first chrome killed", c1.killed)
+	if got := h.s.Stats().OrphanedCPUTicks; got < c1.orphaned {
+		t.Fatalf("after the first recycle: %d orphaned ticks, want at least the first chrome's %d", got, c1.orphaned)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	for _, c := range fleet.snapshot() {
+		if !c.killed() {
+			t.Fatalf("chrome %d not killed at the stop", c.pid)
+		}
+		want += c.orphaned
+	}
+	if got := h.s.Stats().OrphanedCPUTicks; got != want {
+		t.Fatalf("%d orphaned ticks after the stop, want the sum over every killed chrome, %d", got, want)
+	}
+}
