@@ -75,10 +75,11 @@ type Options struct {
 
 const (
 	defaultStartTimeout = 30 * time.Second
-	// killWait bounds how long Kill waits for the process group to vanish
-	// after SIGKILL; the kernel needs milliseconds unless a process is stuck
-	// in uninterruptible sleep.
-	killWait = 10 * time.Second
+	// defaultKillWait bounds how long Kill waits for the main process to
+	// be reaped, and for the process group to vanish, after SIGKILL; the
+	// kernel needs milliseconds unless a process is stuck in
+	// uninterruptible sleep.
+	defaultKillWait = 10 * time.Second
 	// closeWait bounds the CDP calls that tear down tabs and contexts.
 	closeWait = 5 * time.Second
 	// windowWidth and windowHeight are the default viewport.
@@ -181,6 +182,16 @@ type Browser struct {
 	exited chan struct{} // closed when the main process has been reaped
 	done   chan struct{} // closed when the process exited or CDP was lost
 	bg     sync.WaitGroup
+	// reaper is the goroutine in cmd.Wait, apart from bg: a process stuck
+	// in uninterruptible sleep holds it indefinitely, and Kill waits for
+	// it only once exited is closed.
+	reaper sync.WaitGroup
+	// killWait bounds each of Kill's waits (defaultKillWait; tests
+	// shorten it). exeDir is the directory of Chrome's executable, read
+	// after the start: a process found only by its command line is
+	// Chrome's if its executable is there.
+	killWait time.Duration
+	exeDir   string
 
 	janitor   *janitor
 	userAgent string // default user agent of every tab
@@ -231,6 +242,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		exited:     make(chan struct{}),
 		done:       make(chan struct{}),
 		killed:     make(chan struct{}),
+		killWait:   defaultKillWait,
 	}
 	if err := b.start(ctx, execPath); err != nil {
 		// Kill cleans up whatever part of the start happened.
@@ -383,9 +395,9 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 	}
 
 	started := make(chan error, 1)
-	b.bg.Add(1)
+	b.reaper.Add(1)
 	go func() {
-		defer b.bg.Done()
+		defer b.reaper.Done()
 		runtime.LockOSThread()
 		plan, background := b.startInBackground()
 		err := cmd.Start()
@@ -459,6 +471,11 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 		default:
 		}
 		return fmt.Errorf("browser: chrome did not answer: %w; output: %s", err, b.outputTail())
+	}
+	// Chrome answered: the main process runs Chrome's binary now, not a
+	// wrapper script that execs it.
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", b.pid)); err == nil {
+		b.exeDir = filepath.Dir(exe)
 	}
 	return nil
 }

@@ -46,9 +46,11 @@ func (b *Browser) Healthy(ctx context.Context) error {
 
 // Kill ends Chrome: SIGKILL to its whole process group (and to any process
 // of its tree that left the group), reaps the main process, waits until no
-// process of the group is left, and removes the profile directory. It is
-// idempotent and safe to call concurrently; every call returns the first
-// call's result once the work is done.
+// process of the group is left, and removes the profile directory. Each
+// wait is bounded (10 s): a process stuck in uninterruptible sleep makes
+// Kill return an error, not block, and the goroutine reaping it ends when
+// the kernel lets it go. It is idempotent and safe to call concurrently;
+// every call returns the first call's result once the work is done.
 func (b *Browser) Kill() error {
 	b.killOnce.Do(func() {
 		defer close(b.killed)
@@ -75,14 +77,26 @@ func (b *Browser) kill() error {
 		}
 		select {
 		case <-b.exited:
-		case <-time.After(killWait):
-			errs = append(errs, fmt.Errorf("browser: chrome %d not reaped %v after SIGKILL", b.pid, killWait))
+			// The reaper has nothing left to do but return.
+			b.reaper.Wait()
+		case <-time.After(b.killWait):
+			// Stuck in uninterruptible sleep: cmd.Wait cannot be
+			// interrupted, so its goroutine is left to end on its own
+			// when the kernel lets the process go, rather than block
+			// Kill, and the supervisor's actor with it, indefinitely.
+			errs = append(errs, fmt.Errorf("browser: chrome %d not reaped %v after SIGKILL", b.pid, b.killWait))
 		}
-		if err := waitGone(b.pid, tree, b.profileDir, killWait); err != nil {
+		if err := waitGone(b.pid, tree, b.profileDir, b.exeDir, b.killWait); err != nil {
 			errs = append(errs, err)
 		}
+	} else {
+		// The start failed before the process ran: the reaper closed
+		// exited and returns.
+		b.reaper.Wait()
 	}
 	if b.cancel != nil {
+		// Ends the CDP connection, which the janitor and the done watcher
+		// (bg) end with, whether or not the process was reaped.
 		b.cancel()
 	}
 	b.bg.Wait()

@@ -3,8 +3,12 @@ package browser
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -103,9 +107,11 @@ func parseStat(data []byte) (procStat, error) {
 // livingOf lists the live (not zombie, not dead) processes that belong to a
 // Chrome: members of its process group, the given pids, and any process whose
 // command line names its profile directory (Chrome's children pass
-// --user-data-dir, the crash handler its database inside it). known limits
-// the search to the given pids: a few reads instead of every process.
-func livingOf(pgid int, pids []int32, profileDir string, known bool) []int {
+// --user-data-dir, the crash handler its database inside it) and that runs
+// one of Chrome's executables (see chromeExe). known limits the search to
+// the given pids: a few reads instead of every process. Processes in skip
+// are left out.
+func livingOf(pgid int, pids []int32, profileDir, exeDir string, known bool, skip map[int]bool) []int {
 	want := make(map[int]bool, len(pids))
 	for _, p := range pids {
 		want[int(p)] = true
@@ -132,7 +138,7 @@ func livingOf(pgid int, pids []int32, profileDir string, known bool) []int {
 	var out []int
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
-		if err != nil || pid == self {
+		if err != nil || pid == self || skip[pid] {
 			continue
 		}
 		data, err := os.ReadFile("/proc/" + name + "/stat")
@@ -149,12 +155,32 @@ func livingOf(pgid int, pids []int32, profileDir string, known bool) []int {
 		}
 		if profileDir != "" {
 			cmdline, err := os.ReadFile("/proc/" + name + "/cmdline")
-			if err == nil && namesProfile(cmdline, flag, inside) {
+			if err == nil && namesProfile(cmdline, flag, inside) && chromeExe(name, exeDir) {
 				out = append(out, pid)
 			}
 		}
 	}
 	return out
+}
+
+// chromeExe reports whether process name (its /proc entry) runs one of
+// Chrome's executables: one in exeDir, Chrome's own directory (its crash
+// handler is there too). A process that names the profile on its command
+// line but runs something else, an operator's tail -f of a Chrome log, is
+// not Chrome's to kill. Without exeDir (a start that failed before Chrome
+// answered), a process of this user is taken as Chrome's.
+func chromeExe(name, exeDir string) bool {
+	if exeDir == "" {
+		fi, err := os.Stat("/proc/" + name)
+		if err != nil {
+			return false
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		return ok && int(st.Uid) == os.Geteuid()
+	}
+	// Unreadable (another user's process): not Chrome's.
+	exe, err := os.Readlink("/proc/" + name + "/exe")
+	return err == nil && filepath.Dir(exe) == exeDir
 }
 
 // namesProfile reports whether a command line has the profile's
@@ -183,31 +209,41 @@ func namesProfile(cmdline, flag, inside []byte) bool {
 // kill), then scans every process for the ones it does not know — members
 // that left the tree, the crash handler — usually once: scanning at every
 // step cost 20-30 ms of CPU per kill with ~130 processes on the machine.
-func waitGone(pgid int, pids []int32, profileDir string, limit time.Duration) error {
+// A process it may not signal (EPERM) is not waited for: it will not die
+// of anything Kill can do, and its pid goes into the error at once rather
+// than after limit spent scanning /proc.
+func waitGone(pgid int, pids []int32, profileDir, exeDir string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	known := append([]int32{int32(pgid)}, pids...)
+	denied := map[int]bool{}
+	signal := func(left []int) {
+		for _, pid := range left {
+			// Already-dead processes answer ESRCH; nothing to do then.
+			if err := syscall.Kill(pid, syscall.SIGKILL); errors.Is(err, syscall.EPERM) {
+				denied[pid] = true
+			}
+		}
+	}
 	for time.Now().Before(deadline) {
-		left := livingOf(pgid, known, profileDir, true)
+		left := livingOf(pgid, known, profileDir, exeDir, true, denied)
 		if len(left) == 0 {
 			break
 		}
-		for _, pid := range left {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		signal(left)
 		time.Sleep(5 * time.Millisecond)
 	}
 	for {
-		left := livingOf(pgid, pids, profileDir, false)
+		left := livingOf(pgid, pids, profileDir, exeDir, false, denied)
 		if len(left) == 0 {
+			if len(denied) > 0 {
+				return fmt.Errorf("browser: chrome processes %v may not be killed (permission denied)", slices.Sorted(maps.Keys(denied)))
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("browser: chrome processes %v still alive %v after SIGKILL", left, limit)
 		}
-		for _, pid := range left {
-			// Already-dead processes answer ESRCH; nothing to do then.
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+		signal(left)
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -1,0 +1,90 @@
+package browser
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+// TestKillIsBoundedWhenChromeIsNotReaped: a Chrome stuck in uninterruptible
+// sleep is not reaped after SIGKILL, and cmd.Wait cannot be interrupted;
+// Kill returns an error after its bound instead of waiting for the
+// goroutine in cmd.Wait (the supervisor kills on its one actor goroutine).
+// The stand-in for that goroutine returns only when the test lets it.
+func TestKillIsBoundedWhenChromeIsNotReaped(t *testing.T) {
+	proc := exec.Command("sleep", "1000")
+	proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan struct{})
+	b := &Browser{
+		log:        zaptest.NewLogger(t),
+		pid:        proc.Process.Pid,
+		profileDir: filepath.Join(t.TempDir(), "bfc-stuck"),
+		exited:     make(chan struct{}),
+		done:       make(chan struct{}),
+		killed:     make(chan struct{}),
+		killWait:   50 * time.Millisecond,
+	}
+	b.reaper.Add(1)
+	go func() {
+		defer b.reaper.Done()
+		<-stuck // cmd.Wait on a process the kernel does not let go
+		close(b.exited)
+	}()
+	t.Cleanup(func() {
+		close(stuck)
+		b.reaper.Wait()
+		proc.Wait()
+	})
+
+	errc := make(chan error, 1)
+	go func() { errc <- b.Kill() }()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "not reaped") {
+			t.Fatalf("kill: %v, want the not-reaped error", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Kill waits for the goroutine in cmd.Wait: no bound")
+	}
+}
+
+// TestKillSparesOtherProcessesNamingTheProfile: a process that names the
+// profile on its command line but does not run Chrome's executable (an
+// operator's tail -f of Chrome's log) is not Chrome's: Kill leaves it alone
+// (unprivileged, it could not kill another user's, and spun on EPERM for
+// its whole bound).
+func TestKillSparesOtherProcessesNamingTheProfile(t *testing.T) {
+	b := launch(t, Options{Logger: zaptest.NewLogger(t)})
+	tail := exec.Command("tail", "-f", filepath.Join(b.ProfileDir(), "chrome.log"))
+	if err := tail.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tail.Process.Kill()
+		tail.Wait()
+	})
+	if err := b.Kill(); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(tail.Process.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := parseStat(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.state == 'Z' || st.state == 'X' {
+		t.Fatalf("Kill killed %v, which named the profile but is not Chrome's", tail.Args)
+	}
+}
