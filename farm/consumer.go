@@ -88,6 +88,11 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		proxy.Close()
 		return nil, fmt.Errorf("farm: consumer: %w", err)
 	}
+	if cfg.Load == nil {
+		// A killed Chrome's helpers are reaped by init, out of this
+		// process's tree: their CPU is counted from the kill's record.
+		cfg.Load = (&ProcessLoadSampler{Orphaned: func() uint64 { return sup.Stats().OrphanedCPUTicks }}).Sample
+	}
 	log.Info("egress proxy listening", zap.String("addr", proxy.Addr()),
 		zap.Stringers("allow", cfg.Egress.Allow), zap.Stringers("deny", cfg.Egress.Deny))
 	c := newConsumer(cfg, pgQueue{cfg.Queue}, sup, log)

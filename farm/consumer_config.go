@@ -118,7 +118,9 @@ type ConsumerConfig struct {
 	Egress egress.Policy
 	// Load samples the node's load for heartbeats. Default: a
 	// ProcessLoadSampler (this process and its Chromes, not the machine,
-	// which several nodes may share); MemUsedBytes gets the Chromes' PSS added.
+	// which several nodes may share) that adds the CPU of the helpers of
+	// the Chromes the supervisor killed; MemUsedBytes gets the Chromes' PSS
+	// added.
 	Load func(ctx context.Context) (MachineLoad, error)
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
@@ -199,9 +201,6 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		if err := wake.CheckURL(c.WakeURL); err != nil {
 			return c, fmt.Errorf("farm: consumer: WakeURL: %w", err)
 		}
-	}
-	if c.Load == nil {
-		c.Load = new(ProcessLoadSampler).Sample
 	}
 	return c, nil
 }

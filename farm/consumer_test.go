@@ -216,7 +216,7 @@ func TestConsumerConfigDefaults(t *testing.T) {
 			if c.NodeID != "host-one" || c.Capacity != 6 || c.Supervisor.Capacity != 6 ||
 				c.HeartbeatInterval != DefaultHeartbeatInterval || c.PollInterval != DefaultPollInterval ||
 				c.DrainTimeout != DefaultConsumerDrain ||
-				c.ProtectorIdleAfter != DefaultProtectorIdleAfter || c.Load == nil || c.Logger == nil {
+				c.ProtectorIdleAfter != DefaultProtectorIdleAfter || c.Logger == nil {
 				t.Errorf("defaults not filled: %+v", c)
 			}
 		}},
