@@ -105,6 +105,7 @@ func contextLost(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "Execution context was destroyed") ||
 		strings.Contains(s, "Cannot find context with specified id") ||
+		strings.Contains(s, "uniqueContextId not found") ||
 		strings.Contains(s, "Cannot find default execution context") ||
 		strings.Contains(s, "Inspected target navigated or closed")
 }

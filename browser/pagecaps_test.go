@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
@@ -237,4 +238,38 @@ func dataOf(res *Result) []byte {
 		return nil
 	}
 	return res.Data
+}
+
+// TestFarmWorldAfterCrossSiteSelfNavigation: a page that moves itself to
+// another site (another renderer) after the farm's world was made in it:
+// the old renderer never reports the world destroyed, and every later farm
+// script of the job (an action, the final read) must still run, in a world
+// of the new document.
+func TestFarmWorldAfterCrossSiteSelfNavigation(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	var port string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		switch r.URL.Path {
+		case "/moves": // #ready for the wait, then off to localhost (another site)
+			fmt.Fprintf(w, `<title>moves</title><div id=ready>1</div><script>setTimeout(()=>location.replace("http://localhost:%s/page"), 100)</script>`, port)
+		case "/page":
+			fmt.Fprint(w, `<title>page</title><a href=/x>x</a><button id=b onclick="document.title='clicked'">b</button>`)
+		}
+	}))
+	defer srv.Close()
+	port = srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	for i := range 3 {
+		res, err := s.Render(context.Background(), Request{URL: srv.URL + "/moves", Timeout: 5 * time.Second,
+			Wait: Wait{Selector: "#ready"}, FollowSelector: "a", FollowMax: 5,
+			// The wait action lets the page move before the click.
+			Actions: []Action{{Type: ActionWait, Ms: 400}, {Type: ActionClick, Selector: "#b"}}})
+		if err != nil {
+			t.Fatalf("render %d: %v", i, err)
+		}
+		if res.Title != "clicked" || len(res.Links) != 1 {
+			t.Fatalf("render %d: title %q, links %v; want clicked, [/x]", i, res.Title, res.Links)
+		}
+	}
 }

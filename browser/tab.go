@@ -258,6 +258,7 @@ func (t *tab) onEvent(ev any) {
 		if e.Frame != nil {
 			t.noteOrigin(e.Frame.SecurityOrigin)
 			t.notePartitionedFrame(e.Frame)
+			t.documentChanged(e.Frame)
 		}
 	case *page.EventFrameDetached:
 		// A frame that moved to another renderer (a cross-site iframe under

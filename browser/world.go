@@ -66,6 +66,21 @@ func (t *tab) noteContext(ev any) {
 	}
 }
 
+// documentChanged forgets the farm world when the main frame commits a new
+// document: the world was the old document's. After a cross-process
+// navigation the old renderer never says its contexts were destroyed, and
+// the new one answers an evaluation by the old unique id with
+// "uniqueContextId not found" (which contextLost also takes as a lost
+// context, for a commit this event has not yet reported).
+func (t *tab) documentChanged(f *cdp.Frame) {
+	if f == nil || f.ParentID != "" || f.ID != cdp.FrameID(t.id) {
+		return
+	}
+	t.mu.Lock()
+	t.world, t.newestWorld = worldCtx{}, worldCtx{}
+	t.mu.Unlock()
+}
+
 // farmWorld returns the farm world of the main frame's current document.
 // The first call of a job (and the first after a navigation destroyed the
 // world) asks for it: Page.createIsolatedWorld answers the world this
