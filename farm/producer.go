@@ -161,17 +161,22 @@ func (p *Producer) Run(ctx context.Context) error {
 				p.log.Error("listener stopped", zap.Error(err))
 			}
 		})
-		if p.cfg.Wake != nil {
-			// Rounds committed before the LISTEN took effect were not
-			// relayed to the polls this producer already holds.
-			wg.Go(func() {
-				select {
-				case <-l.Ready():
+		wg.Go(func() {
+			select {
+			case <-l.Ready():
+				// Work or slots notified before the LISTEN took effect
+				// were missed: a round now finds them (a leader elected
+				// first ran its first round before), rather than the
+				// fallback tick.
+				p.signalAssign()
+				if p.cfg.Wake != nil {
+					// Rounds committed before it were not relayed to the
+					// polls this producer already holds.
 					p.cfg.Wake.WakeAll()
-				case <-lctx.Done():
 				}
-			})
-		}
+			case <-lctx.Done():
+			}
+		})
 		defer func() { stop(); wg.Wait() }()
 	}
 	return p.elector.Run(ctx, p.lead)

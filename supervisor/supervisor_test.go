@@ -236,7 +236,8 @@ func TestPrebootBeforeLastStart(t *testing.T) {
 		}
 		sl.Release()
 	}
-	testutil.Eventually(t, time.Minute, "old chrome killed", c1.killed)
+	// Killed, and the kill counted (after Kill returns).
+	testutil.Eventually(t, time.Minute, "old chrome killed", func() bool { return c1.killed() && h.s.Stats().ChromeKills == 1 })
 	if st := h.s.Stats(); st.Recycles != 1 || st.ChromeKills != 1 || st.JobsSinceChromeStart != 1 || st.JobsSinceProcessStart != 5 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -324,7 +325,7 @@ func TestMemoryCeiling(t *testing.T) {
 		sl.Release()
 	}
 	held.Release()
-	testutil.Eventually(t, time.Minute, "over-memory chrome killed", c1.killed)
+	testutil.Eventually(t, time.Minute, "over-memory chrome killed", func() bool { return c1.killed() && h.s.Stats().ChromeKills == 1 })
 	if st := h.s.Stats(); st.Recycles != 1 || st.ChromeKills != 1 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -360,7 +361,7 @@ func TestDrainTimeout(t *testing.T) {
 	if !browser.IsRetriable(err) || !strings.Contains(err.Error(), reasonDrain) {
 		t.Fatalf("render error = %v, want retriable drain timeout", err)
 	}
-	testutil.Eventually(t, time.Minute, "chrome killed", c1.killed)
+	testutil.Eventually(t, time.Minute, "chrome killed", func() bool { return c1.killed() && h.s.Stats().ChromeKills == 1 })
 	if st := h.s.Stats(); st.DrainTimeouts != 1 || st.ChromeKills != 1 || st.ChromeCrashes != 0 {
 		t.Fatalf("stats: %+v", st)
 	}
@@ -916,7 +917,7 @@ func TestStatsSumOrphanedCPU(t *testing.T) {
 		}
 	}
 	c1 := h.chrome(0)
-	testutil.Eventually(t, time.Minute, "the first chrome killed", c1.killed)
+	testutil.Eventually(t, time.Minute, "the first chrome killed", func() bool { return c1.killed() && h.s.Stats().ChromeKills >= 1 })
 	if got := h.s.Stats().OrphanedCPUTicks; got < c1.orphaned {
 		t.Fatalf("after the first recycle: %d orphaned ticks, want at least the first chrome's %d", got, c1.orphaned)
 	}
