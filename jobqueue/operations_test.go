@@ -470,3 +470,22 @@ func TestFollowAnyHostChildDropsHostOnlyCookies(t *testing.T) {
 		}
 	}
 }
+
+// A jobs list filtered by host finds the host's jobs whatever spelling the
+// filter uses: as stored (punycode), in Unicode, with a trailing dot or a
+// default port.
+func TestListByHostInAnySpelling(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, _ := newTestQueue(t, Config{})
+	mustEnqueue(t, q, Spec{URL: "https://bücher.test/a"}, Spec{URL: "https://other.test/b"})
+	for _, host := range []string{"xn--bcher-kva.test", "BÜCHER.test", "bücher.test.", "bücher.test:443"} {
+		page, err := q.List(ctx, ListFilter{Host: host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Jobs) != 1 || page.Jobs[0].Host != "xn--bcher-kva.test" {
+			t.Errorf("host %q: %d jobs %+v, want the bücher.test job", host, len(page.Jobs), page.Jobs)
+		}
+	}
+}

@@ -101,7 +101,7 @@ type ListFilter struct {
 	States       []State
 	NodeID       string
 	BatchID      string
-	Host         string // as in Job.Host: lower-cased host[:port]
+	Host         string // a host key (Job.Host), in any spelling NormalizeHostKey folds
 	CreatedSince time.Time
 	CreatedUntil time.Time // exclusive
 	// Before is the keyset cursor: only jobs with a smaller id (0: from the newest).
@@ -155,7 +155,13 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 		conds = append(conds, "j.batch_id = "+arg(f.BatchID)+"::uuid")
 	}
 	if f.Host != "" {
-		conds = append(conds, "j.host = "+arg(strings.ToLower(f.Host)))
+		// Any spelling of the host finds its jobs, as an operator types it
+		// (a Unicode name, a trailing dot, a default port).
+		key, err := NormalizeHostKey(f.Host)
+		if err != nil {
+			key = strings.ToLower(f.Host)
+		}
+		conds = append(conds, "j.host = "+arg(key))
 	}
 	if !f.CreatedSince.IsZero() {
 		conds = append(conds, "j.created_at >= "+arg(f.CreatedSince))
