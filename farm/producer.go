@@ -280,6 +280,11 @@ type rescueGate struct {
 	upSince    time.Time // since when the database answered; zero: it did not, last time
 }
 
+// open reports whether the database has answered for the stale time by now.
+func (g *rescueGate) open(now time.Time) bool {
+	return !g.upSince.IsZero() && now.Sub(g.upSince) >= g.staleAfter
+}
+
 // answered records whether the database answered at now, and reports
 // whether the rescue may run.
 func (g *rescueGate) answered(now time.Time, ok bool) bool {
@@ -290,7 +295,7 @@ func (g *rescueGate) answered(now time.Time, ok bool) bool {
 	if g.upSince.IsZero() {
 		g.upSince = now
 	}
-	return now.Sub(g.upSince) >= g.staleAfter
+	return g.open(now)
 }
 
 // rescueLoop returns the jobs of nodes that stopped heartbeating and of
@@ -302,7 +307,12 @@ func (p *Producer) rescueLoop(ctx context.Context) error {
 	gate := rescueGate{staleAfter: p.cfg.StaleAfter}
 	for {
 		var rep jobqueue.RescueReport
-		err := p.cfg.Queue.Ping(ctx)
+		var err error
+		if !gate.open(p.cfg.Now()) {
+			// Until it opens, a ping says whether the database answers;
+			// then the rescue's own success or failure does.
+			err = p.cfg.Queue.Ping(ctx)
+		}
 		if gate.answered(p.cfg.Now(), err == nil) {
 			if rep, err = p.cfg.Queue.RescueLost(ctx, p.cfg.StaleAfter); err != nil {
 				gate.answered(p.cfg.Now(), false)

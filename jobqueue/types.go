@@ -51,6 +51,10 @@ const (
 	NodeLost     NodeState = "lost"     // stopped heartbeating; its jobs were returned
 )
 
+// Live reports whether a node in state s is running: active or draining,
+// not exited or lost.
+func (s NodeState) Live() bool { return s == NodeActive || s == NodeDraining }
+
 // Valid reports whether s is one of the node states.
 func (s NodeState) Valid() bool {
 	switch s {

@@ -71,12 +71,12 @@ func runStatus(ctx context.Context, env *environment, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"nodes": nodes, "stats": stats})
 	}
-	writeStatus(env.stdout, nodes, stats, time.Now())
+	writeStatus(env.stdout, nodes, stats)
 	return nil
 }
 
 // writeStatus prints the nodes table and the queue counts.
-func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, now time.Time) {
+func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// The counters left of HEARTBEAT are the node id's lifetime totals,
 	// across its process restarts.

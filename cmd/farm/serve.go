@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/oklog/run"
@@ -68,7 +67,6 @@ func serveNode(ctx context.Context, n node, h *handoff, healthAddr string, bound
 	if healthAddr != "" {
 		srv := &http.Server{Handler: healthHandler(n.Healthy), ReadHeaderTimeout: 5 * time.Second}
 		stop := make(chan struct{})
-		var stopOnce sync.Once
 		g.Add(func() error {
 			if h != nil {
 				select {
@@ -83,7 +81,7 @@ func serveNode(ctx context.Context, n node, h *handoff, healthAddr string, bound
 			}
 			return nil
 		}, func(error) {
-			stopOnce.Do(func() { close(stop) })
+			close(stop) // run.Group interrupts each actor once
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_ = srv.Shutdown(sctx)

@@ -79,9 +79,6 @@ type Reconciler struct {
 
 	tickMu sync.Mutex // serialises Tick; guards the fields below it
 	state  State
-	// seeded is whether this term's state holds the orchestrator's count
-	// (or the driver cannot read it back).
-	seeded bool
 	idle   map[string]time.Time // first time each node was seen idle
 	work   map[string]int64     // each node's Work at the previous tick
 
@@ -148,7 +145,7 @@ func (r *Reconciler) Status() Status {
 // the term starts from it when it is above the live nodes.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.tickMu.Lock()
-	r.state, r.seeded = State{}, false
+	r.state = State{}
 	r.idle = map[string]time.Time{}
 	r.work = map[string]int64{}
 	r.tickMu.Unlock()
@@ -245,7 +242,7 @@ func (r *Reconciler) Tick(ctx context.Context) (Decision, error) {
 // instances still booting. Callers hold tickMu.
 func (r *Reconciler) seed(ctx context.Context) error {
 	cr, ok := r.drv.(CurrentReader)
-	if r.seeded || r.state.Initialized || !ok {
+	if r.state.Initialized || !ok {
 		return nil
 	}
 	actx, cancel := context.WithTimeout(ctx, r.cfg.ApplyTimeout)
@@ -254,7 +251,7 @@ func (r *Reconciler) seed(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("autoscale: read the orchestrator's count: %w", err)
 	}
-	r.state, r.seeded = State{Desired: n}, true
+	r.state = State{Desired: n}
 	r.log.Info("term starts from the orchestrator's count", zap.Int("current", n))
 	return nil
 }

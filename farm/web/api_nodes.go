@@ -43,7 +43,7 @@ func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 	views := make([]nodeView, 0, len(nodes))
 	for _, n := range nodes {
 		age := n.HeartbeatAge.Seconds()
-		live := n.State == jobqueue.NodeActive || n.State == jobqueue.NodeDraining
+		live := n.State.Live()
 		views = append(views, nodeView{
 			Node:                n,
 			HeartbeatAgeSeconds: math.Round(age*10) / 10,
@@ -101,7 +101,7 @@ func (s *server) drainNode(w http.ResponseWriter, r *http.Request) {
 		s.queueError(w, r, err)
 		return
 	}
-	if node.State != jobqueue.NodeActive && node.State != jobqueue.NodeDraining {
+	if !node.State.Live() {
 		writeError(w, http.StatusConflict, fmt.Sprintf("node %q is %s; only an active node can be drained", id, node.State))
 		return
 	}

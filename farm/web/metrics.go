@@ -322,7 +322,7 @@ func (c *queueCollector) read(now time.Time) []prometheus.Metric {
 			}
 			out = append(out, gauge(c.nodeState, v, id, string(s)))
 		}
-		if n.State != jobqueue.NodeActive && n.State != jobqueue.NodeDraining {
+		if !n.State.Live() {
 			// A node that exited or was lost keeps its last heartbeat's
 			// load in its row until retention deletes it: exported as
 			// current, it would count machines that are gone in every
