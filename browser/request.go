@@ -280,9 +280,10 @@ func (r Request) prepare() (*job, error) {
 		}
 		// Chrome sends the PNG whole before its size can be checked: the
 		// viewport bounds it (jobspec.MaxScreenshotPixels).
-		if r.Screenshot && v.Width*v.Height > jobspec.MaxScreenshotPixels {
-			return nil, invalid("viewport: %dx%d is %d pixels; with a screenshot at most %d (3840x2160) are allowed",
-				v.Width, v.Height, v.Width*v.Height, jobspec.MaxScreenshotPixels)
+		if r.Screenshot {
+			if err := jobspec.CheckScreenshotViewport(v.Width, v.Height); err != nil {
+				return nil, invalid("viewport: %v", err)
+			}
 		}
 	}
 	for i, c := range r.Cookies {

@@ -16,7 +16,6 @@ import (
 	"github.com/chromedp/cdproto/domstorage"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/storage"
 )
 
@@ -299,10 +298,7 @@ func (t *tab) wipe(ctx context.Context) error {
 			// the next job's page, whatever its site. Reset in
 			// about:blank once committed, after the handlers of leaving
 			// (which may set it too).
-			r, err := cdp.Call(ctx, t.t, runtime.Evaluate, runtime.EvaluateParams{Expression: "window.name = ''"})
-			if err == nil && r.ExceptionDetails != nil {
-				err = errors.New(r.ExceptionDetails.Text)
-			}
+			_, err := t.evalIn(ctx, "", "window.name = ''")
 			return wrapStep("resetting window.name", err)
 		},
 	}

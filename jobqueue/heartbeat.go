@@ -73,15 +73,19 @@ func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load No
 	// whenever a heartbeat carried a Chrome recycle.
 	err := q.sendBatch(ctx, "heartbeat", func(b *pgx.Batch) {
 		b.Queue(heartbeatLockSQL, nodeID, inc)
-		renewed = make(map[int64]bool, len(live))
-		b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids).Query(func(rows pgx.Rows) error {
-			var id int64
-			_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-				renewed[id] = true
-				return nil
+		renew := b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
+		if live != nil {
+			// Which of live were renewed: the others are gone.
+			renewed = make(map[int64]bool, len(live))
+			renew.Query(func(rows pgx.Rows) error {
+				var id int64
+				_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+					renewed[id] = true
+					return nil
+				})
+				return err
 			})
-			return err
-		})
+		}
 		b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
 			load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
 			load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).

@@ -102,9 +102,10 @@ func (s *Spec) validate() *SpecError {
 		if v.Height < MinViewport || v.Height > MaxViewportHeight {
 			return specErr("viewport.height", "%d is out of range %d..%d", v.Height, MinViewport, MaxViewportHeight)
 		}
-		if s.Screenshot && v.Width*v.Height > MaxScreenshotPixels {
-			return specErr("viewport", "%dx%d is %d pixels; with a screenshot at most %d (3840x2160) are allowed, so that a page painting noise cannot send a PNG far over the screenshot cap",
-				v.Width, v.Height, v.Width*v.Height, MaxScreenshotPixels)
+		if s.Screenshot {
+			if err := jobspec.CheckScreenshotViewport(v.Width, v.Height); err != nil {
+				return specErr("viewport", "%v", err)
+			}
 		}
 	}
 	if len(s.Cookies) > MaxCookies {

@@ -178,3 +178,13 @@ func proxyHost(h string) bool {
 	}
 	return true
 }
+
+// CheckScreenshotViewport is the rule a viewport of a job that takes a
+// screenshot must keep (MaxScreenshotPixels); the caller names the field.
+func CheckScreenshotViewport(width, height int) error {
+	if width*height > MaxScreenshotPixels {
+		return fmt.Errorf("%dx%d is %d pixels; with a screenshot at most %d (3840x2160) are allowed, so that a page painting noise cannot send a PNG far over the screenshot cap",
+			width, height, width*height, MaxScreenshotPixels)
+	}
+	return nil
+}
