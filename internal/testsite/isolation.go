@@ -31,6 +31,29 @@ func (s *site) isolationRoutes() {
 	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
 	m.HandleFunc("GET /isolation/auth", s.isolationAuth)
 	m.HandleFunc("GET /isolation/cached/{key}", s.isolationCached)
+	m.HandleFunc("GET /isolation/script/{key}", s.isolationScript)
+	m.HandleFunc("GET /isolation/scripted", s.isolationScripted)
+}
+
+// isolationScript is a script, cacheable for an hour, that sets
+// window.__hits to how many times it was asked for this key (the count of
+// /isolation/cached/{key}). A script, unlike a fetch, may also be served
+// from the renderer's memory cache.
+func (s *site) isolationScript(w http.ResponseWriter, r *http.Request) {
+	n := s.hits.Add(r.PathValue("key"))
+	w.Header().Set("Content-Type", "application/javascript")
+	w.Header().Set("Cache-Control", "public, max-age=3600")
+	fmt.Fprintf(w, "window.__hits = %d;\n", n)
+}
+
+// isolationScripted loads /isolation/script/{key} (?key=) and shows the
+// count it set in #ready.
+func (s *site) isolationScripted(w http.ResponseWriter, r *http.Request) {
+	key := html.EscapeString(r.URL.Query().Get("key"))
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Scripted</title>
+<script src="/isolation/script/`+key+`"></script></head><body>
+<script>const d = document.createElement('div'); d.id = 'ready'; d.textContent = String(window.__hits); document.body.appendChild(d);</script>
+</body></html>`)
 }
 
 // isolationCached answers with how many times it was asked for this key,

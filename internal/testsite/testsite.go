@@ -84,6 +84,8 @@ func (s *site) routes() {
 	m := s.mux
 	m.HandleFunc("GET /{$}", s.index)
 	m.HandleFunc("GET /page/{n}", s.page(false))
+	m.HandleFunc("GET /app/{n}", s.app)
+	m.HandleFunc("GET /static/app.js", s.appScript)
 	m.HandleFunc("GET /leak/{n}", s.page(true))
 	m.HandleFunc("GET /api/item/{n}", s.apiItem)
 	m.HandleFunc("GET /api/more/{k}", s.apiMore)
@@ -123,6 +125,7 @@ func (s *site) routes() {
 // index page and for documentation.
 var paths = [][2]string{
 	{"/page/{n}?delay=ms", "JS fetches /api/item/{n} (answered after delay ms) and renders a heading, a list and #ready"},
+	{"/app/{n}?delay=ms", "like /page/{n}, after loading /static/app.js (about 330 KB of script, cacheable for a day, that builds 3,000 components), as a site's script bundle"},
 	{"/leak/{n}?mb=N", "like /page/{n}, and the script retains N MB of objects"},
 	{"/links/{n}", "links to /page/* and a.next to /links/{n+1}"},
 	{"/infinite", "infinite list: scrolling to the bottom loads 20 more items"},
@@ -246,6 +249,45 @@ func (s *site) page(leak bool) http.HandlerFunc {
 			"<!doctype html><html><head><meta charset=\"utf-8\"><title>%s %d</title></head><body><script>%s</script></body></html>",
 			kind, n, js))
 	}
+}
+
+// app is /page/{n} behind a script bundle: the page a JavaScript-heavy
+// site serves, whose shared scripts a browser fetches and compiles once if
+// its HTTP cache keeps them.
+func (s *site) app(w http.ResponseWriter, r *http.Request) {
+	n, ok := intParam(w, r, "n", 0, 1<<31-1)
+	if !ok {
+		return
+	}
+	js := strings.NewReplacer(
+		"{{N}}", strconv.Itoa(n),
+		"{{ITEMS}}", strconv.Itoa(s.opts.Items),
+		"{{SCRIPTDELAY}}", strconv.FormatInt(s.opts.ScriptDelay.Milliseconds(), 10),
+		"{{LEAK}}", "",
+	).Replace(pageScript)
+	writeHTML(w, http.StatusOK, fmt.Sprintf(
+		"<!doctype html><html><head><meta charset=\"utf-8\"><title>App %d</title><script src=\"/static/app.js\"></script></head><body><script>%s</script></body></html>",
+		n, js))
+}
+
+// appJS is /static/app.js: 3,000 component functions registered at load,
+// 300 of them run, as a framework and its components would.
+var appJS = sync.OnceValue(func() string {
+	var b strings.Builder
+	b.WriteString("(function () {\nvar reg = {};\n")
+	for i := range 3000 {
+		fmt.Fprintf(&b, "reg['c%d'] = function (p) { var o = {id: %d, name: 'component-%d', props: p || {}}; "+
+			"for (var k = 0; k < %d; k++) { o['f' + k] = (o.id * k + %d) %% 97; } "+
+			"if (o.props.deep) { return [o, reg['c%d']({deep: false})]; } return o; };\n", i, i, i, i%7+1, i, (i+1)%3000)
+	}
+	b.WriteString("var out = [];\nfor (var i = 0; i < 3000; i += 10) { out.push(reg['c' + i]({deep: true})); }\nwindow.__app = {reg: reg, out: out};\n})();\n")
+	return b.String()
+})
+
+func (s *site) appScript(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/javascript")
+	w.Header().Set("Cache-Control", "public, max-age=86400")
+	fmt.Fprint(w, appJS())
 }
 
 // Item is one entry of the API's answer.
