@@ -67,20 +67,30 @@ func peakPSS(b *Browser, stop <-chan struct{}) <-chan uint64 {
 // rendering /page/{n} (JavaScript fetches the API, renders 200 items) at
 // once. Variants: a fresh browser context per job (the default), the shared
 // context (tab reuse), and a latency-bound page whose API answers after
-// 400 ms. It also reports the peak PSS of the tree and PSS per session
-// (peak minus the idle Chrome, over six).
+// 400 ms; and, as the pages of a JavaScript-heavy site, /app/{n} (the same
+// page behind a 330 KB script bundle a browser may cache) with the naive
+// loop, the default, the default with a cache scope (Request.CacheScope,
+// the spec's cache "batch") and the shared context. It also reports the
+// peak PSS of the tree and PSS per session (peak minus the idle Chrome,
+// over six).
 func BenchmarkRender6(b *testing.B) {
 	modes := []struct {
 		name  string
 		iso   Isolation
 		delay int
+		path  string
+		scope string
 	}{
-		{"isolated", IsolationWipe, 0},
-		{"context", IsolationContext, 0},
-		{"shared", IsolationShared, 0},
-		{"isolated-api400ms", IsolationWipe, 400},
+		{"isolated", IsolationWipe, 0, "/page/", ""},
+		{"context", IsolationContext, 0, "/page/", ""},
+		{"shared", IsolationShared, 0, "/page/", ""},
+		{"isolated-api400ms", IsolationWipe, 400, "/page/", ""},
+		{"app/isolated", IsolationWipe, 0, "/app/", ""},
+		{"app/isolated-cache-scope", IsolationWipe, 0, "/app/", "bench"},
+		{"app/shared", IsolationShared, 0, "/app/", ""},
 	}
-	b.Run("naive-chromedp", benchNaiveChromedp)
+	b.Run("naive-chromedp", func(b *testing.B) { benchNaiveChromedp(b, "/page/") })
+	b.Run("app/naive-chromedp", func(b *testing.B) { benchNaiveChromedp(b, "/app/") })
 	for _, mode := range modes {
 		b.Run(mode.name, func(b *testing.B) {
 			e := newEnv(b)
@@ -96,10 +106,11 @@ func BenchmarkRender6(b *testing.B) {
 			}
 			req := func(i int64) Request {
 				return Request{
-					URL:       e.url(fmt.Sprintf("/page/%d?delay=%d", i%1000, mode.delay)),
-					Wait:      Wait{Selector: "#ready"},
-					Extract:   "document.querySelectorAll('li.item').length",
-					Isolation: mode.iso,
+					URL:        e.url(fmt.Sprintf("%s%d?delay=%d", mode.path, i%1000, mode.delay)),
+					Wait:       Wait{Selector: "#ready"},
+					Extract:    "document.querySelectorAll('li.item').length",
+					Isolation:  mode.iso,
+					CacheScope: mode.scope,
 				}
 			}
 			// Warm up: one render per session, outside the measure.
@@ -223,8 +234,9 @@ func BenchmarkIsolation(b *testing.B) {
 // benchNaiveChromedp is the baseline of BenchmarkRender6: the plain chromedp
 // loop a scraper would write — one Chrome (the same binary and flags), six
 // tabs reused from page to page, no isolation, no recycling, no result
-// handling beyond the extract — rendering the same pages.
-func benchNaiveChromedp(b *testing.B) {
+// handling beyond the extract — rendering the same pages (path: /page/ or
+// /app/).
+func benchNaiveChromedp(b *testing.B, path string) {
 	e := newEnv(b)
 	const n = 6
 	tabs := make([]context.Context, n)
@@ -240,7 +252,7 @@ func benchNaiveChromedp(b *testing.B) {
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		err := chromedp.Do(ctx,
-			chromedp.Navigate(e.url(fmt.Sprintf("/page/%d?delay=0", i%1000))),
+			chromedp.Navigate(e.url(fmt.Sprintf("%s%d?delay=0", path, i%1000))),
 			chromedp.WaitVisible("#ready"),
 		)
 		if err != nil {

@@ -572,3 +572,72 @@ func TestPageThatLoopsAsItIsLeft(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheScope: jobs of one cache scope share the session's HTTP cache,
+// and nothing else; a job of another scope or of none finds nothing of
+// theirs — neither in the HTTP cache nor in the renderer's memory cache,
+// which serves a script without asking the HTTP cache.
+func TestCacheScope(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	steps := []struct {
+		scope string
+		want  string // the script's count as the job saw it
+	}{
+		{"", `"1"`},
+		{"", `"2"`},  // a job without a scope never reads the cache
+		{"a", `"3"`}, // nor does a scope see what one without left
+		{"a", `"3"`}, // the scope's second job gets its first's script
+		{"b", `"4"`}, // another scope finds nothing of a's
+		{"b", `"4"`},
+		{"a", `"5"`}, // b's jobs came between: a's cache is gone
+		{"", `"6"`},
+		{"b", `"7"`},
+	}
+	for i, st := range steps {
+		res, err := s.Render(ctx, Request{URL: e.url("/isolation/scripted?key=scope"), CacheScope: st.scope,
+			Wait: Wait{Selector: "#ready"}, Extract: "document.getElementById('ready').textContent"})
+		if err != nil {
+			t.Fatalf("job %d (scope %q): %v", i, st.scope, err)
+		}
+		if got := string(res.Data); got != st.want {
+			t.Errorf("job %d (scope %q) saw the script's count %s, want %s", i, st.scope, got, st.want)
+		}
+	}
+
+	// Only the cache crosses: the rest of what a job leaves is wiped for
+	// the next job of its scope as for any other.
+	set := e.url("/isolation/set?key=scoped&sw=0")
+	if _, err := s.Render(ctx, Request{URL: set, CacheScope: "c", Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Render(ctx, Request{URL: e.url("/isolation/get?key=scoped"), CacheScope: "c",
+		Wait: Wait{Selector: "#ready"}, Extract: "window.__state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st isoState
+	unmarshal(t, res.Data, &st)
+	if st.HTTPCacheCount != 1 {
+		t.Errorf("the scope's second job fetched the cached answer anew (count %d): the cache was not kept", st.HTTPCacheCount)
+	}
+	st.HTTPCacheCount = 2 // the one thing meant to cross
+	if !st.empty() {
+		t.Errorf("the scope's second job saw more than the cache: %+v", st)
+	}
+}
+
+func TestCacheScopeNeedsAWipedContext(t *testing.T) {
+	for _, r := range []Request{
+		{URL: "http://127.0.0.1/", CacheScope: "a", Isolation: IsolationContext},
+		{URL: "http://127.0.0.1/", CacheScope: "a", Isolation: IsolationShared},
+		{URL: "http://127.0.0.1/", CacheScope: "a", Proxy: "http://127.0.0.1:3128"},
+	} {
+		err := r.Check()
+		var be *Error
+		if !errors.As(err, &be) || be.Class != ClassInvalid || !strings.Contains(err.Error(), "cache scope") {
+			t.Errorf("Check(%+v) = %v, want an invalid-request error naming the cache scope", r, err)
+		}
+	}
+}

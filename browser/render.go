@@ -362,6 +362,11 @@ func (s *Session) refusedTunnel(j *job, st *jobState, errText string) error {
 // setup applies the job's settings to the tab before navigation; on a shared
 // tab it also undoes what the previous job set.
 func (t *tab) setup(ctx context.Context, j *job) error {
+	if t.own {
+		if err := t.scopeCache(ctx, j.CacheScope); err != nil {
+			return err
+		}
+	}
 	needFetch := len(j.block) > 0 || (j.proxy != nil && j.proxy.hasAuth)
 	if needFetch {
 		var patterns []*fetch.RequestPattern

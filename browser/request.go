@@ -59,6 +59,14 @@ type Request struct {
 	// Isolation says what the job may see of the jobs before it on the same
 	// session. "" means IsolationWipe.
 	Isolation Isolation
+	// CacheScope lets IsolationWipe jobs share the HTTP cache (and the
+	// compiled scripts Chrome keeps with it): a job finds what the jobs
+	// before it on the session left there as long as they all had this
+	// same, non-empty scope, and nothing of any other job. "" (the
+	// default): the job's own cache only, cleared after it. Everything else
+	// the wipe clears is cleared either way. Only with IsolationWipe and
+	// no Proxy.
+	CacheScope string
 	// FollowSelector picks links (elements with an href) whose absolute
 	// http(s) URLs, without fragment and de-duplicated, go to Result.Links.
 	FollowSelector string
@@ -305,6 +313,9 @@ func (r Request) prepare() (*job, error) {
 			return nil, invalid("proxy: %v", err)
 		}
 		j.proxy = p
+	}
+	if r.CacheScope != "" && (iso != IsolationWipe || j.proxy != nil) {
+		return nil, invalid("cache scope: a shared cache is kept only in a wiped browser context (isolation wipe, no proxy)")
 	}
 	if r.MaxDataBytes < 0 || r.MaxScreenshotBytes < 0 || r.MaxConsoleErrors < 0 {
 		return nil, invalid("result limits: negative")

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/network"
 	"go.uber.org/zap"
 )
 
@@ -145,10 +143,11 @@ func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The tab's requests never read the HTTP cache, so a job finds none of
-	// an earlier job's responses there (as in a brand-new context). Its
-	// dedicated workers do read it, past the tab's setting: the wipe clears
-	// the cache too (about 3% of a light page's Chrome CPU). Service and
+	// The tab's requests do not read the HTTP cache (scopeCache turns it on
+	// for the jobs of a cache scope), so a job finds none of an earlier
+	// job's responses there (as in a brand-new context). Its dedicated
+	// workers do read it, past the tab's setting: the wipe clears the
+	// cache too (about 3% of a light page's Chrome CPU). Service and
 	// shared workers fetch past the tab's setting, and popups write to the
 	// context until the janitor has closed them: a context that had one is
 	// not reused.
@@ -157,9 +156,9 @@ func (s *Session) newOwnTab(ctx context.Context) (*tab, error) {
 	t.own = true // under mu: the tab's event listener reads it
 	t.unwatchContext = unwatch
 	t.mu.Unlock()
-	if _, err := cdp.Call(ctx, t.t, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {
+	if err := t.setCacheDisabled(ctx, true); err != nil {
 		t.close()
-		return nil, fmt.Errorf("Network.setCacheDisabled: %w", err)
+		return nil, err
 	}
 	return t, nil
 }

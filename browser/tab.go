@@ -61,6 +61,11 @@ type tab struct {
 
 	unwatchContext func() // set for the session's own tab
 
+	// The Request.CacheScope of the last job on the session's own tab,
+	// whose cache the context holds ("" if it had none: the wipe cleared
+	// what it left, and the tab does not read the cache). See scopeCache.
+	cacheScope string
+
 	// The farm's isolated world (world.go): its newest context in the
 	// main frame, and the one of the current job's document, once asked
 	// for.

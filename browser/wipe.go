@@ -288,7 +288,12 @@ func (t *tab) wipe(ctx context.Context) error {
 			// it (newOwnTab), but they write it, and a page's dedicated
 			// workers, which the tab's setting does not reach, read and
 			// write it: a later job's worker would find this job's
-			// responses (private ones too) there.
+			// responses (private ones too) there. A cache scope's cache is
+			// kept for the scope's next job; scopeCache clears it before
+			// any other.
+			if t.cacheScope != "" {
+				return nil
+			}
 			_, err := cdp.Call(ctx, t.t, network.ClearBrowserCache, cdp.Empty{})
 			return wrapStep("Network.clearBrowserCache", err)
 		},
@@ -321,6 +326,41 @@ func (t *tab) wipe(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// scopeCache readies the HTTP cache of the session's own tab for a job of
+// the given Request.CacheScope. The wipe after a job of a scope leaves the
+// cache for the scope's next job; a job of another scope, or of none, finds
+// it cleared here first. The renderer also keeps a memory cache of its own,
+// which serves a script or a style without asking the HTTP cache, while
+// anything still holds the resource (a document left but not yet collected):
+// Network.setCacheDisabled(true) empties it, at every call, so it is called
+// at every change of scope, and the tab reads the cache only while a
+// scope's jobs run.
+func (t *tab) scopeCache(ctx context.Context, scope string) error {
+	if scope == t.cacheScope {
+		return nil
+	}
+	if err := t.setCacheDisabled(ctx, true); err != nil {
+		return err
+	}
+	if t.cacheScope != "" {
+		if _, err := cdp.Call(ctx, t.t, network.ClearBrowserCache, cdp.Empty{}); err != nil {
+			return fmt.Errorf("Network.clearBrowserCache: %w", err)
+		}
+	}
+	t.cacheScope = scope
+	if scope == "" {
+		return nil
+	}
+	return t.setCacheDisabled(ctx, false)
+}
+
+func (t *tab) setCacheDisabled(ctx context.Context, disabled bool) error {
+	if _, err := cdp.Call(ctx, t.t, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: disabled}); err != nil {
+		return fmt.Errorf("Network.setCacheDisabled: %w", err)
+	}
+	return nil
 }
 
 // takeOrigins returns the recorded origins, sorted, and forgets them.
