@@ -184,7 +184,7 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 			Err: fmt.Errorf("node %s could not start the job: %w", c.node, err)}}, 0)
 		return
 	}
-	req := SpecRequest(j.Spec)
+	req := SpecRequest(j.Spec, j.BatchID)
 	limitRequest(&req, c.q.ResultLimits())
 	proxy, err := c.checkJobProxy(ctx, j.Spec.Proxy)
 	if err != nil {

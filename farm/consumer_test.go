@@ -166,6 +166,16 @@ func TestSpecRequest(t *testing.T) {
 				t.Errorf("shared_context carried over as isolation %q, want shared", r.Isolation)
 			}
 		}},
+		{"cache batch", jobqueue.Spec{URL: "http://x.test/", Cache: jobqueue.CacheBatch}, func(t *testing.T, r browser.Request) {
+			if r.CacheScope != "batch 0b7e3a52-6a8d-4f8e-9c1f-2d4e5f6a7b8c" {
+				t.Errorf("CacheScope = %q, want the job's batch", r.CacheScope)
+			}
+		}},
+		{"cache job", jobqueue.Spec{URL: "http://x.test/", Cache: jobqueue.CacheJob}, func(t *testing.T, r browser.Request) {
+			if r.CacheScope != "" {
+				t.Errorf("CacheScope = %q, want none", r.CacheScope)
+			}
+		}},
 		{"follow with the largest link cap", jobqueue.Spec{URL: "http://x.test/", Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1, MaxLinks: jobqueue.MaxFollowLinks}},
 			func(t *testing.T, r browser.Request) {
 				if r.FollowMax != jobqueue.MaxCollectedLinks {
@@ -179,7 +189,7 @@ func TestSpecRequest(t *testing.T) {
 				}
 			}},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.check(t, SpecRequest(tc.spec)) })
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, SpecRequest(tc.spec, "0b7e3a52-6a8d-4f8e-9c1f-2d4e5f6a7b8c")) })
 	}
 }
 

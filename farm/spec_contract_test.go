@@ -20,7 +20,7 @@ func checkAcceptedRenders(t *testing.T, spec jobqueue.Spec) {
 		return
 	}
 	for _, s := range []jobqueue.Spec{spec, spec.WithDefaults()} {
-		req := SpecRequest(s)
+		req := SpecRequest(s, "0b7e3a52-6a8d-4f8e-9c1f-2d4e5f6a7b8c")
 		limitRequest(&req, jobqueue.DefaultResultLimits())
 		if err := req.Check(); err != nil {
 			b, _ := json.Marshal(s)
@@ -58,6 +58,11 @@ func acceptedSpecs() []jobqueue.Spec {
 		{URL: u, Follow: &jobqueue.Follow{Selector: "a", MaxDepth: 1}},
 		{URL: u, SharedContext: true},
 		{URL: u, SharedContext: true, Isolation: jobqueue.IsolationShared},
+		{URL: u, Cache: jobqueue.CacheJob},
+		{URL: u, Cache: jobqueue.CacheBatch},
+		{URL: u, Cache: jobqueue.CacheBatch, Isolation: jobqueue.IsolationWipe},
+		{URL: u, Cache: jobqueue.CacheJob, Isolation: jobqueue.IsolationShared},
+		{URL: u, Cache: jobqueue.CacheJob, Proxy: "http://127.0.0.1:3128"},
 	}
 	for _, iso := range []string{"", jobqueue.IsolationWipe, jobqueue.IsolationContext, jobqueue.IsolationShared} {
 		specs = append(specs, jobqueue.Spec{URL: u, Isolation: iso})
@@ -85,7 +90,7 @@ func TestAcceptedSpecsRender(t *testing.T) {
 // browser refuses are refused at submit, naming the field.
 func TestProxyFormsChromeCannotUseAreRefused(t *testing.T) {
 	for _, p := range []string{"http://proxy.example", "socks5://u:p@h:1080", "http://h:3128/x"} {
-		req := SpecRequest(jobqueue.Spec{URL: "https://a.example/", Proxy: p})
+		req := SpecRequest(jobqueue.Spec{URL: "https://a.example/", Proxy: p}, "")
 		if req.Check() == nil {
 			t.Errorf("the browser takes proxy %q: the case is no longer one it refuses", p)
 		}
@@ -117,6 +122,9 @@ func FuzzAcceptedSpecsRender(f *testing.F) {
 		`{"url":"http://a.example/","actions":[{"type":"scroll","times":101,"ms":60001}]}`,
 		`{"url":"http://a.example/","block":["script"]}`,
 		`{"url":"http://a.example/","isolation":"none"}`,
+		`{"url":"http://a.example/","cache":"batch","isolation":"context"}`,
+		`{"url":"http://a.example/","cache":"batch","shared_context":true}`,
+		`{"url":"http://a.example/","cache":"batch","proxy":"http://h:3128"}`,
 		`{"url":"http://a.example/","headers":{"Bad Name":"x"}}`,
 		`{"url":"http://a.example/","cookies":[{"name":"","value":"x"}]}`,
 		`{"url":"http://a.example/","follow":{"selector":"a","max_depth":1,"max_links":10001}}`,

@@ -5,11 +5,12 @@ import (
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
-// SpecRequest maps a job's spec to the browser's render request. The spec
-// was validated at submit, where the queue also stored its defaults; the
-// timeout is the spec's (jobqueue.Spec.Timeout), so a render is bounded the
-// same on every node.
-func SpecRequest(s jobqueue.Spec) browser.Request {
+// SpecRequest maps a job's spec to the browser's render request; batchID
+// is the job's batch, the cache scope of a spec with cache "batch". The
+// spec was validated at submit, where the queue also stored its defaults;
+// the timeout is the spec's (jobqueue.Spec.Timeout), so a render is bounded
+// the same on every node.
+func SpecRequest(s jobqueue.Spec, batchID string) browser.Request {
 	req := browser.Request{
 		URL:        s.URL,
 		Extract:    s.Extract,
@@ -21,6 +22,9 @@ func SpecRequest(s jobqueue.Spec) browser.Request {
 		UserAgent:  s.UserAgent,
 		Proxy:      s.Proxy,
 		Isolation:  browser.Isolation(s.EffectiveIsolation()),
+	}
+	if s.Cache == jobqueue.CacheBatch {
+		req.CacheScope = "batch " + batchID
 	}
 	if s.Wait != nil {
 		req.Wait = browser.Wait{Selector: s.Wait.Selector, Visible: s.Wait.Visible, NetworkIdle: s.Wait.NetworkIdle}

@@ -44,6 +44,15 @@ type Spec struct {
 	//   "shared": none — Chrome's default context, where cookies, storage,
 	//     cache and credentials persist between jobs (a scraping session).
 	Isolation string `json:"isolation,omitempty"`
+	// Cache widens what an isolation "wipe" job may read of the HTTP cache
+	// (and the compiled scripts Chrome keeps with it):
+	//   "job" (the default, also ""): only its own — the wipe clears it;
+	//   "batch": also what the jobs of its batch (a crawl's children are
+	//     in the seed's batch) left on the same browser session, so that a
+	//     site's scripts, styles and images are fetched and compiled once
+	//     per session rather than once per page. Everything else is still
+	//     wiped between the jobs. Only with isolation "wipe" and no proxy.
+	Cache string `json:"cache,omitempty"`
 	// SharedContext is the older spelling of isolation "shared", still
 	// accepted.
 	SharedContext bool `json:"shared_context,omitempty"`
@@ -60,6 +69,12 @@ const (
 	IsolationWipe    = jobspec.IsolationWipe
 	IsolationContext = jobspec.IsolationContext
 	IsolationShared  = jobspec.IsolationShared
+)
+
+// Cache values of Spec.Cache; "" means CacheJob.
+const (
+	CacheJob   = jobspec.CacheJob
+	CacheBatch = jobspec.CacheBatch
 )
 
 // EffectiveIsolation is the spec's isolation with the default applied and

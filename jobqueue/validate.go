@@ -135,6 +135,18 @@ func (s *Spec) validate() *SpecError {
 			return specErr("proxy", "a per-job proxy needs the job's own browser context, which isolation %q does not have", IsolationShared)
 		}
 	}
+	switch s.Cache {
+	case "", CacheJob:
+	case CacheBatch:
+		if iso := s.EffectiveIsolation(); iso != IsolationWipe {
+			return specErr("cache", "%q keeps the cache of a wiped browser context between jobs; isolation %q has none to keep (drop cache, or use isolation %q)", s.Cache, iso, IsolationWipe)
+		}
+		if s.Proxy != "" {
+			return specErr("cache", "%q cannot hold with a proxy: a job with a per-job proxy gets a brand-new browser context, with an empty cache", s.Cache)
+		}
+	default:
+		return specErr("cache", "unknown value %q (want %s or %s)", s.Cache, CacheJob, CacheBatch)
+	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {
 		return specErr("priority", "%d is out of range %d..%d", s.Priority, MinPriority, MaxPriority)
 	}

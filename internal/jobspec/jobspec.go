@@ -80,6 +80,16 @@ const (
 	IsolationShared  = "shared"
 )
 
+// Cache names: which jobs' HTTP cache a job of isolation wipe may read.
+// "" means CacheJob.
+const (
+	// CacheJob: the job's own only; the cache is cleared after it.
+	CacheJob = "job"
+	// CacheBatch: the cache is kept between jobs of the same batch that
+	// follow each other on a browser session.
+	CacheBatch = "batch"
+)
+
 // Action types.
 const (
 	ActionClick  = "click"
