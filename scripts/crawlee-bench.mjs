@@ -1,6 +1,6 @@
 // The Crawlee side of `scripts/bench.sh crawlee`: Crawlee's PuppeteerCrawler
 // (puppeteer-core on the machine's Chromium) renders the test site's /page/{n}
-// at a fixed concurrency, waits for #ready and counts li.item, like the farm
+// (or /app/{n}, by cfg.page) at a fixed concurrency, waits for #ready and counts li.item, like the farm
 // side of internal/benchcrawlee. bench.sh installs @crawlee/puppeteer and
 // puppeteer-core into a temp dir and copies this file next to node_modules.
 //
@@ -9,7 +9,7 @@
 // part only: after the warm-up it prints "ready", waits for a line on stdin,
 // renders the measured pages, prints one JSON line with the result, and
 // exits. Its configuration is one JSON argument:
-//   {"url": "http://127.0.0.1:port", "pages": 300, "delay": 0,
+//   {"url": "http://127.0.0.1:port", "page": "page", "pages": 300, "delay": 0,
 //    "concurrency": 6, "chrome": "/usr/lib/chromium/chromium", "flags": [...],
 //    "incognito": false}
 import { readFileSync } from 'node:fs';
@@ -80,7 +80,7 @@ const crawler = new PuppeteerCrawler({
 function requests(from, n) {
   const out = [];
   for (let i = from; i < from + n; i++) {
-    out.push({ url: `${cfg.url}/page/${i}?delay=${cfg.delay}` });
+    out.push({ url: `${cfg.url}/${cfg.page}/${i}?delay=${cfg.delay}` });
   }
   return out;
 }

@@ -23,7 +23,10 @@ import (
 // workerConfig is the JSON argument of both sides' workers (the farm worker
 // here, scripts/crawlee-bench.mjs for Crawlee).
 type workerConfig struct {
-	URL         string `json:"url"`
+	URL string `json:"url"`
+	// Page is the kind of page: pagePlain or pageApp, the path's first
+	// segment.
+	Page        string `json:"page"`
 	Pages       int    `json:"pages"`
 	Delay       int    `json:"delay"`
 	Concurrency int    `json:"concurrency"`
@@ -37,6 +40,9 @@ type workerConfig struct {
 	// Context runs them with isolation "context": a brand-new browser
 	// context per job.
 	Context bool `json:"context,omitempty"`
+	// CacheScope runs the default isolation with one cache scope for all
+	// jobs (a spec's cache "batch", every job of one batch).
+	CacheScope bool `json:"cache_scope,omitempty"`
 	// RecycleJobs and ExitAfterJobs are the farm side's recycling: a new
 	// Chrome every RecycleJobs jobs, a new node (supervisor and Chromes, as
 	// after the process's exit 75) every ExitAfterJobs; 0 is off.
@@ -78,9 +84,15 @@ type workerResult struct {
 
 const wantItems = "200"
 
+// The kinds of page: the test site's /page/{n} and /app/{n}.
+const (
+	pagePlain = "page"
+	pageApp   = "app"
+)
+
 // pageURL is the page both sides render for number n.
-func pageURL(base string, n, delay int) string {
-	return fmt.Sprintf("%s/page/%d?delay=%d", base, n, delay)
+func pageURL(base, kind string, n, delay int) string {
+	return fmt.Sprintf("%s/%s/%d?delay=%d", base, kind, n, delay)
 }
 
 // runFarmWorker is the farm side: a node's supervisor (the consumer's
@@ -97,6 +109,10 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 		iso = browser.IsolationShared
 	case cfg.Context:
 		iso = browser.IsolationContext
+	}
+	scope := ""
+	if cfg.CacheScope {
+		scope = "bench"
 	}
 	scfg := supervisor.DefaultConfig()
 	scfg.Capacity = cfg.Concurrency
@@ -162,11 +178,12 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 				return fmt.Errorf("page %d: %w", n, err)
 			}
 			res, err := slot.Render(ctx, browser.Request{
-				URL:       pageURL(cfg.URL, n, cfg.Delay),
-				Wait:      browser.Wait{Selector: "#ready"},
-				Extract:   "document.querySelectorAll('li.item').length",
-				Timeout:   30 * time.Second,
-				Isolation: iso,
+				URL:        pageURL(cfg.URL, cfg.Page, n, cfg.Delay),
+				Wait:       browser.Wait{Selector: "#ready"},
+				Extract:    "document.querySelectorAll('li.item').length",
+				Timeout:    30 * time.Second,
+				Isolation:  iso,
+				CacheScope: scope,
 			})
 			slot.Release()
 			if err != nil {

@@ -77,11 +77,12 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 2, "rounds; each runs every side on every page kind, in an order that rotates")
 	conc := fs.Int("concurrency", 6, "pages rendered at once on both sides")
 	delays := fs.String("delays", "0,400", "API delays in ms of /page/{n}?delay= (0: CPU-bound; 400: latency-bound)")
+	page := fs.String("page", pagePlain, "pages rendered: page (/page/{n}, one document and its API call) or app (/app/{n}: the same behind a 330 KB cacheable script bundle, as a JavaScript-heavy site)")
 	chrome := fs.String("chrome", "", "browser binary of the farm sides (default: the farm's own default, the headless shell if installed)")
 	crawleeChrome := fs.String("crawlee-chrome", "/usr/lib/chromium/chromium", "browser binary of the Crawlee sides (default: full Chromium, what Puppeteer's default headless mode runs)")
 	recycle := fs.Int("recycle", 20, "farm sides: a new Chrome every N jobs (0: never)")
 	exitAfter := fs.Int("exit-after", 80, "farm sides: a new node, as after the process's exit 75, every N jobs (0: never)")
-	sideList := fs.String("sides", "farm,crawlee,farm_shared", "sides to run, alternating: farm (default isolation), farm_shared, farm_context, farm_egress (farm behind the egress proxy), crawlee, crawlee_incognito")
+	sideList := fs.String("sides", "farm,crawlee,farm_shared", "sides to run, alternating: farm (default isolation), farm_cache (default isolation, cache \"batch\"), farm_shared, farm_context, farm_egress (farm behind the egress proxy), crawlee, crawlee_incognito")
 	node := fs.String("node", "node", "node binary")
 	driver := fs.String("driver", "", "path of crawlee-bench.mjs next to a node_modules with @crawlee/puppeteer and puppeteer-core (bench.sh installs them)")
 	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "bound of one run, Chrome start to exit")
@@ -92,8 +93,8 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ds, err := parseDelays(*delays)
-	if err != nil || *pages < 1 || *rounds < 1 || *conc < 1 || *driver == "" || *recycle < 0 || *exitAfter < 0 {
-		fmt.Fprintf(stderr, "benchcrawlee: need -driver, -pages, -rounds, -concurrency ≥ 1, -recycle and -exit-after ≥ 0 and -delays as ms,ms… (%v)\n", err)
+	if err != nil || *pages < 1 || *rounds < 1 || *conc < 1 || *driver == "" || *recycle < 0 || *exitAfter < 0 || (*page != pagePlain && *page != pageApp) {
+		fmt.Fprintf(stderr, "benchcrawlee: need -driver, -pages, -rounds, -concurrency ≥ 1, -recycle and -exit-after ≥ 0, -page page or app and -delays as ms,ms… (%v)\n", err)
 		return 2
 	}
 	ss, err := parseSides(*sideList)
@@ -109,7 +110,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 	}
 	b := &bench{
-		pages: *pages, rounds: *rounds, conc: *conc, delays: ds, sides: ss,
+		pages: *pages, rounds: *rounds, conc: *conc, delays: ds, sides: ss, page: *page,
 		chrome: farmChrome, crawleeChrome: *crawleeChrome, recycle: *recycle, exitAfter: *exitAfter,
 		node: *node, driver: *driver, runTimeout: *runTimeout,
 		progress: func(format string, a ...any) { fmt.Fprintf(stderr, "benchcrawlee: "+format+"\n", a...) },
@@ -146,7 +147,10 @@ type side string
 
 const (
 	// farm is the farm's default: isolation wipe.
-	farm        side = "farm"
+	farm side = "farm"
+	// farmCache is the default with cache "batch": every job of the run
+	// is of one batch, whose jobs share the HTTP cache.
+	farmCache   side = "farm_cache"
 	farmShared  side = "farm_shared"
 	farmContext side = "farm_context"
 	crawlee     side = "crawlee"
@@ -163,7 +167,7 @@ func parseSides(s string) ([]side, error) {
 	var out []side
 	for f := range strings.SplitSeq(s, ",") {
 		switch sd := side(strings.TrimSpace(f)); sd {
-		case farm, farmShared, farmContext, farmEgress, crawlee, crawleeIncognito:
+		case farm, farmCache, farmShared, farmContext, farmEgress, crawlee, crawleeIncognito:
 			out = append(out, sd)
 		default:
 			return nil, fmt.Errorf("unknown side %q", f)
@@ -174,6 +178,7 @@ func parseSides(s string) ([]side, error) {
 
 type bench struct {
 	pages, rounds, conc int
+	page                string
 	delays              []int
 	sides               []side
 	chrome, node        string
@@ -217,7 +222,7 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 	defer os.RemoveAll(storage)
 
 	load0 := procstat.LoadAvg()
-	b.progress("%d pages per run, concurrency %d, %d rounds, delays %v ms; load average %s", b.pages, b.conc, b.rounds, b.delays, load0)
+	b.progress("%d %s pages per run, concurrency %d, %d rounds, delays %v ms; load average %s", b.pages, b.page, b.conc, b.rounds, b.delays, load0)
 	var runs []runRecord
 	var versions map[string]string
 	for r := range b.rounds {
@@ -226,8 +231,8 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 		order := append(slices.Clone(b.sides[r%len(b.sides):]), b.sides[:r%len(b.sides)]...)
 		for _, d := range b.delays {
 			for _, s := range order {
-				cfg := workerConfig{URL: site.URL, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome,
-					Shared: s == farmShared, Context: s == farmContext, Incognito: s == crawleeIncognito, Egress: s == farmEgress,
+				cfg := workerConfig{URL: site.URL, Page: b.page, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome,
+					Shared: s == farmShared, CacheScope: s == farmCache, Context: s == farmContext, Incognito: s == crawleeIncognito, Egress: s == farmEgress,
 					RecycleJobs: b.recycle, ExitAfterJobs: b.exitAfter}
 				if s == crawlee || s == crawleeIncognito {
 					cfg.Chrome = b.crawleeChrome
@@ -256,7 +261,7 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 			}
 		}
 	}
-	out := map[string]any{"bench": "crawlee", "pages": b.pages, "concurrency": b.conc, "rounds": b.rounds,
+	out := map[string]any{"bench": "crawlee", "page": b.page, "pages": b.pages, "concurrency": b.conc, "rounds": b.rounds,
 		"farm_chrome": b.chrome, "crawlee_chrome": b.crawleeChrome, "farm_recycle_jobs": b.recycle, "farm_exit_after_jobs": b.exitAfter,
 		"loadavg_start": load0, "loadavg_end": procstat.LoadAvg(), "runs": runs}
 	if versions != nil {
