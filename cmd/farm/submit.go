@@ -29,6 +29,7 @@ type specFlags struct {
 	headers     multiFlag
 	userAgent   string
 	proxy       string
+	cache       string
 	follow      string
 	followDepth int
 	followMax   int
@@ -55,6 +56,7 @@ func (f *specFlags) register(fs *flagSet) {
 	fs.Var(&f.headers, "header", "extra request header 'Name: value' (repeatable)")
 	fs.StringVar(&f.userAgent, "user-agent", "", "user agent override")
 	fs.StringVar(&f.proxy, "proxy", "", "proxy for these jobs, e.g. http://user:pass@host:3128")
+	fs.StringVar(&f.cache, "cache", "", "batch: the jobs of this submission share the HTTP cache on a browser session (isolation wipe); job (the default): each its own")
 	fs.StringVar(&f.follow, "follow", "", "CSS selector of links to enqueue as child jobs")
 	fs.count(&f.followDepth, "follow-depth", 1, 1, "with --follow: how deep to follow")
 	fs.count(&f.followMax, "follow-max-links", jobqueue.DefaultMaxLinks, 1,
@@ -111,6 +113,14 @@ func (f *specFlags) apply(s *jobqueue.Spec) error {
 	}
 	if s.Proxy == "" {
 		s.Proxy = f.proxy
+	}
+	switch f.cache {
+	case "", jobqueue.CacheJob, jobqueue.CacheBatch:
+	default:
+		return usagef("--cache %q: want %s or %s", f.cache, jobqueue.CacheJob, jobqueue.CacheBatch)
+	}
+	if s.Cache == "" {
+		s.Cache = f.cache
 	}
 	if s.Follow == nil && f.follow != "" {
 		s.Follow = &jobqueue.Follow{Selector: f.follow, MaxDepth: f.followDepth, AnyHost: f.anyHost, MaxLinks: f.followMax}
