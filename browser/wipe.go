@@ -207,8 +207,9 @@ const wipeTimeout = 5 * time.Second
 
 // wipe makes the tab's browser context as a brand-new one would be for the
 // next job: no cookie, storage, service worker, permission or history of the
-// jobs before it is left (the tab never reads the HTTP cache: newOwnTab). It
-// runs between jobs, off the next job's time. An error means the context
+// jobs before it is left, nor of its HTTP cache unless the job had a cache
+// scope (then scopeCache clears it before any job of another). It runs
+// between jobs, off the next job's time. An error means the context
 // could not be vouched for: the caller disposes of it.
 func (t *tab) wipe(ctx context.Context) error {
 	if t.isTainted() {
@@ -332,11 +333,13 @@ func (t *tab) wipe(ctx context.Context) error {
 // the given Request.CacheScope. The wipe after a job of a scope leaves the
 // cache for the scope's next job; a job of another scope, or of none, finds
 // it cleared here first. The renderer also keeps a memory cache of its own,
-// which serves a script or a style without asking the HTTP cache, while
-// anything still holds the resource (a document left but not yet collected):
-// Network.setCacheDisabled(true) empties it, at every call, so it is called
-// at every change of scope, and the tab reads the cache only while a
-// scope's jobs run.
+// which serves a script or a style without asking the HTTP cache while
+// anything still holds the resource. No case of it serving a later job
+// across the wipe's about:blank was found (a review's probes: preloads, a
+// renderer swap, the HTTP cache cleared between two jobs), but nothing
+// guarantees it, and Network.setCacheDisabled(true) empties it at every
+// call: it is called at every change of scope. The tab reads the cache only
+// while a scope's jobs run.
 func (t *tab) scopeCache(ctx context.Context, scope string) error {
 	if scope == t.cacheScope {
 		return nil

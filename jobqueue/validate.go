@@ -138,6 +138,9 @@ func (s *Spec) validate() *SpecError {
 	switch s.Cache {
 	case "", CacheJob:
 	case CacheBatch:
+		if s.SharedContext {
+			return specErr("cache", "%q keeps the cache of a wiped browser context between jobs; shared_context (isolation %q) has none to keep: drop one of them", s.Cache, IsolationShared)
+		}
 		if iso := s.EffectiveIsolation(); iso != IsolationWipe {
 			return specErr("cache", "%q keeps the cache of a wiped browser context between jobs; isolation %q has none to keep (drop cache, or use isolation %q)", s.Cache, iso, IsolationWipe)
 		}

@@ -147,7 +147,7 @@ func TestSpecValidate(t *testing.T) {
 		{"cache batch, isolation wipe", ok(func(s *Spec) { s.Cache = CacheBatch; s.Isolation = IsolationWipe }), "", ""},
 		{"unknown cache", ok(func(s *Spec) { s.Cache = "crawl" }), "cache", `unknown value "crawl"`},
 		{"cache batch, isolation context", ok(func(s *Spec) { s.Cache = CacheBatch; s.Isolation = IsolationContext }), "cache", `isolation "context" has none`},
-		{"cache batch, shared_context", ok(func(s *Spec) { s.Cache = CacheBatch; s.SharedContext = true }), "cache", `isolation "shared" has none`},
+		{"cache batch, shared_context", ok(func(s *Spec) { s.Cache = CacheBatch; s.SharedContext = true }), "cache", `shared_context (isolation "shared") has none to keep: drop one`},
 		{"cache batch with a proxy", ok(func(s *Spec) { s.Cache = CacheBatch; s.Proxy = "http://p:1" }), "cache", "brand-new browser context"},
 		{"follow no selector", ok(func(s *Spec) { s.Follow = &Follow{MaxDepth: 1} }), "follow.selector", "is required"},
 		{"follow depth 0", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 0} }), "follow.max_depth", "out of range 1..10"},
