@@ -20,15 +20,25 @@ import (
 // offWord is the word for "off" in every flag that can be switched off.
 const offWord = "off"
 
+// autoWord is the default of a count worked out from the machine at run
+// time, which --help (and the README's tables made from it) cannot show as
+// one number for every machine; autoCount is its value until resolved.
+const (
+	autoWord  = "auto"
+	autoCount = -2
+)
+
 // off is the configs' Off (supervisor.Off, farm.Off, … are one value).
 const off = supervisor.Off
 
-// countValue is an int flag of at least min, or off where canOff.
+// countValue is an int flag of at least min, or off where canOff, or auto
+// where canAuto.
 type countValue struct {
-	name   string
-	p      *int
-	min    int
-	canOff bool
+	name    string
+	p       *int
+	min     int
+	canOff  bool
+	canAuto bool
 }
 
 func (v countValue) String() string {
@@ -38,12 +48,19 @@ func (v countValue) String() string {
 	if *v.p == off && v.canOff {
 		return offWord
 	}
+	if *v.p == autoCount && v.canAuto {
+		return autoWord
+	}
 	return strconv.Itoa(*v.p)
 }
 
 func (v countValue) Set(s string) error {
 	if s == offWord && v.canOff {
 		*v.p = off
+		return nil
+	}
+	if s == autoWord && v.canAuto {
+		*v.p = autoCount
 		return nil
 	}
 	n, err := strconv.Atoi(s)
@@ -58,6 +75,9 @@ func (v countValue) want() string {
 	w := fmt.Sprintf("a whole number ≥ %d", v.min)
 	if v.canOff {
 		w += ", or " + offWord
+	}
+	if v.canAuto {
+		w += ", or " + autoWord
 	}
 	return w
 }
@@ -109,6 +129,13 @@ func (v durationValue) want() string {
 func (fs *flagSet) count(p *int, name string, def, min int, usage string) {
 	*p = def
 	fs.Var(countValue{name: name, p: p, min: min}, name, usage)
+}
+
+// countOrAuto registers an int flag of at least 1 whose default is auto:
+// resolve gives the number auto stands for once the flags are parsed.
+func (fs *flagSet) countOrAuto(p *int, name, usage string) {
+	*p = autoCount
+	fs.Var(countValue{name: name, p: p, min: 1, canAuto: true}, name, usage)
 }
 
 // countOrOff registers an int flag of at least 1, or off. def may be off.

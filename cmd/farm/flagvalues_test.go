@@ -144,7 +144,7 @@ func TestOffFlagsReachTheConfigs(t *testing.T) {
 func TestEveryNumericFlagFollowsTheRule(t *testing.T) {
 	env := map[string]string{"FARM_DATABASE_URL": "postgres://127.0.0.1:1/none", "FARM_DATABASE_WAIT": "0s"}
 	flagLine := regexp.MustCompile(`(?m)^  --([a-z0-9-]+)  \[[^\]]*\](?: \(default ([^)]*)\))?\n      (.*)$`)
-	numeric := regexp.MustCompile(`^(-?[0-9][0-9.]*[a-zµ]*|off)$`)
+	numeric := regexp.MustCompile(`^(-?[0-9][0-9.]*[a-zµ]*|off|auto)$`)
 	// Literal settings whose range includes -5: a priority.
 	literal := map[string]bool{"submit priority": true}
 	checked := 0
@@ -158,6 +158,14 @@ func TestEveryNumericFlagFollowsTheRule(t *testing.T) {
 			checked++
 			if code, _, errOut := farmRun(t, "", env, c.name, "--"+name, "-5"); code != exitUsage || !strings.Contains(errOut, "--"+name) {
 				t.Errorf("farm %s --%s -5: code %d, stderr %q; want a usage error naming the flag", c.name, name, code, errOut)
+			}
+			if strings.Contains(usage, "(auto: ") {
+				if code, _, errOut := farmRun(t, "", env, c.name, "--"+name, "auto", "--help"); code != exitOK {
+					t.Errorf("farm %s --%s auto: code %d, stderr %q; want it accepted", c.name, name, code, errOut)
+				}
+				if code, _, errOut := farmRun(t, "", env, c.name, "--"+name, "0"); code != exitUsage || !strings.Contains(errOut, "--"+name+" 0") {
+					t.Errorf("farm %s --%s 0: code %d, stderr %q; want a usage error naming the flag", c.name, name, code, errOut)
+				}
 			}
 			if !strings.Contains(usage, "(off: ") {
 				continue

@@ -59,6 +59,13 @@ func TestReadSpecs(t *testing.T) {
 	if _, _, err := readSpecs(strings.NewReader("https://a.com"), "x", &specFlags{headers: multiFlag{"nocolon"}}); err == nil || !strings.Contains(err.Error(), "--header") {
 		t.Errorf("bad --header accepted: %v", err)
 	}
+	specs, _, err = readSpecs(strings.NewReader("https://a.com\n"+`{"url":"https://b.com","wait":{"selector":"#b"}}`), "x", &specFlags{waitFor: "#a", waitVisible: true})
+	if err != nil || *specs[0].Wait != (jobqueue.Wait{Selector: "#a", Visible: true}) || *specs[1].Wait != (jobqueue.Wait{Selector: "#b"}) {
+		t.Errorf("--wait-for #a --wait-visible: specs %+v, %v; want a visible #a for the plain URL, the JSON spec's own wait", specs, err)
+	}
+	if _, _, err := readSpecs(strings.NewReader("https://a.com"), "x", &specFlags{waitVisible: true}); err == nil || !strings.Contains(err.Error(), "--wait-visible needs --wait-for") {
+		t.Errorf("--wait-visible alone accepted: %v", err)
+	}
 	if _, _, err := readSpecs(strings.NewReader("https://a.com"), "x", &specFlags{cache: "crawl"}); err == nil || !strings.Contains(err.Error(), "--cache") {
 		t.Errorf("bad --cache accepted: %v", err)
 	}

@@ -15,7 +15,10 @@ import (
 
 // parseHostRule parses one override as given on the command line:
 // "HOST=MAX/INTERVAL", e.g. "shop.example.com=2/500ms", ".example.com=4/0",
-// "api.example.com=1" (interval 0) or "slow.example.com=/2s" (no concurrency limit).
+// "api.example.com=1" (interval 0), "slow.example.com=off/2s" or
+// "slow.example.com=/2s" (no concurrency limit). MAX follows the numeric
+// flags' rule: 0 is refused (it would not mean "none at once"), off is no
+// limit.
 func parseHostRule(s string) (string, farm.HostPolicy, error) {
 	host, spec, ok := strings.Cut(s, "=")
 	host = strings.TrimSpace(host)
@@ -29,9 +32,9 @@ func parseHostRule(s string) (string, farm.HostPolicy, error) {
 	maxS, intervalS, _ := strings.Cut(strings.TrimSpace(spec), "/")
 	var pol farm.HostPolicy
 	if maxS != "" {
-		n, err := strconv.Atoi(maxS)
-		if err != nil || n < 0 {
-			return "", farm.HostPolicy{}, fmt.Errorf("host rule %q: max concurrent %q is not a whole number ≥ 0", s, maxS)
+		n, err := parseMaxConcurrent(maxS)
+		if err != nil {
+			return "", farm.HostPolicy{}, fmt.Errorf("host rule %q: %w", s, err)
 		}
 		pol.MaxConcurrent = n
 	}
@@ -45,6 +48,21 @@ func parseHostRule(s string) (string, farm.HostPolicy, error) {
 	return host, pol, nil
 }
 
+// parseMaxConcurrent reads a host's concurrency cap: a whole number ≥ 1, or
+// off for no limit (farm.HostPolicy's 0). A cap of 0 would leave the host's
+// jobs pending for ever, and reading it as no limit — what a 0 used to mean
+// here — lifts the limit of an operator who meant to pause the host.
+func parseMaxConcurrent(s string) (int, error) {
+	if s == offWord {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("max concurrent %q: want a whole number ≥ 1, or %s for no limit", s, offWord)
+	}
+	return n, nil
+}
+
 // politenessFile is the JSON form of a politeness config file:
 //
 //	{"default": {"max_concurrent": 4, "min_interval": "250ms"},
@@ -56,19 +74,24 @@ type politenessFile struct {
 
 // filePolicy is one policy in the file. A field left out inherits from the
 // default policy, so {"min_interval":"1s"} adds an interval without lifting
-// the default concurrency cap.
+// the default concurrency cap. max_concurrent is a number ≥ 1 or "off".
 type filePolicy struct {
-	MaxConcurrent *int    `json:"max_concurrent"`
-	MinInterval   *string `json:"min_interval"`
+	MaxConcurrent json.RawMessage `json:"max_concurrent"`
+	MinInterval   *string         `json:"min_interval"`
 }
 
 func (f filePolicy) policy(where string, base farm.HostPolicy) (farm.HostPolicy, error) {
 	pol := base
-	if f.MaxConcurrent != nil {
-		if *f.MaxConcurrent < 0 {
-			return farm.HostPolicy{}, fmt.Errorf("%s: max_concurrent %d is negative", where, *f.MaxConcurrent)
+	if len(f.MaxConcurrent) > 0 {
+		var s string
+		if json.Unmarshal(f.MaxConcurrent, &s) != nil {
+			s = string(f.MaxConcurrent)
 		}
-		pol.MaxConcurrent = *f.MaxConcurrent
+		n, err := parseMaxConcurrent(s)
+		if err != nil {
+			return farm.HostPolicy{}, fmt.Errorf("%s: max_concurrent: %w", where, err)
+		}
+		pol.MaxConcurrent = n
 	}
 	if f.MinInterval != nil {
 		d, err := time.ParseDuration(*f.MinInterval)

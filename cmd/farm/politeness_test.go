@@ -21,6 +21,12 @@ func TestParseHostRule(t *testing.T) {
 		{"Shop.Example.com=2", "shop.example.com", farm.HostPolicy{MaxConcurrent: 2}, ""},
 		{".example.com=4/0", ".example.com", farm.HostPolicy{MaxConcurrent: 4}, ""},
 		{"slow.example.com=/2s", "slow.example.com", farm.HostPolicy{MinInterval: 2 * time.Second}, ""},
+		{"slow.example.com=off/2s", "slow.example.com", farm.HostPolicy{MinInterval: 2 * time.Second}, ""},
+		{"site.test=off", "site.test", farm.HostPolicy{}, ""},
+		// 0 is no "none at once" (it would hold the host's jobs for ever),
+		// and no longer "no limit" either.
+		{"a.com=0", "", farm.HostPolicy{}, `max concurrent "0": want a whole number ≥ 1, or off`},
+		{"a.com=0/1s", "", farm.HostPolicy{}, `max concurrent "0"`},
 		{"nohost", "", farm.HostPolicy{}, "want HOST=MAX/INTERVAL"},
 		{"=2/1s", "", farm.HostPolicy{}, "want HOST=MAX/INTERVAL"},
 		{"a.com=two/1s", "", farm.HostPolicy{}, `max concurrent "two"`},
@@ -75,11 +81,21 @@ func TestLoadPoliteness(t *testing.T) {
 	if got.Hosts["shop.example.com"] != (farm.HostPolicy{MaxConcurrent: 1}) || got.Hosts["xn--bcher-kva.test"] != (farm.HostPolicy{MaxConcurrent: 2}) {
 		t.Errorf("host keys not normalized: %+v", got.Hosts)
 	}
+	// "off" lifts the default cap for a host; a field left out inherits it.
+	got, err = loadPoliteness(write(`{"hosts":{"free.com":{"max_concurrent":"off","min_interval":"1s"},"kept.com":{"min_interval":"1s"}}}`), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hosts["free.com"] != hostPolicy(0, time.Second) || got.Hosts["kept.com"] != hostPolicy(4, time.Second) {
+		t.Errorf("off / left out: %+v", got.Hosts)
+	}
 	bad := []struct{ file, want string }{
 		{`{"hosts":{"b.com:x":{"max_concurrent":1}}}`, `host "b.com:x": bad port`},
 		{`{"hosts":{"b.com":{"max_concurrent":1},"B.com:443":{"max_concurrent":2}}}`, `hosts "B.com:443" and "b.com" are one host, b.com`},
 		{`{"hosts":{"b.com":{"min_interval":"soon"}}}`, `host "b.com": min_interval "soon"`},
-		{`{"default":{"max_concurrent":-2}}`, "max_concurrent -2 is negative"},
+		{`{"default":{"max_concurrent":-2}}`, `default: max_concurrent: max concurrent "-2": want a whole number ≥ 1, or off`},
+		{`{"hosts":{"b.com":{"max_concurrent":0}}}`, `host "b.com": max_concurrent: max concurrent "0": want a whole number ≥ 1, or off`},
+		{`{"hosts":{"b.com":{"max_concurrent":"two"}}}`, `host "b.com": max_concurrent: max concurrent "two"`},
 		{`{"hosts":{"b.com":{"max":1}}}`, `unknown field "max"`},
 		{`{"hosts":`, "unexpected EOF"},
 	}

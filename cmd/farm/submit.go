@@ -18,6 +18,7 @@ import (
 // apply to plain-URL lines and fill unset fields of JSON-lines specs.
 type specFlags struct {
 	waitFor     string
+	waitVisible bool
 	networkIdle bool
 	extract     string
 	html        bool
@@ -43,7 +44,8 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ", ") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func (f *specFlags) register(fs *flagSet) {
-	fs.StringVar(&f.waitFor, "wait-for", "", "CSS selector that must become visible before extraction")
+	fs.StringVar(&f.waitFor, "wait-for", "", "CSS selector of an element that must be in the page before extraction")
+	fs.BoolVar(&f.waitVisible, "wait-visible", false, "with --wait-for: the element must also be rendered, with a width and a height")
 	fs.BoolVar(&f.networkIdle, "network-idle", false, "also wait until the network is idle")
 	fs.StringVar(&f.extract, "extract", "", "JavaScript expression whose JSON value is the result's data")
 	fs.BoolVar(&f.html, "html", false, "keep the page's HTML")
@@ -66,12 +68,16 @@ func (f *specFlags) register(fs *flagSet) {
 
 // apply fills the fields of s that the flags set and s leaves empty.
 func (f *specFlags) apply(s *jobqueue.Spec) error {
+	if f.waitVisible && f.waitFor == "" {
+		return usagef("--wait-visible needs --wait-for")
+	}
 	if f.waitFor != "" || f.networkIdle {
 		if s.Wait == nil {
 			s.Wait = &jobqueue.Wait{}
 		}
 		if s.Wait.Selector == "" {
 			s.Wait.Selector = f.waitFor
+			s.Wait.Visible = f.waitVisible
 		}
 		s.Wait.NetworkIdle = s.Wait.NetworkIdle || f.networkIdle
 	}

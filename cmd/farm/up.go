@@ -77,12 +77,12 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	db.register(fs)
 	lo.register(fs)
 	po.register(fs)
-	fs.count(&uo.consumers, "consumers", defaultConsumers(), 1, "consumer processes to run and restart (the demo uses 2 unless set)")
+	fs.countOrAuto(&uo.consumers, "consumers", "consumer processes to run and restart (auto: half the cores, 1 to 4; the demo uses 2 unless set)")
 	sv := supervisor.DefaultConfig()
 	fs.count(&uo.capacity, "capacity", sv.Capacity, 1, "concurrent Chrome sessions per consumer, 1..1000")
 	fs.countOrOff(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace Chrome after this many jobs (off: never)")
 	fs.countOrOff(&uo.exitAfter, "exit-after-jobs", sv.ExitAfterJobs, "consumers exit, to be restarted fresh, after this many jobs (off: never)")
-	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else ~/.local/state/browserfarm; the demo uses a temporary dir)")
+	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else $XDG_STATE_HOME/browserfarm or ~/.local/state/browserfarm; the demo uses a temporary dir)")
 	fs.StringVar(&uo.pgBin, "pg-bin", "", "directory holding PostgreSQL's initdb and postgres for the private cluster (default: found on PATH, by pg_config, or under /usr/lib/postgresql)")
 	fs.StringVar(&uo.chrome, "chrome", "", "browser binary for the consumers; overrides --browser")
 	fs.StringVar(&uo.browser, "browser", "", browserHelp)
@@ -98,6 +98,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	}
 	if uo.demo && !fs.isGiven("consumers") {
 		uo.consumers = 2
+	}
+	if uo.consumers == autoCount {
+		uo.consumers = defaultConsumers()
 	}
 	if uo.capacity > 1000 {
 		return usagef("--capacity %d: use 1..1000", uo.capacity)
@@ -216,7 +219,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		// The demo's site is ours: no politeness limit towards it, and its
 		// jobs may reach it although it is on loopback.
 		u, _ := url.Parse(site.URL)
-		po.hostRules = append(po.hostRules, u.Host+"=0")
+		po.hostRules = append(po.hostRules, u.Host+"="+offWord)
 		uo.allow = strings.Trim(uo.allow+","+u.Host, ",")
 	}
 
