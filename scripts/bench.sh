@@ -21,9 +21,10 @@
 #                              (-poll-only for nodes and producer without LISTEN, -http-wake for nodes woken
 #                              by the producer's HTTP long-poll, -pgbouncer N, -assign pack|spread)
 #   scripts/bench.sh crawlee   pages/s and CPU-ms/page of the farm's node path (default isolation; with
-#                              -sides also shared, the egress proxy) vs Crawlee's PuppeteerCrawler with its
-#                              defaults, 6 at once, CPU- and latency-bound /page/ (installs the pinned
-#                              @crawlee/puppeteer and puppeteer-core from npm into a temp dir)
+#                              -sides also shared, cache batch, the egress proxy) vs Crawlee's PuppeteerCrawler
+#                              with its defaults, 6 at once, CPU- and latency-bound /page/ (-page app: /app/, the
+#                              page behind a cacheable script bundle) (installs the pinned @crawlee/puppeteer
+#                              and puppeteer-core from npm into a temp dir)
 #   scripts/bench.sh scale     with 0 and 10,000,000 retained finished jobs (COPY, -retained 0,1000,1000000 to
 #                              choose): p50/p99 of /api/stats, /api/failures, /metrics (uncached), the dashboard's
 #                              load and `farm status`, lifecycle jobs/s, and the retention purge's deletes/s
