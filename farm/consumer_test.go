@@ -196,14 +196,14 @@ func TestSpecRequest(t *testing.T) {
 func TestResultRecord(t *testing.T) {
 	r := &browser.Result{
 		FinalURL: "http://x.test/b", Status: 200, Title: "T", Data: json.RawMessage(`{"n":1}`),
-		HTML: "<html></html>", Screenshot: []byte{1, 2}, ConsoleErrors: []string{"e"}, Links: []string{"http://x.test/c"},
+		HTML: "<html></html>", HTMLTruncated: true, Screenshot: []byte{1, 2}, ConsoleErrors: []string{"e"}, Links: []string{"http://x.test/c"},
 		Timings: browser.Timings{Navigation: 10 * time.Millisecond, Wait: 20 * time.Millisecond,
 			Actions: 30 * time.Millisecond, Extract: 40 * time.Millisecond, Total: 100 * time.Millisecond},
 	}
 	got := ResultRecord(r)
 	want := jobqueue.Result{
 		FinalURL: "http://x.test/b", Status: 200, Title: "T", Data: json.RawMessage(`{"n":1}`),
-		HTML: "<html></html>", Screenshot: []byte{1, 2}, ConsoleErrors: []string{"e"}, Links: []string{"http://x.test/c"},
+		HTML: "<html></html>", HTMLTruncated: true, Screenshot: []byte{1, 2}, ConsoleErrors: []string{"e"}, Links: []string{"http://x.test/c"},
 		Timings: jobqueue.Timings{NavigationMS: 10, WaitMS: 20, ActionsMS: 30, ExtractMS: 40, TotalMS: 100},
 	}
 	if !reflect.DeepEqual(got, want) {

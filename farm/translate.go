@@ -71,6 +71,7 @@ func ResultRecord(r *browser.Result) jobqueue.Result {
 		Title:         r.Title,
 		Data:          r.Data,
 		HTML:          r.HTML,
+		HTMLTruncated: r.HTMLTruncated,
 		Screenshot:    r.Screenshot,
 		ConsoleErrors: r.ConsoleErrors,
 		Links:         r.Links,

@@ -100,7 +100,7 @@ LEFT JOIN kids k ON k.parent_id = i.job_id`
 // completeNoFollowSQL is completeSQL for a batch that has no followed link.
 // Its parameters are completeSQL's without the links' ($13–$17), $20 and
 // $23, numbered on (see completeRows).
-var completeNoFollowSQL = strings.NewReplacer("$18", "$13", "$19", "$14", "$21", "$15", "$22", "$16", "$24", "$17").
+var completeNoFollowSQL = strings.NewReplacer("$18", "$13", "$19", "$14", "$21", "$15", "$22", "$16", "$24", "$17", "$25", "$18").
 	Replace(completeHeadSQL + completeSavedSQL("i.links_over") + completeSlotsSQL + `
 )
 SELECT i.job_id, d.id IS NOT NULL, 0, (SELECT count(*) FROM slots)
@@ -112,9 +112,9 @@ var completeHeadSQL = `
 WITH input AS (
     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[],
                          $7::text[], $8::bytea[], $9::text[], $10::text[], $11::text[],
-                         $21::bigint[], $22::int[], $24::text[])
+                         $21::bigint[], $22::int[], $24::text[], $25::bool[])
         AS t(job_id, node_id, final_url, status, title, data, html, screenshot, console_errors, timings, links,
-             incarnation, links_over, blobs)
+             incarnation, links_over, blobs, html_truncated)
 ), locked AS (
     -- By id alone, the state checked below: with the state in this WHERE
     -- clause the planner may scan a partial index instead of the primary
@@ -142,9 +142,9 @@ WITH input AS (
 func completeSavedSQL(linksOver string) string {
 	return `
 ), saved AS (
-    INSERT INTO results (job_id, node_id, final_url, status, title, data, html, screenshot,
+    INSERT INTO results (job_id, node_id, final_url, status, title, data, html, html_truncated, screenshot,
                          console_errors, timings, links, links_over_limit, blobs, created_at)
-    SELECT i.job_id, i.node_id, i.final_url, i.status, i.title, i.data::jsonb, i.html, i.screenshot,
+    SELECT i.job_id, i.node_id, i.final_url, i.status, i.title, i.data::jsonb, i.html, i.html_truncated, i.screenshot,
            i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb, ` + linksOver + `,
            i.blobs::jsonb, coalesce($12::timestamptz, now())
     FROM input i JOIN done d ON d.id = i.job_id
@@ -152,7 +152,7 @@ func completeSavedSQL(linksOver string) string {
     -- retried: the completion's result replaces it.
     ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
         status = EXCLUDED.status, title = EXCLUDED.title, data = EXCLUDED.data, html = EXCLUDED.html,
-        screenshot = EXCLUDED.screenshot, console_errors = EXCLUDED.console_errors,
+        html_truncated = EXCLUDED.html_truncated, screenshot = EXCLUDED.screenshot, console_errors = EXCLUDED.console_errors,
         timings = EXCLUDED.timings, links = EXCLUDED.links, links_over_limit = EXCLUDED.links_over_limit,
         blobs = EXCLUDED.blobs, created_at = EXCLUDED.created_at`
 }
@@ -179,6 +179,7 @@ type completeArgs struct {
 	titles        []string
 	data          []*string
 	html          []*string
+	htmlTruncated []bool
 	screenshots   [][]byte
 	consoleErrors []string
 	timings       []string
@@ -303,9 +304,10 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 			a.jobIDs, a.nodeIDs, a.finalURLs, a.statuses, a.titles, a.data, a.html, a.screenshots,
 			a.consoleErrors, a.timings, a.links, q.now(),
 			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
-			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks, a.blobs}
+			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks, a.blobs,
+			a.htmlTruncated}
 		if len(a.linkJob) == 0 {
-			sql, args = completeNoFollowSQL, slices.Concat(args[:12], args[17:19], args[20:22], args[23:24])
+			sql, args = completeNoFollowSQL, slices.Concat(args[:12], args[17:19], args[20:22], args[23:25])
 		}
 		r, err := q.pool.Query(ctx, sql, args...)
 		if err != nil {
@@ -442,6 +444,7 @@ func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 	a.titles = append(a.titles, cleanText(r.Title, maxTitle))
 	a.data = append(a.data, data)
 	a.html = append(a.html, html)
+	a.htmlTruncated = append(a.htmlTruncated, r.HTMLTruncated)
 	a.screenshots = append(a.screenshots, r.Screenshot)
 	a.consoleErrors = append(a.consoleErrors, string(consoleJSON))
 	a.timings = append(a.timings, string(timingsJSON))
@@ -505,7 +508,7 @@ func (q *Queue) SaveFailedResult(ctx context.Context, jobID int64, nodeID string
         -- under it (results has no foreign key to do it).
         FOR KEY SHARE OF j
         ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
-            status = EXCLUDED.status, title = EXCLUDED.title, data = NULL, html = NULL, screenshot = NULL,
+            status = EXCLUDED.status, title = EXCLUDED.title, data = NULL, html = NULL, html_truncated = false, screenshot = NULL,
             console_errors = EXCLUDED.console_errors, timings = EXCLUDED.timings, links = '[]',
             links_over_limit = 0, created_at = EXCLUDED.created_at`,
 		jobID, a.nodeIDs[0], a.finalURLs[0], a.statuses[0], a.titles[0], a.consoleErrors[0], a.timings[0], q.now())

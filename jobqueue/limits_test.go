@@ -306,3 +306,42 @@ func TestGetResultSummary(t *testing.T) {
 		t.Errorf("GetResultSummary of no job = %v, want ErrNotFound", err)
 	}
 }
+
+// TestHTMLTruncatedIsKept: a result whose HTML the node cut says so wherever
+// it is read — the result, its summary, an export — and a failed attempt's
+// saved answer, which keeps no HTML, does not.
+func TestHTMLTruncatedIsKept(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, Spec{URL: "http://cut.test/a"}, Spec{URL: "http://cut.test/b"})
+	assignClaim(t, q, "n1", 2)
+	if _, err := q.Complete(ctx, ids[0], "n1", Result{Status: 200, HTML: "<p>cut", HTMLTruncated: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Complete(ctx, ids[1], "n1", Result{Status: 200, HTML: "<p>whole</p>"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		r, err := q.GetResult(ctx, ids[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := q.GetResultSummary(ctx, ids[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.HTMLTruncated != want || s.HTMLTruncated != want {
+			t.Errorf("job %d: html_truncated %v (result) and %v (summary), want %v", i, r.HTMLTruncated, s.HTMLTruncated, want)
+		}
+	}
+	var exported []bool
+	err := q.ExportResults(ctx, ExportFilter{}, func(row ExportRow) error {
+		exported = append(exported, row.Result.HTMLTruncated)
+		return nil
+	})
+	if err != nil || len(exported) != 2 || !exported[0] || exported[1] {
+		t.Errorf("export: html_truncated %v, %v; want [true false]", exported, err)
+	}
+}

@@ -111,7 +111,7 @@ func (q *Queue) ExportResults(ctx context.Context, f ExportFilter, fn func(Expor
 SELECT ` + jobCols + `,
        r.job_id IS NOT NULL, coalesce(r.node_id, ''), coalesce(r.final_url, ''), coalesce(r.status, 0),
        coalesce(r.title, ''), r.data,
-       CASE WHEN $6 THEN coalesce(r.html, '') ELSE '' END,
+       CASE WHEN $6 THEN coalesce(r.html, '') ELSE '' END, coalesce(r.html_truncated, false),
        CASE WHEN $7 THEN r.screenshot END,
        coalesce(r.console_errors, '[]'), coalesce(r.timings, '{}'), coalesce(r.links, '[]'), coalesce(r.links_over_limit, 0), r.blobs,
        coalesce(r.created_at, j.created_at)
@@ -166,7 +166,7 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 		blobs                           []byte
 	)
 	dest := append(jobScanDest(&row.Job),
-		&has, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML, &r.Screenshot,
+		&has, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML, &r.HTMLTruncated, &r.Screenshot,
 		&consoleRaw, &timRaw, &links, &r.LinksOverLimit, &blobs, &r.CreatedAt)
 	if err := rows.Scan(dest...); err != nil {
 		return row, err

@@ -25,14 +25,14 @@ func (q *Queue) Get(ctx context.Context, id int64) (Job, error) {
 	return j, nil
 }
 
-const resultCols = `r.job_id, r.node_id, r.final_url, r.status, r.title, r.data, coalesce(r.html, ''),
+const resultCols = `r.job_id, r.node_id, r.final_url, r.status, r.title, r.data, coalesce(r.html, ''), r.html_truncated,
     r.screenshot, r.console_errors, r.timings, r.links, r.links_over_limit, r.blobs, r.created_at`
 
 // scanResult scans resultCols, then extra.
 func scanResult(row pgx.Row, extra ...any) (Result, error) {
 	var r Result
 	var data []byte
-	err := row.Scan(append([]any{&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML,
+	err := row.Scan(append([]any{&r.JobID, &r.NodeID, &r.FinalURL, &r.Status, &r.Title, &data, &r.HTML, &r.HTMLTruncated,
 		&r.Screenshot, &r.ConsoleErrors, &r.Timings, &r.Links, &r.LinksOverLimit, &r.Blobs, &r.CreatedAt}, extra...)...)
 	if len(data) > 0 {
 		r.Data = data

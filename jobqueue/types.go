@@ -180,11 +180,14 @@ type Result struct {
 	Status   int    `json:"status"` // HTTP status of the main document
 	Title    string `json:"title"`
 	// Data is the JSON value of the spec's extract expression (nil without one).
-	Data          json.RawMessage `json:"data,omitempty"`
-	HTML          string          `json:"html,omitempty"`
-	Screenshot    []byte          `json:"screenshot,omitempty"` // PNG
-	ConsoleErrors []string        `json:"console_errors,omitempty"`
-	Timings       Timings         `json:"timings"`
+	Data json.RawMessage `json:"data,omitempty"`
+	HTML string          `json:"html,omitempty"`
+	// HTMLTruncated says HTML was cut at the cap (html_max_bytes, 2 MiB by
+	// default); a page of exactly that size is not.
+	HTMLTruncated bool     `json:"html_truncated,omitempty"`
+	Screenshot    []byte   `json:"screenshot,omitempty"` // PNG
+	ConsoleErrors []string `json:"console_errors,omitempty"`
+	Timings       Timings  `json:"timings"`
 	// Links are the followable links found on the page (spec.follow); the
 	// queue turns them into child jobs.
 	Links []string `json:"links,omitempty"`

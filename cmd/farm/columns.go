@@ -54,6 +54,7 @@ var csvColumns = map[string]csvColumn{
 	"data":             csvResult(func(res *jobqueue.Result) string { return string(res.Data) }),
 	"total_ms":         csvResult(func(res *jobqueue.Result) string { return strconv.FormatInt(res.Timings.TotalMS, 10) }),
 	"links_over_limit": csvResult(func(res *jobqueue.Result) string { return strconv.Itoa(res.LinksOverLimit) }),
+	"html_truncated":   csvResult(func(res *jobqueue.Result) string { return strconv.FormatBool(res.HTMLTruncated) }),
 }
 
 // parseCSVColumns turns --columns into column renderers, naming a bad column.

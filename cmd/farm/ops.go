@@ -132,7 +132,7 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	fs.StringVar(&until, "until", "", "only jobs finished before this time (RFC 3339, or a duration ago)")
 	fs.BoolVar(&html, "html", false, "include the page HTML (jsonl only)")
 	fs.BoolVar(&screenshot, "screenshot", false, "include screenshots, base64 (jsonl only)")
-	fs.StringVar(&columns, "columns", defaultCSVColumns, "with --format csv: the columns, comma-separated; data.<field>[.<field>…] picks a field of the extracted data")
+	fs.StringVar(&columns, "columns", defaultCSVColumns, "with --format csv: the columns, comma-separated (html_truncated too); data.<field>[.<field>…] picks a field of the extracted data")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}

@@ -133,10 +133,12 @@ type resultSummary struct {
 	Timings       jobqueue.Timings `json:"timings"`
 	Links         int              `json:"links"`
 	// LinksOverLimit counts links past follow.max_links, not followed.
-	LinksOverLimit int       `json:"links_over_limit"`
-	HTMLBytes      int       `json:"html_bytes"`
-	HasScreenshot  bool      `json:"has_screenshot"`
-	CreatedAt      time.Time `json:"created_at"`
+	LinksOverLimit int `json:"links_over_limit"`
+	HTMLBytes      int `json:"html_bytes"`
+	// HTMLTruncated: the HTML was cut at the job's cap.
+	HTMLTruncated bool      `json:"html_truncated,omitempty"`
+	HasScreenshot bool      `json:"has_screenshot"`
+	CreatedAt     time.Time `json:"created_at"`
 }
 
 func (s *server) getJob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
@@ -154,7 +156,7 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, ctx context.Cont
 			body["result"] = resultSummary{
 				NodeID: res.NodeID, FinalURL: res.FinalURL, Status: res.Status, Title: res.Title,
 				Data: res.Data, ConsoleErrors: res.ConsoleErrors, Timings: res.Timings, Links: len(res.Links), LinksOverLimit: res.LinksOverLimit,
-				HTMLBytes: int(res.HTMLBytes), HasScreenshot: res.ScreenshotBytes > 0, CreatedAt: res.CreatedAt,
+				HTMLBytes: int(res.HTMLBytes), HTMLTruncated: res.HTMLTruncated, HasScreenshot: res.ScreenshotBytes > 0, CreatedAt: res.CreatedAt,
 			}
 		case !errors.Is(err, jobqueue.ErrNotFound):
 			s.internalError(w, r, err)
