@@ -2,7 +2,6 @@ package jobqueue
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -198,15 +197,24 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 	return p, nil
 }
 
-// ValidateBatchID reports whether s can be a batch id (a UUID); the
-// commands check their input with it before reaching the database.
+// ValidateBatchID reports whether s can be a batch id: a UUID in its
+// canonical form, 8-4-4-4-12 hex digits, either case. The commands and the
+// API check their input with it before reaching the database (which would
+// refuse other dash positions with an error of its own).
 func ValidateBatchID(s string) error {
-	h := strings.ReplaceAll(s, "-", "")
-	if len(s) != 36 || len(h) != 32 {
+	if len(s) != 36 {
 		return fmt.Errorf("batch id %q is not a UUID", s)
 	}
-	if _, err := hex.DecodeString(h); err != nil {
-		return fmt.Errorf("batch id %q is not a UUID", s)
+	for i := range len(s) {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if s[i] != '-' {
+				return fmt.Errorf("batch id %q is not a UUID", s)
+			}
+			continue
+		}
+		if !strings.ContainsRune("0123456789abcdefABCDEF", rune(s[i])) {
+			return fmt.Errorf("batch id %q is not a UUID", s)
+		}
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
-
-var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
 // parseListFilter reads the query of GET /api/jobs.
 func parseListFilter(v map[string][]string) (jobqueue.ListFilter, error) {
@@ -48,8 +45,8 @@ func parseListFilter(v map[string][]string) (jobqueue.ListFilter, error) {
 		f.NodeID = n
 	}
 	if b := get("batch"); b != "" {
-		if !uuidRE.MatchString(b) {
-			return f, fmt.Errorf("batch: %q is not a batch id (a UUID)", b)
+		if err := jobqueue.ValidateBatchID(b); err != nil {
+			return f, fmt.Errorf("batch: %w", err)
 		}
 		f.BatchID = strings.ToLower(b)
 	}
@@ -235,8 +232,8 @@ func (s *server) changeJob(w http.ResponseWriter, r *http.Request, ctx context.C
 
 func (s *server) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	batch := r.PathValue("id")
-	if !uuidRE.MatchString(batch) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("batch id %q is not a UUID", batch))
+	if err := jobqueue.ValidateBatchID(batch); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	batch = strings.ToLower(batch)

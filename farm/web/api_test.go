@@ -90,7 +90,7 @@ func TestSubmit(t *testing.T) {
 		Count   int     `json:"count"`
 	}
 	f.call("POST", "/api/jobs", testToken, specsJSON("http://a.example/1", "https://a.example/2"), http.StatusCreated, &got)
-	if len(got.IDs) != 2 || got.Count != 2 || !uuidRE.MatchString(got.BatchID) {
+	if len(got.IDs) != 2 || got.Count != 2 || jobqueue.ValidateBatchID(got.BatchID) != nil {
 		t.Fatalf("submit answer %+v", got)
 	}
 	f.call("POST", "/api/jobs", testToken,

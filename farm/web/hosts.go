@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -60,8 +59,8 @@ func (s *server) listHosts(w http.ResponseWriter, r *http.Request) {
 // batchProgress answers GET /api/batches/{id}: the batch's jobs by state.
 // The dashboard derives the rate and the ETA from successive answers.
 func (s *server) batchProgress(w http.ResponseWriter, r *http.Request) {
-	if !uuidRE.MatchString(r.PathValue("id")) {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("batch id %q is not a UUID", r.PathValue("id")))
+	if err := jobqueue.ValidateBatchID(r.PathValue("id")); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
