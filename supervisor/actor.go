@@ -120,7 +120,6 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 	now := time.Now()
 	var bootReason string
 	var kills []killOrder
-	var promoted *chrome
 
 	s.mu.Lock()
 	for range 8 {
@@ -136,9 +135,21 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 				bootReason = "replace"
 			}
 		case actPromote:
+			if c := s.standby; !c.foreground {
+				// The standby comes to the foreground before it serves:
+				// a job handed a slot on it must not start at the
+				// background priority, behind the Chrome it replaces.
+				// Foreground walks the tree's threads, so it runs
+				// without the lock; only this goroutine changes the
+				// standby, and the policy decides again afterwards.
+				s.mu.Unlock()
+				a.foreground(c)
+				s.mu.Lock()
+				c.foreground = true
+				continue
+			}
 			s.current, s.standby = s.standby, nil
 			s.current.state = stateCurrent
-			promoted = s.current
 			s.log.Info("chrome serving", zap.Int("pid", s.current.pid), zap.Int("chrome", s.current.seq))
 			s.broadcastLocked()
 		case actRetireCurrent:
@@ -169,11 +180,6 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 	})
 	s.mu.Unlock()
 
-	if promoted != nil {
-		if err := promoted.proc.Foreground(); err != nil {
-			s.log.Warn("chrome serves at a lower CPU priority", zap.Int("pid", promoted.pid), zap.Error(err))
-		}
-	}
 	if bootReason != "" {
 		a.startBoot(ctx, bootReason)
 	}
@@ -184,6 +190,14 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 		next = a.retryAt
 	}
 	return next
+}
+
+// foreground gives c, booted in the background, the node's normal CPU
+// priority; a failure leaves it serving at the lower one.
+func (a *actor) foreground(c *chrome) {
+	if err := c.proc.Foreground(); err != nil {
+		a.s.log.Warn("chrome serves at a lower CPU priority", zap.Int("pid", c.pid), zap.Error(err))
+	}
 }
 
 // retireLocked stops c from taking sessions; reconcile kills it once drained.

@@ -101,6 +101,8 @@ type chrome struct {
 	healthFails  int
 	retiredAt    time.Time
 	retireReason string
+	// foreground: Foreground was called; the standby may be promoted.
+	foreground bool
 	// jobsDue is the latest deadline of a render started on this Chrome:
 	// its drain waits for that, then DrainTimeout more (drainDeadline).
 	jobsDue time.Time

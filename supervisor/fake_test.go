@@ -31,6 +31,9 @@ type fakeFleet struct {
 	render    func(ctx context.Context, c *fakeChrome) error
 	active    int // sessions rendering now, on any Chrome
 	maxActive int
+
+	// foreground, if set, runs inside every Foreground call.
+	foreground func(c *fakeChrome)
 }
 
 func (f *fakeFleet) launch(ctx context.Context) (chromeProc, error) {
@@ -131,6 +134,12 @@ func (c *fakeChrome) OrphanedCPUTicks() uint64 {
 }
 
 func (c *fakeChrome) Foreground() error {
+	c.fleet.mu.Lock()
+	hook := c.fleet.foreground
+	c.fleet.mu.Unlock()
+	if hook != nil {
+		hook(c)
+	}
 	c.mu.Lock()
 	c.foregrounds++
 	c.mu.Unlock()

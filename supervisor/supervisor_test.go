@@ -810,6 +810,12 @@ func TestHoldUntilRelease(t *testing.T) {
 	if st := h.s.Stats(); st.ChromePID != 0 || c1.foregroundCount() != 0 {
 		t.Fatalf("held chrome serves before Release: current pid %d, foreground calls %d", st.ChromePID, c1.foregroundCount())
 	}
+	// What serves while the Chrome comes to the foreground: nothing yet,
+	// or a job could start on it at the background priority.
+	servingAtForeground := make(chan int, 1)
+	fleet.mu.Lock()
+	fleet.foreground = func(*fakeChrome) { servingAtForeground <- h.s.Stats().ChromePID }
+	fleet.mu.Unlock()
 	h.s.Release()
 	var slots []*Slot
 	select {
@@ -820,6 +826,9 @@ func TestHoldUntilRelease(t *testing.T) {
 	}
 	if slots[0].ChromePID() != c1.pid || c1.foregroundCount() != 1 {
 		t.Fatalf("after Release: slot on pid %d (want %d), foreground calls %d (want 1)", slots[0].ChromePID(), c1.pid, c1.foregroundCount())
+	}
+	if pid := <-servingAtForeground; pid != 0 {
+		t.Fatalf("chrome %d already served when it came to the foreground", pid)
 	}
 	h.s.Release() // idempotent
 
