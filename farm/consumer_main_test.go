@@ -53,7 +53,6 @@ const (
 // childReport is what the child writes to the childStats file before it exits.
 type childReport struct {
 	MaxBusy       int    `json:"max_busy"`
-	MaxChromes    int    `json:"max_chromes"`
 	Jobs          int    `json:"jobs"`
 	ChromeStarts  int    `json:"chrome_starts"`
 	ChromeKills   int    `json:"chrome_kills"`
@@ -109,8 +108,8 @@ func consumerChild() int {
 		return childExitError
 	}
 
-	// Busy sessions and live Chromes are sampled throughout, far more
-	// often than any job starts or ends.
+	// Busy sessions are sampled throughout, far more often than any job
+	// starts or ends.
 	var rep childReport
 	var mu sync.Mutex
 	sampleCtx, stopSampling := context.WithCancel(context.Background())
@@ -122,7 +121,6 @@ func consumerChild() int {
 			st := c.SupervisorStats()
 			mu.Lock()
 			rep.MaxBusy = max(rep.MaxBusy, st.Busy)
-			rep.MaxChromes = max(rep.MaxChromes, st.Chromes)
 			mu.Unlock()
 			select {
 			case <-sampleCtx.Done():

@@ -53,9 +53,9 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	if rep.MaxBusy > defaultCapacity() || rep.MaxBusy == 0 {
 		t.Errorf("busy sessions peaked at %d, want 1..%d", rep.MaxBusy, defaultCapacity())
 	}
-	if rep.MaxChromes > 2 {
-		t.Errorf("%d Chromes were alive at once, want at most 2 (old and replacement)", rep.MaxChromes)
-	}
+	// No bound on the Chromes alive at once here: a retired Chrome lives
+	// until its slowest job ends, which may be after its successor's standby
+	// has booted (supervisor's TestSlowJobKeepsThirdChromeAlive).
 	if left := chromeProcs(profiles); len(left) > 0 {
 		t.Errorf("Chrome processes left after the process exited: %v", left)
 	}
