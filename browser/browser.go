@@ -181,7 +181,12 @@ type Browser struct {
 
 	exited chan struct{} // closed when the main process has been reaped
 	done   chan struct{} // closed when the process exited or CDP was lost
-	bg     sync.WaitGroup
+	// gone is canceled right after done closes, so that a render's
+	// context can end with it (context.AfterFunc in Render).
+	gone     context.Context
+	markGone context.CancelFunc
+
+	bg sync.WaitGroup
 	// reaper is the goroutine in cmd.Wait, apart from bg: a process stuck
 	// in uninterruptible sleep holds it indefinitely, and Kill waits for
 	// it only once exited is closed.
@@ -244,6 +249,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		killed:     make(chan struct{}),
 		killWait:   defaultKillWait,
 	}
+	b.gone, b.markGone = context.WithCancel(context.Background())
 	if err := b.start(ctx, execPath); err != nil {
 		// Kill cleans up whatever part of the start happened.
 		b.Kill()
@@ -450,6 +456,7 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 		case <-cdpB.LostConnection:
 		}
 		close(b.done)
+		b.markGone()
 	}()
 
 	sctx, cancel := context.WithTimeout(ctx, b.opts.StartTimeout)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -165,18 +166,26 @@ func TestLaunchKill30(t *testing.T) {
 	settleGoroutines(t, baseline)
 }
 
-// hangSignal wraps the test site so that a test learns when Chrome has
-// requested /hang, i.e. a render is in flight.
-func hangSignal(t *testing.T) (*httptest.Server, <-chan struct{}) {
-	h := testsite.New(testsite.Options{})
+// holdSignal is a server whose /hold requests are never answered, not even
+// with headers, until the client goes away: a render of /hold is still in
+// Page.navigate, which ends only when the document commits. requested
+// tells the test that Chrome asked for it.
+func holdSignal(t *testing.T) (*httptest.Server, <-chan struct{}) {
 	requested := make(chan struct{}, 16)
+	stop := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hang" {
-			requested <- struct{}{}
+		if r.URL.Path != "/hold" {
+			http.NotFound(w, r)
+			return
 		}
-		h.ServeHTTP(w, r)
+		requested <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
 	}))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) })
 	return srv, requested
 }
 
@@ -208,33 +217,28 @@ func TestChromeDies(t *testing.T) {
 	}
 	e.usable(t, s)
 
-	srv, requested := hangSignal(t)
-	type outcome struct {
-		err  error
-		took time.Duration
+	// Killed while Page.navigate waits for a document that never commits.
+	srv, requested := holdSignal(t)
+	const timeout = time.Minute
+	done := renderAsync(s, Request{URL: srv.URL + "/hold", Timeout: timeout})
+	select {
+	case <-requested:
+	case o := <-done:
+		t.Fatalf("render ended before chrome asked for the page: %v", o.err)
 	}
-	done := make(chan outcome, 1)
-	go func() {
-		start := time.Now()
-		_, err := s.Render(ctx, Request{URL: srv.URL + "/hang", Timeout: time.Minute})
-		done <- outcome{err, time.Since(start)}
-	}()
-	<-requested
-	killedAt := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var o outcome
-	select {
-	case o = <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("render did not end after chrome died")
-	}
+	o := <-done // bounded by the render's own timeout
 	wantClass(t, o.err, ClassCrashed, true)
-	wantDuration(t, time.Since(killedAt), 0, slack)
+	if o.took >= timeout {
+		t.Fatalf("render ended at its timeout (%v), not when chrome died", o.took)
+	}
+	// Done closes a moment after the render saw Chrome gone; the guard
+	// is far above that moment.
 	select {
 	case <-e.b.Done():
-	case <-time.After(slack):
+	case <-time.After(timeout):
 		t.Fatal("Done not closed after chrome died")
 	}
 	wantClass(t, e.b.Healthy(ctx), ClassCrashed, true)
@@ -254,6 +258,74 @@ func TestChromeDies(t *testing.T) {
 	if _, err := os.Stat(e.b.ProfileDir()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("profile dir left: %v", err)
 	}
+}
+
+// TestChromeDiesWhileLoading kills Chrome after the page committed, while
+// the render waits for the load event that a dead Chrome never sends (an
+// image of the page never arrives): the render ends as crashed when Chrome
+// dies, not at its timeout.
+func TestChromeDiesWhileLoading(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	imageRequested := make(chan struct{}, 16)
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/page":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			io.WriteString(w, `<!doctype html><html><head><title>Loading</title></head><body><div id="partial">partial</div><img src="/image">`)
+		case "/image":
+			imageRequested <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) })
+
+	const timeout = time.Minute
+	done := renderAsync(s, Request{URL: srv.URL + "/page", Timeout: timeout})
+	select {
+	case <-imageRequested:
+	case o := <-done:
+		t.Fatalf("render ended before the page asked for its image: %v", o.err)
+	}
+	// The document is parsed, so it committed; one round trip on the CDP
+	// pipe lets Page.navigate's answer, sent at the commit, reach the
+	// render first: it waits for the load event now.
+	if err := e.b.Healthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(e.b.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done // bounded by the render's own timeout
+	wantClass(t, o.err, ClassCrashed, true)
+	if o.took >= timeout {
+		t.Fatalf("render ended at its timeout (%v), not when chrome died", o.took)
+	}
+}
+
+// renderOutcome is how a render run by renderAsync ended.
+type renderOutcome struct {
+	err  error
+	took time.Duration
+}
+
+// renderAsync runs req on s in the background.
+func renderAsync(s *Session, req Request) <-chan renderOutcome {
+	done := make(chan renderOutcome, 1)
+	go func() {
+		start := time.Now()
+		_, err := s.Render(context.Background(), req)
+		done <- renderOutcome{err, time.Since(start)}
+	}()
+	return done
 }
 
 // TestSessionsReopen opens, uses and closes sessions many times on one

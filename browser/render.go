@@ -101,6 +101,13 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	defer cancelTimeout()
 	jctx, abort := context.WithCancelCause(tctx)
 	defer abort(nil)
+	// A dead Chrome answers nothing: a CDP call fails on the lost
+	// connection, but a wait for a page event (load, network idle) or an
+	// action's pause would go on to the job's timeout.
+	stopWatch := context.AfterFunc(s.b.gone, func() {
+		abort(&Error{Class: ClassCrashed, Retriable: true, Err: errors.New("chrome is gone")})
+	})
+	defer stopWatch()
 
 	t, err := s.acquire(jctx, j)
 	if err != nil {
