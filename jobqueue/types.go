@@ -182,8 +182,8 @@ type Result struct {
 	// Data is the JSON value of the spec's extract expression (nil without one).
 	Data json.RawMessage `json:"data,omitempty"`
 	HTML string          `json:"html,omitempty"`
-	// HTMLTruncated says HTML was cut at the cap (html_max_bytes, 2 MiB by
-	// default); a page of exactly that size is not.
+	// HTMLTruncated says HTML was cut at the node's cap (2 MiB); a page of
+	// exactly that size is not.
 	HTMLTruncated bool     `json:"html_truncated,omitempty"`
 	Screenshot    []byte   `json:"screenshot,omitempty"` // PNG
 	ConsoleErrors []string `json:"console_errors,omitempty"`

@@ -131,8 +131,9 @@ func (fs *flagSet) count(p *int, name string, def, min int, usage string) {
 	fs.Var(countValue{name: name, p: p, min: min}, name, usage)
 }
 
-// countOrAuto registers an int flag of at least 1 whose default is auto:
-// resolve gives the number auto stands for once the flags are parsed.
+// countOrAuto registers an int flag of at least 1 whose default is auto;
+// the caller replaces autoCount with the number auto stands for once the
+// flags are parsed.
 func (fs *flagSet) countOrAuto(p *int, name, usage string) {
 	*p = autoCount
 	fs.Var(countValue{name: name, p: p, min: 1, canAuto: true}, name, usage)

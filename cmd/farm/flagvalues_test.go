@@ -111,7 +111,7 @@ func TestOffFlagsReachTheConfigs(t *testing.T) {
 		{[]string{"--retention", "off", "--host-max-concurrent", "off"}, farm.Off, 0, ""},
 		{[]string{"--retention", "24h", "--host-max-concurrent", "2"}, 24 * time.Hour, 2, ""},
 		{[]string{"--host-max-concurrent", "0"}, 0, 0, "--host-max-concurrent 0: want a whole number ≥ 1, or off"},
-		{[]string{"--host-max-concurrent", "many"}, 0, 0, `--host-max-concurrent "many"`},
+		{[]string{"--host-max-concurrent", "many"}, 0, 0, "--host-max-concurrent many: want a whole number ≥ 1, or off"},
 		{[]string{"--autoscale-target", "0"}, 0, 0, "--autoscale-target 0"},
 		// Checked before anything waits for the database.
 		{[]string{"--autoscale", "gcp"}, 0, 0, `--autoscale: "gcp" is not none, aws or exec`},

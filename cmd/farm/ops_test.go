@@ -66,9 +66,6 @@ func TestReadSpecs(t *testing.T) {
 	if _, _, err := readSpecs(strings.NewReader("https://a.com"), "x", &specFlags{waitVisible: true}); err == nil || !strings.Contains(err.Error(), "--wait-visible needs --wait-for") {
 		t.Errorf("--wait-visible alone accepted: %v", err)
 	}
-	if _, _, err := readSpecs(strings.NewReader("https://a.com"), "x", &specFlags{cache: "crawl"}); err == nil || !strings.Contains(err.Error(), "--cache") {
-		t.Errorf("bad --cache accepted: %v", err)
-	}
 	specs, _, err = readSpecs(strings.NewReader("https://a.com\n"+`{"url":"https://b.com","cache":"job"}`), "x", &specFlags{cache: "batch"})
 	if err != nil || specs[0].Cache != jobqueue.CacheBatch || specs[1].Cache != jobqueue.CacheJob {
 		t.Errorf("--cache batch: specs %+v, %v; want batch for the plain URL, the JSON spec's own job", specs, err)

@@ -34,7 +34,7 @@ func parseHostRule(s string) (string, farm.HostPolicy, error) {
 	if maxS != "" {
 		n, err := parseMaxConcurrent(maxS)
 		if err != nil {
-			return "", farm.HostPolicy{}, fmt.Errorf("host rule %q: %w", s, err)
+			return "", farm.HostPolicy{}, fmt.Errorf("host rule %q: max concurrent %q: %w", s, maxS, err)
 		}
 		pol.MaxConcurrent = n
 	}
@@ -48,17 +48,19 @@ func parseHostRule(s string) (string, farm.HostPolicy, error) {
 	return host, pol, nil
 }
 
-// parseMaxConcurrent reads a host's concurrency cap: a whole number ≥ 1, or
-// off for no limit (farm.HostPolicy's 0). A cap of 0 would leave the host's
-// jobs pending for ever, and reading it as no limit — what a 0 used to mean
-// here — lifts the limit of an operator who meant to pause the host.
+// parseMaxConcurrent reads a host's concurrency cap — the default's
+// (--host-max-concurrent), a host rule's or the politeness file's: a whole
+// number ≥ 1, or off for no limit (farm.HostPolicy's 0). A cap of 0 would
+// leave the host's jobs pending for ever, and reading it as no limit — what
+// a host rule's 0 used to mean — lifts the limit of an operator who meant to
+// pause the host. The caller names what it read.
 func parseMaxConcurrent(s string) (int, error) {
 	if s == offWord {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("max concurrent %q: want a whole number ≥ 1, or %s for no limit", s, offWord)
+		return 0, fmt.Errorf("want a whole number ≥ 1, or %s for no limit", offWord)
 	}
 	return n, nil
 }
@@ -82,14 +84,15 @@ type filePolicy struct {
 
 func (f filePolicy) policy(where string, base farm.HostPolicy) (farm.HostPolicy, error) {
 	pol := base
-	if len(f.MaxConcurrent) > 0 {
+	// null, as generated configs write an unset field, is left out too.
+	if len(f.MaxConcurrent) > 0 && string(f.MaxConcurrent) != "null" {
 		var s string
 		if json.Unmarshal(f.MaxConcurrent, &s) != nil {
 			s = string(f.MaxConcurrent)
 		}
 		n, err := parseMaxConcurrent(s)
 		if err != nil {
-			return farm.HostPolicy{}, fmt.Errorf("%s: max_concurrent: %w", where, err)
+			return farm.HostPolicy{}, fmt.Errorf("%s: max_concurrent %s: %w", where, f.MaxConcurrent, err)
 		}
 		pol.MaxConcurrent = n
 	}

@@ -82,20 +82,20 @@ func TestLoadPoliteness(t *testing.T) {
 		t.Errorf("host keys not normalized: %+v", got.Hosts)
 	}
 	// "off" lifts the default cap for a host; a field left out inherits it.
-	got, err = loadPoliteness(write(`{"hosts":{"free.com":{"max_concurrent":"off","min_interval":"1s"},"kept.com":{"min_interval":"1s"}}}`), base)
+	got, err = loadPoliteness(write(`{"hosts":{"free.com":{"max_concurrent":"off","min_interval":"1s"},"kept.com":{"min_interval":"1s"},"null.com":{"max_concurrent":null,"min_interval":"1s"}}}`), base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Hosts["free.com"] != hostPolicy(0, time.Second) || got.Hosts["kept.com"] != hostPolicy(4, time.Second) {
-		t.Errorf("off / left out: %+v", got.Hosts)
+	if got.Hosts["free.com"] != hostPolicy(0, time.Second) || got.Hosts["kept.com"] != hostPolicy(4, time.Second) || got.Hosts["null.com"] != hostPolicy(4, time.Second) {
+		t.Errorf("off / left out / null: %+v", got.Hosts)
 	}
 	bad := []struct{ file, want string }{
 		{`{"hosts":{"b.com:x":{"max_concurrent":1}}}`, `host "b.com:x": bad port`},
 		{`{"hosts":{"b.com":{"max_concurrent":1},"B.com:443":{"max_concurrent":2}}}`, `hosts "B.com:443" and "b.com" are one host, b.com`},
 		{`{"hosts":{"b.com":{"min_interval":"soon"}}}`, `host "b.com": min_interval "soon"`},
-		{`{"default":{"max_concurrent":-2}}`, `default: max_concurrent: max concurrent "-2": want a whole number ≥ 1, or off`},
-		{`{"hosts":{"b.com":{"max_concurrent":0}}}`, `host "b.com": max_concurrent: max concurrent "0": want a whole number ≥ 1, or off`},
-		{`{"hosts":{"b.com":{"max_concurrent":"two"}}}`, `host "b.com": max_concurrent: max concurrent "two"`},
+		{`{"default":{"max_concurrent":-2}}`, `default: max_concurrent -2: want a whole number ≥ 1, or off`},
+		{`{"hosts":{"b.com":{"max_concurrent":0}}}`, `host "b.com": max_concurrent 0: want a whole number ≥ 1, or off`},
+		{`{"hosts":{"b.com":{"max_concurrent":"two"}}}`, `host "b.com": max_concurrent "two": want a whole number ≥ 1`},
 		{`{"hosts":{"b.com":{"max":1}}}`, `unknown field "max"`},
 		{`{"hosts":`, "unexpected EOF"},
 	}

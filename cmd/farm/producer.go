@@ -168,19 +168,9 @@ func (o *producerOptions) politeness() (farm.Politeness, error) {
 	if o.hostInterval < 0 {
 		return farm.Politeness{}, usagef("--host-min-interval %v: must not be negative", o.hostInterval)
 	}
-	// HostPolicy's 0 is no limit; the flag spells it off (its 0 is refused).
-	hostMax := 0
-	if o.hostMax != offWord {
-		n, err := strconv.Atoi(o.hostMax)
-		switch {
-		case err != nil:
-			return farm.Politeness{}, usagef("--host-max-concurrent %q: want a whole number ≥ 1, or off", o.hostMax)
-		case n < 0:
-			return farm.Politeness{}, usagef("--host-max-concurrent %d: must not be negative; off is no limit", n)
-		case n == 0:
-			return farm.Politeness{}, usagef("--host-max-concurrent 0: want a whole number ≥ 1, or off for no limit")
-		}
-		hostMax = n
+	hostMax, err := parseMaxConcurrent(o.hostMax)
+	if err != nil {
+		return farm.Politeness{}, usagef("--host-max-concurrent %s: %v", o.hostMax, err)
 	}
 	p := farm.Politeness{Default: farm.HostPolicy{MaxConcurrent: hostMax, MinInterval: o.hostInterval}, Hosts: map[string]farm.HostPolicy{}}
 	if o.politenessFile != "" {

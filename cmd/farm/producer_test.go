@@ -26,7 +26,7 @@ func TestProducerPolitenessFlags(t *testing.T) {
 		{"rules from the environment, comma-separated", nil, map[string]string{"FARM_HOST_RULE": "a.com=1, .b.com=7/2s"}, "x.b.com",
 			farm.HostPolicy{MaxConcurrent: 7, MinInterval: 2 * time.Second}, ""},
 		{"bad rule", []string{"--host-rule", "a.com=lots"}, nil, "", farm.HostPolicy{}, `--host-rule: host rule "a.com=lots"`},
-		{"negative", []string{"--host-max-concurrent", "-1"}, nil, "", farm.HostPolicy{}, "must not be negative"},
+		{"negative", []string{"--host-max-concurrent", "-1"}, nil, "", farm.HostPolicy{}, "--host-max-concurrent -1: want a whole number ≥ 1, or off"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

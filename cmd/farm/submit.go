@@ -120,11 +120,7 @@ func (f *specFlags) apply(s *jobqueue.Spec) error {
 	if s.Proxy == "" {
 		s.Proxy = f.proxy
 	}
-	switch f.cache {
-	case "", jobqueue.CacheJob, jobqueue.CacheBatch:
-	default:
-		return usagef("--cache %q: want %s or %s", f.cache, jobqueue.CacheJob, jobqueue.CacheBatch)
-	}
+	// Its values are the spec's, checked with the spec (naming the field).
 	if s.Cache == "" {
 		s.Cache = f.cache
 	}
