@@ -161,7 +161,7 @@ func TestJobsRead(t *testing.T) {
 	shot := testPNG(t)
 	done := f.runOne("n1", "http://shop.example/p1", jobqueue.Result{
 		FinalURL: "http://shop.example/p1", Status: 200, Title: "Product 1", Data: []byte(`{"price": 3}`),
-		HTML: "<html>p1</html>", Screenshot: shot, Timings: jobqueue.Timings{TotalMS: 120}, Links: []string{"http://shop.example/p2"},
+		HTML: "<html>p1</html>", HTMLTruncated: true, Screenshot: shot, Timings: jobqueue.Timings{TotalMS: 120}, Links: []string{"http://shop.example/p2"},
 	}, "")
 	plain := f.runOne("n2", "http://shop.example/p2", jobqueue.Result{Title: "no shot"}, "")
 	failed := f.runOne("n2", "http://other.example/", jobqueue.Result{}, "timeout")
@@ -238,7 +238,7 @@ func TestJobsRead(t *testing.T) {
 	}
 	f.call("GET", fmt.Sprintf("/api/jobs/%d", done), "", "", http.StatusOK, &detail)
 	r := detail.Result
-	if detail.Job.ID != done || r == nil || !r.HasScreenshot || r.HTMLBytes != len("<html>p1</html>") || r.Title != "Product 1" ||
+	if detail.Job.ID != done || r == nil || !r.HasScreenshot || r.HTMLBytes != len("<html>p1</html>") || !r.HTMLTruncated || r.Title != "Product 1" ||
 		string(r.Data) != `{"price":3}` || r.Links != 1 || r.Timings.TotalMS != 120 {
 		t.Fatalf("detail of a completed job: %+v %+v", detail.Job, r)
 	}

@@ -476,7 +476,7 @@
         ["Title", r.title],
         ["Timings", "total " + t.total_ms + " ms (navigation " + t.navigation_ms + ", wait " + t.wait_ms +
           ", actions " + t.actions_ms + ", extract " + t.extract_ms + ")"],
-        ["HTML", r.html_bytes ? fmtBytes(r.html_bytes) : null],
+        ["HTML", r.html_bytes ? fmtBytes(r.html_bytes) + (r.html_truncated ? " (cut at the node's cap)" : "") : null],
         ["Links found", r.links ? String(r.links) : null],
         ["Links over the limit", r.links_over_limit ? r.links_over_limit + " not followed (follow.max_links)" : null],
         ["Full result", apiLink("/api/jobs/" + j.id + "/result", "JSON")],
