@@ -180,9 +180,9 @@ type Browser struct {
 	cdpB    *chromedp.Browser
 
 	exited chan struct{} // closed when the main process has been reaped
-	done   chan struct{} // closed when the process exited or CDP was lost
-	// gone is canceled right after done closes, so that a render's
-	// context can end with it (context.AfterFunc in Render).
+	// gone is canceled when the process exited or CDP was lost: Done is
+	// its channel, and a render's context ends with it
+	// (context.AfterFunc in Render).
 	gone     context.Context
 	markGone context.CancelFunc
 
@@ -245,7 +245,6 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		opts:       opts,
 		profileDir: dir,
 		exited:     make(chan struct{}),
-		done:       make(chan struct{}),
 		killed:     make(chan struct{}),
 		killWait:   defaultKillWait,
 	}
@@ -455,7 +454,6 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 		case <-b.exited:
 		case <-cdpB.LostConnection:
 		}
-		close(b.done)
 		b.markGone()
 	}()
 
@@ -565,4 +563,4 @@ func (b *Browser) ProfileDir() string { return b.profileDir }
 
 // Done is closed when the Chrome process exits or the CDP connection is lost,
 // whether by a crash or by Kill.
-func (b *Browser) Done() <-chan struct{} { return b.done }
+func (b *Browser) Done() <-chan struct{} { return b.gone.Done() }

@@ -18,7 +18,7 @@ import (
 // never before Gone says so.
 func (b *Browser) Gone() bool {
 	select {
-	case <-b.done:
+	case <-b.gone.Done():
 		return true
 	case <-b.exited:
 		return true

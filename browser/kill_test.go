@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,10 +31,11 @@ func TestKillIsBoundedWhenChromeIsNotReaped(t *testing.T) {
 		pid:        proc.Process.Pid,
 		profileDir: filepath.Join(t.TempDir(), "bfc-stuck"),
 		exited:     make(chan struct{}),
-		done:       make(chan struct{}),
 		killed:     make(chan struct{}),
 		killWait:   50 * time.Millisecond,
 	}
+	b.gone, b.markGone = context.WithCancel(context.Background())
+	t.Cleanup(b.markGone)
 	b.reaper.Add(1)
 	go func() {
 		defer b.reaper.Done()

@@ -34,7 +34,7 @@ type Memory struct {
 // /proc/PID/smaps_rollup. A process that exits during the walk is skipped.
 func (b *Browser) Memory(ctx context.Context) (Memory, error) {
 	select {
-	case <-b.done:
+	case <-b.gone.Done():
 		return Memory{}, &Error{Class: ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome %d is gone", b.pid)}
 	default:
 	}

@@ -314,8 +314,10 @@ func (r Request) prepare() (*job, error) {
 		}
 		j.proxy = p
 	}
-	if r.CacheScope != "" && (iso != IsolationWipe || j.proxy != nil) {
-		return nil, invalid("cache scope: a shared cache is kept only in a wiped browser context (isolation wipe, no proxy)")
+	if r.CacheScope != "" {
+		if err := jobspec.CheckCacheBatch(string(iso), j.proxy != nil); err != nil {
+			return nil, invalid("cache scope: %v", err)
+		}
 	}
 	if r.MaxDataBytes < 0 || r.MaxScreenshotBytes < 0 || r.MaxConsoleErrors < 0 {
 		return nil, invalid("result limits: negative")

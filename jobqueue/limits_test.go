@@ -145,11 +145,7 @@ func TestHeartbeatTellsJobsGone(t *testing.T) {
 	clock := newFakeClock()
 	q, _ := newTestQueue(t, Config{Now: clock.Now, Lease: 30 * time.Second})
 	ctx := context.Background()
-	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Hostname: "test", Capacity: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := q.Incarnation(node)
+	in := registerIncarnation(t, q, "n1", 6)
 	ids := mustEnqueue(t, q, pageSpecs(4, "gone.test")...)
 	assignClaim(t, q, "n1", 4)
 	if _, err := q.Cancel(ctx, ids[1]); err != nil {

@@ -141,11 +141,8 @@ func (s *Spec) validate() *SpecError {
 		if s.SharedContext {
 			return specErr("cache", "%q keeps the cache of a wiped browser context between jobs; shared_context (isolation %q) has none to keep: drop one of them", s.Cache, IsolationShared)
 		}
-		if iso := s.EffectiveIsolation(); iso != IsolationWipe {
-			return specErr("cache", "%q keeps the cache of a wiped browser context between jobs; isolation %q has none to keep (drop cache, or use isolation %q)", s.Cache, iso, IsolationWipe)
-		}
-		if s.Proxy != "" {
-			return specErr("cache", "%q cannot hold with a proxy: a job with a per-job proxy gets a brand-new browser context, with an empty cache", s.Cache)
+		if err := jobspec.CheckCacheBatch(s.EffectiveIsolation(), s.Proxy != ""); err != nil {
+			return specErr("cache", "%q: %v", s.Cache, err)
 		}
 	default:
 		return specErr("cache", "unknown value %q (want %s or %s)", s.Cache, CacheJob, CacheBatch)

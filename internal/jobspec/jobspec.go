@@ -189,6 +189,21 @@ func proxyHost(h string) bool {
 	return true
 }
 
+// CheckCacheBatch is the rule a job that keeps its batch's HTTP cache
+// (CacheBatch) must keep, given its effective isolation ("" is wipe) and
+// whether it has a per-job proxy: only a wiped browser context keeps its
+// cache between jobs; a brand-new one (isolation context's, a proxy's) has
+// none, and isolation shared's is shared anyway. The caller names the field.
+func CheckCacheBatch(isolation string, proxy bool) error {
+	if isolation != "" && isolation != IsolationWipe {
+		return fmt.Errorf("isolation %q has none to keep: only a wiped browser context (isolation %q) keeps its cache between jobs", isolation, IsolationWipe)
+	}
+	if proxy {
+		return fmt.Errorf("a job with a per-job proxy gets a brand-new browser context, with an empty cache")
+	}
+	return nil
+}
+
 // CheckScreenshotViewport is the rule a viewport of a job that takes a
 // screenshot must keep (MaxScreenshotPixels); the caller names the field.
 func CheckScreenshotViewport(width, height int) error {

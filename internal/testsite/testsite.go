@@ -83,10 +83,10 @@ func (s *site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *site) routes() {
 	m := s.mux
 	m.HandleFunc("GET /{$}", s.index)
-	m.HandleFunc("GET /page/{n}", s.page(false))
-	m.HandleFunc("GET /app/{n}", s.app)
+	m.HandleFunc("GET /page/{n}", s.page(kindPage))
+	m.HandleFunc("GET /app/{n}", s.page(kindApp))
 	m.HandleFunc("GET /static/app.js", s.appScript)
-	m.HandleFunc("GET /leak/{n}", s.page(true))
+	m.HandleFunc("GET /leak/{n}", s.page(kindLeak))
 	m.HandleFunc("GET /api/item/{n}", s.apiItem)
 	m.HandleFunc("GET /api/more/{k}", s.apiMore)
 	m.HandleFunc("GET /links/{n}", s.links)
@@ -219,14 +219,29 @@ const leakScript = `
           window.__leak.push(objs, new Float64Array(65536));
         }`
 
-func (s *site) page(leak bool) http.HandlerFunc {
+// The kinds of page/{n} documents, named in their titles: the page, the
+// page whose script also retains memory (/leak/), and the page behind a
+// script bundle (/app/): the document a JavaScript-heavy site serves, whose
+// shared scripts a browser fetches and compiles once if its HTTP cache keeps
+// them.
+const (
+	kindPage = "Page"
+	kindLeak = "Leak"
+	kindApp  = "App"
+)
+
+func (s *site) page(kind string) http.HandlerFunc {
+	head := ""
+	if kind == kindApp {
+		head = `<script src="/static/app.js"></script>`
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		n, ok := intParam(w, r, "n", 0, 1<<31-1)
 		if !ok {
 			return
 		}
 		leakJS := ""
-		if leak {
+		if kind == kindLeak {
 			mb := s.opts.LeakMB
 			if v := r.URL.Query().Get("mb"); v != "" {
 				if x, err := strconv.Atoi(v); err == nil && x >= 0 && x <= 1024 {
@@ -241,33 +256,10 @@ func (s *site) page(leak bool) http.HandlerFunc {
 			"{{SCRIPTDELAY}}", strconv.FormatInt(s.opts.ScriptDelay.Milliseconds(), 10),
 			"{{LEAK}}", leakJS,
 		).Replace(pageScript)
-		kind := "Page"
-		if leak {
-			kind = "Leak"
-		}
 		writeHTML(w, http.StatusOK, fmt.Sprintf(
-			"<!doctype html><html><head><meta charset=\"utf-8\"><title>%s %d</title></head><body><script>%s</script></body></html>",
-			kind, n, js))
+			"<!doctype html><html><head><meta charset=\"utf-8\"><title>%s %d</title>%s</head><body><script>%s</script></body></html>",
+			kind, n, head, js))
 	}
-}
-
-// app is /page/{n} behind a script bundle: the page a JavaScript-heavy
-// site serves, whose shared scripts a browser fetches and compiles once if
-// its HTTP cache keeps them.
-func (s *site) app(w http.ResponseWriter, r *http.Request) {
-	n, ok := intParam(w, r, "n", 0, 1<<31-1)
-	if !ok {
-		return
-	}
-	js := strings.NewReplacer(
-		"{{N}}", strconv.Itoa(n),
-		"{{ITEMS}}", strconv.Itoa(s.opts.Items),
-		"{{SCRIPTDELAY}}", strconv.FormatInt(s.opts.ScriptDelay.Milliseconds(), 10),
-		"{{LEAK}}", "",
-	).Replace(pageScript)
-	writeHTML(w, http.StatusOK, fmt.Sprintf(
-		"<!doctype html><html><head><meta charset=\"utf-8\"><title>App %d</title><script src=\"/static/app.js\"></script></head><body><script>%s</script></body></html>",
-		n, js))
 }
 
 // appJS is /static/app.js: 3,000 component functions registered at load,
