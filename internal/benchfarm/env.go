@@ -77,6 +77,10 @@ type runResult struct {
 	pagesPerSec float64       // between the first and the last completion
 	stats       supervisor.Stats
 	chromeCPU   time.Duration // CPU of every Chrome process tree of the run
+	// machine is the machine's CPU over the wall time: the node, its
+	// Chromes and the kernel's work around them (a killed Chrome's
+	// teardown, which chromeCPU misses), the test site and PostgreSQL.
+	machine procstat.Machine
 }
 
 // run starts a node with the run's recycling, feeds it every job, and waits
@@ -138,6 +142,10 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	defer wg.Wait()
 	defer stop()
 	runErr := make(chan error, 1)
+	m0, err := procstat.ReadMachine()
+	if err != nil {
+		return runResult{}, err
+	}
 	t0 := time.Now()
 	wg.Go(func() { runErr <- node.Run(runCtx) })
 	wg.Go(func() { assign(runCtx, q, cfg.NodeID, cfg.Capacity, e.log) })
@@ -189,6 +197,10 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 		}
 	}
 	wall := time.Since(t0)
+	m1, err := procstat.ReadMachine()
+	if err != nil {
+		return runResult{}, err
+	}
 	st := node.SupervisorStats()
 	stop()
 	if err := <-runErr; err != nil {
@@ -200,7 +212,7 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	if err != nil {
 		return runResult{}, err
 	}
-	return runResult{wall: wall, pagesPerSec: rate, stats: st, chromeCPU: cpu.Total()}, nil
+	return runResult{wall: wall, pagesPerSec: rate, stats: st, chromeCPU: cpu.Total(), machine: m1.Sub(m0)}, nil
 }
 
 // completionRate is the pages per second between the batch's first and last

@@ -40,6 +40,14 @@ type recycleResult struct {
 	ChromeCPUMSPerPageRecycle   float64 `json:"chrome_cpu_ms_per_page_recycle"`
 	ChromeCPUMSPerPageNoRecycle float64 `json:"chrome_cpu_ms_per_page_norecycle"`
 	CPUOverheadByCPUPct         float64 `json:"cpu_overhead_by_cpu_pct"`
+	// Machine* split the machine's busy CPU per CPU-bound page (medians of
+	// the rounds) into user and kernel time, with and without recycling:
+	// what the node costs whole, the kernel's work around Chrome's
+	// processes included (see procstat.Machine).
+	MachineUserMSPerPageRecycle     float64 `json:"machine_user_ms_per_page_recycle"`
+	MachineKernelMSPerPageRecycle   float64 `json:"machine_kernel_ms_per_page_recycle"`
+	MachineUserMSPerPageNoRecycle   float64 `json:"machine_user_ms_per_page_norecycle"`
+	MachineKernelMSPerPageNoRecycle float64 `json:"machine_kernel_ms_per_page_norecycle"`
 	// LatencyCPUUtilNoRecycle is the share of the machine's CPUs Chrome
 	// used in the latency-bound runs without recycling: how far from
 	// saturated that workload is here.
@@ -69,6 +77,10 @@ type runRate struct {
 	PagesPerSec float64 `json:"pages_per_s"`
 	Chromes     int     `json:"chromes"`
 	CPUMSPage   float64 `json:"chrome_cpu_ms_per_page"`
+	// The machine's CPU per page over the run's wall time (procstat.Machine).
+	MachineUserMSPage   float64 `json:"machine_user_ms_per_page"`
+	MachineKernelMSPage float64 `json:"machine_kernel_ms_per_page"`
+	MachineIdleMSPage   float64 `json:"machine_idle_ms_per_page"`
 }
 
 // workload is one kind of page.
@@ -133,6 +145,8 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 
 	rates := map[string]map[bool][]float64{}
 	cpuPerPage := map[string]map[bool][]float64{}
+	// The CPU-bound workload's machine user and kernel CPU per page.
+	machineUser, machineKernel := map[bool][]float64{}, map[bool][]float64{}
 	for _, w := range workloads {
 		rates[w.name] = map[bool][]float64{}
 		cpuPerPage[w.name] = map[bool][]float64{}
@@ -158,12 +172,21 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 					return res, err
 				}
 				perPage := float64(r.chromeCPU.Milliseconds()) / float64(jobs)
+				ms := func(ticks uint64) float64 {
+					return float64(procstat.Ticks(ticks).Microseconds()) / 1000 / float64(jobs)
+				}
+				user, kernel, idle := ms(r.machine.User), ms(r.machine.Kernel), ms(r.machine.Idle)
 				rates[w.name][recycle] = append(rates[w.name][recycle], r.pagesPerSec)
 				cpuPerPage[w.name][recycle] = append(cpuPerPage[w.name][recycle], perPage)
+				if w.name == "cpu" {
+					machineUser[recycle] = append(machineUser[recycle], user)
+					machineKernel[recycle] = append(machineKernel[recycle], kernel)
+				}
 				res.Runs = append(res.Runs, runRate{Workload: w.name, Recycle: recycle, PagesPerSec: round2(r.pagesPerSec),
-					Chromes: r.stats.ChromeStarts, CPUMSPage: round2(perPage)})
-				e.progress("recycle: round %d %-9s recycle=%-5v %.2f pages/s, Chrome %.0f CPU-ms/page (%d Chromes, %.1f s)",
-					round+1, w.name, recycle, r.pagesPerSec, perPage, r.stats.ChromeStarts, r.wall.Seconds())
+					Chromes: r.stats.ChromeStarts, CPUMSPage: round2(perPage),
+					MachineUserMSPage: round2(user), MachineKernelMSPage: round2(kernel), MachineIdleMSPage: round2(idle)})
+				e.progress("recycle: round %d %-9s recycle=%-5v %.2f pages/s, Chrome %.0f CPU-ms/page; machine %.0f user + %.0f kernel ms/page, %.0f idle (%d Chromes, %.1f s)",
+					round+1, w.name, recycle, r.pagesPerSec, perPage, user, kernel, idle, r.stats.ChromeStarts, r.wall.Seconds())
 			}
 		}
 	}
@@ -198,6 +221,10 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 	if con > 0 {
 		res.CPUOverheadByCPUPct = round2((1 - coff/con) * 100)
 	}
+	res.MachineUserMSPerPageRecycle = round2(median(machineUser[true]))
+	res.MachineKernelMSPerPageRecycle = round2(median(machineKernel[true]))
+	res.MachineUserMSPerPageNoRecycle = round2(median(machineUser[false]))
+	res.MachineKernelMSPerPageNoRecycle = round2(median(machineKernel[false]))
 	return res, nil
 }
 

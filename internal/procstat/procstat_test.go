@@ -123,3 +123,37 @@ func TestSelfCPU(t *testing.T) {
 		t.Errorf("SelfCPU at start = %v, want > 0 (the test binary has run)", before)
 	}
 }
+
+func TestParseMachine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want Machine
+		err  bool
+	}{
+		{"linux 6", "cpu  100 5 40 900 10 2 3 7 0 0\ncpu0 50 2 20 450 5 1 1 3 0 0\n",
+			Machine{User: 105, Kernel: 45, Idle: 910, Steal: 7}, false},
+		{"no newline", "cpu 1 2 3 4 5 6 7 8", Machine{User: 3, Kernel: 16, Idle: 9, Steal: 8}, false},
+		{"too few fields", "cpu 1 2 3 4\n", Machine{}, true},
+		{"not the cpu line", "intr 1 2 3 4 5 6 7 8 9\n", Machine{}, true},
+		{"not a number", "cpu 1 2 x 4 5 6 7 8\n", Machine{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseMachine([]byte(tc.in))
+			if (err != nil) != tc.err || got != tc.want {
+				t.Fatalf("parseMachine(%q) = %+v, %v; want %+v, error %v", tc.in, got, err, tc.want, tc.err)
+			}
+		})
+	}
+	a, err := ReadMachine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ReadMachine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := b.Sub(a); d.User > b.User || d.Kernel > b.Kernel || b.User+b.Kernel+b.Idle == 0 {
+		t.Fatalf("ReadMachine went back or read nothing: %+v then %+v", a, b)
+	}
+}
