@@ -25,6 +25,7 @@ const (
 	DefaultAssignBatch       = 5000
 	DefaultRescueInterval    = 2 * time.Second
 	DefaultRetention         = 7 * 24 * time.Hour
+	DefaultNodeRetention     = 24 * time.Hour
 	DefaultRetentionInterval = time.Minute
 	DefaultRetentionBatch    = 1000
 )
@@ -62,11 +63,19 @@ type ProducerConfig struct {
 	// for. 0: the default, 2 s. It cannot be off.
 	RescueInterval time.Duration
 	// Retention: finished jobs and their results older than this are
-	// deleted, and so are nodes exited or lost longer ago. 0: the default,
-	// 7 days (DefaultRetention). Off: keep them forever.
+	// deleted, and the politeness rows of hosts idle as long. 0: the
+	// default, 7 days (DefaultRetention). Off: keep them forever.
 	Retention time.Duration
+	// NodeRetention: nodes that exited or were lost longer ago than this
+	// are deleted (their lifetime counters fold into the farm's), and so
+	// are their rows in /api/nodes and their node-labelled series in
+	// /metrics. An autoscaled fleet or a Kubernetes rollout leaves a gone
+	// node per replaced machine or pod, so their number follows the
+	// fleet's churn, not its size. 0: the default, 24 h
+	// (DefaultNodeRetention). Off: keep them forever.
+	NodeRetention time.Duration
 	// RetentionInterval is how often the purge runs. 0: the default, 1 min.
-	// It cannot be off (turn Retention off instead).
+	// It cannot be off (turn Retention and NodeRetention off instead).
 	RetentionInterval time.Duration
 	// RetentionBatch is the rows deleted per transaction. 0: the default,
 	// 1,000. It cannot be off.
@@ -119,6 +128,7 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 		cfgrule.Resolve("StaleAfter", &cfg.StaleAfter, jobqueue.DefaultStaleAfter, false),
 		cfgrule.Resolve("RescueInterval", &cfg.RescueInterval, DefaultRescueInterval, false),
 		cfgrule.Resolve("Retention", &cfg.Retention, DefaultRetention, true),
+		cfgrule.Resolve("NodeRetention", &cfg.NodeRetention, DefaultNodeRetention, true),
 		cfgrule.Resolve("RetentionInterval", &cfg.RetentionInterval, DefaultRetentionInterval, false),
 		cfgrule.Resolve("RetentionBatch", &cfg.RetentionBatch, DefaultRetentionBatch, false),
 	}
@@ -209,7 +219,7 @@ func (p *Producer) lead(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	actors := []func(context.Context) error{p.assignLoop, p.rescueLoop}
-	if p.cfg.Retention > 0 {
+	if p.cfg.Retention > 0 || p.cfg.NodeRetention > 0 {
 		actors = append(actors, p.retentionLoop)
 	}
 	actors = append(actors, p.cfg.LeaderActors...)
@@ -333,41 +343,52 @@ func (p *Producer) rescueLoop(ctx context.Context) error {
 	}
 }
 
-// retentionLoop deletes old finished jobs in bounded batches, the
-// politeness rows of hosts idle for longer than the retention, and the rows
-// of nodes that exited or were lost longer than the retention ago (their
-// lifetime counters fold into the farm's).
+// retentionLoop deletes, every RetentionInterval, the finished jobs older
+// than Retention in bounded batches and the politeness rows of hosts idle
+// as long, and the rows of nodes that exited or were lost longer than
+// NodeRetention ago (their lifetime counters fold into the farm's).
 func (p *Producer) retentionLoop(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.RetentionInterval)
 	defer tick.Stop()
 	for {
-		cutoff := p.cfg.Now().Add(-p.cfg.Retention)
-		n, err := p.cfg.Queue.DeleteFinishedBefore(ctx, cutoff, p.cfg.RetentionBatch, blobDeleter(ctx, p.cfg.Blobs, p.log))
-		switch {
-		case err != nil && ctx.Err() == nil:
-			p.log.Warn("retention purge failed", zap.Error(err))
-		case n > 0:
-			p.log.Info("purged finished jobs", zap.Int64("jobs", n), zap.Time("finished_before", cutoff))
+		if p.cfg.Retention > 0 {
+			p.purgeJobs(ctx, p.cfg.Now().Add(-p.cfg.Retention))
 		}
-		hosts, err := p.cfg.Queue.DeleteIdleHosts(ctx, cutoff, p.cfg.RetentionBatch)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			p.log.Warn("deleting idle hosts failed", zap.Error(err))
-		case hosts > 0:
-			p.log.Info("deleted idle hosts", zap.Int64("hosts", hosts), zap.Time("last_started_before", cutoff))
-		}
-		nodes, err := p.cfg.Queue.DeleteGoneNodes(ctx, cutoff)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			p.log.Warn("deleting gone nodes failed", zap.Error(err))
-		case nodes > 0:
-			p.log.Info("deleted gone nodes", zap.Int64("nodes", nodes), zap.Time("gone_before", cutoff))
+		if p.cfg.NodeRetention > 0 {
+			cutoff := p.cfg.Now().Add(-p.cfg.NodeRetention)
+			nodes, err := p.cfg.Queue.DeleteGoneNodes(ctx, cutoff)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				p.log.Warn("deleting gone nodes failed", zap.Error(err))
+			case nodes > 0:
+				p.log.Info("deleted gone nodes", zap.Int64("nodes", nodes), zap.Time("gone_before", cutoff))
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
+	}
+}
+
+// purgeJobs deletes the finished jobs (and their results and blobs) that
+// finished before cutoff, and the politeness rows of hosts that started no
+// job since.
+func (p *Producer) purgeJobs(ctx context.Context, cutoff time.Time) {
+	n, err := p.cfg.Queue.DeleteFinishedBefore(ctx, cutoff, p.cfg.RetentionBatch, blobDeleter(ctx, p.cfg.Blobs, p.log))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		p.log.Warn("retention purge failed", zap.Error(err))
+	case n > 0:
+		p.log.Info("purged finished jobs", zap.Int64("jobs", n), zap.Time("finished_before", cutoff))
+	}
+	hosts, err := p.cfg.Queue.DeleteIdleHosts(ctx, cutoff, p.cfg.RetentionBatch)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		p.log.Warn("deleting idle hosts failed", zap.Error(err))
+	case hosts > 0:
+		p.log.Info("deleted idle hosts", zap.Int64("hosts", hosts), zap.Time("last_started_before", cutoff))
 	}
 }
 

@@ -29,7 +29,7 @@ func TestProducerConfigDefaults(t *testing.T) {
 	}{
 		{"zero fields take the defaults", func(*ProducerConfig) {}, "", func(c ProducerConfig) bool {
 			return c.Tick == DefaultTick && c.AssignBatch == DefaultAssignBatch && c.StaleAfter == jobqueue.DefaultStaleAfter &&
-				c.RescueInterval == DefaultRescueInterval && c.Retention == DefaultRetention &&
+				c.RescueInterval == DefaultRescueInterval && c.Retention == DefaultRetention && c.NodeRetention == DefaultNodeRetention &&
 				c.RetentionInterval == DefaultRetentionInterval && c.RetentionBatch == DefaultRetentionBatch &&
 				c.Assign == jobqueue.AssignSpread
 		}},
@@ -40,6 +40,9 @@ func TestProducerConfigDefaults(t *testing.T) {
 		{"retention off keeps forever", func(c *ProducerConfig) { c.Retention = Off }, "",
 			func(c ProducerConfig) bool { return c.Retention == Off }},
 		{"negative retention", func(c *ProducerConfig) { c.Retention = -time.Hour }, "Retention must not be negative", nil},
+		{"node retention off keeps them forever", func(c *ProducerConfig) { c.NodeRetention = Off }, "",
+			func(c ProducerConfig) bool { return c.NodeRetention == Off && c.Retention == DefaultRetention }},
+		{"negative node retention", func(c *ProducerConfig) { c.NodeRetention = -time.Minute }, "NodeRetention must not be negative", nil},
 		{"tick cannot be off", func(c *ProducerConfig) { c.Tick = Off }, "Tick must not be negative", nil},
 		{"negative assign batch", func(c *ProducerConfig) { c.AssignBatch = -5 }, "AssignBatch must not be negative", nil},
 		{"negative stale after", func(c *ProducerConfig) { c.StaleAfter = -time.Second }, "StaleAfter must not be negative", nil},

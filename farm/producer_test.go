@@ -30,7 +30,7 @@ func newProducerQueue(t testing.TB) (*jobqueue.Queue, *pgxpool.Pool) {
 
 func newTestProducer(t testing.TB, q *jobqueue.Queue, pool *pgxpool.Pool, tweak func(*ProducerConfig)) *Producer {
 	t.Helper()
-	cfg := ProducerConfig{Queue: q, Pool: pool, Tick: 100 * time.Millisecond, RescueInterval: 100 * time.Millisecond, Retention: Off,
+	cfg := ProducerConfig{Queue: q, Pool: pool, Tick: 100 * time.Millisecond, RescueInterval: 100 * time.Millisecond, Retention: Off, NodeRetention: Off,
 		Elector: jobqueue.ElectorConfig{RetryInterval: 50 * time.Millisecond, CheckInterval: 50 * time.Millisecond}}
 	if tweak != nil {
 		tweak(&cfg)

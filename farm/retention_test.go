@@ -30,10 +30,11 @@ func (c *testClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// The leader's retention deletes what finished, the nodes that went and the
-// politeness rows of hosts idle, longer than the retention ago, and nothing
-// live: pending, queued and processing jobs older than the retention stay,
-// and so does a node that exited recently, and the row of a host with jobs.
+// The leader's retention deletes what finished and the politeness rows of
+// hosts idle longer than the retention ago, and the nodes that went longer
+// than the node retention ago, and nothing live: pending, queued and
+// processing jobs older than the retention stay, and so does a node that
+// exited recently, and the row of a host with jobs.
 func TestProducerRetention(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
@@ -81,7 +82,7 @@ func TestProducerRetention(t *testing.T) {
 	// The worker stays live for the stale check (heartbeats at the test
 	// clock's time are hours ahead of the database's).
 	p := newTestProducer(t, q, pool, func(c *ProducerConfig) {
-		c.Retention, c.Now, c.StaleAfter = time.Hour, clock.Now, 1000*time.Hour
+		c.Retention, c.NodeRetention, c.Now, c.StaleAfter = time.Hour, 2*time.Hour, clock.Now, 1000*time.Hour
 	})
 	stop := runActors(t, ctx, p.Run)
 	testutil.Eventually(t, time.Minute, "the gone node deleted", func() bool {
@@ -102,7 +103,7 @@ func TestProducerRetention(t *testing.T) {
 		t.Errorf("the row of a host with live jobs: %d, %v; want kept", hosts, err)
 	}
 	if _, err := q.GetNode(ctx, "recent"); err != nil {
-		t.Errorf("a node exited less than the retention ago: %v", err)
+		t.Errorf("a node exited less than the node retention ago: %v", err)
 	}
 	st, err := q.Stats(ctx)
 	if err != nil {
@@ -123,5 +124,65 @@ func TestProducerRetention(t *testing.T) {
 	}
 	if st.Lifetime.JobsCompleted != 1 || st.Lifetime.JobsFailed != 1 {
 		t.Errorf("lifetime counters after the purge: %+v", st.Lifetime)
+	}
+}
+
+// The node retention is its own: with the jobs kept forever, a node gone
+// longer than the node retention ago is still deleted, its finished jobs
+// stay, and its lifetime counters move into the farm's.
+func TestProducerNodeRetentionAlone(t *testing.T) {
+	ctx := context.Background()
+	clock := &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	pool := pgtest.NewPool(t)
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	q := jobqueue.New(pool, jobqueue.Config{Now: clock.Now, Lease: 100 * time.Hour})
+	for _, id := range []string{"gone", "recent"} {
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: id, Hostname: "h", Capacity: 6}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := q.Enqueue(ctx, pageSpecsFor(1, "retention.test")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Assign(ctx, "gone", 1); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := q.Claim(ctx, "gone", 1)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim = %d, %v", len(jobs), err)
+	}
+	if err := completeJob(ctx, q, jobs[0].ID, "gone", jobqueue.Result{Title: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.SetNodeState(ctx, "gone", jobqueue.NodeExited); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(25 * time.Hour)
+	if _, err := q.SetNodeState(ctx, "recent", jobqueue.NodeExited); err != nil {
+		t.Fatal(err)
+	}
+	p := newTestProducer(t, q, pool, func(c *ProducerConfig) {
+		c.Retention, c.NodeRetention, c.Now, c.StaleAfter = Off, 0, clock.Now, 1000*time.Hour
+	})
+	stop := runActors(t, ctx, p.Run)
+	testutil.Eventually(t, time.Minute, "the node gone over a day ago deleted (the default node retention)", func() bool {
+		_, err := q.GetNode(ctx, "gone")
+		return errors.Is(err, jobqueue.ErrNotFound)
+	})
+	stop()
+	if _, err := q.GetNode(ctx, "recent"); err != nil {
+		t.Errorf("a node exited less than the node retention ago: %v", err)
+	}
+	if j, err := q.Get(ctx, jobs[0].ID); err != nil || j.State != jobqueue.StateCompleted {
+		t.Errorf("the finished job with the retention off: %v, %v; want kept, completed", j.State, err)
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lifetime.JobsCompleted != 1 {
+		t.Errorf("the farm's lifetime counters after the node went: %+v, want its job", st.Lifetime)
 	}
 }

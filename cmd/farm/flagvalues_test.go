@@ -99,8 +99,8 @@ func TestOffFlagsReachTheConfigs(t *testing.T) {
 	if err := fs.parse(nil, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	if po.retention != farm.DefaultRetention || po.tick != farm.DefaultTick || po.assignBatch != farm.DefaultAssignBatch {
-		t.Errorf("producer defaults: retention %v tick %v assign batch %d", po.retention, po.tick, po.assignBatch)
+	if po.retention != farm.DefaultRetention || po.nodeRetention != farm.DefaultNodeRetention || po.tick != farm.DefaultTick || po.assignBatch != farm.DefaultAssignBatch {
+		t.Errorf("producer defaults: retention %v node retention %v tick %v assign batch %d", po.retention, po.nodeRetention, po.tick, po.assignBatch)
 	}
 	for _, tc := range []struct {
 		args      []string

@@ -45,6 +45,7 @@ type producerOptions struct {
 	staleAfter      time.Duration
 	rescueInterval  time.Duration
 	retention       time.Duration
+	nodeRetention   time.Duration
 	assignBatch     int
 	assign          string
 	pollOnly        bool   // set from --poll-only, which the database options own
@@ -74,7 +75,8 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.positive(&o.tick, "tick", farm.DefaultTick, "fallback assignment interval (NOTIFY wakes the producer at once)")
 	fs.positive(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.positive(&o.rescueInterval, "rescue-interval", farm.DefaultRescueInterval, "how often lost nodes and expired leases are looked for")
-	fs.positiveOrOff(&o.retention, "retention", farm.DefaultRetention, "delete finished jobs and results, nodes exited or lost, and idle hosts' politeness rows, older than this (off: keep them)")
+	fs.positiveOrOff(&o.retention, "retention", farm.DefaultRetention, "delete finished jobs and results, and idle hosts' politeness rows, older than this (off: keep them)")
+	fs.positiveOrOff(&o.nodeRetention, "node-retention", farm.DefaultNodeRetention, "delete nodes exited or lost longer ago than this, with their /api/nodes rows and node-labelled /metrics series; their lifetime counters fold into the farm's (off: keep them)")
 	fs.count(&o.assignBatch, "assign-batch", farm.DefaultAssignBatch, 1, "most jobs assigned in one round")
 	fs.StringVar(&o.assign, "assign", "auto", "which nodes get work first: spread (least loaded), pack (busiest with a free slot, so idle nodes can scale in), auto (pack with an --autoscale driver, else spread; set pack when KEDA or an HPA scales the consumers)")
 	fs.StringVar(&o.hostMax, "host-max-concurrent", strconv.Itoa(defaultHostMaxConcurrent), "default politeness: most jobs of one host running at once, farm-wide (off: no limit)")
@@ -298,7 +300,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	producer, err := farm.NewProducer(farm.ProducerConfig{
 		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, PollOnly: po.pollOnly, AssignBatch: po.assignBatch, Assign: assign,
 		Wake:       hub,
-		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention, Blobs: blobs,
+		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention, NodeRetention: po.nodeRetention, Blobs: blobs,
 		LeaderActors: leaderActors, Logger: log.Named("producer"),
 		OnAssigned: func(rep jobqueue.AssignReport) {
 			now := time.Now()

@@ -324,10 +324,10 @@ func (c *queueCollector) read(now time.Time) []prometheus.Metric {
 		}
 		if !n.State.Live() {
 			// A node that exited or was lost keeps its last heartbeat's
-			// load in its row until retention deletes it: exported as
-			// current, it would count machines that are gone in every
-			// sum of load or capacity. Its state and lifetime counters
-			// stay.
+			// load in its row until the node retention deletes it:
+			// exported as current, it would count machines that are gone
+			// in every sum of load or capacity. Its state and lifetime
+			// counters stay.
 			continue
 		}
 		l := n.Load

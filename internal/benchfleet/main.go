@@ -223,7 +223,7 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 		wakeURL = "http://" + ln.Addr().String()
 	}
 	prod, err := farm.NewProducer(farm.ProducerConfig{Queue: q, Pool: ppool, Tick: tick, PollOnly: prodPollOnly,
-		Retention: farm.Off, Assign: o.assign, OnAssigned: st.round, Wake: hub})
+		Retention: farm.Off, NodeRetention: farm.Off, Assign: o.assign, OnAssigned: st.round, Wake: hub})
 	if err != nil {
 		return res, err
 	}

@@ -33,7 +33,7 @@ func measureReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, re
 	reg := prometheus.NewRegistry()
 	metrics := web.NewMetrics(reg)
 	recorder := web.NewRecorder(web.RecorderConfig{Queue: q})
-	producer, err := farm.NewProducer(farm.ProducerConfig{Queue: q, Pool: pool, StaleAfter: time.Hour, Retention: farm.Off,
+	producer, err := farm.NewProducer(farm.ProducerConfig{Queue: q, Pool: pool, StaleAfter: time.Hour, Retention: farm.Off, NodeRetention: farm.Off,
 		LeaderActors: []func(context.Context) error{recorder.Run}})
 	if err != nil {
 		return nil, err
