@@ -50,11 +50,15 @@ type ReconcilerConfig struct {
 	Now func() time.Time
 }
 
+// notApplied is Status.Applied before the driver's first success of a
+// term.
+const notApplied = -1
+
 // Status is the scaler's state for /metrics, the API and the dashboard.
 type Status struct {
 	Driver string `json:"driver"`
 	// Desired is the count computed last; Applied the count the driver
-	// last accepted (-1 before the first success).
+	// last accepted (-1 before the first success of the producer's term).
 	Desired   int       `json:"desired"`
 	Applied   int       `json:"applied"`
 	Decision  Decision  `json:"decision"`
@@ -117,7 +121,7 @@ func NewReconciler(cfg ReconcilerConfig, src Source, drv Driver, log *zap.Logger
 		log:    log.Named("autoscale").With(zap.String("driver", drv.Name())),
 		idle:   make(map[string]time.Time),
 		work:   make(map[string]int64),
-		status: Status{Driver: drv.Name(), Applied: -1},
+		status: Status{Driver: drv.Name(), Applied: notApplied},
 	}
 	return r, nil
 }
@@ -150,7 +154,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	r.work = map[string]int64{}
 	r.tickMu.Unlock()
 	r.mu.Lock()
-	r.status.Applied, r.status.AppliedAt = 0, time.Time{}
+	r.status.Applied, r.status.AppliedAt = notApplied, time.Time{}
 	r.mu.Unlock()
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()

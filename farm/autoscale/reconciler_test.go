@@ -314,6 +314,16 @@ func TestReconcilerRunStartsAfresh(t *testing.T) {
 	if got := drv.calls(); !slices.Equal(got, []int{3, 8}) {
 		t.Fatalf("driver calls %v, want [3 8]: the second term keeps the live 8 until the cooldown", got)
 	}
+	// A term whose driver has not accepted a count yet reports none
+	// applied, not the earlier term's and not 0.
+	if st := r.Status(); st.Applied != 8 {
+		t.Fatalf("Applied after the second term = %d, want 8", st.Applied)
+	}
+	drv.setFail(errors.New("throttled"))
+	term()
+	if st := r.Status(); st.Applied != -1 || !st.AppliedAt.IsZero() || st.LastError == "" {
+		t.Errorf("a term with no success: Applied %d at %v, last error %q; want -1, never, the error", st.Applied, st.AppliedAt, st.LastError)
+	}
 }
 
 // readingDriver is a recordingDriver that reads the orchestrator's count
