@@ -50,7 +50,12 @@ func TestSlowJobKeepsThirdChromeAlive(t *testing.T) {
 		t.Fatalf("third start on pid %d, want chrome 2 (%d)", next.ChromePID(), c2.pid)
 	}
 	h.chrome(2)
-	testutil.Eventually(t, time.Minute, "chrome 3 booted", func() bool { return h.s.Stats().ChromeStarts == 3 })
+	// Booted is counted before the new Chrome has prewarmed its sessions
+	// and stands by; only then is it among the live ones.
+	testutil.Eventually(t, time.Minute, "chrome 3 booted and standing by", func() bool {
+		st := h.s.Stats()
+		return st.ChromeStarts == 3 && st.Chromes == 3
+	})
 	if st := h.s.Stats(); st.Chromes != 3 || st.Busy != 2 || c1.killed() {
 		t.Fatalf("with a job holding up retired chrome 1: chromes=%d busy=%d chrome 1 killed=%v; want 3, 2, false", st.Chromes, st.Busy, c1.killed())
 	}
