@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -30,6 +32,38 @@ func (c *testClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
+// newRetentionQueue is a queue on a fresh database whose clock is clock,
+// with leases that outlast the test, and the given nodes registered.
+func newRetentionQueue(t *testing.T, clock *testClock, nodes ...string) (*pgxpool.Pool, *jobqueue.Queue) {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if err := jobqueue.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	q := jobqueue.New(pool, jobqueue.Config{Now: clock.Now, Lease: 100 * time.Hour})
+	for _, id := range nodes {
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: id, Hostname: "h", Capacity: 6}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pool, q
+}
+
+// assignAndClaim assigns node up to assign jobs and starts claim of them.
+func assignAndClaim(t *testing.T, q *jobqueue.Queue, node string, assign, claim int) []jobqueue.Job {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := q.Assign(ctx, node, assign); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := q.Claim(ctx, node, claim)
+	if err != nil || len(jobs) != claim {
+		t.Fatalf("claim = %d, %v; want %d", len(jobs), err, claim)
+	}
+	return jobs
+}
+
 // The leader's retention deletes what finished and the politeness rows of
 // hosts idle longer than the retention ago, and the nodes that went longer
 // than the node retention ago, and nothing live: pending, queued and
@@ -38,28 +72,13 @@ func (c *testClock) Advance(d time.Duration) {
 func TestProducerRetention(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	pool := pgtest.NewPool(t)
-	if err := jobqueue.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	q := jobqueue.New(pool, jobqueue.Config{Now: clock.Now, Lease: 100 * time.Hour})
-	for _, id := range []string{"gone", "recent", "worker"} {
-		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: id, Hostname: "h", Capacity: 6}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pool, q := newRetentionQueue(t, clock, "gone", "recent", "worker")
 	_, ids, err := q.Enqueue(ctx, pageSpecsFor(6, "retention.test"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// ids[0:2] finished, ids[2] processing, ids[3] queued, the rest pending.
-	if _, err := q.Assign(ctx, "worker", 4); err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := q.Claim(ctx, "worker", 3)
-	if err != nil || len(jobs) != 3 {
-		t.Fatalf("claim = %d, %v", len(jobs), err)
-	}
+	jobs := assignAndClaim(t, q, "worker", 4, 3)
 	if err := completeJob(ctx, q, jobs[0].ID, "worker", jobqueue.Result{Title: "ok"}); err != nil {
 		t.Fatal(err)
 	}
@@ -133,26 +152,11 @@ func TestProducerRetention(t *testing.T) {
 func TestProducerNodeRetentionAlone(t *testing.T) {
 	ctx := context.Background()
 	clock := &testClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	pool := pgtest.NewPool(t)
-	if err := jobqueue.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	q := jobqueue.New(pool, jobqueue.Config{Now: clock.Now, Lease: 100 * time.Hour})
-	for _, id := range []string{"gone", "recent"} {
-		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: id, Hostname: "h", Capacity: 6}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pool, q := newRetentionQueue(t, clock, "gone", "recent")
 	if _, _, err := q.Enqueue(ctx, pageSpecsFor(1, "retention.test")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Assign(ctx, "gone", 1); err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := q.Claim(ctx, "gone", 1)
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("claim = %d, %v", len(jobs), err)
-	}
+	jobs := assignAndClaim(t, q, "gone", 1, 1)
 	if err := completeJob(ctx, q, jobs[0].ID, "gone", jobqueue.Result{Title: "ok"}); err != nil {
 		t.Fatal(err)
 	}
