@@ -211,6 +211,8 @@ type Browser struct {
 	// orphanedTicks is the CPU of the processes Kill orphaned (see
 	// OrphanedCPUTicks).
 	orphanedTicks atomic.Uint64
+	// contexts counts what became of the wiped contexts (ContextStats).
+	contexts contextCounter
 }
 
 // Launch starts Chrome and connects to it. Chrome runs in its own process

@@ -166,6 +166,18 @@ func TestIsolationModes(t *testing.T) {
 			if st := get(origin, string(iso)+"-true"); iso != IsolationShared && !st.empty() {
 				t.Errorf("%s: after the auth jobs: %+v", iso, st)
 			}
+			if iso == IsolationWipe {
+				// Five jobs ran in a wiped context (the two reads after
+				// each job A, and the job with credentials); the service
+				// worker cost one context, the credentials and the 401
+				// one each.
+				want := ContextStats{Reused: 5}
+				want.Replaced[ReplacedWorker] = 1
+				want.Replaced[ReplacedAuth] = 2
+				if got := e.b.ContextStats(); got != want {
+					t.Errorf("context stats %+v (%v), want %+v (%v)", got, got.ByReason(), want, want.ByReason())
+				}
+			}
 		})
 	}
 }
@@ -309,6 +321,11 @@ func TestWipeGivesUpContextWithPopups(t *testing.T) {
 	if ownTab() == before {
 		t.Errorf("the context was wiped and reused after its page opened popups")
 	}
+	want := ContextStats{Reused: 2}
+	want.Replaced[ReplacedPopup] = 1
+	if got := e.b.ContextStats(); got != want {
+		t.Errorf("context stats %+v (%v), want %+v (%v)", got, got.ByReason(), want, want.ByReason())
+	}
 }
 
 // TestWipeGivesUpContextWithRequestsInFlight: a keepalive fetch still in
@@ -334,6 +351,9 @@ func TestWipeGivesUpContextWithRequestsInFlight(t *testing.T) {
 	}
 	if preparedTab(t, s) == before {
 		t.Errorf("the context was wiped and reused with a keepalive fetch still in flight")
+	}
+	if got := e.b.ContextStats(); got.Replaced[ReplacedInFlight] != 1 || got.ReplacedTotal() != 1 {
+		t.Errorf("context stats %v, want one context replaced for a fetch in flight", got.ByReason())
 	}
 	lc.awaitAnswers(t, 1)
 	if server, script := cookiesOf(t, s, lc.url); len(server) > 0 || script != "" {

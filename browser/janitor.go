@@ -20,13 +20,13 @@ type janitor struct {
 	mu       sync.Mutex
 	queue    []target.ID
 	crashes  map[target.ID]func(status string)
-	untraced map[cdp.BrowserContextID]func() // called when a context gets a page or worker no tab's wipe reaches
+	untraced map[cdp.BrowserContextID]func(ReplaceReason) // called when a context gets a page or worker no tab's wipe reaches
 	closed   int
 	wake     chan struct{}
 }
 
 func newJanitor(b *Browser) *janitor {
-	return &janitor{b: b, crashes: map[target.ID]func(string){}, untraced: map[cdp.BrowserContextID]func(){}, wake: make(chan struct{}, 1)}
+	return &janitor{b: b, crashes: map[target.ID]func(string){}, untraced: map[cdp.BrowserContextID]func(ReplaceReason){}, wake: make(chan struct{}, 1)}
 }
 
 func (j *janitor) onEvent(ev any) {
@@ -38,7 +38,7 @@ func (j *janitor) onEvent(ev any) {
 			fn := j.untraced[info.BrowserContextID]
 			j.mu.Unlock()
 			if fn != nil {
-				fn()
+				fn(ReplacedWorker)
 			}
 			return
 		}
@@ -52,7 +52,7 @@ func (j *janitor) onEvent(ev any) {
 		fn := j.untraced[info.BrowserContextID]
 		j.mu.Unlock()
 		if fn != nil {
-			fn()
+			fn(ReplacedPopup)
 		}
 		select {
 		case j.wake <- struct{}{}:
@@ -85,7 +85,7 @@ func (j *janitor) watchCrash(id target.ID, fn func(status string)) func() {
 // block) when a service worker, a shared worker or a popup starts in the
 // browser context: something that writes to the context and that a wipe of
 // its tab does not reach. The returned func unregisters.
-func (j *janitor) watchContext(id cdp.BrowserContextID, fn func()) func() {
+func (j *janitor) watchContext(id cdp.BrowserContextID, fn func(ReplaceReason)) func() {
 	j.mu.Lock()
 	j.untraced[id] = fn
 	j.mu.Unlock()

@@ -117,7 +117,7 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	t.beginJob(st)
 	if j.userinfo {
 		// Credentials in the URL end in Chrome's HTTP auth cache.
-		t.taint()
+		t.taint(ReplacedAuth)
 	}
 	res := &Result{}
 	res.Timings.Setup = time.Since(start)

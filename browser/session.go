@@ -203,13 +203,19 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 		// Tainted after its wipe (a worker or popup the janitor saw late):
 		// not reused.
 		if p.err == nil && !p.t.isBroken() && !p.t.isTainted() {
+			s.countReuse(p.t)
 			return p.t, nil
 		}
-		if errors.Is(p.err, errRetired) && !p.t.isBroken() && !p.t.isTainted() {
-			// A job after Retire: the wipe the session skipped runs now.
-			if err := p.t.wipe(ctx); err == nil {
-				return p.t, nil
+		if p.t != nil && (p.err == nil || errors.Is(p.err, errRetired)) {
+			var err error
+			if p.err != nil && !p.t.isBroken() && !p.t.isTainted() {
+				// A job after Retire: the wipe the session skipped runs now.
+				if err = p.t.wipe(ctx); err == nil {
+					s.countReuse(p.t)
+					return p.t, nil
+				}
 			}
+			s.b.contexts.replaced(p.t.replaceReason(err))
 		}
 		if p.t != nil {
 			s.disposeLater(p.t)
@@ -242,6 +248,7 @@ func (s *Session) release(t *tab) {
 						// created under a canceled call would be lost).
 						return nil, err
 					}
+					s.b.contexts.replaced(t.replaceReason(err))
 					s.b.log.Debug("wiping a browser context failed; replacing it", zap.Error(err))
 					return s.newOwnTab(ctx)
 				}
@@ -251,6 +258,7 @@ func (s *Session) release(t *tab) {
 		}
 		s.disposeLater(t)
 		if !s.closed {
+			s.b.contexts.replaced(t.replaceReason(nil))
 			s.own = s.background(s.newOwnTab)
 		}
 	case t.shared && t == s.shared && !t.isBroken():
@@ -277,6 +285,17 @@ func (s *Session) keep(t *tab) {
 			s.shared = nil
 		}
 		s.kept = append(s.kept, t)
+	}
+}
+
+// countReuse counts a job given the session's own tab t, if a wipe
+// readied it (not a session's first context).
+func (s *Session) countReuse(t *tab) {
+	t.mu.Lock()
+	wiped := t.wiped
+	t.mu.Unlock()
+	if wiped {
+		s.b.contexts.reused()
 	}
 }
 

@@ -45,8 +45,10 @@ type tab struct {
 	// What pages did to the context since the last wipe: the origins of
 	// its documents (whose storage the wipe clears) and whether any of it
 	// is out of the wipe's reach (tainted).
-	origins map[string]bool
-	tainted bool
+	origins     map[string]bool
+	tainted     bool
+	taintReason ReplaceReason // the first taint's
+	wiped       bool          // a wipe has readied it for a next job
 	// The partitioned storage keys of its frames of other sites than the
 	// top page's (storage their origin's clearing does not reach), from
 	// each frame's site and the top page's.
@@ -270,7 +272,7 @@ func (t *tab) onEvent(ev any) {
 		// site isolation) stores its data where this tab's agents do not
 		// see it: the wipe cannot vouch for it.
 		if e.Reason == page.FrameDetachedReasonSwap {
-			t.taint()
+			t.taint(ReplacedFrame)
 		}
 	case *network.EventLoadingFinished:
 		t.requestEnded(e.RequestID)
@@ -291,18 +293,18 @@ func (t *tab) onEvent(ev any) {
 		// answered itself, from URL credentials, which no responseReceived
 		// reports) or credentials on the wire leave the context tainted.
 		if e.StatusCode == 401 || e.StatusCode == 407 {
-			t.taint()
+			t.taint(ReplacedAuth)
 		}
 	case *network.EventRequestWillBeSentExtraInfo:
 		for k := range e.Headers {
 			if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {
-				t.taint()
+				t.taint(ReplacedAuth)
 				break
 			}
 		}
 	case *network.EventResponseReceived:
 		if e.Response != nil && (e.Response.Status == 401 || e.Response.Status == 407) {
-			t.taint()
+			t.taint(ReplacedAuth)
 		}
 		if e.Type != network.ResourceTypeDocument || e.FrameID != cdp.FrameID(t.id) {
 			return

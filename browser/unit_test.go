@@ -389,3 +389,32 @@ func TestFailedLaunchLeaksNothing(t *testing.T) {
 		t.Errorf("left under the profile root: %s", e.Name())
 	}
 }
+
+func TestContextStats(t *testing.T) {
+	var a, b ContextStats
+	a.Reused, a.Replaced[ReplacedWorker], a.Replaced[ReplacedInFlight] = 3, 1, 2
+	b.Reused, b.Replaced[ReplacedWorker], b.Replaced[ReplacedAuth] = 4, 5, 1
+	a.Add(b)
+	for _, tc := range []struct {
+		name      string
+		got, want any
+	}{
+		{"reused", a.Reused, int64(7)},
+		{"total", a.ReplacedTotal(), int64(9)},
+		{"by reason", fmt.Sprint(a.ByReason()), "map[auth:1 in_flight:2 worker:6]"},
+		{"none", fmt.Sprint(ContextStats{Reused: 2}.ByReason()), "map[]"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	// Every reason has a name of its own: log fields and the README use them.
+	names := map[string]bool{}
+	for r := range numReplaceReasons {
+		n := r.String()
+		if n == "unknown" || names[n] {
+			t.Errorf("reason %d: name %q", r, n)
+		}
+		names[n] = true
+	}
+}

@@ -63,7 +63,7 @@ func (t *tab) notePartitionedFrame(f *cdp.Frame) {
 	}
 	if site == t.topSite {
 		if parent := t.frameSites[f.ParentID]; parent != "" && parent != t.topSite {
-			t.tainted = true
+			t.taintLocked(ReplacedFrame)
 		}
 		return
 	}
@@ -104,10 +104,16 @@ func (t *tab) takeStorageKeys() []string {
 
 // taint marks the tab's context as holding state a wipe cannot clear: it is
 // disposed of after the job instead of reused.
-func (t *tab) taint() {
+func (t *tab) taint(why ReplaceReason) {
 	t.mu.Lock()
-	t.tainted = true
+	t.taintLocked(why)
 	t.mu.Unlock()
+}
+
+func (t *tab) taintLocked(why ReplaceReason) {
+	if !t.tainted {
+		t.tainted, t.taintReason = true, why
+	}
 }
 
 func (t *tab) isTainted() bool {
@@ -194,7 +200,7 @@ func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-			return fmt.Errorf("%d fetches or beacons still in flight %v after the job, which may outlive the page", n, grace)
+			return fmt.Errorf("%w %v after the job (%d), which may outlive the page", errInFlight, grace, n)
 		}
 	}
 }
@@ -326,7 +332,13 @@ func (t *tab) wipe(ctx context.Context) error {
 		wg.Go(func() { errs[i] = step() })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.wiped = true
+	t.mu.Unlock()
+	return nil
 }
 
 // scopeCache readies the HTTP cache of the session's own tab for a job of

@@ -402,6 +402,8 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		zap.Int("jobs_since_process_start", st.JobsSinceProcessStart),
 		zap.Int("chrome_starts", st.ChromeStarts), zap.Int("chrome_kills", st.ChromeKills),
 		zap.Int("chrome_crashes", st.ChromeCrashes),
+		zap.Int64("contexts_reused", st.Contexts.Reused), zap.Int64("contexts_replaced", st.Contexts.ReplacedTotal()),
+		zap.Any("contexts_replaced_by", st.Contexts.ByReason()),
 		zap.Int64("left_released", left.Released), zap.Int64("left_retried", left.Retried))
 
 	switch {

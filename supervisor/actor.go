@@ -495,6 +495,8 @@ func (a *actor) kill(k killOrder, alive bool) {
 		s.counts.chromeKills++
 	}
 	s.counts.orphanedTicks += c.proc.OrphanedCPUTicks()
+	ctxs := c.proc.ContextStats()
+	s.counts.contexts.Add(ctxs)
 	jobs, finished, inflight := c.starts, c.finished, c.inflight
 	s.mu.Unlock()
 	if sample {
@@ -502,7 +504,11 @@ func (a *actor) kill(k killOrder, alive bool) {
 	}
 	fields := []zap.Field{zap.Int("pid", c.pid), zap.Int("chrome", c.seq), zap.String("reason", k.reason),
 		zap.Int("jobs", jobs), zap.Int("jobs_finished", finished), zap.Int("in_flight", inflight),
-		zap.Uint64("pss_bytes", pss), zap.Duration("age", time.Since(c.bootedAt))}
+		zap.Uint64("pss_bytes", pss), zap.Duration("age", time.Since(c.bootedAt)),
+		zap.Int64("contexts_reused", ctxs.Reused), zap.Int64("contexts_replaced", ctxs.ReplacedTotal())}
+	if ctxs.ReplacedTotal() > 0 {
+		fields = append(fields, zap.Any("contexts_replaced_by", ctxs.ByReason()))
+	}
 	if err != nil {
 		s.log.Error("chrome kill failed", append(fields, zap.Error(err))...)
 		return
@@ -548,6 +554,7 @@ func (a *actor) shutdown(fatal error) error {
 	st := s.Stats()
 	s.log.Info("supervisor stopped", zap.Int("jobs", st.JobsSinceProcessStart),
 		zap.Int("chrome_starts", st.ChromeStarts), zap.Int("chrome_kills", st.ChromeKills),
-		zap.Int("chrome_crashes", st.ChromeCrashes))
+		zap.Int("chrome_crashes", st.ChromeCrashes),
+		zap.Int64("contexts_reused", st.Contexts.Reused), zap.Int64("contexts_replaced", st.Contexts.ReplacedTotal()))
 	return fatal
 }

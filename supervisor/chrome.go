@@ -22,6 +22,9 @@ type chromeProc interface {
 	// renderers Kill killed, which init reaps (see
 	// browser.Browser.OrphanedCPUTicks).
 	OrphanedCPUTicks() uint64
+	// ContextStats counts what became of its sessions' wiped contexts
+	// (see browser.Browser.ContextStats).
+	ContextStats() browser.ContextStats
 	// Foreground gives the Chrome, booted in the background, the node's
 	// normal CPU priority (see browser.Browser.Foreground).
 	Foreground() error

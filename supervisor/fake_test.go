@@ -124,6 +124,16 @@ func (c *fakeChrome) Kill() error {
 	return nil
 }
 
+// ContextStats: every render reused a wiped context, and each Chrome
+// replaced one for a worker.
+func (c *fakeChrome) ContextStats() browser.ContextStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := browser.ContextStats{Reused: int64(c.renders)}
+	st.Replaced[browser.ReplacedWorker] = 1
+	return st
+}
+
 func (c *fakeChrome) OrphanedCPUTicks() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -72,6 +72,7 @@ type counters struct {
 	healthFailures int
 	drainTimeouts  int
 	orphanedTicks  uint64
+	contexts       browser.ContextStats // of the killed Chromes
 }
 
 // New checks cfg and returns a Supervisor that launches real Chromes with
@@ -282,6 +283,11 @@ type Stats struct {
 	ChromePSSBytes   uint64 // last sampled PSS summed over every live Chrome tree
 	ExitDue          bool   // ExitAfterJobs jobs finished
 	Stopping         bool   // Drain was called or Run ended
+	// Contexts counts what became of the wiped contexts of every Chrome
+	// this process ran: reused for the next job, or replaced (why: a
+	// worker, a popup, HTTP auth, a fetch in flight...), each replacement
+	// costing a new context and renderer.
+	Contexts browser.ContextStats
 }
 
 // Stats returns a snapshot.
@@ -309,8 +315,13 @@ func (s *Supervisor) Stats() Stats {
 		st.JobsSinceChromeStart = s.current.finished
 		st.ChromePID = s.current.pid
 	}
-	st.Chromes = len(s.liveLocked())
+	live := s.liveLocked()
+	st.Chromes = len(live)
 	st.ChromePSSBytes = s.livePSSLocked()
+	st.Contexts = s.counts.contexts
+	for _, c := range live {
+		st.Contexts.Add(c.proc.ContextStats())
+	}
 	return st
 }
 

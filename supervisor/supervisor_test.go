@@ -913,7 +913,8 @@ func TestHeldUpChromeClosesFinishedSessions(t *testing.T) {
 
 // TestStatsSumOrphanedCPU: the CPU of every killed Chrome's helpers and
 // renderers, lost to init at the kill, is summed in Stats, for recycled
-// Chromes and for those killed at the stop.
+// Chromes and for those killed at the stop; so are the counts of their
+// wiped contexts, with those of the live Chromes.
 func TestStatsSumOrphanedCPU(t *testing.T) {
 	fleet := &fakeFleet{}
 	cfg := testConfig()
@@ -930,6 +931,18 @@ func TestStatsSumOrphanedCPU(t *testing.T) {
 	if got := h.s.Stats().OrphanedCPUTicks; got < c1.orphaned {
 		t.Fatalf("after the first recycle: %d orphaned ticks, want at least the first chrome's %d", got, c1.orphaned)
 	}
+	wantContexts := func() browser.ContextStats {
+		var want browser.ContextStats
+		for _, c := range fleet.snapshot() {
+			want.Add(c.ContextStats())
+		}
+		return want
+	}
+	// The killed Chrome's and the live ones' (no render runs now; a
+	// Chrome still booting is in the fleet but not yet the supervisor's).
+	testutil.Eventually(t, time.Minute, "context stats summed over the killed and the live chromes", func() bool {
+		return h.s.Stats().Contexts == wantContexts()
+	})
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -942,5 +955,8 @@ func TestStatsSumOrphanedCPU(t *testing.T) {
 	}
 	if got := h.s.Stats().OrphanedCPUTicks; got != want {
 		t.Fatalf("%d orphaned ticks after the stop, want the sum over every killed chrome, %d", got, want)
+	}
+	if got, want := h.s.Stats().Contexts, wantContexts(); got != want || got.Reused != 3 {
+		t.Fatalf("context stats %+v after the stop, want the sum over every chrome, %+v, with the 3 renders", got, want)
 	}
 }
