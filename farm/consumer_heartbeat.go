@@ -101,6 +101,8 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 		ChromeRecycles:        int64(st.Recycles - st.MemoryRecycles),
 		ChromeMemoryRecycles:  int64(st.MemoryRecycles),
 		ChromeCrashes:         int64(st.ChromeCrashes),
+		ContextsReused:        st.Contexts.Reused,
+		ContextsReplaced:      st.Contexts.ReplacedTotal(),
 		ChromePSSMinBytes:     int64(pss.Min),
 		ChromePSSMaxBytes:     int64(pss.Max),
 	}

@@ -18,16 +18,20 @@ type Counters struct {
 	RestartsRecycle int64 `json:"restarts_recycle"` // exit 75, exit-after-jobs
 	RestartsStop    int64 `json:"restarts_stop"`    // stopped on request (SIGTERM)
 	RestartsCrash   int64 `json:"restarts_crash"`   // killed, crashed, lost, or gave up (fatal)
+	// Jobs of isolation wipe that ran in a context wiped after the
+	// session's previous job, and contexts given up for a brand-new one.
+	ContextsReused   int64 `json:"contexts_reused"`
+	ContextsReplaced int64 `json:"contexts_replaced"`
 }
 
 // counterCols are the columns of node_counters and farm_counters, in the
 // order of counterDest.
 var counterCols = []string{"jobs_completed", "jobs_failed", "chrome_recycles", "chrome_memory_recycles",
-	"chrome_crashes", "restarts_recycle", "restarts_stop", "restarts_crash"}
+	"chrome_crashes", "restarts_recycle", "restarts_stop", "restarts_crash", "contexts_reused", "contexts_replaced"}
 
 func counterDest(c *Counters) []any {
 	return []any{&c.JobsCompleted, &c.JobsFailed, &c.ChromeRecycles, &c.ChromeMemoryRecycles,
-		&c.ChromeCrashes, &c.RestartsRecycle, &c.RestartsStop, &c.RestartsCrash}
+		&c.ChromeCrashes, &c.RestartsRecycle, &c.RestartsStop, &c.RestartsCrash, &c.ContextsReused, &c.ContextsReplaced}
 }
 
 // counterList is counterCols, each as expr(col), comma-separated.

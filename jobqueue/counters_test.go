@@ -44,23 +44,27 @@ func TestLifetimeCounters(t *testing.T) {
 			}
 		}
 	}
-	beat := func(in *Incarnation, recycles, memory, crashes int64) {
+	beat := func(in *Incarnation, recycles, memory, crashes int64, contexts ...int64) {
 		t.Helper()
-		if _, err := in.Heartbeat(ctx, NodeLoad{ChromeRecycles: recycles, ChromeMemoryRecycles: memory, ChromeCrashes: crashes}); err != nil {
+		l := NodeLoad{ChromeRecycles: recycles, ChromeMemoryRecycles: memory, ChromeCrashes: crashes}
+		if len(contexts) == 2 {
+			l.ContextsReused, l.ContextsReplaced = contexts[0], contexts[1]
+		}
+		if _, err := in.Heartbeat(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	a := register(0)
 	work(a, 3, 1)
-	beat(a, 1, 0, 0)
-	beat(a, 2, 1, 0) // counts of the process so far: only the growth is added
-	beat(a, 2, 1, 0)
+	beat(a, 1, 0, 0, 10, 1)
+	beat(a, 2, 1, 0, 25, 1) // counts of the process so far: only the growth is added
+	beat(a, 2, 1, 0, 25, 2)
 	if _, err := a.SetState(ctx, NodeExited, ExitRecycle); err != nil {
 		t.Fatal(err)
 	}
 	b := register(0) // after exit 75
-	beat(b, 1, 0, 1) // the new process counts from zero again
+	beat(b, 1, 0, 1, 5, 0) // the new process counts from zero again
 	work(b, 2, 0)
 	c := register(b.N) // b was killed: it never marked itself exited
 	if _, err := c.SetState(ctx, NodeExited, ExitStop); err != nil {
@@ -69,7 +73,7 @@ func TestLifetimeCounters(t *testing.T) {
 	register(0)
 
 	want := Counters{JobsCompleted: 5, JobsFailed: 1, ChromeRecycles: 3, ChromeMemoryRecycles: 1, ChromeCrashes: 1,
-		RestartsRecycle: 1, RestartsCrash: 1, RestartsStop: 1}
+		RestartsRecycle: 1, RestartsCrash: 1, RestartsStop: 1, ContextsReused: 30, ContextsReplaced: 2}
 	n, err := q.GetNode(ctx, "n1")
 	if err != nil || n.Lifetime != want {
 		t.Fatalf("node lifetime = %+v, %v; want %+v", n.Lifetime, err, want)

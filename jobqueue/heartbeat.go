@@ -16,17 +16,20 @@ import (
 // again (its jobs were taken back; it simply gets new ones).
 const heartbeatSQL = `
 WITH prev AS (
-    SELECT id, state, chrome_recycles, chrome_memory_recycles, chrome_crashes
+    SELECT id, state, chrome_recycles, chrome_memory_recycles, chrome_crashes, contexts_reused, contexts_replaced
     FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR NO KEY UPDATE
 ), counted AS (
     -- What the process counted since its last heartbeat joins the lifetime.
     UPDATE node_counters c SET
         chrome_recycles        = c.chrome_recycles + greatest($12::bigint - p.chrome_recycles, 0),
         chrome_memory_recycles = c.chrome_memory_recycles + greatest($13::bigint - p.chrome_memory_recycles, 0),
-        chrome_crashes         = c.chrome_crashes + greatest($14::bigint - p.chrome_crashes, 0)
+        chrome_crashes         = c.chrome_crashes + greatest($14::bigint - p.chrome_crashes, 0),
+        contexts_reused        = c.contexts_reused + greatest($17::bigint - p.contexts_reused, 0),
+        contexts_replaced      = c.contexts_replaced + greatest($18::bigint - p.contexts_replaced, 0)
     FROM prev p
     WHERE c.node_id = p.id
-      AND ($12::bigint > p.chrome_recycles OR $13::bigint > p.chrome_memory_recycles OR $14::bigint > p.chrome_crashes)
+      AND ($12::bigint > p.chrome_recycles OR $13::bigint > p.chrome_memory_recycles OR $14::bigint > p.chrome_crashes
+           OR $17::bigint > p.contexts_reused OR $18::bigint > p.contexts_replaced)
 ), upd AS (
     UPDATE nodes n SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
         busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
@@ -35,6 +38,8 @@ WITH prev AS (
         chrome_recycles = greatest(p.chrome_recycles, $12::bigint),
         chrome_memory_recycles = greatest(p.chrome_memory_recycles, $13::bigint),
         chrome_crashes = greatest(p.chrome_crashes, $14::bigint),
+        contexts_reused = greatest(p.contexts_reused, $17::bigint),
+        contexts_replaced = greatest(p.contexts_replaced, $18::bigint),
         heartbeat_at = coalesce($10::timestamptz, now()),
         state = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited') THEN 'active' ELSE p.state END,
         state_changed_at = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited')
@@ -88,7 +93,8 @@ func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load No
 		}
 		b.Queue(heartbeatSQL, nodeID, load.CPUPercent, load.MemUsedBytes, load.MemTotalBytes, load.ChromePSSBytes,
 			load.BusySessions, load.JobsSinceChromeStart, load.JobsSinceProcessStart, load.ChromeRestarts, q.now(), inc,
-			load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax).
+			load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes, pssMin, pssMax,
+			load.ContextsReused, load.ContextsReplaced).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&before, &st) })
 	})
 	if err != nil {

@@ -59,7 +59,8 @@ ON CONFLICT (id) DO UPDATE SET
     state_changed_at = EXCLUDED.state_changed_at,
     cpu_percent = 0, mem_used_bytes = 0, mem_total_bytes = 0, chrome_pss_bytes = 0, busy_sessions = 0,
     jobs_since_chrome_start = 0, jobs_since_process_start = 0, chrome_restarts = 0,
-    chrome_recycles = 0, chrome_memory_recycles = 0, chrome_crashes = 0
+    chrome_recycles = 0, chrome_memory_recycles = 0, chrome_crashes = 0,
+    contexts_reused = 0, contexts_replaced = 0
 WHERE n.state IN ('exited', 'lost') OR n.incarnation = $8
    OR n.heartbeat_at < coalesce($5::timestamptz, now()) - make_interval(secs => $7::float8)
 RETURNING ` + nodeCols

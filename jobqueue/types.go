@@ -265,6 +265,10 @@ type NodeLoad struct {
 	ChromeRecycles       int64 `json:"chrome_recycles"`
 	ChromeMemoryRecycles int64 `json:"chrome_memory_recycles"`
 	ChromeCrashes        int64 `json:"chrome_crashes"`
+	// What became of the current process's wiped contexts so far (see
+	// Counters.ContextsReused), added into the lifetime counters likewise.
+	ContextsReused   int64 `json:"contexts_reused"`
+	ContextsReplaced int64 `json:"contexts_replaced"`
 
 	// ChromePSSMinBytes and ChromePSSMaxBytes are the range of the Chrome
 	// PSS the node saw since its previous heartbeat: a recycle's peak and

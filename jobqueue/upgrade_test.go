@@ -66,7 +66,16 @@ func TestUpgradeToCountsInStatements(t *testing.T) {
 	// Before the upgrade: jobs in every state, the final ones (and their
 	// results) written as the old schema saw them, by plain SQL.
 	ids := mustEnqueue(t, q, pageSpecs(12, "u.test")...)
-	mustRegister(t, q, "n1", 8)
+	// The node as that schema's Register left it (today's Register writes
+	// columns of later migrations).
+	for _, sql := range []string{
+		`INSERT INTO nodes (id, hostname, capacity, state, incarnation) VALUES ('n1', 'test', 8, 'active', 1)`,
+		`INSERT INTO node_counters (node_id) VALUES ('n1')`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, sql := range []string{
 		`UPDATE jobs SET state = 'completed', node_id = 'n1', finished_at = $2 WHERE id = ANY($1)`,
 		`UPDATE jobs SET state = 'failed', node_id = 'n1', finished_at = $2, error_class = 'http' WHERE id = ANY($1)`,

@@ -80,15 +80,15 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// The counters left of HEARTBEAT are the node id's lifetime totals,
 	// across its process restarts.
-	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tDONE/FAILED\tCHROME RECYCLES (MEMORY)/CRASHES\tRESTARTS RECYCLE/STOP/CRASH\tHEARTBEAT")
+	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tDONE/FAILED\tCHROME RECYCLES (MEMORY)/CRASHES\tRESTARTS RECYCLE/STOP/CRASH\tCONTEXTS REUSED/REPLACED\tHEARTBEAT")
 	for _, n := range nodes {
 		l := n.Lifetime
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d/%d\t%d (%d)/%d\t%d/%d/%d\t%s ago\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d/%d\t%d (%d)/%d\t%d/%d/%d\t%d/%d\t%s ago\n",
 			n.ID, n.State, n.Load.BusySessions, n.Capacity, n.Queued, n.Load.CPUPercent,
 			mib(n.Load.MemUsedBytes), mib(n.Load.MemTotalBytes), mib(n.Load.ChromePSSBytes),
 			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, l.JobsCompleted, l.JobsFailed,
 			l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
-			l.RestartsRecycle, l.RestartsStop, l.RestartsCrash,
+			l.RestartsRecycle, l.RestartsStop, l.RestartsCrash, l.ContextsReused, l.ContextsReplaced,
 			n.HeartbeatAge.Round(time.Second))
 	}
 	if len(nodes) == 0 {
@@ -104,9 +104,9 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats) {
 		stats.CompletedLastMinute, stats.FailedLastMinute)
 	tw.Flush()
 	l := stats.Lifetime
-	fmt.Fprintf(w, "\nlifetime (all nodes, all time): %d completed, %d failed; %d Chrome recycles (%d for memory), %d Chrome crashes; process restarts: %d recycle, %d stop, %d crash\n",
+	fmt.Fprintf(w, "\nlifetime (all nodes, all time): %d completed, %d failed; %d Chrome recycles (%d for memory), %d Chrome crashes; process restarts: %d recycle, %d stop, %d crash; wiped contexts: %d reused, %d replaced by new ones\n",
 		l.JobsCompleted, l.JobsFailed, l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
-		l.RestartsRecycle, l.RestartsStop, l.RestartsCrash)
+		l.RestartsRecycle, l.RestartsStop, l.RestartsCrash, l.ContextsReused, l.ContextsReplaced)
 }
 
 func mib(b int64) string {

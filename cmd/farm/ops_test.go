@@ -339,3 +339,18 @@ func TestFillBlobsOfAPurgedJob(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteStatusContexts: farm status shows what became of the wiped
+// contexts, per node id and farm-wide.
+func TestWriteStatusContexts(t *testing.T) {
+	var b strings.Builder
+	n := jobqueue.Node{ID: "n1", State: jobqueue.NodeActive, Capacity: 6,
+		Lifetime: jobqueue.Counters{ContextsReused: 417, ContextsReplaced: 23}}
+	writeStatus(&b, []jobqueue.Node{n}, jobqueue.Stats{Lifetime: jobqueue.Counters{ContextsReused: 900, ContextsReplaced: 31}})
+	out := b.String()
+	for _, want := range []string{"CONTEXTS REUSED/REPLACED", "417/23", "wiped contexts: 900 reused, 31 replaced"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}

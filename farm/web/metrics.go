@@ -155,8 +155,8 @@ type queueCollector struct {
 	sinceProcess, chromeRestarts, restarts   *prometheus.Desc
 	heartbeatAge                             *prometheus.Desc
 	// Lifetime counters (jobqueue.Counters), farm-wide and per node id.
-	lifeJobs, lifeRecycles, lifeCrashes, lifeRestarts *prometheus.Desc
-	nodeJobs, nodeRecycles, nodeCrashes, nodeRestarts *prometheus.Desc
+	lifeJobs, lifeRecycles, lifeCrashes, lifeRestarts, lifeContexts *prometheus.Desc
+	nodeJobs, nodeRecycles, nodeCrashes, nodeRestarts, nodeContexts *prometheus.Desc
 
 	mu       sync.Mutex // serializes scrapes and guards the fields below
 	q        *jobqueue.Queue
@@ -207,6 +207,10 @@ func newQueueCollector() *queueCollector {
 			"Chrome recycles of the node id across its process restarts, by reason (jobs, memory).", []string{"node", "reason"}, nil),
 		nodeCrashes: prometheus.NewDesc("browserfarm_node_chrome_crashes_total",
 			"Chromes the node id lost unplanned, across its process restarts.", node, nil),
+		lifeContexts: prometheus.NewDesc("browserfarm_contexts_total",
+			"Browser contexts of isolation wipe after their jobs, all time: reused (the next job ran in the wiped context) or replaced (given up for a brand-new one: a service worker, HTTP auth, a popup, a fetch in flight...; the nodes' logs say why).", []string{"outcome"}, nil),
+		nodeContexts: prometheus.NewDesc("browserfarm_node_contexts_total",
+			"Browser contexts of isolation wipe of the node id after their jobs, across its process restarts: reused or replaced.", []string{"node", "outcome"}, nil),
 		nodeRestarts: prometheus.NewDesc("browserfarm_node_process_restarts_by_reason_total",
 			"Process restarts of the node id by how the previous process ended (recycle, stop, crash).", []string{"node", "reason"}, nil),
 	}
@@ -216,7 +220,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.ready, c.oldest, c.finished, c.scrapeOK, c.nodes, c.nodeState,
 		c.busy, c.capacity, c.held, c.cpu, c.memUsed, c.memTotal, c.pss, c.sinceChrome, c.sinceProcess,
 		c.chromeRestarts, c.restarts, c.heartbeatAge, c.lifeJobs, c.lifeRecycles, c.lifeCrashes, c.lifeRestarts,
-		c.nodeJobs, c.nodeRecycles, c.nodeCrashes, c.nodeRestarts} {
+		c.lifeContexts, c.nodeJobs, c.nodeRecycles, c.nodeCrashes, c.nodeRestarts, c.nodeContexts} {
 		ch <- d
 	}
 }
@@ -292,7 +296,7 @@ func (c *queueCollector) read(now time.Time) []prometheus.Metric {
 	}
 	// lifetime adds the series of one set of lifetime counters; labels lead
 	// each series' own (the node id, or nothing for the farm).
-	lifetime := func(l jobqueue.Counters, jobs, recycles, crashes, restarts *prometheus.Desc, labels ...string) {
+	lifetime := func(l jobqueue.Counters, jobs, recycles, crashes, restarts, contexts *prometheus.Desc, labels ...string) {
 		with := func(more ...string) []string { return append(append([]string{}, labels...), more...) }
 		out = append(out,
 			counter(jobs, l.JobsCompleted, with("completed")...),
@@ -303,11 +307,13 @@ func (c *queueCollector) read(now time.Time) []prometheus.Metric {
 			counter(restarts, l.RestartsRecycle, with("recycle")...),
 			counter(restarts, l.RestartsStop, with("stop")...),
 			counter(restarts, l.RestartsCrash, with("crash")...),
+			counter(contexts, l.ContextsReused, with("reused")...),
+			counter(contexts, l.ContextsReplaced, with("replaced")...),
 		)
 	}
-	lifetime(st.Lifetime, c.lifeJobs, c.lifeRecycles, c.lifeCrashes, c.lifeRestarts)
+	lifetime(st.Lifetime, c.lifeJobs, c.lifeRecycles, c.lifeCrashes, c.lifeRestarts, c.lifeContexts)
 	for _, n := range nodes {
-		lifetime(n.Lifetime, c.nodeJobs, c.nodeRecycles, c.nodeCrashes, c.nodeRestarts, n.ID)
+		lifetime(n.Lifetime, c.nodeJobs, c.nodeRecycles, c.nodeCrashes, c.nodeRestarts, c.nodeContexts, n.ID)
 	}
 
 	nodeStates := []jobqueue.NodeState{jobqueue.NodeActive, jobqueue.NodeDraining, jobqueue.NodeExited, jobqueue.NodeLost}

@@ -83,7 +83,7 @@ func TestMetrics(t *testing.T) {
 	f.start("n1", 3)
 	if _, err := f.q.Incarnation(jobqueue.Node{ID: "n1"}).Heartbeat(ctx, jobqueue.NodeLoad{CPUPercent: 55.5, MemUsedBytes: 3 << 30, MemTotalBytes: 16 << 30,
 		ChromePSSBytes: 812 << 20, BusySessions: 3, JobsSinceChromeStart: 7, JobsSinceProcessStart: 47, ChromeRestarts: 2,
-		ChromeRecycles: 4, ChromeMemoryRecycles: 1}); err != nil {
+		ChromeRecycles: 4, ChromeMemoryRecycles: 1, ContextsReused: 40, ContextsReplaced: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.q.SetNodeState(ctx, "n2", jobqueue.NodeDraining); err != nil {
@@ -139,6 +139,10 @@ func TestMetrics(t *testing.T) {
 		{"browserfarm_node_jobs_finished_total", []string{"node", "n2", "outcome", "completed"}, 2},
 		{"browserfarm_node_chrome_recycles_total", []string{"node", "n1", "reason", "jobs"}, 4},
 		{"browserfarm_node_process_restarts_by_reason_total", []string{"node", "n2", "reason", "crash"}, 1},
+		{"browserfarm_contexts_total", []string{"outcome", "reused"}, 40},
+		{"browserfarm_contexts_total", []string{"outcome", "replaced"}, 3},
+		{"browserfarm_node_contexts_total", []string{"node", "n1", "outcome", "replaced"}, 3},
+		{"browserfarm_node_contexts_total", []string{"node", "n2", "outcome", "reused"}, 0},
 		{"browserfarm_desired_nodes", nil, 5},
 		{"browserfarm_producer_leader", nil, 1},
 	}
@@ -150,7 +154,8 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, name := range []string{"browserfarm_node_chrome_restarts_total", "browserfarm_jobs_total",
 		"browserfarm_chrome_recycles_total", "browserfarm_process_restarts_total", "browserfarm_node_jobs_finished_total",
-		"browserfarm_node_chrome_recycles_total", "browserfarm_node_process_restarts_by_reason_total"} {
+		"browserfarm_node_chrome_recycles_total", "browserfarm_node_process_restarts_by_reason_total",
+		"browserfarm_contexts_total", "browserfarm_node_contexts_total"} {
 		if fams[name].GetType() != dto.MetricType_COUNTER {
 			t.Errorf("%s is not a counter", name)
 		}

@@ -166,6 +166,7 @@
       case "sinceProcess": return l.jobs_since_process_start;
       case "chromeRestarts": return lifeRecycles(n.lifetime || {});
       case "processRestarts": return n.process_restarts;
+      case "contexts": return lifeReplacedShare(n.lifetime || {});
       case "age": return n.heartbeat_age_seconds;
     }
     return 0;
@@ -178,6 +179,18 @@
     if (lt.chrome_memory_recycles) s += " (" + lt.chrome_memory_recycles + " memory)";
     if (lt.chrome_crashes) s += " · " + lt.chrome_crashes + " crashed";
     return s;
+  }
+  // The share of the wiped contexts (isolation wipe) given up for new ones
+  // after their jobs: what a site's service workers, auth, popups or long
+  // polls cost in new contexts.
+  function lifeReplacedShare(lt) {
+    const reused = lt.contexts_reused || 0, replaced = lt.contexts_replaced || 0;
+    return reused + replaced ? replaced / (reused + replaced) : 0;
+  }
+  function lifeContextText(lt) {
+    const reused = lt.contexts_reused || 0, replaced = lt.contexts_replaced || 0;
+    if (!reused && !replaced) return "–";
+    return replaced + " of " + (reused + replaced) + " (" + (100 * lifeReplacedShare(lt)).toFixed(0) + "%)";
   }
   function lifeRestartText(lt, total) {
     const parts = [];
@@ -214,6 +227,8 @@
           lifeRecycleText(n.lifetime || {})),
         el("td", {class: "life-restarts", title: "process restarts after exit 75 (recycle), a stop, or a crash/kill/loss"},
           lifeRestartText(n.lifetime || {}, n.process_restarts)),
+        el("td", {class: "life-contexts", title: "wiped contexts given up for new ones after their jobs, of all wiped contexts, all time; the node's log lines say why"},
+          lifeContextText(n.lifetime || {})),
         el("td", {class: n.stale ? "bad" : ""}, fmtAge(n.heartbeat_age_seconds) + " ago"));
     });
     $("nodes").tBodies[0].replaceChildren(...rows);
