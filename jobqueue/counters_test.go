@@ -63,7 +63,7 @@ func TestLifetimeCounters(t *testing.T) {
 	if _, err := a.SetState(ctx, NodeExited, ExitRecycle); err != nil {
 		t.Fatal(err)
 	}
-	b := register(0) // after exit 75
+	b := register(0)       // after exit 75
 	beat(b, 1, 0, 1, 5, 0) // the new process counts from zero again
 	work(b, 2, 0)
 	c := register(b.N) // b was killed: it never marked itself exited
