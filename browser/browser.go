@@ -50,6 +50,12 @@ type Options struct {
 	ExtraFlags []string
 	// Logger receives the lifecycle logs. nil means zap.NewNop().
 	Logger *zap.Logger
+	// MaxMessageBytes bounds an answer from Chrome (a screenshot, an
+	// extract's value, a page's HTML and links): one over it fails its
+	// job (ClassTooLarge) instead of being read. 0 means
+	// DefaultMaxMessageBytes; set it above the results the node's caps
+	// allow. Events are bounded at 4 MiB, and dropped over it.
+	MaxMessageBytes int
 	// StartTimeout bounds the launch: process start to the first CDP answer.
 	// 0 means 30 s.
 	StartTimeout time.Duration
@@ -213,6 +219,7 @@ type Browser struct {
 	orphanedTicks atomic.Uint64
 	// contexts counts what became of the wiped contexts (ContextStats).
 	contexts contextCounter
+	pipe     *pipeConn
 }
 
 // Launch starts Chrome and connects to it. Chrome runs in its own process
@@ -222,6 +229,9 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = defaultStartTimeout
@@ -434,7 +444,8 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 	b.pid = cmd.Process.Pid
 
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	conn := chromedp.NewPipeConn(parentR, parentW)
+	conn := newPipeConn(parentR, parentW, b.opts.MaxMessageBytes, b.log)
+	b.pipe = conn
 	cdpB, err := chromedp.NewBrowserTransport(b.ctx, conn,
 		chromedp.WithBrowserLogf(b.chromedpLog(zap.DebugLevel)),
 		chromedp.WithBrowserErrorf(b.chromedpLog(zap.DebugLevel)),

@@ -435,15 +435,28 @@ func TestHostileInEveryIsolation(t *testing.T) {
 }
 
 // TestConsoleFloodIsCutInThePage: a page that logs, console.errors,
-// asserts, rejects and throws 16 MB strings renders, and every message it
-// leaves is cut; the uncaught ones are reported as such.
+// asserts, rejects and throws 16 MB strings, logs objects whose text is
+// 16 MB (an Error, a Symbol, a RegExp, a function), posts a 16 MB body and
+// fetches a 16 MB data: URL renders, and every message it leaves is cut;
+// the uncaught ones are reported as such. What reaches the node from Chrome
+// stays small: the guard cuts in the page, POST bodies stay out of Network
+// events, and the pipe drops the data: URL's event unread.
 func TestConsoleFloodIsCutInThePage(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
+	passed0, dropped0 := e.b.pipe.read.Load()-e.b.pipe.droppedBytes.Load(), e.b.pipe.dropped.Load()
 	res, err := s.Render(context.Background(), Request{URL: e.url("/hostile/console-flood?mb=16"), Wait: Wait{Selector: "#ready"}, Timeout: time.Minute,
 		Extract: "String(console.error).includes('[native code]')"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if passed := e.b.pipe.read.Load() - e.b.pipe.droppedBytes.Load() - passed0; passed > 4<<20 {
+		t.Errorf("%d MB of Chrome's messages reached the node during the job (dropped: %d events); want under 4 MB", passed>>20, e.b.pipe.dropped.Load())
+	}
+	// Only the data: URL's two events (its request and its response) are
+	// dropped: no console event and no POST body reached the bound.
+	if d := e.b.pipe.dropped.Load() - dropped0; d != 2 {
+		t.Errorf("%d events dropped, want the data: URL's 2", d)
 	}
 	if string(res.Data) != "false" {
 		t.Errorf("console.error is Chrome's own, not the guard: strings cross CDP whole")

@@ -159,10 +159,13 @@ const jsMeta = `function (wantHTML, cap, follow, max, maxText, maxURL) {
 
 // jsConsoleGuard runs in every frame of a tab before the page's scripts
 // (Page.addScriptToEvaluateOnNewDocument). Chrome sends a console call's
-// string arguments and an uncaught exception's text over CDP whole, so a
-// page logging or throwing 100 MB would push 100 MB into the consumer
-// before any cap: the guard cuts strings in the page, at maxConsoleLen
-// characters (the format's first argument). An
+// string arguments and an uncaught exception's text over CDP whole, and the
+// description of an object argument too (an Error's stack, a function's
+// source, a RegExp's), so a page logging or throwing 100 MB would push
+// 100 MB into the consumer before any cap: the guard cuts strings in the
+// page, at maxConsoleLen characters (the format's first argument), and
+// passes every other argument but numbers, booleans, null and undefined as
+// its text, cut the same way. An
 // uncaught exception or rejection is taken over (its default report
 // canceled) and reported by console.error with the uncaughtMarker, cut the
 // same way. A page that finds a console the guard never saw (a frame's
@@ -170,15 +173,7 @@ const jsMeta = `function (wantHTML, cap, follow, max, maxText, maxURL) {
 // bounds what is kept, not what crosses.
 const jsConsoleGuard = `(() => {
   const max = %d, marker = %q;
-  const cut = v => (typeof v === 'string' && v.length > max) ? v.slice(0, max) + '…' : v;
-  const c = globalThis.console;
-  if (!c) return;
-  for (const name of ['log', 'info', 'warn', 'error', 'debug', 'trace', 'dir', 'dirxml', 'table', 'assert', 'count', 'group', 'groupCollapsed', 'timeLog', 'timeEnd']) {
-    const orig = c[name];
-    if (typeof orig !== 'function') continue;
-    c[name] = {[name](...args) { return orig.apply(this, args.map(cut)); }}[name];
-  }
-  const report = c.error;
+  const cutText = s => s.length > max ? s.slice(0, max) + '…' : s;
   const text = v => {
     try {
       if (v instanceof Error) return String(v.stack || v);
@@ -187,6 +182,19 @@ const jsConsoleGuard = `(() => {
       return 'unprintable';
     }
   };
+  const cut = v => {
+    const t = typeof v;
+    if (v === null || t === 'undefined' || t === 'number' || t === 'boolean' || t === 'bigint') return v;
+    return cutText(t === 'string' ? v : text(v));
+  };
+  const c = globalThis.console;
+  if (!c) return;
+  for (const name of ['log', 'info', 'warn', 'error', 'debug', 'trace', 'dir', 'dirxml', 'table', 'assert', 'count', 'group', 'groupCollapsed', 'timeLog', 'timeEnd']) {
+    const orig = c[name];
+    if (typeof orig !== 'function') continue;
+    c[name] = {[name](...args) { return orig.apply(this, args.map(cut)); }}[name];
+  }
+  const report = c.error;
   globalThis.addEventListener('error', e => {
     if (!(e instanceof ErrorEvent)) return; // a resource's load error
     e.preventDefault();

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser/egress"
+	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
@@ -171,6 +172,11 @@ func (s *Session) classify(parent, jctx context.Context, err error) error {
 	}
 	if errors.As(err, &e) {
 		return e
+	}
+	if ce := (*cdproto.Error)(nil); errors.As(err, &ce) && ce.Code == errCodeTooLarge {
+		// What the page made Chrome answer (its links, its title) is over
+		// the node's bound: it would be again.
+		return &Error{Class: ClassTooLarge, Err: err}
 	}
 	if jctx.Err() != nil {
 		if parent.Err() != nil && !errors.Is(context.Cause(parent), context.DeadlineExceeded) {

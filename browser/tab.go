@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/inspector"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
@@ -147,8 +148,10 @@ func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*t
 
 // slim turns off what chromedp enables on attach that the render path does
 // not use: the DOM and CSS agents (chromedp would fetch the document on every
-// navigation), target discovery and auto-attach (every tab would get every
-// target's events); and it sets the default viewport and user agent.
+// navigation), the Log domain (its entries repeat console messages, workers'
+// too, whole), POST bodies in Network events (a page decides their size),
+// target discovery and auto-attach (every tab would get every target's
+// events); and it sets the default viewport and user agent.
 func (t *tab) slim(ctx context.Context) error {
 	guard := fmt.Sprintf(jsConsoleGuard, maxConsoleLen, uncaughtMarker)
 	if _, err := cdp.Call(ctx, t.t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: guard}); err != nil {
@@ -159,6 +162,14 @@ func (t *tab) slim(ctx context.Context) error {
 	}
 	if _, err := cdp.Call(ctx, t.t, dom.Disable, cdp.Empty{}); err != nil {
 		return fmt.Errorf("DOM.disable: %w", err)
+	}
+	if _, err := cdp.Call(ctx, t.t, cdplog.Disable, cdp.Empty{}); err != nil {
+		return fmt.Errorf("Log.disable: %w", err)
+	}
+	// Network.enable again, as chromedp did, with no POST body in the
+	// events (the size counts from 1: 0 is Chrome's "no limit").
+	if _, err := cdp.Call(ctx, t.t, network.Enable, network.EnableParams{MaxPostDataSize: ptr[int64](1)}); err != nil {
+		return fmt.Errorf("Network.enable: %w", err)
 	}
 	if _, err := cdp.Call(ctx, t.t, target.SetAutoAttach, target.SetAutoAttachParams{AutoAttach: false}); err != nil {
 		return fmt.Errorf("Target.setAutoAttach: %w", err)

@@ -484,6 +484,12 @@ const big = c => c.repeat(%d * 1024 * 1024);
 console.log(big('l'));
 console.error(big('e'), 1);
 console.assert(false, big('a'));
+// Objects whose description Chrome sends whole: an Error's stack, a
+// Symbol's, a RegExp's and a function's source.
+console.log(new Error(big('o')), Symbol(big('s')), new RegExp(big('r')), new Function('/*' + big('f') + '*/'));
+// Bodies and URLs a Network event would carry whole.
+fetch('/nowhere', {method: 'POST', body: big('b')}).catch(() => {});
+fetch('data:text/plain,' + big('d')).catch(() => {});
 Promise.reject(new Error(big('p')));
 setTimeout(() => { throw new Error(big('t')); }, 0);
 setTimeout(() => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d); }, 50);

@@ -1,0 +1,158 @@
+package browser
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/chromedp/cdproto"
+	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
+	"github.com/chromedp/cdproto/target"
+	"github.com/chromedp/chromedp"
+	"go.uber.org/zap"
+)
+
+// A page decides how large many CDP messages are: a console call's
+// arguments (an Error's stack, a function's source), a WebSocket frame, a
+// data: URL or a POST body in a Network event, a dialog's text. chromedp
+// reads a message whole and decodes it at about ten times its size (a
+// 256 MB console argument: 2.9 GB in this process), so one page could make
+// the node run out of memory. The pipe reads each message in bounded
+// memory instead: an event over maxEventBytes is dropped (nothing the
+// farm needs from an event is that large), and an answer over
+// Options.MaxMessageBytes reaches its caller as an error.
+const (
+	// maxEventBytes bounds an event. The farm reads URLs (at most 2 MB in
+	// Chrome), headers and short texts from events.
+	maxEventBytes = 4 << 20
+	// DefaultMaxMessageBytes is Options.MaxMessageBytes when 0: above the
+	// largest answer the farm asks for with its default result caps (a
+	// 4K screenshot of noise, about 25 MB of PNG, 34 MB in base64).
+	DefaultMaxMessageBytes = 64 << 20
+	// keepTail is how much of a message's end is kept past the bound: the
+	// session id of a flattened session's message is its last field.
+	keepTail = 512
+)
+
+// errCodeTooLarge is the code of the error an answer over the bound is
+// replaced with (JSON-RPC's range for server errors).
+const errCodeTooLarge = -32099
+
+var (
+	leadingID       = regexp.MustCompile(`^\{"id":(\d+),`)
+	leadingMethod   = regexp.MustCompile(`^\{"method":"([A-Za-z.]+)"`)
+	trailingSession = regexp.MustCompile(`,"sessionId":"([0-9A-Fa-f]+)"\}\s*$`)
+)
+
+// pipeConn is chromedp's pipe transport with messages from Chrome read in
+// bounded memory. Write and Close are chromedp.PipeConn's.
+type pipeConn struct {
+	*chromedp.PipeConn
+	br       *bufio.Reader
+	maxReply int
+	log      *zap.Logger
+	// read counts the bytes read, dropped the events dropped and
+	// droppedBytes their bytes.
+	read, dropped, droppedBytes atomic.Int64
+}
+
+func newPipeConn(r io.ReadCloser, w io.WriteCloser, maxReply int, log *zap.Logger) *pipeConn {
+	return &pipeConn{PipeConn: chromedp.NewPipeConn(r, w), br: bufio.NewReaderSize(r, 64<<10), maxReply: maxReply, log: log}
+}
+
+// Read reads the next message that is within its bound, or the error that
+// replaces an answer over it.
+func (c *pipeConn) Read(_ context.Context, msg *cdproto.Message) error {
+	for {
+		b, size, tail, err := c.next()
+		if err != nil {
+			return err
+		}
+		if tail == nil {
+			if len(bytes.TrimSpace(b)) == 0 {
+				continue
+			}
+			*msg = cdproto.Message{}
+			return jsonv2.Unmarshal(b, msg, chromedp.DefaultUnmarshalOptions)
+		}
+		if m := leadingID.FindSubmatch(b); m != nil {
+			id, _ := strconv.ParseInt(string(m[1]), 10, 64)
+			*msg = cdproto.Message{ID: id, Error: &cdproto.Error{Code: errCodeTooLarge,
+				Message: fmt.Sprintf("Chrome's answer is %d bytes, over the node's bound of %d bytes", size, c.maxReply)}}
+			if s := trailingSession.FindSubmatch(tail); s != nil {
+				msg.SessionID = target.SessionID(s[1])
+			}
+			return nil
+		}
+		method := "unknown"
+		if m := leadingMethod.FindSubmatch(b); m != nil {
+			method = string(m[1])
+		}
+		c.dropped.Add(1)
+		c.droppedBytes.Add(int64(size))
+		c.log.Warn("dropped an event from Chrome over the size bound",
+			zap.String("method", method), zap.Int("bytes", size), zap.Int("bound", maxEventBytes))
+	}
+}
+
+// next reads one message up to its NUL. Within the bound it returns the
+// message (tail nil). Past it, it returns the message's first bytes, its
+// size and its last keepTail bytes, having read the rest without keeping
+// it. The bound is the answers' until the message shows it is an event.
+func (c *pipeConn) next() (head []byte, size int, tail []byte, err error) {
+	// A new buffer per message, as chromedp's pipe has: the decoded
+	// message may keep parts of it.
+	var buf []byte
+	bound := max(c.maxReply, maxEventBytes)
+	decided := false
+	var over bool
+	var ring []byte
+	for {
+		chunk, rerr := c.br.ReadSlice(0)
+		done := rerr == nil
+		if rerr != nil && rerr != bufio.ErrBufferFull {
+			if rerr == io.EOF && size+len(chunk) > 0 {
+				return nil, 0, nil, io.ErrUnexpectedEOF
+			}
+			return nil, 0, nil, rerr
+		}
+		if done {
+			chunk = chunk[:len(chunk)-1] // the NUL
+		}
+		size += len(chunk)
+		c.read.Add(int64(len(chunk)))
+		if !over {
+			buf = append(buf, chunk...)
+			if !decided && len(buf) >= 16 {
+				decided = true
+				if !leadingID.Match(buf) {
+					bound = maxEventBytes
+				} else {
+					bound = c.maxReply
+				}
+			}
+			if len(buf) > bound {
+				over = true
+				ring = append(ring, buf[max(0, len(buf)-keepTail):]...)
+				buf = buf[:min(len(buf), 256)]
+			}
+		} else {
+			ring = append(ring, chunk...)
+			if len(ring) > 4*keepTail {
+				ring = append(ring[:0], ring[len(ring)-keepTail:]...)
+			}
+		}
+		if done {
+			break
+		}
+	}
+	if !over {
+		return buf, size, nil, nil
+	}
+	return buf, size, ring[max(0, len(ring)-keepTail):], nil
+}

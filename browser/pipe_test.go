@@ -1,0 +1,69 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/cdproto"
+	"go.uber.org/zap"
+)
+
+// nopWriteCloser is the command pipe of a pipeConn that is only read.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// TestPipeConnBounds: within their bounds, messages pass as chromedp's pipe
+// passes them; an event over its bound is dropped, an answer over its bound
+// reaches its caller, in its session, as an error; the stream goes on.
+func TestPipeConnBounds(t *testing.T) {
+	big := strings.Repeat("x", maxEventBytes)
+	msgs := []string{
+		`{"id":1,"result":{"v":"small"}}`,
+		`{"method":"Runtime.consoleAPICalled","params":{"args":[{"description":"` + big + `"}]},"sessionId":"AB12"}`,
+		`{"id":2,"result":{"data":"` + big + big + `"},"sessionId":"CD34"}`,
+		`{"id":3,"result":{"data":"` + big + `"},"sessionId":"EF56"}`,
+		``,
+		`{"method":"Page.loadEventFired","params":{"timestamp":1},"sessionId":"AB12"}`,
+	}
+	var stream bytes.Buffer
+	for _, m := range msgs {
+		stream.WriteString(m)
+		stream.WriteByte(0)
+	}
+	total := stream.Len()
+	c := newPipeConn(io.NopCloser(&stream), nopWriteCloser{io.Discard}, maxEventBytes+maxEventBytes/2, zap.NewNop())
+	read := func() *cdproto.Message {
+		t.Helper()
+		var m cdproto.Message
+		if err := c.Read(context.Background(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return &m
+	}
+	if m := read(); m.ID != 1 || string(m.Result) != `{"v":"small"}` {
+		t.Fatalf("small answer: %+v", m)
+	}
+	// The event over 4 MiB is dropped; the answer over the bound becomes
+	// an error in its session.
+	if m := read(); m.ID != 2 || m.SessionID != "CD34" || m.Error == nil || m.Error.Code != errCodeTooLarge || m.Result != nil {
+		t.Fatalf("answer over the bound: %+v", m)
+	}
+	// An answer within the bound passes, though over the events' bound.
+	if m := read(); m.ID != 3 || m.SessionID != "EF56" || len(m.Result) != len(big)+len(`{"data":""}`) {
+		t.Fatalf("answer within the bound: id %d, session %q, %d bytes", m.ID, m.SessionID, len(m.Result))
+	}
+	if m := read(); m.Method != "Page.loadEventFired" || m.SessionID != "AB12" {
+		t.Fatalf("event after the dropped one: %+v", m)
+	}
+	if err := c.Read(context.Background(), &cdproto.Message{}); !errors.Is(err, io.EOF) {
+		t.Fatalf("at the end: %v, want EOF", err)
+	}
+	if c.dropped.Load() != 1 || c.read.Load() != int64(total-len(msgs)) {
+		t.Errorf("dropped %d, read %d bytes; want 1 and %d", c.dropped.Load(), c.read.Load(), total-len(msgs))
+	}
+}
