@@ -83,6 +83,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	cfg.Supervisor.Browser.EgressProxy = proxy.URL()
 	cfg.Supervisor.Browser.EgressRefused = proxy.Refused
+	cfg.Supervisor.Browser.MaxMessageBytes = messageBound(cfg.Queue.ResultLimits())
 	sup, err := supervisor.New(cfg.Supervisor)
 	if err != nil {
 		proxy.Close()

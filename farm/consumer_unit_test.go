@@ -534,3 +534,20 @@ func TestUnitBlobStoreDown(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestMessageBound: a node reads Chrome's answers up to the browser's
+// default bound, and up to what its extract cap lets a value be, escaped.
+func TestMessageBound(t *testing.T) {
+	for _, tc := range []struct {
+		dataBytes int
+		want      int
+	}{
+		{0, browser.DefaultMaxMessageBytes},
+		{jobqueue.DefaultMaxDataBytes, browser.DefaultMaxMessageBytes},
+		{64 << 20, 6*(64<<20) + 1<<20},
+	} {
+		if got := messageBound(jobqueue.ResultLimits{DataBytes: tc.dataBytes}); got != tc.want {
+			t.Errorf("data_bytes %d: bound %d, want %d", tc.dataBytes, got, tc.want)
+		}
+	}
+}

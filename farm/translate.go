@@ -63,6 +63,15 @@ func limitRequest(req *browser.Request, l jobqueue.ResultLimits) {
 	req.MaxConsoleErrors = l.ConsoleErrors
 }
 
+// messageBound is the largest answer from Chrome a node reads
+// (browser.Options.MaxMessageBytes): the browser's default, or more when
+// the extract cap lets a value exceed it. The page measures the value's
+// JSON against the cap, and Chrome sends that JSON as a string: escaped,
+// up to 6 bytes a character (\u00XX).
+func messageBound(l jobqueue.ResultLimits) int {
+	return max(browser.DefaultMaxMessageBytes, 6*l.DataBytes+1<<20)
+}
+
 // ResultRecord maps a render's result to the queue's result row.
 func ResultRecord(r *browser.Result) jobqueue.Result {
 	return jobqueue.Result{
