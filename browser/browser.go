@@ -175,8 +175,8 @@ type Browser struct {
 	opts       Options
 	pid        int
 	profileDir string
-	extraTmp   string // Chrome's temp dir when not inside profileDir
-	logFile    *os.File
+	extraTmp   string        // Chrome's temp dir when not inside profileDir
+	output     *chromeOutput // Chrome's stdout and stderr
 
 	// ctx is the life of the CDP connection; cancel ends it. rootCtx is the
 	// chromedp context that holds the connected browser; tabs derive from it.
@@ -377,17 +377,26 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 		parentW.Close()
 		return fmt.Errorf("browser: creating the event pipe: %w", err)
 	}
-	// Chrome's output goes to a file, so that no goroutine has to drain it
-	// and no child that inherits it can block Wait.
+	// Chrome's output goes through a pipe of our own into chrome.log, bounded
+	// (chromeOutput); the child gets the pipe as an *os.File, so that exec
+	// starts no copying goroutine that a child holding it could make Wait
+	// wait for.
+	closeAll := func(fs ...*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
+	}
 	logFile, err := os.Create(filepath.Join(b.profileDir, "chrome.log"))
 	if err != nil {
-		childR.Close()
-		parentW.Close()
-		parentR.Close()
-		childW.Close()
+		closeAll(childR, parentW, parentR, childW)
 		return fmt.Errorf("browser: creating the chrome log: %w", err)
 	}
-	b.logFile = logFile
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(childR, parentW, parentR, childW, logFile)
+		return fmt.Errorf("browser: creating the output pipe: %w", err)
+	}
+	b.output = newChromeOutput(outR, logFile)
 
 	cmd := exec.Command(execPath, b.args()...)
 	cmd.Dir = b.profileDir
@@ -401,8 +410,8 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 		"XDG_CACHE_HOME="+filepath.Join(b.profileDir, "xdg-cache"),
 		"TMPDIR="+tmpDir,
 	)
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
+	cmd.Stdout = outW
+	cmd.Stderr = outW
 	cmd.ExtraFiles = []*os.File{childR, childW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Setpgid: true,
@@ -436,6 +445,7 @@ func (b *Browser) start(ctx context.Context, execPath string) error {
 	err = <-started
 	childR.Close()
 	childW.Close()
+	outW.Close()
 	if err != nil {
 		parentR.Close()
 		parentW.Close()
@@ -552,16 +562,14 @@ func (b *Browser) chromedpLog(level zapcore.Level) func(string, ...any) {
 
 // outputTail is the end of Chrome's output, for start errors.
 func (b *Browser) outputTail() string {
-	data, err := os.ReadFile(filepath.Join(b.profileDir, "chrome.log"))
-	if err != nil {
-		return "(unreadable: " + err.Error() + ")"
+	wait := time.Duration(0)
+	select {
+	case <-b.exited:
+		// What it wrote before exiting is still in the pipe for a moment.
+		wait = time.Second
+	default:
 	}
-	const max = 2000
-	s := strings.TrimSpace(string(data))
-	if len(s) > max {
-		s = "…" + s[len(s)-max:]
-	}
-	return s
+	return strings.TrimSpace(b.output.last(wait))
 }
 
 // PID is the process id of Chrome's main process, which is also the id of its

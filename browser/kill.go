@@ -100,8 +100,8 @@ func (b *Browser) kill() error {
 		b.cancel()
 	}
 	b.bg.Wait()
-	if b.logFile != nil {
-		b.logFile.Close()
+	if b.output != nil {
+		_ = b.output.close() // the log is for people; its errors change nothing here
 	}
 	if err := removeAllRetry(b.profileDir); err != nil {
 		errs = append(errs, fmt.Errorf("browser: removing the profile directory: %w", err))

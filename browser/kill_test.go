@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // TestKillIsBoundedWhenChromeIsNotReaped: a Chrome stuck in uninterruptible
@@ -88,5 +90,30 @@ func TestKillSparesOtherProcessesNamingTheProfile(t *testing.T) {
 	}
 	if st.state == 'Z' || st.state == 'X' {
 		t.Fatalf("Kill killed %v, which named the profile but is not Chrome's", tail.Args)
+	}
+}
+
+// TestChromeLogIsBounded: a page's worker logging 24 MB (which no guard in
+// the page reaches) leaves chrome.log at its bound, and the node's last
+// view of Chrome's output current.
+func TestChromeLogIsBounded(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	if _, err := s.Render(context.Background(), Request{URL: e.url("/hostile/worker-log/24"), Wait: Wait{Selector: "#ready"}, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "chrome.log at its bound", func() bool {
+		fi, err := os.Stat(filepath.Join(e.b.ProfileDir(), "chrome.log"))
+		return err == nil && fi.Size() >= maxLogBytes
+	})
+	fi, err := os.Stat(filepath.Join(e.b.ProfileDir(), "chrome.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > maxLogBytes+200 {
+		t.Errorf("chrome.log is %d bytes, over its bound of %d", fi.Size(), maxLogBytes)
+	}
+	if tail := e.b.output.last(0); !strings.Contains(tail, "www") {
+		t.Errorf("the output's tail misses the worker's last messages: %.100q", tail)
 	}
 }

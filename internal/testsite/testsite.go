@@ -100,6 +100,7 @@ func (s *site) routes() {
 	s.isolationRoutes()
 	m.HandleFunc("GET /console", s.console)
 	m.HandleFunc("GET /hostile/console-flood", s.hostileConsoleFlood)
+	m.HandleFunc("GET /hostile/worker-log/{n}", s.hostileWorkerLog)
 	m.HandleFunc("GET /slow/{ms}", s.slow)
 	m.HandleFunc("GET /hang", s.hang)
 	m.HandleFunc("GET /status/{code}", s.status)
@@ -494,6 +495,22 @@ Promise.reject(new Error(big('p')));
 setTimeout(() => { throw new Error(big('t')); }, 0);
 setTimeout(() => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d); }, 50);
 </script></body></html>`, mb))
+}
+
+// hostileWorkerLog: a dedicated worker logs n strings of 1 MB (the page's
+// console guard does not run in workers; Chrome writes their messages to
+// its output), then the page shows #ready.
+func (s *site) hostileWorkerLog(w http.ResponseWriter, r *http.Request) {
+	n, ok := intParam(w, r, "n", 1, 1000)
+	if !ok {
+		return
+	}
+	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Worker log</title></head><body>
+<script>
+const src = 'const s = "w".repeat(1 << 20); for (let i = 0; i < %d; i++) console.log(s); postMessage("done");';
+const wk = new Worker(URL.createObjectURL(new Blob([src], {type: 'text/javascript'})));
+wk.onmessage = () => { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d); };
+</script></body></html>`, n))
 }
 
 func (s *site) console(w http.ResponseWriter, r *http.Request) {
