@@ -241,10 +241,25 @@ func (o *consumerOptions) endpointRules(ctx context.Context, log *zap.Logger) []
 			}
 		}
 		for _, a := range addrs {
-			out = append(out, egress.HostRule(a, ep.port))
+			out = append(out, addrRules(a, ep.port)...)
 		}
 	}
 	return out
+}
+
+// addrRules refuse port on a, and on every loopback address when a is one:
+// Linux answers on all of 127.0.0.0/8 for a service that listens on all
+// addresses (or on 127.0.0.1 and ::1 alike for "localhost"), and an
+// operator who allows a loopback prefix must not open the farm's own
+// services through 127.0.0.2.
+func addrRules(a netip.Addr, port uint16) []egress.Rule {
+	if !a.Unmap().IsLoopback() {
+		return []egress.Rule{egress.HostRule(a, port)}
+	}
+	return []egress.Rule{
+		{Prefix: netip.MustParsePrefix("127.0.0.0/8"), Port: port},
+		egress.HostRule(netip.IPv6Loopback(), port),
+	}
 }
 
 // listenRules are the destinations a listen address answers on: its IP and
@@ -267,7 +282,7 @@ func listenRules(addr string) []egress.Rule {
 	}
 	var out []egress.Rule
 	for _, a := range ips {
-		out = append(out, egress.HostRule(a, uint16(port)))
+		out = append(out, addrRules(a, uint16(port))...)
 	}
 	return out
 }

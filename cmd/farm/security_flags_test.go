@@ -44,6 +44,19 @@ func TestConsumerEgressFlags(t *testing.T) {
 	if rules := listenRules("0.0.0.0:8080"); len(rules) == 0 || !rules[0].Matches(netip.MustParseAddrPort(rules[0].Prefix.Addr().String()+":8080")) {
 		t.Errorf("listenRules(0.0.0.0:8080) = %v, want the machine's addresses on port 8080", rules)
 	}
+	// Loopback allowed on purpose: the health endpoint, listening on every
+	// address, answers on all of 127.0.0.0/8 and on ::1, and stays refused
+	// there; other ports of loopback stay open.
+	o = consumerOptions{allow: "127.0.0.0/8,::1", healthAddr: ":9091"}
+	if p, err = o.egressPolicy(); err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:9091": false, "127.0.0.2:9091": false, "127.1.2.3:9091": false,
+		"[::1]:9091": false, "127.0.0.2:8000": true, "[::1]:8000": true} {
+		if got := p.Allowed(netip.MustParseAddrPort(addr)); got != want {
+			t.Errorf("loopback allowed, health on :9091: %s allowed = %v, want %v", addr, got, want)
+		}
+	}
 }
 
 // TestEgressRefusesTheFarmsOwnEndpoints: the node's public addresses on
