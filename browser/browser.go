@@ -219,7 +219,9 @@ type Browser struct {
 	orphanedTicks atomic.Uint64
 	// contexts counts what became of the wiped contexts (ContextStats).
 	contexts contextCounter
-	pipe     *pipeConn
+	// pipe is the CDP connection; its counts of what it read and dropped
+	// are for tests.
+	pipe *pipeConn
 }
 
 // Launch starts Chrome and connects to it. Chrome runs in its own process

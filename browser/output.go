@@ -76,9 +76,13 @@ func (o *chromeOutput) keep(p []byte) {
 // last returns the end of Chrome's output. If Chrome has exited, it first
 // waits up to wait for the pipe to drain.
 func (o *chromeOutput) last(wait time.Duration) string {
-	select {
-	case <-o.done:
-	case <-time.After(wait):
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		select {
+		case <-o.done:
+		case <-timer.C:
+		}
+		timer.Stop()
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()

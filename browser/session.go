@@ -200,20 +200,18 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 			}()
 			return nil, ctx.Err()
 		}
-		// Tainted after its wipe (a worker or popup the janitor saw late):
-		// not reused.
-		if p.err == nil && !p.t.isBroken() && !p.t.isTainted() {
-			s.countReuse(p.t)
-			return p.t, nil
-		}
-		if p.t != nil && (p.err == nil || errors.Is(p.err, errRetired)) {
+		if p.err == nil || errors.Is(p.err, errRetired) {
+			// Tainted after its wipe (a worker or popup the janitor saw
+			// late): not reused.
+			usable := !p.t.isBroken() && !p.t.isTainted()
 			var err error
-			if p.err != nil && !p.t.isBroken() && !p.t.isTainted() {
+			if usable && p.err != nil {
 				// A job after Retire: the wipe the session skipped runs now.
-				if err = p.t.wipe(ctx); err == nil {
-					s.countReuse(p.t)
-					return p.t, nil
-				}
+				err = p.t.wipe(ctx)
+			}
+			if usable && err == nil {
+				s.countReuse(p.t)
+				return p.t, nil
 			}
 			s.b.contexts.replaced(p.t.replaceReason(err))
 		}

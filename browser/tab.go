@@ -166,8 +166,9 @@ func (t *tab) slim(ctx context.Context) error {
 	if _, err := cdp.Call(ctx, t.t, cdplog.Disable, cdp.Empty{}); err != nil {
 		return fmt.Errorf("Log.disable: %w", err)
 	}
-	// Network.enable again, as chromedp did, with no POST body in the
-	// events (the size counts from 1: 0 is Chrome's "no limit").
+	// Network.enable again, as chromedp did, with no POST body of more
+	// than a byte in the events (TestConsoleFloodIsCutInThePage posts
+	// 16 MB and sees no event near that size).
 	if _, err := cdp.Call(ctx, t.t, network.Enable, network.EnableParams{MaxPostDataSize: ptr[int64](1)}); err != nil {
 		return fmt.Errorf("Network.enable: %w", err)
 	}
