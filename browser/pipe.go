@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/cdproto"
 	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
@@ -47,6 +48,9 @@ var (
 	leadingID       = regexp.MustCompile(`^\{"id":(\d+),`)
 	leadingMethod   = regexp.MustCompile(`^\{"method":"([A-Za-z.]+)"`)
 	trailingSession = regexp.MustCompile(`,"sessionId":"([0-9A-Fa-f]+)"\}\s*$`)
+	// A dialog event's type follows its message and precedes its
+	// hasBrowserHandler and, for a prompt, its default text.
+	trailingDialogType = regexp.MustCompile(`"type":"(alert|confirm|prompt|beforeunload)","hasBrowserHandler":`)
 )
 
 // pipeConn is chromedp's pipe transport with messages from Chrome read in
@@ -93,11 +97,40 @@ func (c *pipeConn) Read(_ context.Context, msg *cdproto.Message) error {
 		if m := leadingMethod.FindSubmatch(b); m != nil {
 			method = string(m[1])
 		}
+		if method == cdproto.EventPageJavascriptDialogOpening {
+			// A dialog stops its page until it is answered: dropped, its
+			// job would wait out its timeout. It passes with its text
+			// replaced; the tab answers it by its type, in the tail unless
+			// the prompt's default text is over the bound too, and then
+			// it is not beforeunload (a page does not choose that text).
+			*msg = cutDialog(size, tail)
+			c.log.Warn("cut a dialog's text over the size bound",
+				zap.Int("bytes", size), zap.Int("bound", maxEventBytes))
+			return nil
+		}
 		c.dropped.Add(1)
 		c.droppedBytes.Add(int64(size))
 		c.log.Warn("dropped an event from Chrome over the size bound",
 			zap.String("method", method), zap.Int("bytes", size), zap.Int("bound", maxEventBytes))
 	}
+}
+
+// cutDialog is the Page.javascriptDialogOpening event over the bound
+// whose size and last bytes are given, with its texts left out.
+func cutDialog(size int, tail []byte) cdproto.Message {
+	typ := page.DialogTypeAlert
+	if m := trailingDialogType.FindSubmatch(tail); m != nil {
+		typ = page.DialogType(m[1])
+	}
+	params, _ := jsonv2.Marshal(page.EventJavascriptDialogOpening{
+		Message: fmt.Sprintf("[browserfarm: the dialog's %d bytes are over the bound]", size),
+		Type:    typ,
+	})
+	msg := cdproto.Message{Method: cdproto.EventPageJavascriptDialogOpening, Params: params}
+	if s := trailingSession.FindSubmatch(tail); s != nil {
+		msg.SessionID = target.SessionID(s[1])
+	}
+	return msg
 }
 
 // next reads one message up to its NUL. Within the bound it returns the

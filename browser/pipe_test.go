@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/cdproto"
+	"github.com/chromedp/cdproto/page"
 	"go.uber.org/zap"
 )
 
@@ -29,6 +30,8 @@ func TestPipeConnBounds(t *testing.T) {
 		`{"id":3,"result":{"data":"` + big + `"},"sessionId":"EF56"}`,
 		``,
 		`{"method":"Page.loadEventFired","params":{"timestamp":1},"sessionId":"AB12"}`,
+		`{"method":"Page.javascriptDialogOpening","params":{"url":"http://a/","frameId":"F","message":"` + big + `","type":"confirm","hasBrowserHandler":true},"sessionId":"AB12"}`,
+		`{"method":"Page.javascriptDialogOpening","params":{"url":"http://a/","frameId":"F","message":"` + big + `","type":"prompt","hasBrowserHandler":true,"defaultPrompt":"` + big + `"},"sessionId":"CD34"}`,
 	}
 	var stream bytes.Buffer
 	for _, m := range msgs {
@@ -59,6 +62,26 @@ func TestPipeConnBounds(t *testing.T) {
 	}
 	if m := read(); m.Method != "Page.loadEventFired" || m.SessionID != "AB12" {
 		t.Fatalf("event after the dropped one: %+v", m)
+	}
+	// A dialog over the bound passes with its texts cut: its page waits
+	// for an answer. Its type is read from the tail, or taken as a kind
+	// the tab dismisses when the tail does not hold it.
+	for _, want := range []struct {
+		session string
+		typ     page.DialogType
+	}{{"AB12", page.DialogTypeConfirm}, {"CD34", page.DialogTypeAlert}} {
+		m := read()
+		if m.Method != cdproto.EventPageJavascriptDialogOpening || string(m.SessionID) != want.session {
+			t.Fatalf("dialog over the bound: %s in %q", m.Method, m.SessionID)
+		}
+		ev, err := cdproto.UnmarshalMessage(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := ev.(*page.EventJavascriptDialogOpening)
+		if d.Type != want.typ || len(d.Message) > 100 || d.DefaultPrompt != "" {
+			t.Errorf("dialog over the bound: type %s, %d bytes of message, %d of prompt; want %s", d.Type, len(d.Message), len(d.DefaultPrompt), want.typ)
+		}
 	}
 	if err := c.Read(context.Background(), &cdproto.Message{}); !errors.Is(err, io.EOF) {
 		t.Fatalf("at the end: %v, want EOF", err)

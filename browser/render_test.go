@@ -316,6 +316,14 @@ func TestPages(t *testing.T) {
 					t.Errorf("page says %s after %d dialogs", res.Data, res.Dialogs)
 				}
 			}},
+		{name: "hostile/alert-over-the-bound", req: Request{URL: u("/hostile/alert?mb=5"), Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('ready').textContent.slice(0, 13)`},
+			// Their events are over the pipe's bound: without their type,
+			// the page would wait for an answer until the job's timeout.
+			check: func(t *testing.T, e *env, res *Result) {
+				if string(res.Data) != `"confirm=false"` || res.Dialogs != 3 {
+					t.Errorf("page says %s after %d dialogs", res.Data, res.Dialogs)
+				}
+			}},
 		{name: "hostile/beforeunload", req: Request{URL: u("/hostile/beforeunload"), Actions: []Action{{Type: ActionClick, Selector: "#touch"}}, Extract: `document.getElementById('ready').textContent`},
 			check: func(t *testing.T, e *env, res *Result) {
 				if string(res.Data) != `"touched"` {

@@ -151,7 +151,7 @@ var paths = [][2]string{
 	{"/redirect/{n}", "n redirects, then /page/0"},
 	{"/redirect-loop", "redirects to itself"},
 	{"/js-redirect/{n}", "a script replaces the location with /page/{n} while loading"},
-	{"/hostile/alert", "alert() and confirm() while loading"},
+	{"/hostile/alert?mb=N", "alert(), confirm() and prompt() while loading (their texts N MB longer)"},
 	{"/hostile/beforeunload", "an onbeforeunload prompt"},
 	{"/hostile/popup", "window.open on load and on click of #open"},
 	{"/hostile/download", "a forced download (Content-Disposition: attachment)"},
@@ -583,11 +583,16 @@ func (s *site) jsRedirect(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *site) hostileAlert(w http.ResponseWriter, r *http.Request) {
+	mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
+	if err != nil || mb < 0 || mb > 256 {
+		mb = 0
+	}
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Alert</title></head><body>
 <script>
-alert('hello from a hostile page');
-var ok = confirm('are you sure?');
-var answer = prompt('your name?', 'default');
+var pad = 'x'.repeat(`+strconv.Itoa(mb)+` << 20);
+alert('hello from a hostile page' + pad);
+var ok = confirm('are you sure?' + pad);
+var answer = prompt('your name?' + pad, 'default' + pad);
 var d = document.createElement('div');
 d.id = 'ready';
 d.textContent = 'confirm=' + ok + ' prompt=' + answer;
