@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
@@ -69,7 +70,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.count(&o.capacity, "capacity", d.Capacity, 1, "concurrent Chrome sessions (jobs) on this node, 1..1000")
 	fs.countOrOff(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace Chrome after this many jobs (off: never)")
 	fs.countOrOff(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, fmt.Sprintf("exit with code %d after this many jobs, to be restarted fresh (off: never)", exitRecycle))
-	fs.countOrOff(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", off, "replace Chrome early when its process tree's PSS passes this many MiB (off: no ceiling)")
+	fs.countOrOffOrAuto(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", fmt.Sprintf("replace Chrome early when its process tree's PSS passes this many MiB (auto: half the memory limit the process runs under, such as a container's, at least %d; none without a limit; off: no ceiling)", minAutoCeilingMB))
 	fs.positive(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
 	fs.positive(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification (with --poll-only and no --wake-url: how often to look at all, default "+farm.DefaultPollOnlyInterval.String()+")")
 	fs.nonNegative(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back (0: none, hand them back at once)")
@@ -287,14 +288,30 @@ func listenRules(addr string) []egress.Rule {
 	return out
 }
 
-// supervisorConfig is the node's Chrome policy from the flags.
+// resolveMemoryCeiling replaces --chrome-memory-ceiling-mb auto with what
+// it stands for under the memory limit read from root (nil: none), and
+// returns that limit (0 if auto was not asked for or found none).
+func (o *consumerOptions) resolveMemoryCeiling(root fs.FS) int64 {
+	if o.memoryCeilingMB != autoCount {
+		return 0
+	}
+	var limit int64
+	if root != nil {
+		limit = cgroupMemoryLimit(root)
+	}
+	o.memoryCeilingMB = autoMemoryCeilingMB(limit)
+	return limit
+}
+
+// supervisorConfig is the node's Chrome policy from the flags, once
+// resolveMemoryCeiling has run.
 func (o *consumerOptions) supervisorConfig(log *zap.Logger) supervisor.Config {
 	cfg := supervisor.DefaultConfig()
 	cfg.Capacity = o.capacity
 	cfg.ChromeRecycleJobs = o.recycleJobs
 	cfg.ExitAfterJobs = o.exitAfterJobs
 	cfg.MemoryCeilingBytes = off
-	if o.memoryCeilingMB != off {
+	if o.memoryCeilingMB > 0 {
 		cfg.MemoryCeilingBytes = int64(o.memoryCeilingMB) << 20
 	}
 	cfg.Browser.ExecPath = o.chrome
@@ -353,6 +370,10 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	defer func() { _ = log.Sync() }()
 	if o.respawn {
 		return runRespawn(ctx, env, args, o.drainTimeout, log)
+	}
+	if limit := o.resolveMemoryCeiling(env.root); limit > 0 {
+		log.Info("chrome memory ceiling from the process's memory limit",
+			zap.Int64("limit_bytes", limit), zap.Int("ceiling_mb", o.memoryCeilingMB))
 	}
 
 	// Under farm's own fleet (`farm up`, --respawn) this process may start

@@ -145,6 +145,13 @@ func (fs *flagSet) countOrOff(p *int, name string, def int, usage string) {
 	fs.Var(countValue{name: name, p: p, min: 1, canOff: true}, name, usage)
 }
 
+// countOrOffOrAuto registers an int flag of at least 1, off or auto, whose
+// default is auto; the caller replaces autoCount once the flags are parsed.
+func (fs *flagSet) countOrOffOrAuto(p *int, name, usage string) {
+	*p = autoCount
+	fs.Var(countValue{name: name, p: p, min: 1, canOff: true, canAuto: true}, name, usage)
+}
+
 // positive registers a duration flag that must be above zero.
 func (fs *flagSet) positive(p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def

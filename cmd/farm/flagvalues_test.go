@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"go.uber.org/zap"
@@ -84,8 +85,11 @@ func TestOffFlagsReachTheConfigs(t *testing.T) {
 	fs := newFlagSet("consumer", "", &bytes.Buffer{})
 	var o consumerOptions
 	o.register(fs)
-	if err := fs.parse([]string{"--chrome-recycle-jobs", "off", "--exit-after-jobs", "off", "--aws-protection-idle-after", "0s"}, func(string) string { return "" }); err != nil {
+	if err := fs.parse([]string{"--chrome-recycle-jobs", "off", "--exit-after-jobs", "off", "--chrome-memory-ceiling-mb", "off", "--aws-protection-idle-after", "0s"}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
+	}
+	if o.resolveMemoryCeiling(fstest.MapFS{}) != 0 {
+		t.Error("off read a memory limit")
 	}
 	cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop())
 	if cfg.Supervisor.ChromeRecycleJobs != supervisor.Off || cfg.Supervisor.ExitAfterJobs != supervisor.Off ||

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,6 +43,9 @@ type environment struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	args0          string // path of this binary, for `farm up` to start consumers
+	// root is the machine's file system, where the limits the process
+	// runs under are read (cgroupMemoryLimit); nil reads none.
+	root fs.FS
 }
 
 func commands() []command {
@@ -62,7 +66,7 @@ func commands() []command {
 
 func main() {
 	os.Exit(realMain(os.Args, &environment{
-		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, args0: os.Args[0],
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, args0: os.Args[0], root: os.DirFS("/"),
 	}))
 }
 

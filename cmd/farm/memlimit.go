@@ -1,0 +1,94 @@
+package main
+
+import (
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// minAutoCeilingMB is the least ceiling --chrome-memory-ceiling-mb auto
+// sets: a headless shell's tree with six sessions of ordinary pages holds
+// 400-500 MB (the README's soak), and a ceiling under that would retire
+// every Chrome at its first sample.
+const minAutoCeilingMB = 1024
+
+// autoMemoryCeilingMB is what --chrome-memory-ceiling-mb auto stands for
+// under a memory limit of limit bytes (0: none): half of it, so that a
+// Chrome growing towards the limit (a page that leaks) is replaced while
+// its replacement still fits beside it, and not under minAutoCeilingMB;
+// off without a limit.
+func autoMemoryCeilingMB(limit int64) int {
+	if limit <= 0 {
+		return off
+	}
+	return max(int(limit>>20)/2, minAutoCeilingMB)
+}
+
+// unlimitedV1 is the least value cgroup v1 reports for "no limit"
+// (PAGE_COUNTER_MAX in bytes, rounded to the page size, is just under
+// 2^63).
+const unlimitedV1 = 1 << 62
+
+// cgroupMemoryLimit is the memory limit this process runs under: the lowest
+// limit on the path from its cgroup, as proc/self/cgroup names it, up to the
+// hierarchy's root — memory.max under cgroup v2, memory.limit_in_bytes under
+// v1's memory controller (which a hybrid host uses when it has it). 0 means
+// none: no limit is set, or nothing says so. fsys is the machine's root.
+func cgroupMemoryLimit(fsys fs.FS) int64 {
+	data, err := fs.ReadFile(fsys, "proc/self/cgroup")
+	if err != nil {
+		return 0
+	}
+	var v1, v2 string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		id, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		controllers, p, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case id == "0" && controllers == "":
+			v2 = p
+		case slices.Contains(strings.Split(controllers, ","), "memory"):
+			v1 = p
+		}
+	}
+	switch {
+	case v1 != "":
+		return lowestLimit(fsys, "sys/fs/cgroup/memory", v1, "memory.limit_in_bytes")
+	case v2 != "":
+		return lowestLimit(fsys, "sys/fs/cgroup", v2, "memory.max")
+	}
+	return 0
+}
+
+// lowestLimit is the lowest limit in file of the cgroup at p of the
+// hierarchy mounted at mount and of each of its ancestors. A container with
+// a cgroup namespace of its own sees its cgroup as the root ("/"); one
+// without may be shown a host path its mount does not have, and then its
+// own cgroup is the mount's root, which is read instead.
+func lowestLimit(fsys fs.FS, mount, p, file string) int64 {
+	dir := func(p string) string { return path.Join(mount, strings.TrimPrefix(path.Clean(p), "/")) }
+	if _, err := fs.Stat(fsys, dir(p)); err != nil {
+		p = "/"
+	}
+	var lowest int64
+	for {
+		if b, err := fs.ReadFile(fsys, path.Join(dir(p), file)); err == nil {
+			n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			// "max" (v2) and v1's huge numbers are no limit.
+			if err == nil && n > 0 && n < unlimitedV1 && (lowest == 0 || n < lowest) {
+				lowest = n
+			}
+		}
+		if p == "/" || p == "." || p == "" {
+			return lowest
+		}
+		p = path.Dir(p)
+	}
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+	"testing/fstest"
+
+	"go.uber.org/zap"
+)
+
+func TestCgroupMemoryLimit(t *testing.T) {
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		name string
+		fs   fstest.MapFS
+		want int64
+	}{
+		{"no proc", fstest.MapFS{}, 0},
+		{"v2, a container's own namespace", fstest.MapFS{
+			"proc/self/cgroup":           file("0::/\n"),
+			"sys/fs/cgroup/memory.max":   file("4294967296\n"),
+			"sys/fs/cgroup/cgroup.procs": file("1\n"),
+		}, 4 * gib},
+		{"v2, no limit", fstest.MapFS{
+			"proc/self/cgroup":         file("0::/\n"),
+			"sys/fs/cgroup/memory.max": file("max\n"),
+		}, 0},
+		{"v2, a systemd service under a lower slice limit", fstest.MapFS{
+			"proc/self/cgroup": file("0::/farm.slice/farm-consumer.service\n"),
+			"sys/fs/cgroup/farm.slice/farm-consumer.service/memory.max": file("max\n"),
+			"sys/fs/cgroup/farm.slice/memory.max":                       file("3221225472\n"),
+		}, 3 * gib},
+		{"v2, the service's own limit under a higher one", fstest.MapFS{
+			"proc/self/cgroup": file("0::/kubepods/burstable/pod1/c1\n"),
+			"sys/fs/cgroup/kubepods/burstable/pod1/c1/memory.max": file("2147483648\n"),
+			"sys/fs/cgroup/kubepods/burstable/pod1/memory.max":    file("4294967296\n"),
+			"sys/fs/cgroup/kubepods/memory.max":                   file("max\n"),
+		}, 2 * gib},
+		{"v2, a host path the container does not mount: its own root", fstest.MapFS{
+			"proc/self/cgroup":         file("0::/kubepods/pod1/c1\n"),
+			"sys/fs/cgroup/memory.max": file("1073741824\n"),
+		}, gib},
+		{"v1 on a hybrid host (memory under v1, the rest of v2 unified)", fstest.MapFS{
+			"proc/self/cgroup": file("9:name=systemd:/\n4:memory:/process_api/c7b9\n0::/\n"),
+			"sys/fs/cgroup/memory/process_api/c7b9/memory.limit_in_bytes": file("9223372036854771712\n"),
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":                  file("9223372036854771712\n"),
+			"sys/fs/cgroup/memory.max":                                    file("1073741824\n"),
+		}, 0},
+		{"v1 with a limit, controllers joined", fstest.MapFS{
+			"proc/self/cgroup": file("5:memory,hugetlb:/docker/abc\n"),
+			"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": file("536870912\n"),
+			"sys/fs/cgroup/memory/docker/memory.limit_in_bytes":     file("9223372036854771712\n"),
+		}, gib / 2},
+		{"unreadable limit", fstest.MapFS{
+			"proc/self/cgroup":         file("0::/\n"),
+			"sys/fs/cgroup/memory.max": file("lots\n"),
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cgroupMemoryLimit(tc.fs); got != tc.want {
+				t.Errorf("limit %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAutoMemoryCeiling(t *testing.T) {
+	for _, tc := range []struct {
+		limit int64
+		want  int
+	}{
+		{0, off},
+		{4 << 30, 2048},
+		{16 << 30, 8192},
+		{1 << 30, minAutoCeilingMB},
+		{1536 << 20, minAutoCeilingMB},
+	} {
+		if got := autoMemoryCeilingMB(tc.limit); got != tc.want {
+			t.Errorf("limit %d: ceiling %d MiB, want %d", tc.limit, got, tc.want)
+		}
+	}
+	// The flag's default is auto, resolved from the machine's root; an
+	// explicit number is kept.
+	fs := newFlagSet("consumer", "", &bytes.Buffer{})
+	var o consumerOptions
+	o.register(fs)
+	if err := fs.parse(nil, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	root := fstest.MapFS{
+		"proc/self/cgroup":         &fstest.MapFile{Data: []byte("0::/\n")},
+		"sys/fs/cgroup/memory.max": &fstest.MapFile{Data: []byte("4294967296\n")},
+	}
+	if limit := o.resolveMemoryCeiling(root); limit != 4<<30 || o.memoryCeilingMB != 2048 {
+		t.Errorf("auto under 4 GiB: limit %d, ceiling %d MiB", limit, o.memoryCeilingMB)
+	}
+	if got := o.supervisorConfig(zap.NewNop()).MemoryCeilingBytes; got != 2048<<20 {
+		t.Errorf("MemoryCeilingBytes %d", got)
+	}
+	o = consumerOptions{}
+	fs = newFlagSet("consumer", "", &bytes.Buffer{})
+	o.register(fs)
+	if err := fs.parse([]string{"--chrome-memory-ceiling-mb", "700"}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if o.resolveMemoryCeiling(root); o.memoryCeilingMB != 700 {
+		t.Errorf("an explicit 700 became %d", o.memoryCeilingMB)
+	}
+}
