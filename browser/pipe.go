@@ -25,8 +25,9 @@ import (
 // 256 MB console argument: 2.9 GB in this process), so one page could make
 // the node run out of memory. The pipe reads each message in bounded
 // memory instead: an event over maxEventBytes is dropped (nothing the
-// farm needs from an event is that large), and an answer over
-// Options.MaxMessageBytes reaches its caller as an error.
+// farm needs from an event is that large) but for a dialog, which passes
+// with its text cut, and an answer over Options.MaxMessageBytes reaches
+// its caller as an error.
 const (
 	// maxEventBytes bounds an event. The farm reads URLs (at most 2 MB in
 	// Chrome), headers and short texts from events.

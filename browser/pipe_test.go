@@ -19,7 +19,8 @@ type nopWriteCloser struct{ io.Writer }
 func (nopWriteCloser) Close() error { return nil }
 
 // TestPipeConnBounds: within their bounds, messages pass as chromedp's pipe
-// passes them; an event over its bound is dropped, an answer over its bound
+// passes them; an event over its bound is dropped (a dialog's passes with
+// its text cut), an answer over its bound
 // reaches its caller, in its session, as an error; the stream goes on.
 func TestPipeConnBounds(t *testing.T) {
 	big := strings.Repeat("x", maxEventBytes)
