@@ -290,17 +290,16 @@ func listenRules(addr string) []egress.Rule {
 
 // resolveMemoryCeiling replaces --chrome-memory-ceiling-mb auto with what
 // it stands for under the memory limit read from root (nil: none), and
-// returns that limit (0 if auto was not asked for or found none).
-func (o *consumerOptions) resolveMemoryCeiling(root fs.FS) int64 {
+// returns that limit (0: none found) and whether auto was asked for.
+func (o *consumerOptions) resolveMemoryCeiling(root fs.FS) (limit int64, auto bool) {
 	if o.memoryCeilingMB != autoCount {
-		return 0
+		return 0, false
 	}
-	var limit int64
 	if root != nil {
 		limit = cgroupMemoryLimit(root)
 	}
 	o.memoryCeilingMB = autoMemoryCeilingMB(limit)
-	return limit
+	return limit, true
 }
 
 // supervisorConfig is the node's Chrome policy from the flags, once
@@ -371,9 +370,11 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	if o.respawn {
 		return runRespawn(ctx, env, args, o.drainTimeout, log)
 	}
-	if limit := o.resolveMemoryCeiling(env.root); limit > 0 {
+	if limit, auto := o.resolveMemoryCeiling(env.root); auto && limit > 0 {
 		log.Info("chrome memory ceiling from the process's memory limit",
 			zap.Int64("limit_bytes", limit), zap.Int("ceiling_mb", o.memoryCeilingMB))
+	} else if auto {
+		log.Info("no memory limit found: no chrome memory ceiling")
 	}
 
 	// Under farm's own fleet (`farm up`, --respawn) this process may start

@@ -88,7 +88,7 @@ func TestOffFlagsReachTheConfigs(t *testing.T) {
 	if err := fs.parse([]string{"--chrome-recycle-jobs", "off", "--exit-after-jobs", "off", "--chrome-memory-ceiling-mb", "off", "--aws-protection-idle-after", "0s"}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	if o.resolveMemoryCeiling(fstest.MapFS{}) != 0 {
+	if _, auto := o.resolveMemoryCeiling(fstest.MapFS{}); auto {
 		t.Error("off read a memory limit")
 	}
 	cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop())

@@ -26,6 +26,21 @@ func autoMemoryCeilingMB(limit int64) int {
 	return max(int(limit>>20)/2, minAutoCeilingMB)
 }
 
+// fleetMemoryCeiling is the --chrome-memory-ceiling-mb of each of the n
+// consumers `farm up` runs: they share its memory limit, which auto in each
+// would take whole, so auto stands for a share of it here; a number or off
+// set in the environment is passed on.
+func fleetMemoryCeiling(env *environment, n int) string {
+	if v := env.getenv("FARM_CHROME_MEMORY_CEILING_MB"); v != "" && v != autoWord {
+		return v
+	}
+	var limit int64
+	if env.root != nil {
+		limit = cgroupMemoryLimit(env.root)
+	}
+	return orOff(autoMemoryCeilingMB(limit / int64(max(n, 1))))
+}
+
 // unlimitedV1 is the least value cgroup v1 reports for "no limit"
 // (PAGE_COUNTER_MAX in bytes, rounded to the page size, is just under
 // 2^63).
@@ -58,14 +73,18 @@ func cgroupMemoryLimit(fsys fs.FS) int64 {
 			v1 = p
 		}
 	}
-	switch {
-	case v1 != "":
-		return lowestLimit(fsys, "sys/fs/cgroup/memory", v1, "memory.limit_in_bytes")
-	case v2 != "":
+	// A v1 memory controller the process cannot see mounted where it
+	// looks leaves the v2 hierarchy, if any, to say.
+	if _, err := fs.Stat(fsys, v1Mount); v1 != "" && err == nil {
+		return lowestLimit(fsys, v1Mount, v1, "memory.limit_in_bytes")
+	}
+	if v2 != "" {
 		return lowestLimit(fsys, "sys/fs/cgroup", v2, "memory.max")
 	}
 	return 0
 }
+
+const v1Mount = "sys/fs/cgroup/memory"
 
 // lowestLimit is the lowest limit in file of the cgroup at p of the
 // hierarchy mounted at mount and of each of its ancestors. A container with

@@ -52,6 +52,10 @@ func TestCgroupMemoryLimit(t *testing.T) {
 			"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": file("536870912\n"),
 			"sys/fs/cgroup/memory/docker/memory.limit_in_bytes":     file("9223372036854771712\n"),
 		}, gib / 2},
+		{"v1 listed but not mounted: v2 says", fstest.MapFS{
+			"proc/self/cgroup":         file("4:memory:/x\n0::/\n"),
+			"sys/fs/cgroup/memory.max": file("1073741824\n"),
+		}, gib},
 		{"unreadable limit", fstest.MapFS{
 			"proc/self/cgroup":         file("0::/\n"),
 			"sys/fs/cgroup/memory.max": file("lots\n"),
@@ -92,7 +96,7 @@ func TestAutoMemoryCeiling(t *testing.T) {
 		"proc/self/cgroup":         &fstest.MapFile{Data: []byte("0::/\n")},
 		"sys/fs/cgroup/memory.max": &fstest.MapFile{Data: []byte("4294967296\n")},
 	}
-	if limit := o.resolveMemoryCeiling(root); limit != 4<<30 || o.memoryCeilingMB != 2048 {
+	if limit, auto := o.resolveMemoryCeiling(root); limit != 4<<30 || !auto || o.memoryCeilingMB != 2048 {
 		t.Errorf("auto under 4 GiB: limit %d, ceiling %d MiB", limit, o.memoryCeilingMB)
 	}
 	if got := o.supervisorConfig(zap.NewNop()).MemoryCeilingBytes; got != 2048<<20 {
@@ -104,7 +108,37 @@ func TestAutoMemoryCeiling(t *testing.T) {
 	if err := fs.parse([]string{"--chrome-memory-ceiling-mb", "700"}, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	if o.resolveMemoryCeiling(root); o.memoryCeilingMB != 700 {
+	if _, auto := o.resolveMemoryCeiling(root); auto || o.memoryCeilingMB != 700 {
 		t.Errorf("an explicit 700 became %d", o.memoryCeilingMB)
+	}
+}
+
+func TestFleetMemoryCeiling(t *testing.T) {
+	root := fstest.MapFS{
+		"proc/self/cgroup":         &fstest.MapFile{Data: []byte("0::/\n")},
+		"sys/fs/cgroup/memory.max": &fstest.MapFile{Data: []byte("8589934592\n")}, // 8 GiB
+	}
+	for _, tc := range []struct {
+		name string
+		set  string
+		root fstest.MapFS
+		n    int
+		want string
+	}{
+		{"auto shares the limit", "", root, 4, "1024"},
+		{"auto, two consumers", "auto", root, 2, "2048"},
+		{"no limit", "", fstest.MapFS{}, 2, "off"},
+		{"a number is passed on", "700", root, 4, "700"},
+		{"off is passed on", "off", root, 4, "off"},
+	} {
+		env := &environment{root: tc.root, getenv: func(k string) string {
+			if k == "FARM_CHROME_MEMORY_CEILING_MB" {
+				return tc.set
+			}
+			return ""
+		}}
+		if got := fleetMemoryCeiling(env, tc.n); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -278,16 +278,17 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		childOut[i] = events.watch(w)
 	}
 	consumerEnv := consumerEnvironment(os.Environ(), map[string]string{
-		"FARM_DATABASE_URL":        dbURL,
-		"FARM_CAPACITY":            strconv.Itoa(uo.capacity),
-		"FARM_CHROME_RECYCLE_JOBS": orOff(uo.recycleJobs),
-		"FARM_EXIT_AFTER_JOBS":     orOff(uo.exitAfter),
-		"FARM_DRAIN_TIMEOUT":       uo.drain.String(),
-		"FARM_LOG_FORMAT":          "json",
-		"FARM_LOG_LEVEL":           lo.level,
-		"FARM_CHROME":              uo.chrome,
-		"FARM_HEARTBEAT_INTERVAL":  uo.heartbeat.String(),
-		"FARM_ALLOW_DESTINATION":   uo.allow,
+		"FARM_CHROME_MEMORY_CEILING_MB": fleetMemoryCeiling(env, uo.consumers),
+		"FARM_DATABASE_URL":             dbURL,
+		"FARM_CAPACITY":                 strconv.Itoa(uo.capacity),
+		"FARM_CHROME_RECYCLE_JOBS":      orOff(uo.recycleJobs),
+		"FARM_EXIT_AFTER_JOBS":          orOff(uo.exitAfter),
+		"FARM_DRAIN_TIMEOUT":            uo.drain.String(),
+		"FARM_LOG_FORMAT":               "json",
+		"FARM_LOG_LEVEL":                lo.level,
+		"FARM_CHROME":                   uo.chrome,
+		"FARM_HEARTBEAT_INTERVAL":       uo.heartbeat.String(),
+		"FARM_ALLOW_DESTINATION":        uo.allow,
 		// The producer's own address is never a job's destination.
 		"FARM_DENY_DESTINATION": strings.Trim(os.Getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),
 		"FARM_BLOB_STORE":       po.blobs.url,
