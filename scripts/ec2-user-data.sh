@@ -64,28 +64,38 @@ chmod 0640 /etc/browserfarm/consumer.env
 
 cat > /etc/systemd/system/farm-consumer.service <<'UNIT'
 [Unit]
-Description=browserfarm consumer node
+Description=browserfarm consumer node (headless Chrome scraping)
+Documentation=https://github.com/browserfarm/browserfarm
 Wants=network-online.target
 After=network-online.target
 # Never give up restarting a node that keeps failing (the database away).
 StartLimitIntervalSec=0
 
 [Service]
+Type=simple
 User=farm
 Group=farm
 EnvironmentFile=/etc/browserfarm/consumer.env
-# Recycles (exit 75) happen inside: the parent restarts its consumer child at
-# once, its successor standing by; RestartSec would delay each of them.
 Environment=FARM_RESPAWN=true
 ExecStart=/usr/local/bin/farm consumer
 Restart=on-failure
 RestartSec=2
 SuccessExitStatus=75
-# Exit 2 is a bad configuration: restarting cannot mend it.
 RestartPreventExitStatus=2
+# SIGTERM drains: in-flight jobs finish (bounded by --drain-timeout), unstarted ones are handed back.
 KillSignal=SIGTERM
 TimeoutStopSec=120
+# SIGTERM goes to the consumer alone, which drains (its Chrome keeps rendering
+# the in-flight jobs) and kills its Chrome itself; whatever is still in the
+# unit's cgroup after TimeoutStopSec gets SIGKILL.
 KillMode=mixed
+PrivateTmp=true
+NoNewPrivileges=true
+ProtectSystem=strict
+ProtectHome=true
+ReadWritePaths=/tmp
+MemoryMax=8G
+TasksMax=4096
 LimitNOFILE=65536
 # A replacement Chrome boots at nice 10 while the old one serves, and gets
 # its priority back when it takes over; raising a priority needs this limit

@@ -61,3 +61,31 @@ func TestSystemdUnitsRespawn(t *testing.T) {
 		}
 	}
 }
+
+// TestEC2UserDataUnitIsTheSystemdUnit: the EC2 user data writes the
+// systemd unit from a copy of its own (it runs on an instance without the
+// repository), which must be the unit, hardening and memory limit included,
+// not a drifting variant of it.
+func TestEC2UserDataUnitIsTheSystemdUnit(t *testing.T) {
+	unit, err := os.ReadFile("../../scripts/farm-consumer.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("../../scripts/ec2-user-data.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const open = "cat > /etc/systemd/system/farm-consumer.service <<'UNIT'\n"
+	_, copied, ok := strings.Cut(string(data), open)
+	if !ok {
+		t.Fatalf("ec2-user-data.sh writes no farm-consumer.service (%q)", open)
+	}
+	copied, _, ok = strings.Cut(copied, "\nUNIT\n")
+	if !ok {
+		t.Fatal("ec2-user-data.sh: the unit's here-document does not end")
+	}
+	want := string(unit[strings.Index(string(unit), "[Unit]"):])
+	if strings.TrimSpace(copied) != strings.TrimSpace(want) {
+		t.Errorf("ec2-user-data.sh's unit differs from scripts/farm-consumer.service from [Unit] on; it should read:\n%s", want)
+	}
+}
