@@ -198,11 +198,11 @@ const jsConsoleGuard = `(() => {
   globalThis.addEventListener('error', e => {
     if (!(e instanceof ErrorEvent)) return; // a resource's load error
     e.preventDefault();
-    report.call(c, marker + cut(e.error !== undefined ? text(e.error) : String(e.message)));
+    report.call(c, marker + cutText(e.error !== undefined ? text(e.error) : String(e.message)));
   }, true);
   globalThis.addEventListener('unhandledrejection', e => {
     e.preventDefault();
-    report.call(c, marker + cut(text(e.reason)));
+    report.call(c, marker + cutText(text(e.reason)));
   }, true);
 })()`
 

@@ -46,6 +46,7 @@ const (
 const errCodeTooLarge = -32099
 
 var (
+	answerPrefix    = []byte(`{"id":`)
 	leadingID       = regexp.MustCompile(`^\{"id":(\d+),`)
 	leadingMethod   = regexp.MustCompile(`^\{"method":"([A-Za-z.]+)"`)
 	trailingSession = regexp.MustCompile(`,"sessionId":"([0-9A-Fa-f]+)"\}\s*$`)
@@ -137,16 +138,18 @@ func cutDialog(size int, tail []byte) cdproto.Message {
 // next reads one message up to its NUL. Within the bound it returns the
 // message (tail nil). Past it, it returns the message's first bytes, its
 // size and its last keepTail bytes, having read the rest without keeping
-// it. The bound is the answers' until the message shows it is an event.
+// it. The first chunk tells an answer from an event: the reader's buffer
+// holds far more than a message's opening.
 func (c *pipeConn) next() (head []byte, size int, tail []byte, err error) {
-	// A new buffer per message, as chromedp's pipe has: the decoded
-	// message may keep parts of it.
-	var buf []byte
-	bound := max(c.maxReply, maxEventBytes)
-	decided := false
-	var over bool
-	var ring []byte
-	for {
+	// The chunks of a message within its bound, each copied once and
+	// joined once at the end: a new buffer per message, as chromedp's
+	// pipe has (the decoded message may keep parts of it), without
+	// regrowing one buffer through a large answer.
+	var pieces [][]byte
+	var ring []byte // past the bound: the message's last bytes
+	over := false
+	bound := maxEventBytes
+	for first := true; ; first = false {
 		chunk, rerr := c.br.ReadSlice(0)
 		done := rerr == nil
 		if rerr != nil && rerr != bufio.ErrBufferFull {
@@ -158,35 +161,44 @@ func (c *pipeConn) next() (head []byte, size int, tail []byte, err error) {
 		if done {
 			chunk = chunk[:len(chunk)-1] // the NUL
 		}
+		if first && bytes.HasPrefix(chunk, answerPrefix) {
+			bound = c.maxReply
+		}
 		size += len(chunk)
-		c.read.Add(int64(len(chunk)))
-		if !over {
-			buf = append(buf, chunk...)
-			if !decided && len(buf) >= 16 {
-				decided = true
-				if !leadingID.Match(buf) {
-					bound = maxEventBytes
-				} else {
-					bound = c.maxReply
-				}
-			}
-			if len(buf) > bound {
-				over = true
-				ring = append(ring, buf[max(0, len(buf)-keepTail):]...)
-				buf = buf[:min(len(buf), 256)]
-			}
-		} else {
+		switch {
+		case over:
 			ring = append(ring, chunk...)
-			if len(ring) > 4*keepTail {
-				ring = append(ring[:0], ring[len(ring)-keepTail:]...)
+		case size > bound:
+			over = true
+			opening := chunk
+			if len(pieces) > 0 {
+				opening = pieces[0]
+				last := pieces[len(pieces)-1]
+				ring = append(ring, last[max(0, len(last)-keepTail):]...)
 			}
+			head = bytes.Clone(opening[:min(len(opening), 256)])
+			ring = append(ring, chunk...)
+			pieces = nil
+		default:
+			pieces = append(pieces, bytes.Clone(chunk))
+		}
+		if len(ring) > 4*keepTail {
+			ring = append(ring[:0], ring[len(ring)-keepTail:]...)
 		}
 		if done {
 			break
 		}
 	}
-	if !over {
-		return buf, size, nil, nil
+	c.read.Add(int64(size))
+	if over {
+		return head, size, ring[max(0, len(ring)-keepTail):], nil
 	}
-	return buf, size, ring[max(0, len(ring)-keepTail):], nil
+	if len(pieces) == 1 {
+		return pieces[0], size, nil, nil
+	}
+	msg := make([]byte, 0, size)
+	for _, p := range pieces {
+		msg = append(msg, p...)
+	}
+	return msg, size, nil, nil
 }

@@ -317,9 +317,9 @@ func (s *Supervisor) Stats() Stats {
 	}
 	live := s.liveLocked()
 	st.Chromes = len(live)
-	st.ChromePSSBytes = s.livePSSLocked()
 	st.Contexts = s.counts.contexts
 	for _, c := range live {
+		st.ChromePSSBytes += c.pss
 		st.Contexts.Add(c.proc.ContextStats())
 	}
 	return st

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -242,7 +243,7 @@ func (o *consumerOptions) endpointRules(ctx context.Context, log *zap.Logger) []
 			}
 		}
 		for _, a := range addrs {
-			out = append(out, addrRules(a, ep.port)...)
+			out = addrRules(out, a, ep.port)
 		}
 	}
 	return out
@@ -253,14 +254,22 @@ func (o *consumerOptions) endpointRules(ctx context.Context, log *zap.Logger) []
 // addresses (or on 127.0.0.1 and ::1 alike for "localhost"), and an
 // operator who allows a loopback prefix must not open the farm's own
 // services through 127.0.0.2.
-func addrRules(a netip.Addr, port uint16) []egress.Rule {
-	if !a.Unmap().IsLoopback() {
-		return []egress.Rule{egress.HostRule(a, port)}
+// They are appended to out unless out has them already (127.0.0.1 and ::1
+// of one listener or host give the same pair).
+func addrRules(out []egress.Rule, a netip.Addr, port uint16) []egress.Rule {
+	rules := []egress.Rule{egress.HostRule(a, port)}
+	if a.Unmap().IsLoopback() {
+		rules = []egress.Rule{
+			{Prefix: netip.MustParsePrefix("127.0.0.0/8"), Port: port},
+			egress.HostRule(netip.IPv6Loopback(), port),
+		}
 	}
-	return []egress.Rule{
-		{Prefix: netip.MustParsePrefix("127.0.0.0/8"), Port: port},
-		egress.HostRule(netip.IPv6Loopback(), port),
+	for _, r := range rules {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
 	}
+	return out
 }
 
 // listenRules are the destinations a listen address answers on: its IP and
@@ -283,7 +292,7 @@ func listenRules(addr string) []egress.Rule {
 	}
 	var out []egress.Rule
 	for _, a := range ips {
-		out = append(out, addrRules(a, uint16(port))...)
+		out = addrRules(out, a, uint16(port))
 	}
 	return out
 }
@@ -295,9 +304,7 @@ func (o *consumerOptions) resolveMemoryCeiling(root fs.FS) (limit int64, auto bo
 	if o.memoryCeilingMB != autoCount {
 		return 0, false
 	}
-	if root != nil {
-		limit = cgroupMemoryLimit(root)
-	}
+	limit = cgroupMemoryLimit(root)
 	o.memoryCeilingMB = autoMemoryCeilingMB(limit)
 	return limit, true
 }

@@ -34,11 +34,7 @@ func fleetMemoryCeiling(env *environment, n int) string {
 	if v := env.getenv("FARM_CHROME_MEMORY_CEILING_MB"); v != "" && v != autoWord {
 		return v
 	}
-	var limit int64
-	if env.root != nil {
-		limit = cgroupMemoryLimit(env.root)
-	}
-	return orOff(autoMemoryCeilingMB(limit / int64(max(n, 1))))
+	return orOff(autoMemoryCeilingMB(cgroupMemoryLimit(env.root) / int64(max(n, 1))))
 }
 
 // unlimitedV1 is the least value cgroup v1 reports for "no limit"
@@ -50,8 +46,12 @@ const unlimitedV1 = 1 << 62
 // limit on the path from its cgroup, as proc/self/cgroup names it, up to the
 // hierarchy's root — memory.max under cgroup v2, memory.limit_in_bytes under
 // v1's memory controller (which a hybrid host uses when it has it). 0 means
-// none: no limit is set, or nothing says so. fsys is the machine's root.
+// none: no limit is set, or nothing says so. fsys is the machine's root
+// (nil: none to read).
 func cgroupMemoryLimit(fsys fs.FS) int64 {
+	if fsys == nil {
+		return 0
+	}
 	data, err := fs.ReadFile(fsys, "proc/self/cgroup")
 	if err != nil {
 		return 0

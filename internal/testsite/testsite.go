@@ -243,12 +243,7 @@ func (s *site) page(kind string) http.HandlerFunc {
 		}
 		leakJS := ""
 		if kind == kindLeak {
-			mb := s.opts.LeakMB
-			if v := r.URL.Query().Get("mb"); v != "" {
-				if x, err := strconv.Atoi(v); err == nil && x >= 0 && x <= 1024 {
-					mb = x
-				}
-			}
+			mb := queryInt(r, "mb", 0, 1024, s.opts.LeakMB)
 			leakJS = strings.ReplaceAll(leakScript, "{{MB}}", strconv.Itoa(mb))
 		}
 		js := strings.NewReplacer(
@@ -296,12 +291,7 @@ func (s *site) apiItem(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	items := s.opts.Items
-	if v := r.URL.Query().Get("items"); v != "" {
-		if x, err := strconv.Atoi(v); err == nil && x >= 0 && x <= 100000 {
-			items = x
-		}
-	}
+	items := queryInt(r, "items", 0, 100000, s.opts.Items)
 	if !s.sleep(r, queryMillis(r, "delay")) {
 		return
 	}
@@ -475,10 +465,7 @@ var d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; 
 }
 
 func (s *site) hostileConsoleFlood(w http.ResponseWriter, r *http.Request) {
-	mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
-	if err != nil || mb < 1 || mb > 512 {
-		mb = 16
-	}
+	mb := queryInt(r, "mb", 1, 512, 16)
 	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Console flood</title></head><body>
 <script>
 const big = c => c.repeat(%d * 1024 * 1024);
@@ -583,10 +570,7 @@ func (s *site) jsRedirect(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *site) hostileAlert(w http.ResponseWriter, r *http.Request) {
-	mb, err := strconv.Atoi(r.URL.Query().Get("mb"))
-	if err != nil || mb < 0 || mb > 256 {
-		mb = 0
-	}
+	mb := queryInt(r, "mb", 0, 256, 0)
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Alert</title></head><body>
 <script>
 var pad = 'x'.repeat(`+strconv.Itoa(mb)+` << 20);
@@ -717,6 +701,16 @@ func queryMillis(r *http.Request, name string) time.Duration {
 		return 0
 	}
 	return time.Duration(v) * time.Millisecond
+}
+
+// queryInt is the query parameter name as an integer in [lo, hi], or def
+// when it is absent or not one.
+func queryInt(r *http.Request, name string, lo, hi, def int) int {
+	v, err := strconv.Atoi(r.URL.Query().Get(name))
+	if err != nil || v < lo || v > hi {
+		return def
+	}
+	return v
 }
 
 func intParam(w http.ResponseWriter, r *http.Request, name string, lo, hi int) (int, bool) {
