@@ -539,15 +539,17 @@ func TestUnitBlobStoreDown(t *testing.T) {
 // default bound, and up to what its extract cap lets a value be, escaped.
 func TestMessageBound(t *testing.T) {
 	for _, tc := range []struct {
-		dataBytes int
-		want      int
+		dataBytes, screenshotBytes int
+		want                       int
 	}{
-		{0, browser.DefaultMaxMessageBytes},
-		{jobqueue.DefaultMaxDataBytes, browser.DefaultMaxMessageBytes},
-		{64 << 20, 6*(64<<20) + 1<<20},
+		{0, 0, browser.DefaultMaxMessageBytes},
+		{jobqueue.DefaultMaxDataBytes, jobqueue.DefaultMaxScreenshotBytes, browser.DefaultMaxMessageBytes},
+		{64 << 20, 0, 6*(64<<20) + 1<<20},
+		// A 96 MiB PNG is 128 MiB of base64.
+		{0, 96 << 20, 128<<20 + 1<<20},
 	} {
-		if got := messageBound(jobqueue.ResultLimits{DataBytes: tc.dataBytes}); got != tc.want {
-			t.Errorf("data_bytes %d: bound %d, want %d", tc.dataBytes, got, tc.want)
+		if got := messageBound(jobqueue.ResultLimits{DataBytes: tc.dataBytes, ScreenshotBytes: tc.screenshotBytes}); got != tc.want {
+			t.Errorf("data_bytes %d, screenshot_bytes %d: bound %d, want %d", tc.dataBytes, tc.screenshotBytes, got, tc.want)
 		}
 	}
 }

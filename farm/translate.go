@@ -64,12 +64,13 @@ func limitRequest(req *browser.Request, l jobqueue.ResultLimits) {
 }
 
 // messageBound is the largest answer from Chrome a node reads
-// (browser.Options.MaxMessageBytes): the browser's default, or more when
-// the extract cap lets a value exceed it. The page measures the value's
-// JSON against the cap, and Chrome sends that JSON as a string: escaped,
-// up to 6 bytes a character (\u00XX).
+// (browser.Options.MaxMessageBytes): the browser's default, or more when a
+// result cap lets an answer exceed it. The page measures an extract's JSON
+// against its cap, and Chrome sends that JSON as a string: escaped, up to
+// 6 bytes a character (\u00XX). A screenshot comes as base64: 4 bytes for
+// every 3 of the PNG.
 func messageBound(l jobqueue.ResultLimits) int {
-	return max(browser.DefaultMaxMessageBytes, 6*l.DataBytes+1<<20)
+	return max(browser.DefaultMaxMessageBytes, 6*l.DataBytes+1<<20, (l.ScreenshotBytes+2)/3*4+1<<20)
 }
 
 // ResultRecord maps a render's result to the queue's result row.
