@@ -23,14 +23,17 @@ const lifecycleOpJobs = 1000
 // queue (internal/queuesim, the driver the scale bench uses too); one op is
 // 1,000 jobs. Sub-benchmarks differ in how nodes hear NOTIFY: one LISTEN
 // connection per node (as 16 separate node processes would), or one shared
-// by all the nodes of this process.
+// by all the nodes of this process. A third, nodes=1x96, is one node of 96
+// slots: the shape of River's default harness (one client of 96 workers,
+// bench/river), so that each River figure has one of the same shape beside
+// it — the farm itself never runs a node of more than a few sessions.
 func BenchmarkLifecycle(b *testing.B) {
-	b.Run("listener=per-node", func(b *testing.B) { benchLifecycle(b, false) })
-	b.Run("listener=shared", func(b *testing.B) { benchLifecycle(b, true) })
+	b.Run("listener=per-node", func(b *testing.B) { benchLifecycle(b, false, 16, 6) })
+	b.Run("listener=shared", func(b *testing.B) { benchLifecycle(b, true, 16, 6) })
+	b.Run("nodes=1x96", func(b *testing.B) { benchLifecycle(b, false, 1, 96) })
 }
 
-func benchLifecycle(b *testing.B, sharedListener bool) {
-	const nodes, capacity = 16, 6
+func benchLifecycle(b *testing.B, sharedListener bool, nodes, capacity int) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(b)
 	if err := jobqueue.Migrate(ctx, pool); err != nil {

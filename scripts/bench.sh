@@ -12,9 +12,10 @@
 #                              (pack and spread assignment)
 #   scripts/bench.sh river     BenchmarkLifecycle and BenchmarkEnqueue10k side by side with River v0.51
 #                              (bench/river, a module of its own) inserting then working the same
-#                              number of jobs on a private PostgreSQL with the same settings
-#                              (-clients 16 -workers 6: River in the lifecycle's shape, 16 clients
-#                              each fetching for its own 6 workers)
+#                              number of jobs on a private PostgreSQL with the same settings, in both
+#                              shapes: River's one client of 96 workers (river.*, beside the lifecycle's
+#                              nodes=1x96) and 16 clients of 6 (river16x6.*, beside the lifecycle's
+#                              16 nodes of 6); extra arguments make it one River run of those flags
 #   scripts/bench.sh fleet     10, 100 and 1,000 simulated nodes (real connections, heartbeats every 3 s,
 #                              6 slots, no browser) and one producer on one PostgreSQL: assignment round,
 #                              submit→start, connections per node and producer, PostgreSQL CPU share
@@ -63,12 +64,19 @@ case "$mode" in
     ;;
   river)
     # Our queue first, then River, in one run on one machine: compare only
-    # figures of the same run. Extra arguments go to the River harness.
+    # figures of the same run, and of the same shape.
     out="$tmp/go-bench.txt"
     go test -run '^$' -bench 'BenchmarkEnqueue10k|BenchmarkLifecycle' -benchtime 20x -count 1 ./jobqueue | tee "$out" >&2
     echo "bench.sh: building bench/river" >&2
     (cd bench/river && go build -o "$tmp/riverbench" .)
-    "$tmp/riverbench" -jobs 20000 "$@" > "$tmp/river.json"
+    # River's line is {"bench":"river",...}: its fields follow ours.
+    if [ $# -gt 0 ]; then
+      "$tmp/riverbench" -jobs 20000 "$@" | sed 's/^{"bench":"river"//' > "$tmp/river.json"
+    else
+      "$tmp/riverbench" -jobs 20000 | sed 's/^{"bench":"river"//; s/}$//' > "$tmp/river.json"
+      "$tmp/riverbench" -jobs 20000 -clients 16 -workers 6 |
+        sed 's/^{"bench":"river"//; s/"river\./"river16x6./g' >> "$tmp/river.json"
+    fi
     awk '
       /^Benchmark/ {
         name=$1; sub(/-[0-9]+$/, "", name)
@@ -78,7 +86,8 @@ case "$mode" in
         printf "{\"bench\":\"river\",\"load_avg\":\"%s\"", load
         for (k in m) printf ",\"%s\":%s", k, m[k]
       }' load="$(cut -d' ' -f1-3 /proc/loadavg)" "$out"
-    sed 's/^{"bench":"river"//' "$tmp/river.json"
+    tr -d '\n' < "$tmp/river.json"
+    echo
     ;;
   go | autoscale)
     # Each benchmark with the iteration count that makes it meaningful (they
