@@ -157,22 +157,24 @@ WHERE ph.host IS NOT NULL`
 // politePickSQL takes, for every host, its budget of ready pending jobs by
 // priority then age, and keeps the best $4 of them farm-wide. It locks
 // nothing: the nodes are locked first (lockTargetsSQL), then the picked jobs
-// (politeLockSQL), in the order every statement takes nodes and jobs.
+// (politeLockSQL), in the order every statement takes nodes and jobs. What
+// the round needs of a job comes from the per-host scan itself: joining the
+// picked ids back to jobs with the state checked again let the planner drive
+// the join from a pending partial index, whose statistics lag a queue that
+// fills between two ANALYZEs of a large table (with 1M finished jobs
+// retained, each round walked every pending job once per picked job: 24 ms
+// a round instead of 0.2).
 const politePickSQL = `
-WITH best AS (
-    SELECT c.id
-    FROM unnest($1::text[], $2::int[]) AS b(host, n)
-    CROSS JOIN LATERAL (
-        SELECT p.id, p.priority FROM jobs p
-        WHERE p.state = 'pending' AND p.host = b.host AND p.run_after <= coalesce($3::timestamptz, now())
-        ORDER BY p.priority DESC, p.id
-        LIMIT b.n
-    ) c
-    ORDER BY c.priority DESC, c.id
-    LIMIT $4
-)
-SELECT j.id, j.priority, j.created_at FROM jobs j
-WHERE j.id IN (SELECT id FROM best) AND j.state = 'pending'`
+SELECT c.id, c.priority, c.created_at
+FROM unnest($1::text[], $2::int[]) AS b(host, n)
+CROSS JOIN LATERAL (
+    SELECT p.id, p.priority, p.created_at FROM jobs p
+    WHERE p.state = 'pending' AND p.host = b.host AND p.run_after <= coalesce($3::timestamptz, now())
+    ORDER BY p.priority DESC, p.id
+    LIMIT b.n
+) c
+ORDER BY c.priority DESC, c.id
+LIMIT $4`
 
 // politeLockSQL locks the picked jobs and returns their state after the
 // lock; the round keeps those still pending. Locking a row writes to it, so
