@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/benchstat"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"go.uber.org/zap"
@@ -281,13 +282,13 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 					conc = append(conc, r.MeanConcurrency)
 				}
 			}
-			out[string(s)+suffix+"_pages_per_s"] = round2(median(pps))
-			out[string(s)+suffix+"_cpu_ms_per_page"] = round2(median(cpu))
-			out[string(s)+suffix+"_mean_concurrency"] = round2(median(conc))
+			out[string(s)+suffix+"_pages_per_s"] = round2(benchstat.Median(pps))
+			out[string(s)+suffix+"_cpu_ms_per_page"] = round2(benchstat.Median(cpu))
+			out[string(s)+suffix+"_mean_concurrency"] = round2(benchstat.Median(conc))
 			if s != b.sides[0] {
 				pr, cr := pairedRatios(runs, b.sides[0], s, d)
-				out[string(s)+suffix+"_pages_per_s_paired_ratio"] = round3(median(pr))
-				out[string(s)+suffix+"_cpu_ms_per_page_paired_ratio"] = round3(median(cr))
+				out[string(s)+suffix+"_pages_per_s_paired_ratio"] = round3(benchstat.Median(pr))
+				out[string(s)+suffix+"_cpu_ms_per_page_paired_ratio"] = round3(benchstat.Median(cr))
 			}
 		}
 	}
@@ -490,19 +491,6 @@ func (b *bench) converse(ctx context.Context, pid int, profile string, lines <-c
 		}
 		return res, cpu, nil
 	}
-}
-
-// median of xs; 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func round2(x float64) float64 {

@@ -7,12 +7,12 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/benchstat"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 )
 
@@ -134,12 +134,12 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 		if err != nil {
 			return res, err
 		}
-		res.BootByBrowser = append(res.BootByBrowser, bootCost{Browser: string(k), FirstSecondCPUMS: median(b1), ThreeSecondsCPUMS: median(b3)})
-		e.progress("recycle: %s boot costs %.0f CPU-ms in its first second (median of %v), %.0f in its first 3 s", k, median(b1), b1, median(b3))
+		res.BootByBrowser = append(res.BootByBrowser, bootCost{Browser: string(k), FirstSecondCPUMS: benchstat.Median(b1), ThreeSecondsCPUMS: benchstat.Median(b3)})
+		e.progress("recycle: %s boot costs %.0f CPU-ms in its first second (median of %v), %.0f in its first 3 s", k, benchstat.Median(b1), b1, benchstat.Median(b3))
 		if path == def {
 			res.ChromeBootCPUMSRuns = b1
-			res.ChromeBootCPUMS = median(b1)
-			res.ChromeBootCPUMS3s = median(b3)
+			res.ChromeBootCPUMS = benchstat.Median(b1)
+			res.ChromeBootCPUMS3s = benchstat.Median(b3)
 		}
 	}
 
@@ -201,7 +201,7 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 		for i := range rates[w][true] {
 			ratios = append(ratios, rates[w][true][i]/rates[w][false][i])
 		}
-		return median(rates[w][true]), median(rates[w][false]), round2((1 - median(ratios)) * 100)
+		return benchstat.Median(rates[w][true]), benchstat.Median(rates[w][false]), round2((1 - benchstat.Median(ratios)) * 100)
 	}
 	var on, off float64
 	on, off, res.LatencyOverheadPct = overhead("latency")
@@ -211,20 +211,20 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 	on, off, res.SlowOverheadPct = overhead("slow")
 	res.SlowPagesPerSecRecycle, res.SlowPagesPerSecNoRecy = round2(on), round2(off)
 	if l := cpuPerPage["slow"][false]; len(l) > 0 {
-		res.SlowCPUUtilNoRecycle = round2(median(l) / 1000 * median(rates["slow"][false]) / float64(runtime.NumCPU()))
+		res.SlowCPUUtilNoRecycle = round2(benchstat.Median(l) / 1000 * benchstat.Median(rates["slow"][false]) / float64(runtime.NumCPU()))
 	}
 	if l := cpuPerPage["latency"][false]; len(l) > 0 {
-		res.LatencyCPUUtilNoRecycle = round2(median(l) / 1000 * median(rates["latency"][false]) / float64(runtime.NumCPU()))
+		res.LatencyCPUUtilNoRecycle = round2(benchstat.Median(l) / 1000 * benchstat.Median(rates["latency"][false]) / float64(runtime.NumCPU()))
 	}
-	con, coff := median(cpuPerPage["cpu"][true]), median(cpuPerPage["cpu"][false])
+	con, coff := benchstat.Median(cpuPerPage["cpu"][true]), benchstat.Median(cpuPerPage["cpu"][false])
 	res.ChromeCPUMSPerPageRecycle, res.ChromeCPUMSPerPageNoRecycle = round2(con), round2(coff)
 	if con > 0 {
 		res.CPUOverheadByCPUPct = round2((1 - coff/con) * 100)
 	}
-	res.MachineUserMSPerPageRecycle = round2(median(machineUser[true]))
-	res.MachineKernelMSPerPageRecycle = round2(median(machineKernel[true]))
-	res.MachineUserMSPerPageNoRecycle = round2(median(machineUser[false]))
-	res.MachineKernelMSPerPageNoRecycle = round2(median(machineKernel[false]))
+	res.MachineUserMSPerPageRecycle = round2(benchstat.Median(machineUser[true]))
+	res.MachineKernelMSPerPageRecycle = round2(benchstat.Median(machineKernel[true]))
+	res.MachineUserMSPerPageNoRecycle = round2(benchstat.Median(machineUser[false]))
+	res.MachineKernelMSPerPageNoRecycle = round2(benchstat.Median(machineKernel[false]))
 	return res, nil
 }
 
@@ -265,18 +265,6 @@ func bootCPU(ctx context.Context, e *env, n int, kind browser.Kind) (first, thre
 		}
 	}
 	return first, three, nil
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func round2(x float64) float64 { return math.Round(x*100) / 100 }

@@ -30,7 +30,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -122,17 +121,4 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 
 func round(v float64) float64 {
 	return float64(int64(v*100+0.5)) / 100
-}
-
-// median of vs (the mean of the middle two for an even count); vs is not
-// reordered.
-func median(vs []float64) float64 {
-	s := slices.Sorted(slices.Values(vs))
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return round((s[len(s)/2-1] + s[len(s)/2]) / 2)
 }

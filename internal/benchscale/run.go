@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/browserfarm/browserfarm/internal/benchstat"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -124,7 +125,7 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 		}
 		r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
 	}
-	r.LifecycleJobsPerS = median(r.LifecycleRounds)
+	r.LifecycleJobsPerS = round(benchstat.Median(r.LifecycleRounds))
 	if purge := min(o.purge, n); purge > 0 {
 		// The oldest purge jobs: the history is in finished_at order by id,
 		// each finish at its own microsecond.
