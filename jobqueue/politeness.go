@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,7 +94,9 @@ const lockAssignSQL = `SELECT pg_advisory_xact_lock($1)`
 // whose per-host LIMIT only a custom plan knows, was planned on every round
 // (0.2–0.5 ms each, as long as the rest of the pick). The generic plans are
 // the same shapes: the round finds its rows through the primary keys and
-// the pending index by host.
+// a pending partial index (which one follows the statistics: with a large
+// history ANALYZEd before the backlog, the pending index by priority,
+// filtered by host).
 const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // lockTargetsSQL key-share-locks the nodes a round is about to assign to,
@@ -310,6 +311,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 			priority int
 			created  time.Time
 		}
+		// In the order they are to be given out: priority, then age.
 		rows, err = tx.Query(ctx, politePickSQL, hosts, budgets, q.now(), free)
 		if err != nil {
 			return err
@@ -322,12 +324,6 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		if err != nil {
 			return err
 		}
-		sort.Slice(cands, func(i, j int) bool {
-			if cands[i].priority != cands[j].priority {
-				return cands[i].priority > cands[j].priority
-			}
-			return cands[i].id < cands[j].id
-		})
 		targets := Distribute(assign, nodes, len(cands))
 		if len(targets) == 0 {
 			return nil
