@@ -192,6 +192,23 @@ func (p *Producer) Run(ctx context.Context) error {
 	return p.elector.Run(ctx, p.lead)
 }
 
+// adviseServer warns about server settings that slow the queue down, once
+// per leadership term: the leader is the one that runs the rounds. Reading
+// them failing is no reason not to lead.
+func (p *Producer) adviseServer(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	advice, err := p.cfg.Queue.ServerAdvice(ctx)
+	if err != nil {
+		p.log.Debug("reading the server's settings", zap.Error(err))
+		return
+	}
+	for _, a := range advice {
+		p.log.Warn("a PostgreSQL setting slows the queue down", zap.String("setting", a.Setting),
+			zap.String("have", a.Have), zap.String("recommended", a.Want), zap.String("why", a.Why))
+	}
+}
+
 // route acts on one notification of the listener; it does not block.
 func (p *Producer) route(n jobqueue.Notification) {
 	switch n.Channel {
@@ -218,6 +235,7 @@ func (p *Producer) signalAssign() {
 func (p *Producer) lead(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	p.adviseServer(ctx)
 	actors := []func(context.Context) error{p.assignLoop, p.rescueLoop}
 	if p.cfg.Retention > 0 || p.cfg.NodeRetention > 0 {
 		actors = append(actors, p.retentionLoop)

@@ -18,6 +18,7 @@ import (
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/pgtune"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -46,7 +47,7 @@ func withEnv(ctx context.Context, log *zap.Logger, progress func(string, ...any)
 		return nil, err
 	}
 	progress("starting a private PostgreSQL")
-	cluster, stop, err := pglocal.StartTemp(ctx, "benchfarm-pg-", pglocal.Config{Ephemeral: true})
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchfarm-pg-", pglocal.Config{Ephemeral: true, Settings: pgtune.Settings()})
 	if err != nil {
 		return nil, err
 	}

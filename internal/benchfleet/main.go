@@ -39,6 +39,7 @@ import (
 	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/pgtune"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
@@ -159,8 +160,9 @@ func progress(format string, a ...any) {
 // runFleet runs one fleet size on a fresh cluster.
 func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	progress("%d nodes: starting a private PostgreSQL", n)
-	cluster, stop, err := pglocal.StartTemp(ctx, "benchfleet-", pglocal.Config{Ephemeral: true,
-		Settings: map[string]string{"max_connections": strconv.Itoa(2*n + 64)}})
+	settings := pgtune.Settings()
+	settings["max_connections"] = strconv.Itoa(2*n + 64)
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchfleet-", pglocal.Config{Ephemeral: true, Settings: settings})
 	if err != nil {
 		return res, err
 	}

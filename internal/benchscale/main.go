@@ -53,6 +53,9 @@ type options struct {
 	purge           int64
 	days            int
 	hold            bool
+	// pgSettings are extra server settings (-pg-set), over the defaults
+	// runAll starts the server with.
+	pgSettings map[string]string
 }
 
 func parseSizes(s string) ([]int64, error) {
@@ -84,6 +87,15 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 3, "lifecycle runs per size, one after another on its database (the median is reported)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
+	o.pgSettings = map[string]string{}
+	fs.Func("pg-set", "a PostgreSQL server setting `name=value` for the private server, e.g. autovacuum_naptime=10s (repeatable)", func(v string) error {
+		name, value, ok := strings.Cut(v, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return fmt.Errorf("%q is not name=value", v)
+		}
+		o.pgSettings[strings.TrimSpace(name)] = strings.TrimSpace(value)
+		return nil
+	})
 	fs.BoolVar(&o.hold, "hold", false, "after measuring each size, keep its database and print how to connect, until interrupted")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -10,6 +10,8 @@ func TestFlagsRefused(t *testing.T) {
 		{"-lifecycle-rounds", "0"},
 		{"-lifecycle-jobs", "0"},
 		{"-retained", "x"},
+		{"-pg-set", "autovacuum_naptime"},
+		{"-pg-set", "=10s"},
 	} {
 		if code := realMain(args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/internal/benchstat"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
+	"github.com/browserfarm/browserfarm/internal/pgtune"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -44,8 +46,10 @@ type latency struct {
 // database of its own, dropped afterwards.
 func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs []sizeRun, err error) {
 	progress("starting a private PostgreSQL")
-	cluster, stop, err := pglocal.StartTemp(ctx, "benchscale-", pglocal.Config{Ephemeral: true,
-		Settings: map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"}})
+	settings := pgtune.Settings()
+	maps.Copy(settings, map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"})
+	maps.Copy(settings, o.pgSettings)
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchscale-", pglocal.Config{Ephemeral: true, Settings: settings})
 	if err != nil {
 		return nil, err
 	}
