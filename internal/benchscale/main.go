@@ -88,7 +88,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
 	o.pgSettings = map[string]string{}
-	fs.Func("pg-set", "a PostgreSQL server setting `name=value` for the private server, e.g. autovacuum_naptime=10s (repeatable)", func(v string) error {
+	fs.Func("pg-set", "a PostgreSQL server setting `name=value` for the private server, over the farm's (internal/pgtune), e.g. autovacuum_naptime=1min for PostgreSQL's default (repeatable)", func(v string) error {
 		name, value, ok := strings.Cut(v, "=")
 		if !ok || strings.TrimSpace(name) == "" {
 			return fmt.Errorf("%q is not name=value", v)

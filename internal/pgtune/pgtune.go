@@ -2,7 +2,7 @@
 // built and measured with: every private server the farm starts (farm up,
 // the tests, the benchmarks, River's baseline) runs with them, and a
 // producer warns when its server differs (jobqueue.Queue.ServerAdvice).
-// It imports nothing, so that any of those can use it.
+// A leaf: it imports nothing of the project, so that any of those can.
 package pgtune
 
 import (
