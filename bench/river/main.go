@@ -52,7 +52,6 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/browserfarm/browserfarm/internal/pglocal"
-	"github.com/browserfarm/browserfarm/internal/pgtune"
 )
 
 // pageArgs is a job like the lifecycle benchmark's: a URL to render.
@@ -108,10 +107,8 @@ func run(n, clients, workers, batch int, cooldown, pollEvery time.Duration, dsn 
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	if dsn == "" {
-		// The server settings of the farm's own benchmark (pgtest's).
-		settings := pgtune.Settings()
-		settings["max_connections"] = "300"
-		cluster, stop, err := pglocal.StartTemp(ctx, "river-bench-", pglocal.Config{Ephemeral: true, Settings: settings})
+		cluster, stop, err := pglocal.StartTemp(ctx, "river-bench-", pglocal.Config{Ephemeral: true,
+			Settings: map[string]string{"max_connections": "300"}})
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/farm/fleet"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
-	"github.com/browserfarm/browserfarm/internal/pgtune"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
@@ -188,10 +187,8 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	// The database: the one given, or a private cluster.
 	dbURL := db.url
 	if dbURL == "" {
-		settings := pgtune.Settings()
-		settings["max_connections"] = "200"
 		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(uo.dataDir, "pg"), BinDir: uo.pgBin, Logger: log.Named("postgres"),
-			Settings: settings})
+			Settings: map[string]string{"max_connections": "200"}})
 		if err != nil {
 			return err
 		}

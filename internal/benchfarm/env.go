@@ -18,7 +18,6 @@ import (
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
-	"github.com/browserfarm/browserfarm/internal/pgtune"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -47,7 +46,7 @@ func withEnv(ctx context.Context, log *zap.Logger, progress func(string, ...any)
 		return nil, err
 	}
 	progress("starting a private PostgreSQL")
-	cluster, stop, err := pglocal.StartTemp(ctx, "benchfarm-pg-", pglocal.Config{Ephemeral: true, Settings: pgtune.Settings()})
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchfarm-pg-", pglocal.Config{Ephemeral: true})
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,6 @@ import (
 	"github.com/browserfarm/browserfarm/farm/wake"
 	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
-	"github.com/browserfarm/browserfarm/internal/pgtune"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
@@ -160,9 +159,8 @@ func progress(format string, a ...any) {
 // runFleet runs one fleet size on a fresh cluster.
 func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	progress("%d nodes: starting a private PostgreSQL", n)
-	settings := pgtune.Settings()
-	settings["max_connections"] = strconv.Itoa(2*n + 64)
-	cluster, stop, err := pglocal.StartTemp(ctx, "benchfleet-", pglocal.Config{Ephemeral: true, Settings: settings})
+	cluster, stop, err := pglocal.StartTemp(ctx, "benchfleet-", pglocal.Config{Ephemeral: true,
+		Settings: map[string]string{"max_connections": strconv.Itoa(2*n + 64)}})
 	if err != nil {
 		return res, err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/browserfarm/browserfarm/internal/benchstat"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
-	"github.com/browserfarm/browserfarm/internal/pgtune"
 	"github.com/browserfarm/browserfarm/internal/procstat"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -46,8 +45,7 @@ type latency struct {
 // database of its own, dropped afterwards.
 func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs []sizeRun, err error) {
 	progress("starting a private PostgreSQL")
-	settings := pgtune.Settings()
-	maps.Copy(settings, map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"})
+	settings := map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"}
 	maps.Copy(settings, o.pgSettings)
 	cluster, stop, err := pglocal.StartTemp(ctx, "benchscale-", pglocal.Config{Ephemeral: true, Settings: settings})
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/internal/lockedstart"
+	"github.com/browserfarm/browserfarm/internal/pgtune"
 )
 
 // Superuser is the database superuser created by initdb.
@@ -56,7 +57,8 @@ type Config struct {
 	// Ephemeral trades durability for speed (fsync, synchronous_commit and
 	// full_page_writes off): right for tests, wrong for data you want to keep.
 	Ephemeral bool
-	// Settings are extra server settings passed as -c name=value.
+	// Settings are extra server settings passed as -c name=value, over
+	// the farm's own (internal/pgtune), which every server starts with.
 	Settings map[string]string
 	// StartTimeout bounds initdb plus server start-up. 0 means 60 s.
 	StartTimeout time.Duration
@@ -193,7 +195,9 @@ func (c *Cluster) startServer(ctx context.Context, cred *syscall.Credential) err
 	}
 	args := []string{"-D", c.cfg.DataDir, "-p", strconv.Itoa(c.port),
 		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + c.socketDir}
-	settings := map[string]string{}
+	// The farm's server settings first (every server pglocal starts is the
+	// farm's), then the caller's.
+	settings := pgtune.Settings()
 	if c.cfg.Ephemeral {
 		settings["fsync"] = "off"
 		settings["synchronous_commit"] = "off"

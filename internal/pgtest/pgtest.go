@@ -23,7 +23,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/browserfarm/browserfarm/internal/pglocal"
-	"github.com/browserfarm/browserfarm/internal/pgtune"
 )
 
 // EnvURL names the environment variable that points tests at an existing
@@ -51,7 +50,7 @@ func run(m *testing.M) int {
 		// environment, its callers do.
 		BinDir:    os.Getenv("FARM_PG_BIN"),
 		Ephemeral: true,
-		Settings:  settings(),
+		Settings:  map[string]string{"max_connections": "300"},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pgtest: starting a private PostgreSQL:", err)
@@ -64,14 +63,6 @@ func run(m *testing.M) int {
 	}()
 	adminConnString = cluster.ConnString("postgres")
 	return m.Run()
-}
-
-// settings are the tests' server settings: the farm's (pgtune) and room for
-// the tests that open hundreds of connections.
-func settings() map[string]string {
-	s := pgtune.Settings()
-	s["max_connections"] = "300"
-	return s
 }
 
 // NewDB creates an empty database for this test alone, drops it when the test

@@ -1,6 +1,6 @@
 // Package pgtune holds the PostgreSQL server settings the farm's queue is
-// built and measured with: every private server the farm starts (farm up,
-// the tests, the benchmarks, River's baseline) runs with them, and a
+// built and measured with: internal/pglocal starts every private server
+// with them (farm up, the tests, the benchmarks, River's baseline), and a
 // producer warns when its server differs (jobqueue.Queue.ServerAdvice).
 // A leaf: it imports nothing of the project, so that any of those can.
 package pgtune
