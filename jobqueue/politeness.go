@@ -166,7 +166,7 @@ WHERE ph.host IS NOT NULL`
 // retained, each round walked every pending job once per picked job: 24 ms
 // a round instead of 0.2).
 const politePickSQL = `
-SELECT c.id, c.priority, c.created_at
+SELECT c.id, c.created_at
 FROM unnest($1::text[], $2::int[]) AS b(host, n)
 CROSS JOIN LATERAL (
     SELECT p.id, p.priority, p.created_at FROM jobs p
@@ -307,9 +307,8 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		}
 
 		type cand struct {
-			id       int64
-			priority int
-			created  time.Time
+			id      int64
+			created time.Time
 		}
 		// In the order they are to be given out: priority, then age.
 		rows, err = tx.Query(ctx, politePickSQL, hosts, budgets, q.now(), free)
@@ -318,7 +317,7 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 		}
 		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
 			var c cand
-			err := r.Scan(&c.id, &c.priority, &c.created)
+			err := r.Scan(&c.id, &c.created)
 			return c, err
 		})
 		if err != nil {
