@@ -29,12 +29,27 @@ type sizeRun struct {
 	// a later round runs beside a few more finished jobs than the first).
 	LifecycleJobsPerS float64   `json:"lifecycle_jobs_per_s"`
 	LifecycleRounds   []float64 `json:"lifecycle_rounds_jobs_per_s"`
+	// LifecycleMaintenance is, per round, the autovacuums and autoanalyzes
+	// of jobs that ended during it. A vacuum of jobs reads all of its
+	// indexes, the history's too, and with a large history it is what
+	// makes one round slower than the others; this says which.
+	LifecycleMaintenance []maintenance `json:"lifecycle_rounds_jobs_maintenance"`
 	// Purged and PurgeDeletesPerS: the retention purge on the oldest jobs.
 	Purged           int64   `json:"purged"`
 	PurgeDeletesPerS float64 `json:"purge_deletes_per_s,omitempty"`
 	DBSizeMB         float64 `json:"db_size_mb"`
 	LoadAvg          string  `json:"loadavg"`
 }
+
+// maintenance is autovacuum's work on jobs during one lifecycle round.
+type maintenance struct {
+	Vacuums  int64 `json:"vacuums"`
+	Analyzes int64 `json:"analyzes"`
+}
+
+// jobsMaintenanceSQL: the counters move when a run ends; a statement
+// outside a transaction reads them fresh.
+const jobsMaintenanceSQL = `SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relname = 'jobs'`
 
 type latency struct {
 	P50ms float64 `json:"p50_ms"`
@@ -121,11 +136,22 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 	}
 	for i := range o.lifecycleRounds {
 		progress("%d retained: lifecycle of %d jobs, round %d of %d", n, o.lifecycleJobs, i+1, o.lifecycleRounds)
+		var before, after maintenance
+		if err := pool.QueryRow(ctx, jobsMaintenanceSQL).Scan(&before.Vacuums, &before.Analyzes); err != nil {
+			return r, err
+		}
 		perS, err := lifecycle(ctx, pool, q, nodes, o.lifecycleJobs)
 		if err != nil {
 			return r, err
 		}
+		if err := pool.QueryRow(ctx, jobsMaintenanceSQL).Scan(&after.Vacuums, &after.Analyzes); err != nil {
+			return r, err
+		}
+		m := maintenance{Vacuums: after.Vacuums - before.Vacuums, Analyzes: after.Analyzes - before.Analyzes}
 		r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
+		r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
+		progress("%d retained: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d",
+			n, i+1, perS, m.Vacuums, m.Analyzes)
 	}
 	r.LifecycleJobsPerS = round(benchstat.Median(r.LifecycleRounds))
 	if purge := min(o.purge, n); purge > 0 {
