@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestHostBudget(t *testing.T) {
@@ -123,5 +125,62 @@ func TestHostCapCountsEverySpellingOfOneServer(t *testing.T) {
 	}
 	if rep.Total() != 1 {
 		t.Fatalf("max_concurrent 1 on one server: %d jobs assigned at once", rep.Total())
+	}
+}
+
+// A round reads a few rows of jobs, not the backlog, when the statistics lag
+// the queue. A producer's connection plans the round's statements once (the
+// generic plans, cached); here, as on a new farm, it plans them while the
+// never-analyzed table is empty, and rounds then run against a backlog of
+// 3,000 jobs of one host. Rows of jobs read are counted whatever the plans:
+// the pool has one connection, and its statistics are flushed on demand.
+func TestRoundReadsNoBacklogOnPlansOfAnEmptyTable(t *testing.T) {
+	ctx := context.Background()
+	_, shared := newTestQueue(t, Config{})
+	cfg := shared.Config().Copy()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	q := New(pool, Config{})
+	mustRegister(t, q, "n1", 6)
+	mustRegister(t, q, "n2", 6)
+	round := func() int {
+		t.Helper()
+		rep, err := q.AssignPolite(ctx, func(string) HostPolicy { return HostPolicy{} }, 1000, AssignSpread)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Total()
+	}
+	// rowsRead is what this connection's statements have read of jobs:
+	// rows scanned, and rows fetched through an index.
+	rowsRead := func() int64 {
+		t.Helper()
+		if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = 'jobs'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := round(); n != 0 { // planned on the empty table
+		t.Fatalf("assigned %d jobs of none", n)
+	}
+	mustEnqueue(t, q, pageSpecs(1, "big.example")...)
+	if n := round(); n != 1 { // the pick planned too
+		t.Fatalf("assigned %d jobs of 1", n)
+	}
+	mustEnqueue(t, q, pageSpecs(3000, "big.example")...)
+	before := rowsRead()
+	if n := round(); n != 11 {
+		t.Fatalf("assigned %d jobs, want the 11 free slots filled", n)
+	}
+	if read := rowsRead() - before; read > 300 {
+		t.Errorf("a round that assigned 11 jobs read %d rows of jobs (3,001 jobs pending)", read)
 	}
 }
