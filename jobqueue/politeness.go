@@ -114,6 +114,7 @@ const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 // table: 80 ms a round at 40,000 jobs.
 var indexScansSQL = []string{`SET LOCAL enable_seqscan = off`, `SET LOCAL enable_bitmapscan = off`}
 
+// roundSettings open every round's transaction.
 var roundSettings = append([]string{genericPlansSQL}, indexScansSQL...)
 
 // lockTargetsSQL key-share-locks the nodes a round is about to assign to,
