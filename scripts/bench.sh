@@ -28,7 +28,8 @@
 #                              and puppeteer-core from npm into a temp dir)
 #   scripts/bench.sh scale     with 0 and 10,000,000 retained finished jobs (COPY, -retained 0,1000,1000000 to
 #                              choose): p50/p99 of /api/stats, /api/failures, /metrics (uncached), the dashboard's
-#                              load and `farm status`, lifecycle jobs/s (median of 3 rounds, -lifecycle-rounds),
+#                              load and `farm status`, lifecycle jobs/s (median of 3 rounds, -lifecycle-rounds;
+#                              each round with the autovacuums and autoanalyzes of jobs that ended in it),
 #                              and the retention purge's deletes/s
 #                              (10M: about 10 GB of disk under $TMPDIR)
 #
