@@ -99,8 +99,9 @@ const lockAssignSQL = `SELECT pg_advisory_xact_lock($1)`
 // filtered by host).
 const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 
-// indexScansSQL keep the round on index scans, whatever its statistics
-// say. Every read of jobs in a round has an index made for it: the small
+// roundSettings open every round's transaction: its generic plans
+// (genericPlansSQL), and index scans only, whatever its statistics say.
+// Every read of jobs in a round has an index made for it: the small
 // partial indexes of pending and in-flight jobs, and the primary key. A
 // round's plans are its connection's generic plans, made once (and again
 // after an ANALYZE); the statistics of a queue table lag its backlog by
@@ -112,10 +113,7 @@ const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 // jobs_pending_host_idx. With bitmap scans alone off, the capacity check
 // and the pending hosts fell to sequential scans planned on the empty
 // table: 80 ms a round at 40,000 jobs.
-var indexScansSQL = []string{`SET LOCAL enable_seqscan = off`, `SET LOCAL enable_bitmapscan = off`}
-
-// roundSettings open every round's transaction.
-var roundSettings = append([]string{genericPlansSQL}, indexScansSQL...)
+var roundSettings = []string{genericPlansSQL, `SET LOCAL enable_seqscan = off`, `SET LOCAL enable_bitmapscan = off`}
 
 // lockTargetsSQL key-share-locks the nodes a round is about to assign to,
 // in id order (the order every multi-node locker uses): a node cannot be

@@ -20,8 +20,9 @@ import (
 // slower as a run went on: 2,616 and 1,614 jobs/s on an empty table, 4,074
 // and 4,035 with 10M jobs retained, against 3,060 and 2,987, 5,747 and 5,369
 // with 10 s. A short burst on a large table pays for it instead (20,000-job
-// rounds at 10M: about 5,200 against 7,300 jobs/s), autovacuum's visits then
-// falling inside the burst; sustained load is what a farm runs.
+// rounds at 10M, one run each way: about 5,200 against 7,300 jobs/s), most
+// likely autovacuum's visits then falling inside the burst; sustained load
+// is what a farm runs.
 const MaxNaptime = 10 * time.Second
 
 // Settings returns the recommended server settings as name → value, in the
