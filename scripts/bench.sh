@@ -29,8 +29,8 @@
 #   scripts/bench.sh scale     with 0 and 10,000,000 retained finished jobs (COPY, -retained 0,1000,1000000 to
 #                              choose): p50/p99 of /api/stats, /api/failures, /metrics (uncached), the dashboard's
 #                              load and `farm status`, lifecycle jobs/s (median of 3 rounds, -lifecycle-rounds;
-#                              each round with the autovacuums and autoanalyzes of jobs that ended in it),
-#                              and the retention purge's deletes/s
+#                              each round with the autovacuums and autoanalyzes of jobs that ended in it
+#                              and its WAL bytes per job), and the retention purge's deletes/s
 #                              (10M: about 10 GB of disk under $TMPDIR)
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.

@@ -34,6 +34,12 @@ type sizeRun struct {
 	// indexes, the history's too: with 10M retained, one took 3.7 CPU-s
 	// inside a round of about 4 s. This says whether a slow round had one.
 	LifecycleMaintenance []maintenance `json:"lifecycle_rounds_jobs_maintenance"`
+	// LifecycleWALPerJob is, per round, the WAL bytes the server wrote
+	// per job. A job's rows and index entries are a few kB; far more means
+	// its writes land on pages not yet written since the last checkpoint,
+	// each then logged whole (full_page_writes): rows spread over a large
+	// table rather than on a few hot pages.
+	LifecycleWALPerJob []float64 `json:"lifecycle_rounds_wal_bytes_per_job"`
 	// Purged and PurgeDeletesPerS: the retention purge on the oldest jobs.
 	Purged           int64   `json:"purged"`
 	PurgeDeletesPerS float64 `json:"purge_deletes_per_s,omitempty"`
@@ -50,6 +56,11 @@ type maintenance struct {
 // jobsMaintenanceSQL: the counters move when a run ends; a statement
 // outside a transaction reads them fresh.
 const jobsMaintenanceSQL = `SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relname = 'jobs'`
+
+// walSQL is the server's WAL position. Its difference over a round is
+// exact at once, unlike pg_stat_wal, which other backends flush up to
+// seconds late.
+const walSQL = `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`
 
 type latency struct {
 	P50ms float64 `json:"p50_ms"`
@@ -137,7 +148,11 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 	for i := range o.lifecycleRounds {
 		progress("%d retained: lifecycle of %d jobs, round %d of %d", n, o.lifecycleJobs, i+1, o.lifecycleRounds)
 		var before, after maintenance
+		var walBefore, walAfter float64
 		if err := pool.QueryRow(ctx, jobsMaintenanceSQL).Scan(&before.Vacuums, &before.Analyzes); err != nil {
+			return r, err
+		}
+		if err := pool.QueryRow(ctx, walSQL).Scan(&walBefore); err != nil {
 			return r, err
 		}
 		perS, err := lifecycle(ctx, pool, q, nodes, o.lifecycleJobs)
@@ -147,11 +162,16 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 		if err := pool.QueryRow(ctx, jobsMaintenanceSQL).Scan(&after.Vacuums, &after.Analyzes); err != nil {
 			return r, err
 		}
+		if err := pool.QueryRow(ctx, walSQL).Scan(&walAfter); err != nil {
+			return r, err
+		}
 		m := maintenance{Vacuums: after.Vacuums - before.Vacuums, Analyzes: after.Analyzes - before.Analyzes}
+		wal := round((walAfter - walBefore) / float64(o.lifecycleJobs))
 		r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
 		r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
-		progress("%d retained: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d",
-			n, i+1, perS, m.Vacuums, m.Analyzes)
+		r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
+		progress("%d retained: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d; WAL per job: %.0f bytes",
+			n, i+1, perS, m.Vacuums, m.Analyzes, wal)
 	}
 	r.LifecycleJobsPerS = round(benchstat.Median(r.LifecycleRounds))
 	if purge := min(o.purge, n); purge > 0 {
