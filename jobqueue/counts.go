@@ -93,36 +93,38 @@ func (q *Queue) CompactCounts(ctx context.Context) (int64, error) {
 	return folded, nil
 }
 
-// finishedCountsSQL counts the jobs that finished at or after $1 from the
-// per-minute rows of the whole minutes from $2 on, plus the jobs themselves
-// of the part-minute [$1, $2): what a window costs is its minutes and at
-// most one minute of finishes, not the history.
+// finishedCountsSQL counts the jobs that finished in the minutes from $1
+// (a whole minute) on, from the per-minute rows alone: a window costs its
+// minutes' rows, neither the history nor the rate of finishes.
 const finishedCountsSQL = `
-SELECT state, class, sum(n)::bigint FROM (
-    SELECT state, class, n FROM finished_minutes WHERE minute >= $2
-    UNION ALL
-    SELECT state, finished_class(state, error_class), count(*)
-    FROM jobs
-    WHERE state IN ('completed', 'failed', 'canceled') AND finished_at >= $1 AND finished_at < $2
-    GROUP BY 1, 2) x
+SELECT state, class, sum(n)::bigint FROM finished_minutes WHERE minute >= $1
 GROUP BY 1, 2 HAVING sum(n) <> 0
 ORDER BY 1, 2`
 
-// minuteAfter is the first minute boundary at or after t.
-func minuteAfter(t time.Time) time.Time {
-	b := t.Truncate(time.Minute)
-	if b.Before(t) {
-		b = b.Add(time.Minute)
-	}
-	return b
+// lastMinuteSQL counts the completions and failures of the last whole
+// minute, the one before now's ($1, or the server's clock), from its
+// per-minute rows.
+const lastMinuteSQL = `
+SELECT coalesce(sum(n) FILTER (WHERE state = 'completed'), 0)::bigint,
+       coalesce(sum(n) FILTER (WHERE state = 'failed'), 0)::bigint
+FROM finished_minutes
+WHERE minute = finished_minute(coalesce($1::timestamptz, now())) - interval '1 minute'`
+
+// WindowStart is where a window of finishes asked to start at since starts:
+// the whole minute holding since, the unit finished_minutes counts in (the
+// same boundaries as finished_minute() in SQL). A window may so reach up
+// to a minute further back than asked; in exchange its counts come from a
+// row per minute, state and class, however many jobs finish per minute.
+func WindowStart(since time.Time) time.Time {
+	return since.Truncate(time.Minute)
 }
 
-// FinishedSince counts the jobs that reached a final state at or after since,
-// by state and, for failed jobs, error class. A completed job keeps the
+// FinishedSince counts the jobs that reached a final state from
+// WindowStart(since) on, by state and, for failed jobs, error class. A completed job keeps the
 // error class of an earlier failed attempt, which is not its outcome, so
 // only failures are split by class.
 func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedCount, error) {
-	rows, err := q.pool.Query(ctx, finishedCountsSQL, since, minuteAfter(since))
+	rows, err := q.pool.Query(ctx, finishedCountsSQL, WindowStart(since))
 	if err != nil {
 		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
 	}

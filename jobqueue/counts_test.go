@@ -80,7 +80,7 @@ func checkCounts(t *testing.T, q *Queue, pool *pgxpool.Pool, step string) {
 		}
 		wantFin := scan(fmt.Sprintf(`SELECT state || ' ' || CASE WHEN state = 'failed' THEN coalesce(nullif(error_class, ''), '%s') ELSE '' END, count(*)
             FROM jobs WHERE state IN ('completed', 'failed', 'canceled') AND finished_at >= '%s' GROUP BY 1`,
-			Unclassified, since.Format(time.RFC3339Nano)))
+			Unclassified, WindowStart(since).Format(time.RFC3339Nano)))
 		if !maps.Equal(got, wantFin) {
 			t.Errorf("%s (compacted %v): FinishedSince %v, scan %v", step, compact, got, wantFin)
 		}
@@ -96,7 +96,7 @@ func checkCounts(t *testing.T, q *Queue, pool *pgxpool.Pool, step string) {
 			}
 		}
 		wantFail := scan(fmt.Sprintf(`SELECT coalesce(nullif(error_class, ''), '%s'), count(*)
-            FROM jobs WHERE state = 'failed' AND finished_at >= '%s' GROUP BY 1`, Unclassified, since.Format(time.RFC3339Nano)))
+            FROM jobs WHERE state = 'failed' AND finished_at >= '%s' GROUP BY 1`, Unclassified, WindowStart(since).Format(time.RFC3339Nano)))
 		if !maps.Equal(gotFail, wantFail) {
 			t.Errorf("%s (compacted %v): FailureGroups %v, scan %v", step, compact, gotFail, wantFail)
 		}
@@ -291,5 +291,88 @@ func TestCompactionRewritesOnlyNewMinutes(t *testing.T) {
 	}
 	if sum != 2 || rows != 1 {
 		t.Fatalf("the minute holds %d in %d rows, want 2 in 1", sum, rows)
+	}
+}
+
+// Stats' last-minute throughput is the last whole minute's, from its
+// per-minute rows: finishes of the current minute wait for it to end, and
+// older ones have left.
+func TestStatsLastMinuteIsTheLastWholeMinute(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock() // 5 s into a minute
+	q, _ := newTestQueue(t, Config{Now: clock.Now})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 50)
+	finishJobs(t, q, "n1", 2, "")
+	finishJobs(t, q, "n1", 1, "timeout")
+	clock.Advance(time.Minute)
+	finishJobs(t, q, "n1", 3, "")
+	finishJobs(t, q, "n1", 2, "net")
+	for _, step := range []struct {
+		advance           time.Duration
+		completed, failed int64
+	}{
+		{0, 2, 1},                    // the minute before: its 2 and 1
+		{54 * time.Second, 2, 1},     // 59 s in, still the same minute
+		{time.Second, 3, 2},          // the next minute began: the 3 and 2
+		{time.Minute, 0, 0},          // nothing finished in the minute before
+		{-3 * time.Minute / 2, 2, 1}, // back in time: the clock's own last minute
+	} {
+		clock.Advance(step.advance)
+		s, err := q.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CompletedLastMinute != step.completed || s.FailedLastMinute != step.failed {
+			t.Errorf("at %s: last minute %d completed, %d failed; want %d, %d",
+				clock.Now().Format(time.TimeOnly), s.CompletedLastMinute, s.FailedLastMinute, step.completed, step.failed)
+		}
+	}
+}
+
+// The windows of finishes read no finished job: however many jobs finished
+// in a window, Stats and FinishedSince read their minutes' rows, and
+// FailureGroups reads only the jobs it lists.
+func TestWindowsReadNoFinishedJobs(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	_, shared := newTestQueue(t, Config{Now: clock.Now})
+	q, pool := singleConnQueue(t, shared, Config{Now: clock.Now})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 500)
+	finishJobs(t, q, "n1", 300, "")
+	finishJobs(t, q, "n1", 200, "timeout")
+	clock.Advance(time.Minute)
+	// Mid-minute, 3 s before the finishes: a window that counted its
+	// part-minute from jobs would read all 500.
+	since := clock.Now().Add(-time.Minute - 3*time.Second)
+	before := jobsRowsRead(t, pool)
+	s, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CompletedLastMinute != 300 || s.FailedLastMinute != 200 {
+		t.Fatalf("last minute: %d completed, %d failed; want 300, 200", s.CompletedLastMinute, s.FailedLastMinute)
+	}
+	fin, err := q.FinishedSince(ctx, since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fin) != 2 || fin[0].Count != 300 || fin[1].Count != 200 {
+		t.Fatalf("finished since: %v", fin)
+	}
+	if read := jobsRowsRead(t, pool) - before; read > 0 {
+		t.Errorf("Stats and FinishedSince read %d rows of jobs for 500 finishes", read)
+	}
+	before = jobsRowsRead(t, pool)
+	groups, err := q.FailureGroups(ctx, since, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 1 || groups[0].Count != 200 || len(groups[0].Recent) != 5 {
+		t.Fatalf("failure groups: %+v", groups)
+	}
+	if read := jobsRowsRead(t, pool) - before; read > 5 {
+		t.Errorf("FailureGroups listing 5 of 200 failures read %d rows of jobs", read)
 	}
 }

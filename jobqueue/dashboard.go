@@ -303,22 +303,17 @@ type FailureGroup struct {
 const MaxFailureGroups = 50
 
 // failureGroupsSQL counts each class's failures in the window from the
-// per-minute counts (finishedCountsSQL's $1/$2 split) and lists each of the
-// largest classes' newest failures from the index of failed jobs by class:
-// the cost is the window's minutes and classes times perClass, not the
-// history. $3 is perClass, $4 the most classes.
+// per-minute counts alone (finishedCountsSQL's rule: $1 is a whole minute)
+// and lists each of the largest classes' newest failures from the index of
+// failed jobs by class: the cost is the window's minutes and classes times
+// perClass, not the history. $2 is perClass, $3 the most classes.
 const failureGroupsSQL = `
 WITH counts AS (
-    SELECT class, sum(n)::bigint AS n FROM (
-        SELECT class, n FROM finished_minutes WHERE state = 'failed' AND minute >= $2
-        UNION ALL
-        SELECT coalesce(error_class, ''), count(*)
-        FROM jobs
-        WHERE state IN ('completed', 'failed', 'canceled') AND state = 'failed' AND finished_at >= $1 AND finished_at < $2
-        GROUP BY 1) x
+    SELECT class, sum(n)::bigint AS n FROM finished_minutes
+    WHERE state = 'failed' AND minute >= $1
     GROUP BY class HAVING sum(n) > 0
     ORDER BY n DESC, class
-    LIMIT $4
+    LIMIT $3
 )
 SELECT c.class, c.n, r.id, r.url, r.node_id, r.attempts, r.err, r.finished_at, r.proxy
 FROM counts c
@@ -328,11 +323,11 @@ CROSS JOIN LATERAL (
     FROM jobs j
     WHERE j.state = 'failed' AND coalesce(j.error_class, '') = c.class AND j.finished_at >= $1
     ORDER BY coalesce(j.error_class, ''), j.finished_at DESC, j.id DESC
-    LIMIT $3) r
+    LIMIT $2) r
 ORDER BY c.n DESC, c.class, r.finished_at DESC, r.id DESC`
 
 // FailureGroups returns the jobs that failed (for good: attempts exhausted
-// or a permanent error) at or after since, grouped by error class, the
+// or a permanent error) from WindowStart(since) on, grouped by error class, the
 // largest group first, with up to perClass (1..100, default 5) of each
 // class's newest jobs. At most MaxFailureGroups classes are returned.
 func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int) ([]FailureGroup, error) {
@@ -340,7 +335,7 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 		perClass = 5
 	}
 	perClass = min(perClass, 100)
-	rows, err := q.pool.Query(ctx, failureGroupsSQL, since, minuteAfter(since), perClass, MaxFailureGroups)
+	rows, err := q.pool.Query(ctx, failureGroupsSQL, WindowStart(since), perClass, MaxFailureGroups)
 	if err != nil {
 		return nil, fmt.Errorf("failure groups: %w", err)
 	}

@@ -145,3 +145,35 @@ func startOne(t testing.TB, q *Queue, in *Incarnation) Job {
 	}
 	return jobs[0]
 }
+
+// singleConnQueue is a queue on a pool of one connection of the test
+// database that shared belongs to, so that jobsRowsRead counts exactly
+// what the queue's statements read.
+func singleConnQueue(t testing.TB, shared *pgxpool.Pool, qcfg Config) (*Queue, *pgxpool.Pool) {
+	t.Helper()
+	cfg := shared.Config().Copy()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return New(pool, qcfg), pool
+}
+
+// jobsRowsRead is what the statements of pool's one connection have read
+// of jobs so far: rows scanned, and rows fetched through an index. The
+// connection's statistics are flushed on demand, so the count does not
+// depend on timing.
+func jobsRowsRead(t testing.TB, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = 'jobs'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

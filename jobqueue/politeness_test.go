@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func TestHostBudget(t *testing.T) {
@@ -137,14 +135,7 @@ func TestHostCapCountsEverySpellingOfOneServer(t *testing.T) {
 func TestRoundReadsNoBacklogOnPlansOfAnEmptyTable(t *testing.T) {
 	ctx := context.Background()
 	_, shared := newTestQueue(t, Config{})
-	cfg := shared.Config().Copy()
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	q := New(pool, Config{})
+	q, pool := singleConnQueue(t, shared, Config{})
 	mustRegister(t, q, "n1", 6)
 	mustRegister(t, q, "n2", 6)
 	round := func() int {
@@ -155,19 +146,6 @@ func TestRoundReadsNoBacklogOnPlansOfAnEmptyTable(t *testing.T) {
 		}
 		return rep.Total()
 	}
-	// rowsRead is what this connection's statements have read of jobs:
-	// rows scanned, and rows fetched through an index.
-	rowsRead := func() int64 {
-		t.Helper()
-		if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = 'jobs'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	if n := round(); n != 0 { // planned on the empty table
 		t.Fatalf("assigned %d jobs of none", n)
 	}
@@ -176,11 +154,11 @@ func TestRoundReadsNoBacklogOnPlansOfAnEmptyTable(t *testing.T) {
 		t.Fatalf("assigned %d jobs of 1", n)
 	}
 	mustEnqueue(t, q, pageSpecs(3000, "big.example")...)
-	before := rowsRead()
+	before := jobsRowsRead(t, pool)
 	if n := round(); n != 11 {
 		t.Fatalf("assigned %d jobs, want the 11 free slots filled", n)
 	}
-	if read := rowsRead() - before; read > 300 {
+	if read := jobsRowsRead(t, pool) - before; read > 300 {
 		t.Errorf("a round that assigned 11 jobs read %d rows of jobs (3,001 jobs pending)", read)
 	}
 }

@@ -236,7 +236,10 @@ type Stats struct {
 	OldestPending *time.Time `json:"oldest_pending,omitempty"`
 	// Nodes lists, by node id, the nodes that hold jobs.
 	Nodes []NodeJobs `json:"nodes"`
-	// CompletedLastMinute and FailedLastMinute measure recent throughput.
+	// CompletedLastMinute and FailedLastMinute measure recent throughput:
+	// the jobs that completed and failed in the last whole minute, the one
+	// before the current (read from the per-minute counts, so a minute
+	// late, and at any rate of finishes a row per state and class).
 	CompletedLastMinute int64 `json:"completed_last_minute"`
 	FailedLastMinute    int64 `json:"failed_last_minute"`
 	// Lifetime is the farm's lifetime counters: unlike
@@ -247,7 +250,8 @@ type Stats struct {
 // Stats counts jobs by state and per node, in one round trip. Live jobs are
 // counted from their partial indexes (the cost grows with the backlog),
 // finished ones from the maintained counts (job_counts) and the last
-// minute's finishes from the finished index: none grows with the history.
+// minute's finishes from its per-minute rows (finished_minutes): none grows
+// with the history or with the rate of finishes.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	s := Stats{Jobs: make(map[State]int64, 6)}
 	for _, st := range States() {
@@ -287,9 +291,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 			}
 			return rows.Err()
 		})
-	b.Queue(`SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'failed')
-             FROM jobs WHERE state IN ('completed', 'failed', 'canceled')
-               AND finished_at > coalesce($1::timestamptz, now()) - interval '1 minute'`, now).
+	b.Queue(lastMinuteSQL, now).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&s.CompletedLastMinute, &s.FailedLastMinute) })
 	b.Queue(farmCountersSQL).QueryRow(func(row pgx.Row) error { return row.Scan(counterDest(&s.Lifetime)...) })
 	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {

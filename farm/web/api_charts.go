@@ -190,5 +190,6 @@ func (s *server) failures(w http.ResponseWriter, r *http.Request) {
 	if groups == nil {
 		groups = []jobqueue.FailureGroup{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"since": since, "groups": groups})
+	// The window counted starts at a whole minute (jobqueue.WindowStart).
+	writeJSON(w, http.StatusOK, map[string]any{"since": jobqueue.WindowStart(since), "groups": groups})
 }
