@@ -31,7 +31,8 @@
 #                              load and `farm status`, lifecycle jobs/s (median of 3 rounds, -lifecycle-rounds;
 #                              each round with the autovacuums and autoanalyzes of jobs that ended in it
 #                              and its WAL bytes per job), and the retention purge's deletes/s
-#                              (10M: about 10 GB of disk under $TMPDIR)
+#                              (10M: about 10 GB of disk under $TMPDIR; -history-jobs N first runs N jobs
+#                              through the queue, a recent history at its own rate of finishes)
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.
 set -euo pipefail

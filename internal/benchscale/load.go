@@ -111,10 +111,14 @@ func loadHistory(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, n i
 			return err
 		}
 	}
-	// What the recorder and autovacuum do after a bulk insert: the counts'
-	// deltas folded, statistics, and the visibility map that index-only
-	// scans rely on. Then a checkpoint, so that writing the load's dirty
-	// pages out does not land in the measurements.
+	return settle(ctx, pool, q)
+}
+
+// settle does what the recorder and autovacuum do after a bulk insert: the
+// counts' deltas folded, statistics, and the visibility map that
+// index-only scans rely on. Then a checkpoint, so that writing the dirty
+// pages out does not land in the measurements.
+func settle(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue) error {
 	if _, err := q.CompactCounts(ctx); err != nil {
 		return err
 	}

@@ -4,8 +4,10 @@
 // it starts from a fresh database on a private PostgreSQL (internal/pglocal),
 // loads that many finished jobs and their results with COPY of generated
 // rows, runs VACUUM ANALYZE (what autovacuum would have done) and a
-// CHECKPOINT, starts a producer and its HTTP server as `farm producer` does
-// (in-process, on 127.0.0.1), and measures:
+// CHECKPOINT, optionally runs -history-jobs jobs through the lifecycle (a
+// recent history at the queue's own rate, settled the same way), starts a
+// producer and its HTTP server as `farm producer` does (in-process, on
+// 127.0.0.1), and measures:
 //
 //   - p50/p99 of GET /api/stats, /api/failures, /metrics (uncached: the
 //     scrape cache is reset before each request), the dashboard's load (the
@@ -18,7 +20,7 @@
 //
 // Progress goes to stderr, one JSON line to stdout.
 //
-//	benchscale [-retained 0,1000,10000000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 3] [-purge 100000]
+//	benchscale [-retained 0,1000,10000000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 3] [-purge 100000] [-history-jobs 0]
 package main
 
 import (
@@ -52,7 +54,11 @@ type options struct {
 	lifecycleRounds int
 	purge           int64
 	days            int
-	hold            bool
+	// historyJobs are run through the lifecycle after the load and before
+	// the measurements: a recent history the queue wrote itself, at its
+	// own rate of finishes, rather than COPY's.
+	historyJobs int
+	hold        bool
 	// pgSettings are extra server settings (-pg-set), over the defaults
 	// runAll starts the server with.
 	pgSettings map[string]string
@@ -87,6 +93,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 3, "lifecycle runs per size, one after another on its database (the median is reported)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
+	fs.IntVar(&o.historyJobs, "history-jobs", 0, "jobs run through the lifecycle after the load, then VACUUM ANALYZE and a checkpoint, before measuring: a recent history the queue wrote itself, at its own rate")
 	o.pgSettings = map[string]string{}
 	fs.Func("pg-set", "a PostgreSQL server setting `name=value` for the private server, over the farm's (internal/pgtune), e.g. autovacuum_naptime=1min for PostgreSQL's default (repeatable)", func(v string) error {
 		name, value, ok := strings.Cut(v, "=")
@@ -108,8 +115,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchscale:", err)
 		return 2
 	}
-	if o.requests < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.days < 1 {
-		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge ≥ 0")
+	if o.requests < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.days < 1 || o.historyJobs < 0 {
+		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge and -history-jobs ≥ 0")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

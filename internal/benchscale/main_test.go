@@ -9,6 +9,7 @@ func TestFlagsRefused(t *testing.T) {
 	for _, args := range [][]string{
 		{"-lifecycle-rounds", "0"},
 		{"-lifecycle-jobs", "0"},
+		{"-history-jobs", "-1"},
 		{"-retained", "x"},
 		{"-pg-set", "autovacuum_naptime"},
 		{"-pg-set", "=10s"},

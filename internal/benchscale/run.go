@@ -142,6 +142,15 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 			return r, err
 		}
 	}
+	if o.historyJobs > 0 {
+		progress("%d retained: %d jobs through the lifecycle first", n, o.historyJobs)
+		if _, err := lifecycle(ctx, pool, q, nodes, o.historyJobs); err != nil {
+			return r, err
+		}
+		if err := settle(ctx, pool, q); err != nil {
+			return r, err
+		}
+	}
 	if r.Reads, err = measureReads(ctx, pool, q, o.requests, progress); err != nil {
 		return r, err
 	}
