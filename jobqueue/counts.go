@@ -120,9 +120,9 @@ func WindowStart(since time.Time) time.Time {
 }
 
 // FinishedSince counts the jobs that reached a final state from
-// WindowStart(since) on, by state and, for failed jobs, error class. A completed job keeps the
-// error class of an earlier failed attempt, which is not its outcome, so
-// only failures are split by class.
+// WindowStart(since) on, by state and, for failed jobs, error class. A
+// completed job keeps the error class of an earlier failed attempt, which
+// is not its outcome, so only failures are split by class.
 func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedCount, error) {
 	rows, err := q.pool.Query(ctx, finishedCountsSQL, WindowStart(since))
 	if err != nil {

@@ -327,9 +327,10 @@ CROSS JOIN LATERAL (
 ORDER BY c.n DESC, c.class, r.finished_at DESC, r.id DESC`
 
 // FailureGroups returns the jobs that failed (for good: attempts exhausted
-// or a permanent error) from WindowStart(since) on, grouped by error class, the
-// largest group first, with up to perClass (1..100, default 5) of each
-// class's newest jobs. At most MaxFailureGroups classes are returned.
+// or a permanent error) from WindowStart(since) on, grouped by error
+// class, the largest group first, with up to perClass (1..100, default 5)
+// of each class's newest jobs. At most MaxFailureGroups classes are
+// returned.
 func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int) ([]FailureGroup, error) {
 	if perClass <= 0 {
 		perClass = 5
