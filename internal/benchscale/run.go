@@ -53,14 +53,25 @@ type maintenance struct {
 	Analyzes int64 `json:"analyzes"`
 }
 
-// jobsMaintenanceSQL: the counters move when a run ends; a statement
-// outside a transaction reads them fresh.
-const jobsMaintenanceSQL = `SELECT autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relname = 'jobs'`
+// roundMarks are the server's counters a lifecycle round is measured
+// between: autovacuum's and autoanalyze's runs on jobs, and the WAL
+// position.
+type roundMarks struct {
+	vacuums, analyzes int64
+	wal               float64
+}
 
-// walSQL is the server's WAL position. Its difference over a round is
-// exact at once, unlike pg_stat_wal, which other backends flush up to
-// seconds late.
-const walSQL = `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`
+// roundMarksSQL: the vacuum counters move when a run ends, and a statement
+// outside a transaction reads them fresh; the WAL position is exact at
+// once, unlike pg_stat_wal, which other backends flush up to seconds late.
+const roundMarksSQL = `SELECT autovacuum_count, autoanalyze_count, (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8
+FROM pg_stat_user_tables WHERE relname = 'jobs'`
+
+func readRoundMarks(ctx context.Context, pool *pgxpool.Pool) (roundMarks, error) {
+	var m roundMarks
+	err := pool.QueryRow(ctx, roundMarksSQL).Scan(&m.vacuums, &m.analyzes, &m.wal)
+	return m, err
+}
 
 type latency struct {
 	P50ms float64 `json:"p50_ms"`
@@ -156,26 +167,20 @@ func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, 
 	}
 	for i := range o.lifecycleRounds {
 		progress("%d retained: lifecycle of %d jobs, round %d of %d", n, o.lifecycleJobs, i+1, o.lifecycleRounds)
-		var before, after maintenance
-		var walBefore, walAfter float64
-		if err := pool.QueryRow(ctx, jobsMaintenanceSQL).Scan(&before.Vacuums, &before.Analyzes); err != nil {
-			return r, err
-		}
-		if err := pool.QueryRow(ctx, walSQL).Scan(&walBefore); err != nil {
+		before, err := readRoundMarks(ctx, pool)
+		if err != nil {
 			return r, err
 		}
 		perS, err := lifecycle(ctx, pool, q, nodes, o.lifecycleJobs)
 		if err != nil {
 			return r, err
 		}
-		if err := pool.QueryRow(ctx, jobsMaintenanceSQL).Scan(&after.Vacuums, &after.Analyzes); err != nil {
+		after, err := readRoundMarks(ctx, pool)
+		if err != nil {
 			return r, err
 		}
-		if err := pool.QueryRow(ctx, walSQL).Scan(&walAfter); err != nil {
-			return r, err
-		}
-		m := maintenance{Vacuums: after.Vacuums - before.Vacuums, Analyzes: after.Analyzes - before.Analyzes}
-		wal := round((walAfter - walBefore) / float64(o.lifecycleJobs))
+		m := maintenance{Vacuums: after.vacuums - before.vacuums, Analyzes: after.analyzes - before.analyzes}
+		wal := round((after.wal - before.wal) / float64(o.lifecycleJobs))
 		r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
 		r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
 		r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
