@@ -1,7 +1,7 @@
 // Command benchscale is the harness behind `scripts/bench.sh scale`: it
 // measures what the producer's reads and the queue's lifecycle cost with a
 // retained history of finished jobs, against an empty table. For each size
-// it starts from a fresh database on a private PostgreSQL (internal/pglocal),
+// it creates a fresh database on one private PostgreSQL (internal/pglocal),
 // loads that many finished jobs and their results with COPY of generated
 // rows, runs VACUUM ANALYZE (what autovacuum would have done) and a
 // CHECKPOINT, optionally runs -history-jobs jobs through the lifecycle (a
@@ -14,7 +14,9 @@
 //     page and the four API calls it makes on load) and `farm status` (the
 //     queue calls it makes);
 //   - lifecycle jobs/s: jobs enqueued, assigned, claimed and completed by 16
-//     simulated nodes of 6 slots;
+//     simulated nodes of 6 slots, in rounds that alternate between the sizes'
+//     databases (kept side by side), each size's against the first size's of
+//     the same round;
 //   - retention: finished jobs (and results) deleted per second by the
 //     producer's purge, on the oldest part of the history.
 //
@@ -90,7 +92,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs.IntVar(&o.requests, "requests", 50, "requests per read measured (p50/p99 over them)")
 	fs.IntVar(&o.lifecycleJobs, "lifecycle-jobs", 20000, "jobs run through their lifecycle for jobs/s")
-	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 3, "lifecycle runs per size, one after another on its database (the median is reported)")
+	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 3, "lifecycle runs per size, alternating between the sizes (the median, and the median ratio to the first size's round, are reported)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
 	fs.IntVar(&o.historyJobs, "history-jobs", 0, "jobs run through the lifecycle after the load, then VACUUM ANALYZE and a checkpoint, before measuring: a recent history the queue wrote itself, at its own rate")
@@ -103,7 +105,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		o.pgSettings[strings.TrimSpace(name)] = strings.TrimSpace(value)
 		return nil
 	})
-	fs.BoolVar(&o.hold, "hold", false, "after measuring each size, keep its database and print how to connect, until interrupted")
+	fs.BoolVar(&o.hold, "hold", false, "after measuring, keep every size's database and print how to connect, until interrupted")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

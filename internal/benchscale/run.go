@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,10 +26,16 @@ type sizeRun struct {
 	// Reads: p50/p99 in ms of each read.
 	Reads map[string]latency `json:"reads"`
 	// LifecycleJobsPerS is enqueue → assign → claim → complete: the median
-	// of LifecycleRounds, run one after another (each round's jobs stay, so
-	// a later round runs beside a few more finished jobs than the first).
+	// of LifecycleRounds (each round's jobs stay, so a later round runs
+	// beside a few more finished jobs than the first).
 	LifecycleJobsPerS float64   `json:"lifecycle_jobs_per_s"`
 	LifecycleRounds   []float64 `json:"lifecycle_rounds_jobs_per_s"`
+	// LifecycleRatios are each round's jobs/s over the first size's in the
+	// same round (the rounds alternate between the sizes, see runAll), and
+	// LifecycleRatio their median: what the history costs the lifecycle,
+	// paired. Absent on the first size, the baseline.
+	LifecycleRatio  float64   `json:"lifecycle_ratio_to_baseline,omitempty"`
+	LifecycleRatios []float64 `json:"lifecycle_rounds_ratio_to_baseline,omitempty"`
 	// LifecycleMaintenance is, per round, the autovacuums and autoanalyzes
 	// of jobs that ended during it. A vacuum of jobs reads all of its
 	// indexes, the history's too: with 10M retained, one took 3.7 CPU-s
@@ -78,8 +85,13 @@ type latency struct {
 	P99ms float64 `json:"p99_ms"`
 }
 
-// runAll starts the private PostgreSQL and measures each size on a fresh
-// database of its own, dropped afterwards.
+// runAll starts the private PostgreSQL, prepares every size's database
+// side by side (loaded, settled, reads measured), then runs the lifecycle
+// rounds alternating between them: round i on each size in turn, the order
+// reversed every other round. Rounds of a size one after another would
+// compare the sizes across minutes of a shared machine, whose load moves
+// the lifecycle by more than the goal's 10%; a round of each size in the
+// same minute, paired, does not. The databases are dropped at the end.
 func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs []sizeRun, err error) {
 	progress("starting a private PostgreSQL")
 	settings := map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"}
@@ -89,127 +101,190 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, stop(ctx)) }()
+	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	sizes := make([]*size, 0, len(o.retained))
+	defer func() {
+		for _, sz := range sizes {
+			sz.pool.Close()
+			if _, err := admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE "+sz.db+" WITH (FORCE)"); err != nil {
+				progress("dropping %s: %v", sz.db, err)
+			}
+		}
+	}()
 	for _, n := range o.retained {
-		r, err := runSize(ctx, cluster, o, n, progress)
+		sz, err := prepareSize(ctx, admin, cluster, o, n, progress)
+		if sz != nil {
+			sizes = append(sizes, sz)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%d retained: %w", n, err)
 		}
-		runs = append(runs, r)
+	}
+	for i := range o.lifecycleRounds {
+		order := slices.Clone(sizes)
+		if i%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, sz := range order {
+			if err := sz.lifecycleRound(ctx, o, i, progress); err != nil {
+				return nil, fmt.Errorf("%d retained: %w", sz.run.Retained, err)
+			}
+		}
+	}
+	for _, sz := range sizes {
+		if err := sz.finish(ctx, o, sizes[0], progress); err != nil {
+			return nil, fmt.Errorf("%d retained: %w", sz.run.Retained, err)
+		}
+		runs = append(runs, sz.run)
+	}
+	if o.hold {
+		// For EXPLAIN by hand: the databases stay until the harness is
+		// interrupted.
+		for _, sz := range sizes {
+			progress("%d retained: holding the database: psql '%s'", sz.run.Retained, cluster.ConnString(sz.db))
+		}
+		progress("holding (Ctrl-C ends)")
+		<-ctx.Done()
 	}
 	return runs, nil
 }
 
-func runSize(ctx context.Context, cluster *pglocal.Cluster, o options, n int64, progress func(string, ...any)) (sizeRun, error) {
-	r := sizeRun{Retained: n}
+// size is one retained size's database, kept until the harness ends.
+type size struct {
+	db    string
+	pool  *pgxpool.Pool
+	q     *jobqueue.Queue
+	nodes []string
+	run   sizeRun
+}
+
+// prepareSize creates a database, loads n finished jobs into it, settles
+// it and measures the reads. A non-nil size is returned whenever the
+// database was created, for the caller to drop.
+func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster, o options, n int64, progress func(string, ...any)) (*size, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return r, err
+		return nil, err
 	}
 	name := "scale_" + hex.EncodeToString(b[:])
-	admin, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
-	if err != nil {
-		return r, err
-	}
-	defer admin.Close(context.WithoutCancel(ctx))
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return r, err
+		return nil, err
 	}
-	defer func() {
-		if _, err := admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			progress("dropping %s: %v", name, err)
-		}
-	}()
 	cfg, err := pgxpool.ParseConfig(cluster.ConnString(name))
 	if err != nil {
-		return r, err
+		return nil, err
 	}
 	cfg.MaxConns = 40
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	defer pool.Close()
+	sz := &size{db: name, pool: pool, run: sizeRun{Retained: n}}
+	r := &sz.run
 	if err := jobqueue.Migrate(ctx, pool); err != nil {
-		return r, err
+		return sz, err
 	}
-
 	q := jobqueue.New(pool, jobqueue.Config{})
+	sz.q = q
 	progress("%d retained: loading", n)
 	start := time.Now()
 	if err := loadHistory(ctx, pool, q, n, time.Duration(o.days)*24*time.Hour, progress); err != nil {
-		return r, err
+		return sz, err
 	}
 	r.LoadS = round(time.Since(start).Seconds())
 	if err := pool.QueryRow(ctx, "SELECT pg_database_size(current_database()) / 1048576.0").Scan(&r.DBSizeMB); err != nil {
-		return r, err
+		return sz, err
 	}
 	r.DBSizeMB = round(r.DBSizeMB)
 	progress("%d retained: loaded in %.1f s (%.0f MB)", n, r.LoadS, r.DBSizeMB)
 
-	nodes := make([]string, lifecycleNodes)
-	for i := range nodes {
-		nodes[i] = fmt.Sprintf("bench-node-%02d", i)
-		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: nodes[i], Hostname: "bench", Capacity: lifecycleCapacity}); err != nil {
-			return r, err
+	sz.nodes = make([]string, lifecycleNodes)
+	for i := range sz.nodes {
+		sz.nodes[i] = fmt.Sprintf("bench-node-%02d", i)
+		if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: sz.nodes[i], Hostname: "bench", Capacity: lifecycleCapacity}); err != nil {
+			return sz, err
 		}
 	}
 	if o.historyJobs > 0 {
 		progress("%d retained: %d jobs through the lifecycle first", n, o.historyJobs)
-		if _, err := lifecycle(ctx, pool, q, nodes, o.historyJobs); err != nil {
-			return r, err
+		if _, err := lifecycle(ctx, pool, q, sz.nodes, o.historyJobs); err != nil {
+			return sz, err
 		}
 		if err := settle(ctx, pool, q); err != nil {
-			return r, err
+			return sz, err
 		}
 	}
-	if r.Reads, err = measureReads(ctx, pool, q, o.requests, progress); err != nil {
-		return r, err
+	r.Reads, err = measureReads(ctx, pool, q, o.requests, progress)
+	return sz, err
+}
+
+// lifecycleRound runs round i of the lifecycle on the size's database.
+func (sz *size) lifecycleRound(ctx context.Context, o options, i int, progress func(string, ...any)) error {
+	r := &sz.run
+	progress("%d retained: lifecycle of %d jobs, round %d of %d", r.Retained, o.lifecycleJobs, i+1, o.lifecycleRounds)
+	before, err := readRoundMarks(ctx, sz.pool)
+	if err != nil {
+		return err
 	}
-	for i := range o.lifecycleRounds {
-		progress("%d retained: lifecycle of %d jobs, round %d of %d", n, o.lifecycleJobs, i+1, o.lifecycleRounds)
-		before, err := readRoundMarks(ctx, pool)
-		if err != nil {
-			return r, err
-		}
-		perS, err := lifecycle(ctx, pool, q, nodes, o.lifecycleJobs)
-		if err != nil {
-			return r, err
-		}
-		after, err := readRoundMarks(ctx, pool)
-		if err != nil {
-			return r, err
-		}
-		m := maintenance{Vacuums: after.vacuums - before.vacuums, Analyzes: after.analyzes - before.analyzes}
-		wal := round((after.wal - before.wal) / float64(o.lifecycleJobs))
-		r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
-		r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
-		r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
-		progress("%d retained: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d; WAL per job: %.0f bytes",
-			n, i+1, perS, m.Vacuums, m.Analyzes, wal)
+	perS, err := lifecycle(ctx, sz.pool, sz.q, sz.nodes, o.lifecycleJobs)
+	if err != nil {
+		return err
 	}
+	after, err := readRoundMarks(ctx, sz.pool)
+	if err != nil {
+		return err
+	}
+	m := maintenance{Vacuums: after.vacuums - before.vacuums, Analyzes: after.analyzes - before.analyzes}
+	wal := round((after.wal - before.wal) / float64(o.lifecycleJobs))
+	r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
+	r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
+	r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
+	progress("%d retained: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d; WAL per job: %.0f bytes",
+		r.Retained, i+1, perS, m.Vacuums, m.Analyzes, wal)
+	return nil
+}
+
+// finish reports the size's lifecycle against the baseline's (the first
+// size) and measures the retention purge.
+func (sz *size) finish(ctx context.Context, o options, baseline *size, progress func(string, ...any)) error {
+	r := &sz.run
 	r.LifecycleJobsPerS = round(benchstat.Median(r.LifecycleRounds))
-	if purge := min(o.purge, n); purge > 0 {
+	if sz != baseline {
+		ratios := make([]float64, len(r.LifecycleRounds))
+		for i, v := range r.LifecycleRounds {
+			ratios[i] = v / baseline.run.LifecycleRounds[i]
+		}
+		r.LifecycleRatio = round(benchstat.Median(ratios))
+		r.LifecycleRatios = roundAll(ratios)
+	}
+	if purge := min(o.purge, r.Retained); purge > 0 {
 		// The oldest purge jobs: the history is in finished_at order by id,
 		// each finish at its own microsecond.
 		var cutoff time.Time
-		if err := pool.QueryRow(ctx, "SELECT finished_at + interval '1 microsecond' FROM jobs WHERE id = $1", purge).Scan(&cutoff); err != nil {
-			return r, err
+		if err := sz.pool.QueryRow(ctx, "SELECT finished_at + interval '1 microsecond' FROM jobs WHERE id = $1", purge).Scan(&cutoff); err != nil {
+			return err
 		}
-		progress("%d retained: purging the oldest %d", n, purge)
+		progress("%d retained: purging the oldest %d", r.Retained, purge)
 		start := time.Now()
-		deleted, err := q.DeleteFinishedBefore(ctx, cutoff, 0, nil)
+		deleted, err := sz.q.DeleteFinishedBefore(ctx, cutoff, 0, nil)
 		if err != nil {
-			return r, err
+			return err
 		}
 		r.Purged, r.PurgeDeletesPerS = deleted, round(float64(deleted)/time.Since(start).Seconds())
 	}
 	r.LoadAvg = procstat.LoadAvg()
-	if o.hold {
-		// For EXPLAIN by hand: the database stays until the harness is
-		// interrupted.
-		progress("%d retained: holding the database: psql '%s' (Ctrl-C ends)", n, cluster.ConnString(name))
-		<-ctx.Done()
+	progress("%d retained: %+v", r.Retained, *r)
+	return nil
+}
+
+func roundAll(vs []float64) []float64 {
+	out := make([]float64, len(vs))
+	for i, v := range vs {
+		out[i] = round(v)
 	}
-	progress("%d retained: %+v", n, r)
-	return r, nil
+	return out
 }
