@@ -22,7 +22,7 @@
 //
 // Progress goes to stderr, one JSON line to stdout.
 //
-//	benchscale [-retained 0,1000,10000000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 3] [-purge 100000] [-history-jobs 0]
+//	benchscale [-retained 0,1000,10000000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 3] [-purge 100000] [-history-jobs 0[,N...]]
 package main
 
 import (
@@ -34,6 +34,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,17 +57,18 @@ type options struct {
 	lifecycleRounds int
 	purge           int64
 	days            int
-	// historyJobs are run through the lifecycle after the load and before
-	// the measurements: a recent history the queue wrote itself, at its
-	// own rate of finishes, rather than COPY's.
-	historyJobs int
+	// historyJobs, one per retained size, are run through the lifecycle
+	// after the load and before the measurements: a recent history the
+	// queue wrote itself, at its own rate of finishes, rather than COPY's.
+	historyJobs []int64
 	hold        bool
 	// pgSettings are extra server settings (-pg-set), over the defaults
 	// runAll starts the server with.
 	pgSettings map[string]string
 }
 
-func parseSizes(s string) ([]int64, error) {
+// parseCounts reads flag's comma-separated job counts.
+func parseCounts(flag, s string) ([]int64, error) {
 	var out []int64
 	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
@@ -75,12 +77,12 @@ func parseSizes(s string) ([]int64, error) {
 		}
 		n, err := strconv.ParseInt(f, 10, 64)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("-retained: %q is not a job count ≥ 0", f)
+			return nil, fmt.Errorf("-%s: %q is not a job count ≥ 0", flag, f)
 		}
 		out = append(out, n)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("-retained: no size given")
+		return nil, fmt.Errorf("-%s: no count given", flag)
 	}
 	return out, nil
 }
@@ -95,7 +97,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 3, "lifecycle runs per size, alternating between the sizes (the median, and the median ratio to the first size's round, are reported)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
-	fs.IntVar(&o.historyJobs, "history-jobs", 0, "jobs run through the lifecycle after the load, then VACUUM ANALYZE and a checkpoint, before measuring: a recent history the queue wrote itself, at its own rate")
+	historyJobs := fs.String("history-jobs", "0", "jobs run through the lifecycle after the load, then VACUUM ANALYZE and a checkpoint, before measuring: a recent history the queue wrote itself, at its own rate; one count for every size, or comma-separated, one per -retained size (-retained 0,0 -history-jobs 0,10000000: the empty table against 10M the queue wrote)")
 	o.pgSettings = map[string]string{}
 	fs.Func("pg-set", "a PostgreSQL server setting `name=value` for the private server, over the farm's (internal/pgtune), e.g. autovacuum_naptime=1min for PostgreSQL's default (repeatable)", func(v string) error {
 		name, value, ok := strings.Cut(v, "=")
@@ -113,12 +115,24 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var err error
-	if o.retained, err = parseSizes(*retained); err != nil {
+	if o.retained, err = parseCounts("retained", *retained); err != nil {
 		fmt.Fprintln(stderr, "benchscale:", err)
 		return 2
 	}
-	if o.requests < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.days < 1 || o.historyJobs < 0 {
-		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge and -history-jobs ≥ 0")
+	if o.historyJobs, err = parseCounts("history-jobs", *historyJobs); err != nil {
+		fmt.Fprintln(stderr, "benchscale:", err)
+		return 2
+	}
+	switch len(o.historyJobs) {
+	case len(o.retained):
+	case 1:
+		o.historyJobs = slices.Repeat(o.historyJobs, len(o.retained))
+	default:
+		fmt.Fprintf(stderr, "benchscale: -history-jobs: %d counts for %d -retained sizes\n", len(o.historyJobs), len(o.retained))
+		return 2
+	}
+	if o.requests < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.days < 1 {
+		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge ≥ 0")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -11,6 +11,8 @@ func TestFlagsRefused(t *testing.T) {
 		{"-lifecycle-jobs", "0"},
 		{"-history-jobs", "-1"},
 		{"-retained", "x"},
+		{"-retained", "0,1000", "-history-jobs", "1,2,3"},
+		{"-history-jobs", "x"},
 		{"-pg-set", "autovacuum_naptime"},
 		{"-pg-set", "=10s"},
 	} {

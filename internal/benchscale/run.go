@@ -21,8 +21,10 @@ import (
 
 // sizeRun is what one retained size measured.
 type sizeRun struct {
-	Retained int64   `json:"retained"`
-	LoadS    float64 `json:"load_s"`
+	Retained int64 `json:"retained"`
+	// HistoryJobs ran through the lifecycle after the load (-history-jobs).
+	HistoryJobs int64   `json:"history_jobs,omitempty"`
+	LoadS       float64 `json:"load_s"`
 	// Reads: p50/p99 in ms of each read.
 	Reads map[string]latency `json:"reads"`
 	// LifecycleJobsPerS is enqueue → assign → claim → complete: the median
@@ -115,13 +117,13 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 			}
 		}
 	}()
-	for _, n := range o.retained {
-		sz, err := prepareSize(ctx, admin, cluster, o, n, progress)
+	for i, n := range o.retained {
+		sz, err := prepareSize(ctx, admin, cluster, o, n, o.historyJobs[i], progress)
 		if sz != nil {
 			sizes = append(sizes, sz)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%d retained: %w", n, err)
+			return nil, fmt.Errorf("%s: %w", sizeLabel(n, o.historyJobs[i]), err)
 		}
 	}
 	for i := range o.lifecycleRounds {
@@ -131,13 +133,13 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 		}
 		for _, sz := range order {
 			if err := sz.lifecycleRound(ctx, o, i, progress); err != nil {
-				return nil, fmt.Errorf("%d retained: %w", sz.run.Retained, err)
+				return nil, fmt.Errorf("%s: %w", sz.label(), err)
 			}
 		}
 	}
 	for _, sz := range sizes {
 		if err := sz.finish(ctx, o, sizes[0], progress); err != nil {
-			return nil, fmt.Errorf("%d retained: %w", sz.run.Retained, err)
+			return nil, fmt.Errorf("%s: %w", sz.label(), err)
 		}
 		runs = append(runs, sz.run)
 	}
@@ -145,13 +147,16 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 		// For EXPLAIN by hand: the databases stay until the harness is
 		// interrupted.
 		for _, sz := range sizes {
-			progress("%d retained: holding the database: psql '%s'", sz.run.Retained, cluster.ConnString(sz.db))
+			progress("%s: holding the database: psql '%s'", sz.label(), cluster.ConnString(sz.db))
 		}
 		progress("holding (Ctrl-C ends)")
 		<-ctx.Done()
 	}
 	return runs, nil
 }
+
+// historyChunk bounds one lifecycle run of -history-jobs.
+const historyChunk = 1_000_000
 
 // size is one retained size's database, kept until the harness ends.
 type size struct {
@@ -162,10 +167,20 @@ type size struct {
 	run   sizeRun
 }
 
+func (sz *size) label() string { return sizeLabel(sz.run.Retained, sz.run.HistoryJobs) }
+
+// sizeLabel names a size in progress lines and errors.
+func sizeLabel(retained, historyJobs int64) string {
+	if historyJobs == 0 {
+		return fmt.Sprintf("%d retained", retained)
+	}
+	return fmt.Sprintf("%d retained + %d through the lifecycle", retained, historyJobs)
+}
+
 // prepareSize creates a database, loads n finished jobs into it, settles
 // it and measures the reads. A non-nil size is returned whenever the
 // database was created, for the caller to drop.
-func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster, o options, n int64, progress func(string, ...any)) (*size, error) {
+func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster, o options, n, historyJobs int64, progress func(string, ...any)) (*size, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
@@ -183,14 +198,14 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 	if err != nil {
 		return nil, err
 	}
-	sz := &size{db: name, pool: pool, run: sizeRun{Retained: n}}
+	sz := &size{db: name, pool: pool, run: sizeRun{Retained: n, HistoryJobs: historyJobs}}
 	r := &sz.run
 	if err := jobqueue.Migrate(ctx, pool); err != nil {
 		return sz, err
 	}
 	q := jobqueue.New(pool, jobqueue.Config{})
 	sz.q = q
-	progress("%d retained: loading", n)
+	progress("%s: loading", sz.label())
 	start := time.Now()
 	if err := loadHistory(ctx, pool, q, n, time.Duration(o.days)*24*time.Hour, progress); err != nil {
 		return sz, err
@@ -200,7 +215,7 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 		return sz, err
 	}
 	r.DBSizeMB = round(r.DBSizeMB)
-	progress("%d retained: loaded in %.1f s (%.0f MB)", n, r.LoadS, r.DBSizeMB)
+	progress("%s: loaded in %.1f s (%.0f MB)", sz.label(), r.LoadS, r.DBSizeMB)
 
 	sz.nodes = make([]string, lifecycleNodes)
 	for i := range sz.nodes {
@@ -209,10 +224,14 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 			return sz, err
 		}
 	}
-	if o.historyJobs > 0 {
-		progress("%d retained: %d jobs through the lifecycle first", n, o.historyJobs)
-		if _, err := lifecycle(ctx, pool, q, sz.nodes, o.historyJobs); err != nil {
-			return sz, err
+	if historyJobs > 0 {
+		progress("%s: the %d jobs through the lifecycle first", sz.label(), historyJobs)
+		// In runs of at most historyChunk: a run enqueues all its jobs
+		// first, and holds their specs in memory.
+		for done := int64(0); done < historyJobs; done += historyChunk {
+			if _, err := lifecycle(ctx, pool, q, sz.nodes, int(min(historyChunk, historyJobs-done))); err != nil {
+				return sz, err
+			}
 		}
 		if err := settle(ctx, pool, q); err != nil {
 			return sz, err
@@ -225,7 +244,7 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 // lifecycleRound runs round i of the lifecycle on the size's database.
 func (sz *size) lifecycleRound(ctx context.Context, o options, i int, progress func(string, ...any)) error {
 	r := &sz.run
-	progress("%d retained: lifecycle of %d jobs, round %d of %d", r.Retained, o.lifecycleJobs, i+1, o.lifecycleRounds)
+	progress("%s: lifecycle of %d jobs, round %d of %d", sz.label(), o.lifecycleJobs, i+1, o.lifecycleRounds)
 	before, err := readRoundMarks(ctx, sz.pool)
 	if err != nil {
 		return err
@@ -243,8 +262,8 @@ func (sz *size) lifecycleRound(ctx context.Context, o options, i int, progress f
 	r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
 	r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
 	r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
-	progress("%d retained: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d; WAL per job: %.0f bytes",
-		r.Retained, i+1, perS, m.Vacuums, m.Analyzes, wal)
+	progress("%s: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d; WAL per job: %.0f bytes",
+		sz.label(), i+1, perS, m.Vacuums, m.Analyzes, wal)
 	return nil
 }
 
@@ -268,7 +287,7 @@ func (sz *size) finish(ctx context.Context, o options, baseline *size, progress 
 		if err := sz.pool.QueryRow(ctx, "SELECT finished_at + interval '1 microsecond' FROM jobs WHERE id = $1", purge).Scan(&cutoff); err != nil {
 			return err
 		}
-		progress("%d retained: purging the oldest %d", r.Retained, purge)
+		progress("%s: purging the oldest %d", sz.label(), purge)
 		start := time.Now()
 		deleted, err := sz.q.DeleteFinishedBefore(ctx, cutoff, 0, nil)
 		if err != nil {
@@ -277,7 +296,7 @@ func (sz *size) finish(ctx context.Context, o options, baseline *size, progress 
 		r.Purged, r.PurgeDeletesPerS = deleted, round(float64(deleted)/time.Since(start).Seconds())
 	}
 	r.LoadAvg = procstat.LoadAvg()
-	progress("%d retained: %+v", r.Retained, *r)
+	progress("%s: %+v", sz.label(), *r)
 	return nil
 }
 
