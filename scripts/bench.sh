@@ -28,11 +28,13 @@
 #                              and puppeteer-core from npm into a temp dir)
 #   scripts/bench.sh scale     with 0 and 10,000,000 retained finished jobs (COPY, -retained 0,1000,1000000 to
 #                              choose): p50/p99 of /api/stats, /api/failures, /metrics (uncached), the dashboard's
-#                              load and `farm status`, lifecycle jobs/s (median of 3 rounds, -lifecycle-rounds;
-#                              each round with the autovacuums and autoanalyzes of jobs that ended in it
-#                              and its WAL bytes per job), and the retention purge's deletes/s
-#                              (10M: about 10 GB of disk under $TMPDIR; -history-jobs N first runs N jobs
-#                              through the queue, a recent history at its own rate of finishes)
+#                              load and `farm status`, lifecycle jobs/s (4 rounds, -lifecycle-rounds, that
+#                              alternate between the sizes' databases, kept side by side: each size's median
+#                              and its paired ratio to the first size; each round with the autovacuums and
+#                              autoanalyzes of jobs that ended in it and its WAL bytes per job), and the
+#                              retention purge's deletes/s (10M: about 10 GB of disk under $TMPDIR, the
+#                              sizes' sum at once; -history-jobs N[,N...] first runs N jobs through the queue,
+#                              a recent history at its own rate of finishes, one count for all sizes or one each)
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.
 set -euo pipefail

@@ -22,7 +22,7 @@
 //
 // Progress goes to stderr, one JSON line to stdout.
 //
-//	benchscale [-retained 0,1000,10000000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 3] [-purge 100000] [-history-jobs 0[,N...]]
+//	benchscale [-retained 0,10000000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 4] [-purge 100000] [-history-jobs 0[,N...]]
 package main
 
 import (
@@ -67,8 +67,8 @@ type options struct {
 	pgSettings map[string]string
 }
 
-// parseCounts reads flag's comma-separated job counts.
-func parseCounts(flag, s string) ([]int64, error) {
+// parseCounts reads the comma-separated job counts of the flag name.
+func parseCounts(name, s string) ([]int64, error) {
 	var out []int64
 	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
@@ -77,12 +77,12 @@ func parseCounts(flag, s string) ([]int64, error) {
 		}
 		n, err := strconv.ParseInt(f, 10, 64)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("-%s: %q is not a job count ≥ 0", flag, f)
+			return nil, fmt.Errorf("-%s: %q is not a job count ≥ 0", name, f)
 		}
 		out = append(out, n)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("-%s: no count given", flag)
+		return nil, fmt.Errorf("-%s: no count given", name)
 	}
 	return out, nil
 }
@@ -90,11 +90,11 @@ func parseCounts(flag, s string) ([]int64, error) {
 func realMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchscale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	retained := fs.String("retained", "0,10000000", "comma-separated retained finished jobs to measure, each on a fresh database (0: the empty-table baseline)")
+	retained := fs.String("retained", "0,10000000", "comma-separated retained finished jobs to measure, each on a fresh database of one server; the first size is the baseline of the lifecycle's ratios (0: the empty table)")
 	var o options
 	fs.IntVar(&o.requests, "requests", 50, "requests per read measured (p50/p99 over them)")
 	fs.IntVar(&o.lifecycleJobs, "lifecycle-jobs", 20000, "jobs run through their lifecycle for jobs/s")
-	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 3, "lifecycle runs per size, alternating between the sizes (the median, and the median ratio to the first size's round, are reported)")
+	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 4, "lifecycle runs per size, alternating between the sizes (reported: each size's median, and the median of its rounds' ratios to the first size's; an even count has each size lead as often)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
 	historyJobs := fs.String("history-jobs", "0", "jobs run through the lifecycle after the load, then VACUUM ANALYZE and a checkpoint, before measuring: a recent history the queue wrote itself, at its own rate; one count for every size, or comma-separated, one per -retained size (-retained 0,0 -history-jobs 0,10000000: the empty table against 10M the queue wrote)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"testing"
 )
 
@@ -19,5 +20,30 @@ func TestFlagsRefused(t *testing.T) {
 		if code := realMain(args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
+	}
+}
+
+func TestRoundOrderAlternates(t *testing.T) {
+	for _, c := range []struct {
+		n, round int
+		want     []int
+	}{
+		{1, 0, []int{0}},
+		{1, 1, []int{0}},
+		{2, 0, []int{0, 1}},
+		{2, 1, []int{1, 0}},
+		{3, 2, []int{0, 1, 2}},
+		{3, 3, []int{2, 1, 0}},
+	} {
+		if got := roundOrder(c.n, c.round); !slices.Equal(got, c.want) {
+			t.Errorf("roundOrder(%d, %d) = %v, want %v", c.n, c.round, got, c.want)
+		}
+	}
+}
+
+func TestPairedRatiosAreRoundByRound(t *testing.T) {
+	got := pairedRatios([]float64{50, 90, 30}, []float64{100, 90, 60})
+	if want := []float64{0.5, 1, 0.5}; !slices.Equal(got, want) {
+		t.Errorf("pairedRatios = %v, want %v", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,12 +40,14 @@ type sizeRun struct {
 	LifecycleRatio  float64   `json:"lifecycle_ratio_to_baseline,omitempty"`
 	LifecycleRatios []float64 `json:"lifecycle_rounds_ratio_to_baseline,omitempty"`
 	// LifecycleMaintenance is, per round, the autovacuums and autoanalyzes
-	// of jobs that ended during it. A vacuum of jobs reads all of its
-	// indexes, the history's too: with 10M retained, one took 3.7 CPU-s
-	// inside a round of about 4 s. This says whether a slow round had one.
+	// of jobs that ended during it, in this size's database and in the
+	// others'. A vacuum of jobs reads all of its indexes, the history's
+	// too: with 10M retained, one took 3.7 CPU-s inside a round of about
+	// 4 s. This says whether a slow round had one beside it.
 	LifecycleMaintenance []maintenance `json:"lifecycle_rounds_jobs_maintenance"`
 	// LifecycleWALPerJob is, per round, the WAL bytes the server wrote
-	// per job. A job's rows and index entries are a few kB; far more means
+	// per job (the server's, so another database's autovacuum in the round
+	// adds to it). A job's rows and index entries are a few kB; far more means
 	// its writes land on pages not yet written since the last checkpoint,
 	// each then logged whole (full_page_writes): rows spread over a large
 	// table rather than on a few hot pages.
@@ -53,13 +56,15 @@ type sizeRun struct {
 	Purged           int64   `json:"purged"`
 	PurgeDeletesPerS float64 `json:"purge_deletes_per_s,omitempty"`
 	DBSizeMB         float64 `json:"db_size_mb"`
-	LoadAvg          string  `json:"loadavg"`
+	// LoadAvg is the machine's when the size's reads were measured.
+	LoadAvg string `json:"loadavg"`
 }
 
 // maintenance is autovacuum's work on jobs during one lifecycle round.
 type maintenance struct {
-	Vacuums  int64 `json:"vacuums"`
-	Analyzes int64 `json:"analyzes"`
+	Vacuums      int64 `json:"vacuums"`
+	Analyzes     int64 `json:"analyzes"`
+	OtherVacuums int64 `json:"other_databases_vacuums"`
 }
 
 // roundMarks are the server's counters a lifecycle round is measured
@@ -93,10 +98,15 @@ type latency struct {
 // reversed every other round. Rounds of a size one after another would
 // compare the sizes across minutes of a shared machine, whose load moves
 // the lifecycle by more than the goal's 10%; a round of each size in the
-// same minute, paired, does not. The databases are dropped at the end.
+// same minute, paired, does not. The first size is the ratios' baseline;
+// with an odd number of rounds it leads one round more than the others.
+// The server and its databases are removed at the end.
 func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs []sizeRun, err error) {
 	progress("starting a private PostgreSQL")
-	settings := map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB"}
+	// Every size's pool keeps its lifecycle's connections (about 20) open
+	// beside the others'.
+	settings := map[string]string{"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB",
+		"max_connections": strconv.Itoa(100 + poolConns*len(o.retained))}
 	maps.Copy(settings, o.pgSettings)
 	cluster, stop, err := pglocal.StartTemp(ctx, "benchscale-", pglocal.Config{Ephemeral: true, Settings: settings})
 	if err != nil {
@@ -112,9 +122,6 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 	defer func() {
 		for _, sz := range sizes {
 			sz.pool.Close()
-			if _, err := admin.Exec(context.WithoutCancel(ctx), "DROP DATABASE "+sz.db+" WITH (FORCE)"); err != nil {
-				progress("dropping %s: %v", sz.db, err)
-			}
 		}
 	}()
 	for i, n := range o.retained {
@@ -127,13 +134,9 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 		}
 	}
 	for i := range o.lifecycleRounds {
-		order := slices.Clone(sizes)
-		if i%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, sz := range order {
-			if err := sz.lifecycleRound(ctx, o, i, progress); err != nil {
-				return nil, fmt.Errorf("%s: %w", sz.label(), err)
+		for _, k := range roundOrder(len(sizes), i) {
+			if err := lifecycleRound(ctx, sizes, k, o, i, progress); err != nil {
+				return nil, fmt.Errorf("%s: %w", sizes[k].label(), err)
 			}
 		}
 	}
@@ -155,8 +158,35 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 	return runs, nil
 }
 
+// roundOrder is the order in which round i visits n sizes: first to last,
+// last to first in every other round.
+func roundOrder(n, i int) []int {
+	order := make([]int, n)
+	for k := range order {
+		order[k] = k
+	}
+	if i%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
+// pairedRatios are each round's figure over the baseline's of the same
+// round.
+func pairedRatios(rounds, baseline []float64) []float64 {
+	out := make([]float64, len(rounds))
+	for i, v := range rounds {
+		out[i] = v / baseline[i]
+	}
+	return out
+}
+
 // historyChunk bounds one lifecycle run of -history-jobs.
 const historyChunk = 1_000_000
+
+// poolConns is each size's pool bound: the lifecycle's 16 nodes, its
+// producer, completer and submitter, and the reads' producer.
+const poolConns = 40
 
 // size is one retained size's database, kept until the harness ends.
 type size struct {
@@ -178,8 +208,8 @@ func sizeLabel(retained, historyJobs int64) string {
 }
 
 // prepareSize creates a database, loads n finished jobs into it, settles
-// it and measures the reads. A non-nil size is returned whenever the
-// database was created, for the caller to drop.
+// it and measures the reads. A non-nil size is returned whenever its pool
+// was opened, for the caller to close.
 func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster, o options, n, historyJobs int64, progress func(string, ...any)) (*size, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -193,7 +223,7 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 	if err != nil {
 		return nil, err
 	}
-	cfg.MaxConns = 40
+	cfg.MaxConns = poolConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -225,27 +255,46 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 		}
 	}
 	if historyJobs > 0 {
-		progress("%s: the %d jobs through the lifecycle first", sz.label(), historyJobs)
 		// In runs of at most historyChunk: a run enqueues all its jobs
 		// first, and holds their specs in memory.
 		for done := int64(0); done < historyJobs; done += historyChunk {
-			if _, err := lifecycle(ctx, pool, q, sz.nodes, int(min(historyChunk, historyJobs-done))); err != nil {
+			chunk := min(historyChunk, historyJobs-done)
+			perS, err := lifecycle(ctx, pool, q, sz.nodes, int(chunk))
+			if err != nil {
 				return sz, err
 			}
+			progress("%s: history: %d of %d jobs through the lifecycle (%.0f jobs/s)", sz.label(), done+chunk, historyJobs, perS)
 		}
 		if err := settle(ctx, pool, q); err != nil {
 			return sz, err
 		}
 	}
 	r.Reads, err = measureReads(ctx, pool, q, o.requests, progress)
+	r.LoadAvg = procstat.LoadAvg()
 	return sz, err
 }
 
-// lifecycleRound runs round i of the lifecycle on the size's database.
-func (sz *size) lifecycleRound(ctx context.Context, o options, i int, progress func(string, ...any)) error {
+// lifecycleRound runs round i of the lifecycle on sizes[k]'s database. The
+// server's counters are read on every size's database around it: the
+// autovacuums of another size's jobs (a 10M history's takes seconds of CPU)
+// run beside this round and slow it, and pg_stat_user_tables shows each
+// database only its own.
+func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i int, progress func(string, ...any)) error {
+	sz := sizes[k]
 	r := &sz.run
 	progress("%s: lifecycle of %d jobs, round %d of %d", sz.label(), o.lifecycleJobs, i+1, o.lifecycleRounds)
-	before, err := readRoundMarks(ctx, sz.pool)
+	marks := func() ([]roundMarks, error) {
+		out := make([]roundMarks, len(sizes))
+		for j, other := range sizes {
+			m, err := readRoundMarks(ctx, other.pool)
+			if err != nil {
+				return nil, err
+			}
+			out[j] = m
+		}
+		return out, nil
+	}
+	before, err := marks()
 	if err != nil {
 		return err
 	}
@@ -253,17 +302,23 @@ func (sz *size) lifecycleRound(ctx context.Context, o options, i int, progress f
 	if err != nil {
 		return err
 	}
-	after, err := readRoundMarks(ctx, sz.pool)
+	after, err := marks()
 	if err != nil {
 		return err
 	}
-	m := maintenance{Vacuums: after.vacuums - before.vacuums, Analyzes: after.analyzes - before.analyzes}
-	wal := round((after.wal - before.wal) / float64(o.lifecycleJobs))
+	m := maintenance{Vacuums: after[k].vacuums - before[k].vacuums, Analyzes: after[k].analyzes - before[k].analyzes}
+	for j := range sizes {
+		if j != k {
+			m.OtherVacuums += after[j].vacuums - before[j].vacuums
+		}
+	}
+	// The WAL position is the server's: the last read's, after the round.
+	wal := round((after[len(after)-1].wal - before[len(before)-1].wal) / float64(o.lifecycleJobs))
 	r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
 	r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
 	r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
-	progress("%s: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d, autoanalyzes: %d; WAL per job: %.0f bytes",
-		sz.label(), i+1, perS, m.Vacuums, m.Analyzes, wal)
+	progress("%s: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d (other sizes' databases: %d), autoanalyzes: %d; WAL per job: %.0f bytes; load %s",
+		sz.label(), i+1, perS, m.Vacuums, m.OtherVacuums, m.Analyzes, wal, procstat.LoadAvg())
 	return nil
 }
 
@@ -273,10 +328,7 @@ func (sz *size) finish(ctx context.Context, o options, baseline *size, progress 
 	r := &sz.run
 	r.LifecycleJobsPerS = round(benchstat.Median(r.LifecycleRounds))
 	if sz != baseline {
-		ratios := make([]float64, len(r.LifecycleRounds))
-		for i, v := range r.LifecycleRounds {
-			ratios[i] = v / baseline.run.LifecycleRounds[i]
-		}
+		ratios := pairedRatios(r.LifecycleRounds, baseline.run.LifecycleRounds)
 		r.LifecycleRatio = round(benchstat.Median(ratios))
 		r.LifecycleRatios = roundAll(ratios)
 	}
@@ -295,7 +347,6 @@ func (sz *size) finish(ctx context.Context, o options, baseline *size, progress 
 		}
 		r.Purged, r.PurgeDeletesPerS = deleted, round(float64(deleted)/time.Since(start).Seconds())
 	}
-	r.LoadAvg = procstat.LoadAvg()
 	progress("%s: %+v", sz.label(), *r)
 	return nil
 }
