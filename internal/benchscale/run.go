@@ -312,8 +312,9 @@ func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i int,
 			m.OtherVacuums += after[j].vacuums - before[j].vacuums
 		}
 	}
-	// The WAL position is the server's: the last read's, after the round.
-	wal := round((after[len(after)-1].wal - before[len(before)-1].wal) / float64(o.lifecycleJobs))
+	// The WAL position is the server's, in every database's read alike:
+	// the reads nearest the round on either side.
+	wal := round((after[0].wal - before[len(before)-1].wal) / float64(o.lifecycleJobs))
 	r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
 	r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
 	r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
