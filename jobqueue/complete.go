@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Bounds of a Result as stored.
@@ -309,20 +311,15 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 		if len(a.linkJob) == 0 {
 			sql, args = completeNoFollowSQL, slices.Concat(args[:12], args[17:19], args[20:22], args[23:25])
 		}
-		r, err := q.pool.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
+		return q.queryCustomPlans(ctx, func(r pgx.Rows) error {
 			var x completeRow
 			var notified int64
-			if err := r.Scan(&x.id, &x.completed, &x.children, &notified); err != nil {
-				return err
-			}
-			rows = append(rows, x)
-		}
-		return r.Err()
+			_, err := pgx.ForEachRow(r, []any{&x.id, &x.completed, &x.children, &notified}, func() error {
+				rows = append(rows, x)
+				return nil
+			})
+			return err
+		}, sql, args...)
 	})
 	return rows, err
 }
