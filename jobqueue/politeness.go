@@ -100,7 +100,8 @@ const lockAssignSQL = `SELECT pg_advisory_xact_lock($1)`
 const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // roundSettings open every round's transaction: its generic plans
-// (genericPlansSQL), and index scans only, whatever its statistics say.
+// (genericPlansSQL), index scans only, whatever its statistics say, and no
+// JIT (noJITSQL).
 // Every read of jobs in a round has an index made for it: the small
 // partial indexes of pending and in-flight jobs, and the primary key. A
 // round's plans are its connection's generic plans, made once (and again
@@ -113,7 +114,7 @@ const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 // jobs_pending_host_idx. With bitmap scans alone off, the capacity check
 // and the pending hosts fell to sequential scans planned on the empty
 // table: 80 ms a round at 40,000 jobs.
-var roundSettings = []string{genericPlansSQL, `SET LOCAL enable_seqscan = off`, `SET LOCAL enable_bitmapscan = off`}
+var roundSettings = []string{genericPlansSQL, `SET LOCAL enable_seqscan = off`, `SET LOCAL enable_bitmapscan = off`, noJITSQL}
 
 // lockTargetsSQL key-share-locks the nodes a round is about to assign to,
 // in id order (the order every multi-node locker uses): a node cannot be

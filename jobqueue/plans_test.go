@@ -1,0 +1,181 @@
+package jobqueue
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestNodePathReadsNoTableOnPlansOfAnEmptyTable: a node's connection
+// prepares its claim and its completion on the table it first meets — a
+// new farm's, empty — and PostgreSQL keeps a prepared statement's generic
+// plan until the next ANALYZE of jobs. Planned on an empty table, the claim
+// read the whole table twice and the completion once for every call until
+// autovacuum analyzed it again (customPlansSQL). Here autovacuum is off, the
+// plans are made on the empty, analyzed table, and the claim and the
+// completion of 6 jobs among 3,000 must read only about the rows they change
+// (6,000 and 6,001 rows without custom plans).
+func TestNodePathReadsNoTableOnPlansOfAnEmptyTable(t *testing.T) {
+	ctx := context.Background()
+	_, shared := newTestQueue(t, Config{})
+	// Analyzed while empty, as autovacuum does a new farm's table, and not
+	// again during the test.
+	for _, sql := range []string{`ALTER TABLE jobs SET (autovacuum_enabled = off)`, `ANALYZE jobs`} {
+		if _, err := shared.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, pool := singleConnQueue(t, shared, Config{})
+	mustRegister(t, q, "n1", 6)
+	// More executions than the five custom plans PostgreSQL makes before it
+	// considers the generic one, on the empty table.
+	for range 8 {
+		jobs, err := q.Claim(ctx, "n1", 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) != 0 {
+			t.Fatalf("claimed %d jobs of none", len(jobs))
+		}
+		out, err := q.CompleteMany(ctx, []Completion{{JobID: 1 << 40, NodeID: "n1", Result: Result{Status: 200}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Err == nil {
+			t.Fatal("completed a job that does not exist")
+		}
+	}
+	mustEnqueue(t, q, pageSpecs(3000, "big.example")...)
+	rep, err := q.AssignPolite(ctx, func(string) HostPolicy { return HostPolicy{} }, 6, AssignSpread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total() != 6 {
+		t.Fatalf("assigned %d jobs, want 6", rep.Total())
+	}
+
+	before := jobsRowsRead(t, pool)
+	jobs, err := q.Claim(ctx, "n1", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 6 {
+		t.Fatalf("claimed %d jobs, want 6", len(jobs))
+	}
+	if read := jobsRowsRead(t, pool) - before; read > 100 {
+		t.Errorf("a claim of 6 jobs read %d rows of jobs (3,000 in the table)", read)
+	}
+
+	items := make([]Completion, len(jobs))
+	for i, j := range jobs {
+		items[i] = Completion{JobID: j.ID, NodeID: "n1", Result: Result{Status: 200, FinalURL: j.Spec.URL}}
+	}
+	before = jobsRowsRead(t, pool)
+	out, err := q.CompleteMany(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		if o.Err != nil {
+			t.Fatalf("job %d: %v", o.JobID, o.Err)
+		}
+	}
+	if read := jobsRowsRead(t, pool) - before; read > 100 {
+		t.Errorf("a completion of 6 jobs read %d rows of jobs (3,000 in the table)", read)
+	}
+}
+
+// TestQueueStatementsNeverJIT: with JIT's cost thresholds at zero, every
+// statement the server plans would be compiled; the queue's hot statements
+// (the assignment round, a node's claim, completion and heartbeat, and the
+// stats the dashboard refreshes) must not be. On a real backlog their
+// estimated cost passes the default thresholds: with 500,000 jobs pending
+// the round's pick compiled itself at every round, 45-100 ms for a scan of
+// 0.5 ms (noJITSQL).
+func TestQueueStatementsNeverJIT(t *testing.T) {
+	ctx := context.Background()
+	_, shared := newTestQueue(t, Config{})
+	cfg := shared.Config().Copy()
+	cfg.MaxConns = 1
+	var mu sync.Mutex
+	var plans []string
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		plans = append(plans, n.Message)
+		mu.Unlock()
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	// auto_explain hands every plan to this client as a notice.
+	for _, sql := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_analyze = on`, `SET auto_explain.log_level = notice`,
+		`SET jit_above_cost = 0`, `SET jit_inline_above_cost = 0`, `SET jit_optimize_above_cost = 0`} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jitPlans := func() (n int, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range plans {
+			// A statement that turns JIT off is planned before it takes
+			// effect; at a cost of 0.01 it never reaches the real
+			// thresholds.
+			if strings.Contains(p, "JIT:") && !strings.Contains(p, "Query Text: SELECT set_config(") {
+				n++
+			}
+		}
+		total = len(plans)
+		plans = nil
+		return n, total
+	}
+	if _, err := pool.Exec(ctx, `SELECT count(*) FROM jobs`); err != nil {
+		t.Fatal(err)
+	}
+	if n, total := jitPlans(); total == 0 {
+		t.Fatal("auto_explain sent no plan")
+	} else if n == 0 {
+		t.Skip("this server does not compile with JIT (no LLVM): nothing to check")
+	}
+
+	q := New(pool, Config{})
+	mustRegister(t, q, "n1", 6)
+	mustEnqueue(t, q, pageSpecs(10, "a.example")...)
+	jitPlans() // the setup's own statements may compile
+	rep, err := q.AssignPolite(ctx, func(string) HostPolicy { return HostPolicy{} }, 100, AssignSpread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Total() != 6 {
+		t.Fatalf("assigned %d jobs, want 6", rep.Total())
+	}
+	jobs, err := q.Claim(ctx, "n1", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := make([]Completion, len(jobs))
+	for i, j := range jobs {
+		items[i] = Completion{JobID: j.ID, NodeID: "n1", Result: Result{Status: 200, FinalURL: j.Spec.URL}}
+	}
+	if _, err := q.CompleteMany(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Heartbeat(ctx, "n1", NodeLoad{BusySessions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, total := jitPlans(); n > 0 {
+		t.Errorf("%d of the %d plans of a round, a claim, a completion, a heartbeat and the stats were compiled with JIT", n, total)
+	} else if total == 0 {
+		t.Error("auto_explain sent no plan")
+	}
+}
