@@ -77,7 +77,7 @@ func (q *Queue) heartbeat(ctx context.Context, nodeID string, inc int64, load No
 	// Bumping the counters before renewing deadlocked against completions
 	// whenever a heartbeat carried a Chrome recycle.
 	err := q.sendBatch(ctx, "heartbeat", func(b *pgx.Batch) {
-		queueNodeSettings(b)
+		b.Queue(noJITSQL)
 		b.Queue(heartbeatLockSQL, nodeID, inc)
 		renew := b.Queue(renewSQL, nodeID, q.now(), q.cfg.Lease.Seconds(), inc, ids)
 		if live != nil {

@@ -478,41 +478,27 @@ func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) e
 // thresholds for JIT with inlining and optimization, and compiled itself
 // again at every round, 45-100 ms for a scan of 0.5 ms: the lifecycle fell
 // to 983 jobs/s. Nothing the queue runs lasts long enough to gain from
-// compiling it. Set per transaction rather than per connection, so that it
-// holds behind PgBouncer's transaction pooling.
+// compiling it (BenchmarkLifecycle gained 5-8% with it off). Set per
+// transaction rather than per connection, so that it holds behind
+// PgBouncer's transaction pooling.
+//
+// Known and left: a node's connection keeps a prepared statement's generic
+// plan until the next ANALYZE of jobs, and one made on an empty, analyzed
+// table reads the whole table at every claim and completion once it has
+// filled, until autovacuum analyzes it again (39 claims of 80 ms in one
+// scale-bench run). Planning them afresh at every call
+// (plan_cache_mode = force_custom_plan) ends that, but cost a quarter of
+// BenchmarkLifecycle's throughput (200 against 147 µs of server CPU per
+// job), and turning sequential scans off does not (on an empty table's
+// statistics a full index scan costs as little).
 const noJITSQL = `SELECT set_config('jit', 'off', true)`
 
-// customPlansSQL has the rest of its transaction plan every statement for
-// its own parameters and for the table as it is now. A node's statements on
-// jobs (claim, complete, fail, release, lease renewal) each touch a handful
-// of rows through an index made for them, and they run on the node's own
-// connection as prepared statements, whose generic plan PostgreSQL keeps
-// until the next ANALYZE of jobs. Made on the table as the node first met
-// it — a new farm's, empty, or one retention emptied — that plan reads the
-// whole table once it has filled: every join to jobs is planned as a scan
-// of jobs against the handful, both estimated at one row. One scale-bench
-// run had 39 claims of 80 ms each, and
-// TestNodePathReadsNoTableOnPlansOfAnEmptyTable has a claim read 6,000 rows
-// and a completion 6,001 to start and finish 6 jobs of 3,000. A custom plan
-// sizes the table from its file instead (a claim plans in about 13 µs).
-// Turning sequential scans off is not enough: on statistics of an empty
-// table a full index scan costs as little. The assignment round keeps its
-// generic plans, whose reads the round's test covers (roundSettings).
-const customPlansSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
-
-// queueNodeSettings opens a batch of a node's statements on jobs: custom
-// plans and no JIT for its transaction.
-func queueNodeSettings(b *pgx.Batch) {
-	b.Queue(customPlansSQL)
-	b.Queue(noJITSQL)
-}
-
-// queryNode runs a node's statement sql after queueNodeSettings, in one
-// round trip and one implicit transaction (a pipeline's statements up to
-// its sync), and hands its rows to scan.
+// queryNode runs a node's statement sql after noJITSQL, in one round trip
+// and one implicit transaction (a pipeline's statements up to its sync),
+// and hands its rows to scan.
 func (q *Queue) queryNode(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
 	b := &pgx.Batch{}
-	queueNodeSettings(b)
+	b.Queue(noJITSQL)
 	b.Queue(sql, args...).Query(scan)
 	return q.pool.SendBatch(ctx, b).Close()
 }
