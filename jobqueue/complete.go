@@ -311,7 +311,8 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 		if len(a.linkJob) == 0 {
 			sql, args = completeNoFollowSQL, slices.Concat(args[:12], args[17:19], args[20:22], args[23:25])
 		}
-		return q.queryNode(ctx, func(r pgx.Rows) error {
+		b, complete := nodeBatch(sql, args...)
+		complete.Query(func(r pgx.Rows) error {
 			var x completeRow
 			var notified int64
 			_, err := pgx.ForEachRow(r, []any{&x.id, &x.completed, &x.children, &notified}, func() error {
@@ -319,7 +320,8 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 				return nil
 			})
 			return err
-		}, sql, args...)
+		})
+		return q.pool.SendBatch(ctx, b).Close()
 	})
 	return rows, err
 }

@@ -293,11 +293,13 @@ func (q *Queue) claim(ctx context.Context, nodeID string, inc int64, n int) ([]J
 	// deadlock; the loser is rolled back whole and simply runs again.
 	var jobs []Job
 	err := q.retryDeadlocks(ctx, "claim", func() error {
-		return q.queryNode(ctx, func(rows pgx.Rows) error {
+		b, claim := nodeBatch(claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds(), ChannelProducer, PayloadSlots, inc)
+		claim.Query(func(rows pgx.Rows) error {
 			var err error
 			jobs, err = collectJobs(rows)
 			return err
-		}, claimSQL, nodeID, n, q.now(), q.cfg.Lease.Seconds(), ChannelProducer, PayloadSlots, inc)
+		})
+		return q.pool.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim for node %q: %w", nodeID, err)
@@ -366,13 +368,10 @@ const failRetries = `$3 AND ($11 OR j.attempts < j.max_attempts)`
 func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable, giveBack bool) (State, error) {
 	var st State
 	var notified int64
-	err := q.queryNode(ctx, func(rows pgx.Rows) error {
-		_, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (struct{}, error) {
-			return struct{}{}, row.Scan(&st, &notified)
-		})
-		return err
-	}, failSQL, jobID, nodeID, retriable, q.now(), q.delays(),
+	b, failed := nodeBatch(failSQL, jobID, nodeID, retriable, q.now(), q.delays(),
 		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots, inc, giveBack)
+	failed.QueryRow(func(row pgx.Row) error { return row.Scan(&st, &notified) })
+	err := q.pool.SendBatch(ctx, b).Close()
 	if errors.Is(err, pgx.ErrNoRows) {
 		if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
 			return "", fmt.Errorf("fail job %d: %w", jobID, ferr)
@@ -416,12 +415,9 @@ SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
 func (q *Queue) release(ctx context.Context, nodeID string, inc int64) (int64, error) {
 	var n, notified int64
 	err := q.retryDeadlocks(ctx, "release", func() error {
-		return q.queryNode(ctx, func(rows pgx.Rows) error {
-			_, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (struct{}, error) {
-				return struct{}{}, row.Scan(&n, &notified)
-			})
-			return err
-		}, releaseSQL, nodeID, ChannelProducer, PayloadSlots, inc)
+		b, release := nodeBatch(releaseSQL, nodeID, ChannelProducer, PayloadSlots, inc)
+		release.QueryRow(func(row pgx.Row) error { return row.Scan(&n, &notified) })
+		return q.pool.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return 0, fmt.Errorf("release jobs of node %q: %w", nodeID, err)
@@ -493,14 +489,14 @@ func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) e
 // statistics a full index scan costs as little).
 const noJITSQL = `SELECT set_config('jit', 'off', true)`
 
-// queryNode runs a node's statement sql after noJITSQL, in one round trip
-// and one implicit transaction (a pipeline's statements up to its sync),
-// and hands its rows to scan.
-func (q *Queue) queryNode(ctx context.Context, scan func(pgx.Rows) error, sql string, args ...any) error {
+// nodeBatch is a node's statement sql after noJITSQL, for one round trip
+// and one implicit transaction (a pipeline's statements up to its sync):
+// the caller reads the statement's results through the queued query, then
+// sends the batch.
+func nodeBatch(sql string, args ...any) (*pgx.Batch, *pgx.QueuedQuery) {
 	b := &pgx.Batch{}
 	b.Queue(noJITSQL)
-	b.Queue(sql, args...).Query(scan)
-	return q.pool.SendBatch(ctx, b).Close()
+	return b, b.Queue(sql, args...)
 }
 
 // sendBatch builds a batch with build and sends it as one implicit
