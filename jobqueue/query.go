@@ -259,8 +259,8 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	now := q.now()
 	b := &pgx.Batch{}
-	// The live counts' estimated cost follows the backlog, past JIT's
-	// thresholds with hundreds of thousands pending (noJITSQL).
+	// The live counts' estimated cost follows the backlog, past
+	// jit_above_cost with hundreds of thousands pending (noJITSQL).
 	b.Queue(noJITSQL)
 	b.Queue(`SELECT count(*), count(*) FILTER (WHERE run_after <= coalesce($1::timestamptz, now())), min(created_at)
              FROM jobs WHERE state = 'pending'`, now).QueryRow(func(row pgx.Row) error {

@@ -368,11 +368,19 @@ const failRetries = `$3 AND ($11 OR j.attempts < j.max_attempts)`
 func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable, giveBack bool) (State, error) {
 	var st State
 	var notified int64
+	var held bool
 	b, failed := nodeBatch(failSQL, jobID, nodeID, retriable, q.now(), q.delays(),
 		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots, inc, giveBack)
-	failed.QueryRow(func(row pgx.Row) error { return row.Scan(&st, &notified) })
+	// No row is an answer, not an error: an error would make pgx drop the
+	// connection's prepared statements of the batch.
+	failed.Query(func(rows pgx.Rows) error {
+		if held = rows.Next(); held {
+			return rows.Scan(&st, &notified)
+		}
+		return rows.Err()
+	})
 	err := q.pool.SendBatch(ctx, b).Close()
-	if errors.Is(err, pgx.ErrNoRows) {
+	if err == nil && !held {
 		if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
 			return "", fmt.Errorf("fail job %d: %w", jobID, ferr)
 		}
@@ -472,20 +480,22 @@ func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) e
 // estimated cost follows the backlog: with 500,000 jobs pending the round's
 // pick (a generic plan, estimated at 540,000) passed PostgreSQL's default
 // thresholds for JIT with inlining and optimization, and compiled itself
-// again at every round, 45-100 ms for a scan of 0.5 ms: the lifecycle fell
-// to 983 jobs/s. Nothing the queue runs lasts long enough to gain from
-// compiling it (BenchmarkLifecycle gained 5-8% with it off). Set per
-// transaction rather than per connection, so that it holds behind
-// PgBouncer's transaction pooling.
+// again at every round: 44 ms a round (97 ms of JIT for a 0.5 ms scan under
+// EXPLAIN ANALYZE), and the lifecycle fell to 983 jobs/s. None of these
+// statements lasts long enough to gain from compiling it
+// (BenchmarkLifecycle: no measurable cost with it off). Set per transaction
+// rather than per connection, so that it holds behind PgBouncer's
+// transaction pooling (which refuses a startup parameter it does not know,
+// and would leave a session SET on a server connection other clients get).
 //
 // Known and left: a node's connection keeps a prepared statement's generic
 // plan until the next ANALYZE of jobs, and one made on an empty, analyzed
 // table reads the whole table at every claim and completion once it has
 // filled, until autovacuum analyzes it again (39 claims of 80 ms in one
 // scale-bench run). Planning them afresh at every call
-// (plan_cache_mode = force_custom_plan) ends that, but cost a quarter of
-// BenchmarkLifecycle's throughput (200 against 147 µs of server CPU per
-// job), and turning sequential scans off does not (on an empty table's
+// (plan_cache_mode = force_custom_plan) ends that, but cost a fifth of
+// BenchmarkLifecycle's throughput and a third more server CPU per job (183-
+// 202 against 147-150 µs), and turning sequential scans off does not (on an empty table's
 // statistics a full index scan costs as little).
 const noJITSQL = `SELECT set_config('jit', 'off', true)`
 
