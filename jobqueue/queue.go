@@ -494,7 +494,7 @@ func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) e
 // filled, until autovacuum analyzes it again (39 claims of 80 ms in one
 // scale-bench run). Planning them afresh at every call
 // (plan_cache_mode = force_custom_plan) ends that, but cost a fifth of
-// BenchmarkLifecycle's throughput and a third more server CPU per job (183-
+// BenchmarkLifecycle's throughput and a third more server CPU per job (198-
 // 202 against 147-150 µs), and turning sequential scans off does not (on an empty table's
 // statistics a full index scan costs as little).
 const noJITSQL = `SELECT set_config('jit', 'off', true)`
