@@ -148,11 +148,15 @@ func startOne(t testing.TB, q *Queue, in *Incarnation) Job {
 
 // singleConnQueue is a queue on a pool of one connection of the test
 // database that shared belongs to, so that jobsRowsRead counts exactly
-// what the queue's statements read.
-func singleConnQueue(t testing.TB, shared *pgxpool.Pool, qcfg Config) (*Queue, *pgxpool.Pool) {
+// what the queue's statements read, and a session setting holds for all of
+// them. tune, if given, adjusts the pool's configuration.
+func singleConnQueue(t testing.TB, shared *pgxpool.Pool, qcfg Config, tune ...func(*pgxpool.Config)) (*Queue, *pgxpool.Pool) {
 	t.Helper()
 	cfg := shared.Config().Copy()
 	cfg.MaxConns = 1
+	for _, f := range tune {
+		f(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

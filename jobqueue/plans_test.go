@@ -22,20 +22,15 @@ import (
 func TestQueueStatementsNeverJIT(t *testing.T) {
 	ctx := context.Background()
 	_, shared := newTestQueue(t, Config{})
-	cfg := shared.Config().Copy()
-	cfg.MaxConns = 1
 	var mu sync.Mutex
 	var plans []string
-	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		plans = append(plans, n.Message)
-		mu.Unlock()
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	q, pool := singleConnQueue(t, shared, Config{}, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			mu.Lock()
+			plans = append(plans, n.Message)
+			mu.Unlock()
+		}
+	})
 	// auto_explain hands every plan to this client as a notice; it needs a
 	// superuser and the server's contrib modules.
 	for _, sql := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`,
@@ -73,7 +68,6 @@ func TestQueueStatementsNeverJIT(t *testing.T) {
 		t.Skip("this server does not compile with JIT (no LLVM): nothing to check")
 	}
 
-	q := New(pool, Config{})
 	mustRegister(t, q, "n1", 6)
 	mustRegister(t, q, "n2", 6)
 	mustEnqueue(t, q, pageSpecs(12, "a.example")...)

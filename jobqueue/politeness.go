@@ -101,9 +101,9 @@ const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // roundSettings open every round's transaction: its generic plans
 // (genericPlansSQL), index scans only, whatever its statistics say, and no
-// JIT (noJITSQL).
-// Every read of jobs in a round has an index made for it: the small
-// partial indexes of pending and in-flight jobs, and the primary key. A
+// JIT (noJITSQL). Every read of jobs in a round has an index made for it:
+// the small partial indexes of pending and in-flight jobs, and the primary
+// key. A
 // round's plans are its connection's generic plans, made once (and again
 // after an ANALYZE); the statistics of a queue table lag its backlog by
 // design, and plans made on them were kept for the connection's life. On a

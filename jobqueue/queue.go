@@ -379,15 +379,14 @@ func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64,
 		}
 		return rows.Err()
 	})
-	err := q.pool.SendBatch(ctx, b).Close()
-	if err == nil && !held {
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+		return "", fmt.Errorf("fail job %d: %w", jobID, err)
+	}
+	if !held {
 		if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
 			return "", fmt.Errorf("fail job %d: %w", jobID, ferr)
 		}
 		return "", q.whyNotHeld(ctx, jobID, nodeID)
-	}
-	if err != nil {
-		return "", fmt.Errorf("fail job %d: %w", jobID, err)
 	}
 	return st, nil
 }
@@ -494,9 +493,9 @@ func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) e
 // filled, until autovacuum analyzes it again (39 claims of 80 ms in one
 // scale-bench run). Planning them afresh at every call
 // (plan_cache_mode = force_custom_plan) ends that, but cost a fifth of
-// BenchmarkLifecycle's throughput and a third more server CPU per job (198-
-// 202 against 147-150 µs), and turning sequential scans off does not (on an empty table's
-// statistics a full index scan costs as little).
+// BenchmarkLifecycle's throughput and a third more server CPU per job
+// (198-202 against 147-150 µs), and turning sequential scans off does not
+// (on an empty table's statistics a full index scan costs as little).
 const noJITSQL = `SELECT set_config('jit', 'off', true)`
 
 // nodeBatch is a node's statement sql after noJITSQL, for one round trip
