@@ -15,7 +15,7 @@ const assignLockSQL = `SELECT state FROM nodes WHERE id = $1 FOR UPDATE`
 
 // assignSQL wakes the node on its own channel and names it on
 // ChannelAssigned, as a round does (politeUpdateSQL).
-const assignSQL = `
+var assignSQL = `
 WITH node AS (
     SELECT n.capacity - (SELECT count(*) FROM jobs h
                          WHERE h.node_id = n.id AND h.state IN ('queued', 'processing')) AS free
@@ -32,6 +32,7 @@ WITH node AS (
     FROM picked
     WHERE j.id = picked.id
     RETURNING j.id
+` + pendingCountSQL("SELECT -1 AS d FROM assigned") + `
 ), woken AS (
     SELECT pg_notify($4, count(*)::text) FROM assigned HAVING count(*) > 0
 ), relay AS (

@@ -11,23 +11,30 @@ import (
 // Counts of jobs by state and of finishes per minute (job_counts and
 // finished_minutes, migrations/*_job_counts.sql), so that the dashboard, the
 // API, the metrics and `farm status` read a few rows instead of scanning the
-// history. Inserts and deletes are counted by statement-level triggers on
-// jobs; a job reaching or leaving a final state by an UPDATE is counted by
-// the statement that moves it (finishCountsSQL), because an UPDATE trigger
-// ran for every assignment, claim and lease renewal too, which move no
-// count (see migrations/*_count_in_statements.sql).
+// history or the backlog. Inserts and deletes are counted by statement-level
+// triggers on jobs; a job reaching or leaving pending or a final state by an
+// UPDATE is counted by the statement that moves it (stateCountsSQL),
+// because an UPDATE trigger ran for every claim and lease renewal too,
+// which move no count (see migrations/*_count_in_statements.sql and
+// *_pending_counts.sql).
 
-// finishCountsSQL is two CTEs, to follow a CTE of the statement that changes
+// countedStates are the states job_counts counts: pending and the final
+// states. Queued and processing jobs are at most the fleet's capacity and
+// are counted from their partial index (Stats).
+const countedStates = `('pending', 'completed', 'failed', 'canceled')`
+
+// stateCountsSQL is two CTEs, to follow a CTE of the statement that changes
 // jobs, that add to job_counts and finished_minutes the rows of src: rows
-// (state, finished_at, error_class, d) of jobs that reached a final state
-// (d = 1, their new values) or left one (d = -1, their old values). Rows in
-// other states are ignored, as the triggers ignore them.
-func finishCountsSQL(src string) string {
+// (state, finished_at, error_class, d) of jobs that reached pending or a
+// final state (d = 1, their new values) or left one (d = -1, their old
+// values). Rows in other states are ignored, as the triggers ignore them;
+// only final states have minutes.
+func stateCountsSQL(src string) string {
 	return `
 ), finish_counted AS (
     INSERT INTO job_counts (state, n)
     SELECT x.state, sum(x.d) FROM (` + src + `) x
-    WHERE x.state IN ('completed', 'failed', 'canceled')
+    WHERE x.state IN ` + countedStates + `
     GROUP BY x.state HAVING sum(x.d) <> 0
 ), minutes_counted AS (
     INSERT INTO finished_minutes (minute, state, class, n)
@@ -35,6 +42,17 @@ func finishCountsSQL(src string) string {
     FROM (` + src + `) x
     WHERE x.state IN ('completed', 'failed', 'canceled') AND x.finished_at IS NOT NULL
     GROUP BY 1, 2, 3 HAVING sum(x.d) <> 0`
+}
+
+// pendingCountSQL is a CTE, to follow a CTE of the statement that changes
+// jobs, that adds to the pending count the sum of d over src's rows (d:
+// +1 for a job that became pending, -1 for one that left it), for the
+// statements that move jobs between pending and the live states alone.
+func pendingCountSQL(src string) string {
+	return `
+), pending_counted AS (
+    INSERT INTO job_counts (state, n)
+    SELECT 'pending', x.n FROM (SELECT sum(d) AS n FROM (` + src + `) s) x WHERE x.n <> 0`
 }
 
 // compactLockKey lets one CompactCounts run at a time; others skip.
@@ -147,3 +165,36 @@ const jobCountsSQL = `
 SELECT state, sum(n)::bigint FROM job_counts
 WHERE state IN ('completed', 'failed', 'canceled')
 GROUP BY state`
+
+// pendingCountExpr is the pending count, from the maintained counts.
+const pendingCountExpr = `(SELECT coalesce(sum(n), 0)::bigint FROM job_counts WHERE state = 'pending')`
+
+// pendingStatsSQL reads the pending count, the ready count and the oldest
+// pending job's creation time in one snapshot, at a cost that does not grow
+// with the backlog: the count is maintained, the jobs not yet due ($1, or
+// the server's clock) are a range of jobs_pending_due_idx, and the oldest is
+// the first enqueued of each priority (a loose scan of jobs_pending_idx:
+// one probe per distinct priority among the pending jobs). Ids are taken in
+// enqueue order, so the lowest id's job is the oldest to within the length
+// of an enqueue transaction.
+const pendingStatsSQL = `
+WITH RECURSIVE prio AS (
+    (SELECT j.priority FROM jobs j WHERE j.state = 'pending' ORDER BY j.priority DESC, j.id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM jobs j WHERE j.state = 'pending' AND j.priority < p.priority
+            ORDER BY j.priority DESC, j.id LIMIT 1)
+    FROM prio p WHERE p.priority IS NOT NULL
+)
+SELECT c.n, greatest(c.n - d.n, 0), o.oldest
+FROM (SELECT ` + pendingCountExpr + ` AS n) c,
+     -- Ordered so that only jobs_pending_due_idx serves without a sort:
+     -- right after a large enqueue, before autovacuum analyzes the table,
+     -- every pending index is estimated at a row or so, and the planner
+     -- picked another, reading each pending row's run_after from the heap.
+     (SELECT count(*) AS n FROM (
+          SELECT run_after FROM jobs
+          WHERE state = 'pending' AND run_after > coalesce($1::timestamptz, now())
+          ORDER BY run_after) due) d,
+     (SELECT min((SELECT j.created_at FROM jobs j WHERE j.state = 'pending' AND j.priority = p.priority
+                  ORDER BY j.priority DESC, j.id LIMIT 1)) AS oldest
+      FROM prio p WHERE p.priority IS NOT NULL) o`

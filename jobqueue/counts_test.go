@@ -67,6 +67,16 @@ func checkCounts(t *testing.T, q *Queue, pool *pgxpool.Pool, step string) {
 				t.Errorf("%s (compacted %v): Stats %s = %d, COUNT(*) = %d", step, compact, s, st.Jobs[s], want[string(s)])
 			}
 		}
+		var ready int64
+		var oldest *time.Time
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE run_after <= coalesce($1::timestamptz, now())), min(created_at)
+            FROM jobs WHERE state = 'pending'`, q.now()).Scan(&ready, &oldest); err != nil {
+			t.Fatal(err)
+		}
+		if st.Ready != ready || (st.OldestPending == nil) != (oldest == nil) ||
+			(oldest != nil && !st.OldestPending.Equal(*oldest)) {
+			t.Errorf("%s (compacted %v): Stats ready %d, oldest pending %v; scan %d, %v", step, compact, st.Ready, st.OldestPending, ready, oldest)
+		}
 		if got, want := scan(minutesSQL), scan(minutesScanSQL); !maps.Equal(got, want) {
 			t.Errorf("%s (compacted %v): finished per minute %v, scan %v", step, compact, got, want)
 		}
@@ -173,6 +183,11 @@ func TestCountsStayExact(t *testing.T) {
 		t.Fatalf("rescue = %+v, %v", rep, err)
 	}
 	checkCounts(t, q, pool, "lease expiry")
+	// n2 finishes the job after all, now that it is pending again.
+	if _, err := q.Complete(ctx, j2[1].ID, "n2", Result{Title: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, q, pool, "late completion")
 
 	if n, err := q.Retry(ctx, j1[6].ID, j1[8].ID); err != nil || n != 2 {
 		t.Fatalf("retry = %d, %v", n, err)
@@ -185,6 +200,35 @@ func TestCountsStayExact(t *testing.T) {
 		t.Fatalf("release = %d, %v", n, err)
 	}
 	checkCounts(t, q, pool, "cancel and release")
+
+	// A round, a node that registers again (its queued jobs released, its
+	// running one charged), then nodes lost with queued and running jobs.
+	n3 := registerIncarnation(t, q, "n3", 4)
+	if _, err := assignRound(ctx, q, 100); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, q, pool, "round")
+	if j3, err := q.Claim(ctx, "n3", 1); err != nil || len(j3) != 1 {
+		t.Fatalf("claim = %d, %v", len(j3), err)
+	}
+	if _, rec, err := q.Register(ctx, NodeInfo{ID: "n3", Capacity: 4, Replaces: n3.N}); err != nil || rec.Released == 0 || rec.Retried != 1 {
+		t.Fatalf("register again: reclaimed %+v, %v", rec, err)
+	}
+	checkCounts(t, q, pool, "register again")
+	if _, err := assignRound(ctx, q, 100); err != nil {
+		t.Fatal(err)
+	}
+	if j3, err := q.Claim(ctx, "n3", 1); err != nil || len(j3) != 1 {
+		t.Fatalf("claim = %d, %v", len(j3), err)
+	}
+	clock.Advance(2 * time.Minute)
+	if rep, err := q.RescueLost(ctx, time.Minute); err != nil || rep.Released == 0 || rep.Retried+rep.Failed == 0 {
+		t.Fatalf("rescue = %+v, %v", rep, err)
+	}
+	checkCounts(t, q, pool, "nodes lost")
+	if n, err := q.Cancel(ctx, ids[27]); err != nil || n != 1 {
+		t.Fatalf("cancel = %d, %v", n, err)
+	}
 
 	// Purge what finished more than a minute ago, then the rest.
 	clock.Advance(time.Minute)

@@ -73,7 +73,7 @@ type SampleReport struct {
 const recordQueueSQL = `
 INSERT INTO queue_samples (at, pending, queued, processing, completed, failed, canceled, counted_until)
 SELECT $1::timestamptz,
-       (SELECT count(*) FROM jobs WHERE state = 'pending'),
+       ` + pendingCountExpr + `,
        (SELECT count(*) FROM jobs WHERE state = 'queued'),
        (SELECT count(*) FROM jobs WHERE state = 'processing'),
        f.completed, f.failed, f.canceled, $2::timestamptz

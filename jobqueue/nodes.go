@@ -75,8 +75,13 @@ func fence(idExpr, inc string) string {
 
 // releaseNodeSQL returns a node's queued jobs to pending, free of charge.
 var releaseNodeSQL = `
-UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", "$2")
+WITH upd AS (
+    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
+    WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", "$2") + `
+    RETURNING j.id
+` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
+)
+SELECT count(*) FROM upd`
 
 // chargeNodeSQL ends the running attempt of each job processing on a node
 // that will not finish it: pending after a backoff while attempts remain,
@@ -91,7 +96,7 @@ WITH upd AS (
     RETURNING j.state, j.finished_at, j.error_class
 ), counted AS (
     ` + bumpNodeCounterSQL("jobs_failed", "SELECT $1, count(*) FROM upd WHERE state = 'failed' HAVING count(*) > 0") +
-	finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
+	stateCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 
@@ -123,10 +128,7 @@ const (
 // queueReclaim adds to b the statements that take back everything nodeID
 // holds, if the node is at incarnation inc (any, when inc is 0).
 func (q *Queue) queueReclaim(b *pgx.Batch, nodeID string, inc int64, why, class string, r *Reclaimed) {
-	b.Queue(releaseNodeSQL, nodeID, inc).Exec(func(tag pgconn.CommandTag) error {
-		r.Released = tag.RowsAffected()
-		return nil
-	})
+	b.Queue(releaseNodeSQL, nodeID, inc).QueryRow(func(row pgx.Row) error { return row.Scan(&r.Released) })
 	b.Queue(chargeNodeSQL, nodeID, q.now(), q.delays(), why, class, inc).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&r.Retried, &r.Failed)
 	})

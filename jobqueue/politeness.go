@@ -215,12 +215,13 @@ const politeHostRowsSQL = `INSERT INTO hosts (host) SELECT unnest($1::text[]) ON
 // got jobs is woken on its own channel (nodes that LISTEN) and named on
 // ChannelAssigned (nodes woken through a producer). A CTE that nothing
 // references is not run, hence the final SELECT.
-const politeUpdateSQL = `
+var politeUpdateSQL = `
 WITH assigned AS (
     UPDATE jobs j SET state = 'queued', node_id = a.node_id, queued_at = coalesce($3::timestamptz, now())
     FROM unnest($1::bigint[], $2::text[]) AS a(id, node_id)
     WHERE j.id = a.id
     RETURNING j.node_id
+` + pendingCountSQL("SELECT -1 AS d FROM assigned") + `
 ), per_node AS (
     SELECT node_id, count(*) AS n FROM assigned GROUP BY node_id
 ), node_wake AS (

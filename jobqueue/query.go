@@ -232,7 +232,8 @@ type Stats struct {
 	Jobs map[State]int64 `json:"jobs"`
 	// Ready counts pending jobs whose run_after has come (not in backoff).
 	Ready int64 `json:"ready"`
-	// OldestPending is the creation time of the oldest pending job.
+	// OldestPending is the creation time of the oldest pending job (the
+	// first enqueued: exact to within an enqueue transaction's length).
 	OldestPending *time.Time `json:"oldest_pending,omitempty"`
 	// Nodes lists, by node id, the nodes that hold jobs.
 	Nodes []NodeJobs `json:"nodes"`
@@ -247,11 +248,13 @@ type Stats struct {
 	Lifetime Counters `json:"lifetime"`
 }
 
-// Stats counts jobs by state and per node, in one round trip. Live jobs are
-// counted from their partial indexes (the cost grows with the backlog),
-// finished ones from the maintained counts (job_counts) and the last
-// minute's finishes from its per-minute rows (finished_minutes): none grows
-// with the history or with the rate of finishes.
+// Stats counts jobs by state and per node, in one round trip. Pending and
+// finished jobs come from the maintained counts (job_counts), the ready and
+// oldest pending ones from a few index probes (pendingStatsSQL), the queued
+// and processing ones from their partial index (at most the fleet's
+// capacity), and the last minute's finishes from its per-minute rows
+// (finished_minutes): none grows with the history, the backlog or the rate
+// of finishes.
 func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	s := Stats{Jobs: make(map[State]int64, 6)}
 	for _, st := range States() {
@@ -259,11 +262,10 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	now := q.now()
 	b := &pgx.Batch{}
-	// The live counts' estimated cost follows the backlog, past
-	// jit_above_cost with hundreds of thousands pending (noJITSQL).
+	// The partial indexes' estimates lag a queue that fills between two
+	// ANALYZEs; JIT is never worth it here (noJITSQL).
 	b.Queue(noJITSQL)
-	b.Queue(`SELECT count(*), count(*) FILTER (WHERE run_after <= coalesce($1::timestamptz, now())), min(created_at)
-             FROM jobs WHERE state = 'pending'`, now).QueryRow(func(row pgx.Row) error {
+	b.Queue(pendingStatsSQL, now).QueryRow(func(row pgx.Row) error {
 		var n int64
 		err := row.Scan(&n, &s.Ready, &s.OldestPending)
 		s.Jobs[StatePending] = n
@@ -304,11 +306,21 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 }
 
 var cancelSQL = `
-WITH upd AS (
-    UPDATE jobs j SET state = 'canceled', finished_at = coalesce($2::timestamptz, now()), lease_expires_at = NULL
+WITH old AS (
+    -- What the jobs were, to take the pending ones out of their count: an
+    -- UPDATE returns only the new row.
+    SELECT j.id, j.state FROM jobs j
     WHERE %s AND j.state IN ('pending', 'queued', 'processing')
-    RETURNING j.node_id, j.state, j.finished_at, j.error_class
-` + finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE jobs j SET state = 'canceled', finished_at = coalesce($2::timestamptz, now()), lease_expires_at = NULL
+    FROM old o
+    WHERE j.id = o.id
+    RETURNING j.id, j.node_id, j.state, j.finished_at, j.error_class
+` + stateCountsSQL(`SELECT state, finished_at, error_class, 1 AS d FROM upd
+        UNION ALL
+        SELECT o.state, NULL, NULL, -1 FROM old o JOIN upd u ON u.id = o.id WHERE o.state = 'pending'`) + `
 ), woken AS (
     SELECT pg_notify($3, $4) FROM upd WHERE node_id IS NOT NULL HAVING count(*) > 0
 )
@@ -380,8 +392,10 @@ func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
                 run_after = coalesce($2::timestamptz, now())
             FROM old o
             WHERE j.id = o.id
-            RETURNING j.id
-        `+finishCountsSQL("SELECT o.state, o.finished_at, o.error_class, -1 AS d FROM old o JOIN upd u ON u.id = o.id")+`
+            RETURNING j.id, j.state
+        `+stateCountsSQL(`SELECT o.state, o.finished_at, o.error_class, -1 AS d FROM old o JOIN upd u ON u.id = o.id
+            UNION ALL
+            SELECT state, NULL, NULL, 1 FROM upd`)+`
         ), woken AS (
             SELECT pg_notify($3, $4) FROM upd HAVING count(*) > 0
         )

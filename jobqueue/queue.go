@@ -356,7 +356,7 @@ WITH upd AS (
     RETURNING j.state, j.finished_at, j.error_class
 ), counted AS (
     ` + bumpNodeCounterSQL("jobs_failed", "SELECT $2, 1 FROM upd WHERE state = 'failed'") +
-	finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
+	stateCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 ), woken AS (
     SELECT pg_notify($8, $9) FROM upd HAVING count(*) > 0
 )
@@ -413,6 +413,7 @@ WITH upd AS (
     UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
     WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", "$4") + `
     RETURNING j.id
+` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
 ), woken AS (
     SELECT pg_notify($2, $3) FROM upd HAVING count(*) > 0
 )

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 )
 
@@ -35,10 +34,15 @@ RETURNING n.id`
 
 // releaseGoneSQL also catches jobs assigned to a node in the instant it was
 // declared lost or exited, so none stays queued on a node that is gone.
-const releaseGoneSQL = `
-UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-FROM nodes n
-WHERE j.state = 'queued' AND j.node_id = n.id AND n.state IN ('lost', 'exited')`
+var releaseGoneSQL = `
+WITH upd AS (
+    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
+    FROM nodes n
+    WHERE j.state = 'queued' AND j.node_id = n.id AND n.state IN ('lost', 'exited')
+    RETURNING j.id
+` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
+)
+SELECT count(*) FROM upd`
 
 var chargeGoneSQL = `
 WITH upd AS (
@@ -56,7 +60,7 @@ WITH upd AS (
 ), counted AS (
     ` + bumpNodeCounterSQL("jobs_failed",
 	"SELECT node_id, count(*) FROM upd WHERE state = 'failed' GROUP BY node_id ORDER BY node_id") +
-	finishCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
+	stateCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 )
 SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed') FROM upd`
 
@@ -77,10 +81,7 @@ func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (Rescu
 			rep.LostNodes, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			return err
 		})
-		b.Queue(releaseGoneSQL).Exec(func(tag pgconn.CommandTag) error {
-			rep.Released = tag.RowsAffected()
-			return nil
-		})
+		b.Queue(releaseGoneSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&rep.Released) })
 		b.Queue(chargeGoneSQL, now, q.delays()).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&rep.Retried, &rep.Failed)
 		})
