@@ -61,7 +61,11 @@ type options struct {
 	// after the load and before the measurements: a recent history the
 	// queue wrote itself, at its own rate of finishes, rather than COPY's.
 	historyJobs []int64
-	hold        bool
+	// backlog pending jobs, when not 0, are enqueued after the reads, the
+	// reads measured again beside them (sizeRun.BacklogReads), and the
+	// backlog deleted before the lifecycle.
+	backlog int
+	hold    bool
 	// pgSettings are extra server settings (-pg-set), over the defaults
 	// runAll starts the server with.
 	pgSettings map[string]string
@@ -107,6 +111,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		o.pgSettings[strings.TrimSpace(name)] = strings.TrimSpace(value)
 		return nil
 	})
+	fs.IntVar(&o.backlog, "backlog", 0, "pending jobs enqueued after the reads, the reads measured again beside them (backlog_reads; the bench's nodes drain meanwhile, so none is assigned), then deleted before the lifecycle")
 	fs.BoolVar(&o.hold, "hold", false, "after measuring, keep every size's database and print how to connect, until interrupted")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

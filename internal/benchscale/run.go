@@ -28,6 +28,9 @@ type sizeRun struct {
 	LoadS       float64 `json:"load_s"`
 	// Reads: p50/p99 in ms of each read.
 	Reads map[string]latency `json:"reads"`
+	// BacklogReads: the same reads beside -backlog pending jobs.
+	Backlog      int                `json:"backlog,omitempty"`
+	BacklogReads map[string]latency `json:"backlog_reads,omitempty"`
 	// LifecycleJobsPerS is enqueue → assign → claim → complete: the median
 	// of LifecycleRounds (each round's jobs stay, so a later round runs
 	// beside a few more finished jobs than the first).
@@ -271,7 +274,52 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 	}
 	r.Reads, err = measureReads(ctx, pool, q, o.requests, progress)
 	r.LoadAvg = procstat.LoadAvg()
-	return sz, err
+	if err != nil || o.backlog == 0 {
+		return sz, err
+	}
+	if err := measureBacklogReads(ctx, pool, q, sz, o, progress); err != nil {
+		return sz, fmt.Errorf("backlog: %w", err)
+	}
+	return sz, nil
+}
+
+// backlogBatch is the jobs of one Enqueue of the backlog.
+const backlogBatch = 10000
+
+// measureBacklogReads enqueues o.backlog pending jobs, measures the reads
+// beside them, then deletes them (the table held no live job before) and
+// settles the table for the lifecycle. The bench's nodes are taken out of
+// the way first: the reads' producer would otherwise assign their capacity.
+func measureBacklogReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, sz *size, o options, progress func(string, ...any)) error {
+	r := &sz.run
+	r.Backlog = o.backlog
+	progress("%s: enqueueing a backlog of %d pending jobs", sz.label(), o.backlog)
+	specs := make([]jobqueue.Spec, backlogBatch)
+	for done := 0; done < o.backlog; done += backlogBatch {
+		n := min(backlogBatch, o.backlog-done)
+		for i := range n {
+			specs[i] = jobqueue.Spec{URL: fmt.Sprintf("http://backlog-%d.example.com/page/%d", (done+i)%100, done+i)}
+		}
+		if _, _, err := q.Enqueue(ctx, specs[:n]); err != nil {
+			return err
+		}
+	}
+	if _, err := pool.Exec(ctx, "UPDATE nodes SET state = 'draining'"); err != nil {
+		return err
+	}
+	var err error
+	if r.BacklogReads, err = measureReads(ctx, pool, q, o.requests, progress); err != nil {
+		return err
+	}
+	for _, sql := range []string{
+		"DELETE FROM jobs WHERE state IN ('pending', 'queued', 'processing')",
+		"UPDATE nodes SET state = 'active'",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	return settle(ctx, pool, q)
 }
 
 // lifecycleRound runs round i of the lifecycle on sizes[k]'s database. The
