@@ -171,30 +171,41 @@ const pendingCountExpr = `(SELECT coalesce(sum(n), 0)::bigint FROM job_counts WH
 
 // pendingStatsSQL reads the pending count, the ready count and the oldest
 // pending job's creation time in one snapshot, at a cost that does not grow
-// with the backlog: the count is maintained, the jobs not yet due ($1, or
-// the server's clock) are a range of jobs_pending_due_idx, and the oldest is
-// the first enqueued of each priority (a loose scan of jobs_pending_idx:
-// one probe per distinct priority among the pending jobs). Ids are taken in
-// enqueue order, so the lowest id's job is the oldest to within the length
-// of an enqueue transaction.
+// with the backlog:
+//
+//   - the count is maintained;
+//   - the jobs not yet due ($1, or the server's clock) are a range of
+//     jobs_pending_due_idx, which holds only the pending jobs whose
+//     run_after was moved past their creation (a backoff, a retry): a job
+//     is enqueued with run_after = created_at, due at once, so every
+//     pending job not yet due is there (any whose created_at is not in the
+//     future of $1);
+//   - the oldest is the first enqueued of each priority, a loose scan of
+//     jobs_pending_idx (a probe per distinct priority among the pending
+//     jobs, each finding that priority's lowest id). Ids are taken in
+//     enqueue order, so the lowest id's job is the oldest to within the
+//     length of an enqueue transaction.
+//
+// Both index reads are shaped so that no other index serves them without a
+// sort, whatever the statistics: right after a large enqueue, before
+// autovacuum analyzes the table, every pending index is estimated at a row
+// or so, and with an index of all pending jobs by run_after the planner
+// read 500,000 rows through it for each probe (0.31 s); by priority alone,
+// the probe of one priority walked the primary key through the history.
 const pendingStatsSQL = `
-WITH RECURSIVE prio AS (
-    (SELECT j.priority FROM jobs j WHERE j.state = 'pending' ORDER BY j.priority DESC, j.id LIMIT 1)
+WITH RECURSIVE first AS (
+    (SELECT j.priority, j.created_at FROM jobs j
+     WHERE j.state = 'pending'
+     ORDER BY j.priority DESC, j.id LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.priority FROM jobs j WHERE j.state = 'pending' AND j.priority < p.priority
-            ORDER BY j.priority DESC, j.id LIMIT 1)
-    FROM prio p WHERE p.priority IS NOT NULL
+    SELECT n.priority, n.created_at FROM first f CROSS JOIN LATERAL (
+        SELECT j.priority, j.created_at FROM jobs j
+        WHERE j.state = 'pending' AND j.priority < f.priority
+        ORDER BY j.priority DESC, j.id LIMIT 1) n
 )
-SELECT c.n, greatest(c.n - d.n, 0), o.oldest
+SELECT c.n, greatest(c.n - d.n, 0), (SELECT min(created_at) FROM first)
 FROM (SELECT ` + pendingCountExpr + ` AS n) c,
-     -- Ordered so that only jobs_pending_due_idx serves without a sort:
-     -- right after a large enqueue, before autovacuum analyzes the table,
-     -- every pending index is estimated at a row or so, and the planner
-     -- picked another, reading each pending row's run_after from the heap.
      (SELECT count(*) AS n FROM (
           SELECT run_after FROM jobs
-          WHERE state = 'pending' AND run_after > coalesce($1::timestamptz, now())
-          ORDER BY run_after) due) d,
-     (SELECT min((SELECT j.created_at FROM jobs j WHERE j.state = 'pending' AND j.priority = p.priority
-                  ORDER BY j.priority DESC, j.id LIMIT 1)) AS oldest
-      FROM prio p WHERE p.priority IS NOT NULL) o`
+          WHERE state = 'pending' AND run_after > created_at AND run_after > coalesce($1::timestamptz, now())
+          ORDER BY run_after) due) d`

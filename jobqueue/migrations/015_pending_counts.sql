@@ -8,7 +8,7 @@
 -- backlog makes them matter. Now the pending count is a sum of job_counts
 -- rows, the jobs not yet due (in a retry's backoff) are a range of the new
 -- index, and the oldest pending job is found per priority
--- (oldestPendingSQL): a few rows each, however long the backlog.
+-- (pendingStatsSQL): a few rows each, however long the backlog.
 --
 -- The statements that move jobs into or out of pending (assign, release,
 -- fail and charge back to pending, retry, cancel, a completion of a job
@@ -42,7 +42,11 @@ END $$;
 INSERT INTO job_counts (state, n)
 SELECT 'pending', count(*) FROM jobs WHERE state = 'pending' HAVING count(*) > 0;
 
--- Ready = pending − not yet due: the second is this index's range after now,
--- short unless many jobs wait out a backoff. Only pending rows enter it, so
--- a job costs it one entry when enqueued or sent back to pending.
-CREATE INDEX jobs_pending_due_idx ON jobs (run_after) WHERE state = 'pending';
+-- Ready = pending - not yet due. A job is enqueued with run_after equal to
+-- created_at, due at once; only a backoff or a retry moves run_after past
+-- it. So the jobs not yet due are among the few this index holds, and an
+-- enqueue costs it nothing. The predicate also keeps the index out of every
+-- other query's reach: an index of all pending jobs by run_after was the
+-- planner's pick for the oldest-pending probes and could be for the round's,
+-- on the statistics of a table not analyzed since a large enqueue.
+CREATE INDEX jobs_pending_due_idx ON jobs (run_after) WHERE state = 'pending' AND run_after > created_at;
