@@ -155,6 +155,11 @@ func (q *Queue) RecordSamples(ctx context.Context, interval time.Duration) (Samp
 			from = until
 		}
 		rep.Queue.At = at
+		for _, sql := range readSettings {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("queue sample: %w", err)
+			}
+		}
 		if err := tx.QueryRow(ctx, recordQueueSQL, at, until, from).Scan(&rep.Queue.Pending, &rep.Queue.Queued,
 			&rep.Queue.Processing, &rep.Queue.Completed, &rep.Queue.Failed, &rep.Queue.Canceled); err != nil {
 			return fmt.Errorf("queue sample: %w", err)

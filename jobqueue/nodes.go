@@ -323,7 +323,9 @@ func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Nod
 	// The heartbeat's age by the database's clock: the next placeholder.
 	age := fmt.Sprintf("extract(epoch FROM coalesce($%d::timestamptz, now()) - n.heartbeat_at)::float8", len(args)+1)
 	args = append(args, q.now())
-	rows, err := q.pool.Query(ctx, `
+	b := readBatch()
+	var nodes []Node
+	b.Queue(`
         SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0), `+age+`, `+lifetimeCols+`
         FROM nodes n
         LEFT JOIN node_counters c ON c.node_id = n.id
@@ -333,26 +335,23 @@ func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Nod
                    FROM jobs WHERE state IN ('queued', 'processing')
                    GROUP BY node_id) h ON h.node_id = n.id
         `+where+`
-        ORDER BY n.id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	defer rows.Close()
-	var nodes []Node
-	for rows.Next() {
-		var queued, processing int64
-		var ageSeconds float64
-		var life Counters
-		n, err := scanNode(rows, append([]any{&queued, &processing, &ageSeconds}, counterDest(&life)...)...)
-		n.Lifetime = life
-		if err != nil {
-			return nil, fmt.Errorf("list nodes: %w", err)
+        ORDER BY n.id`, args...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var queued, processing int64
+			var ageSeconds float64
+			var life Counters
+			n, err := scanNode(rows, append([]any{&queued, &processing, &ageSeconds}, counterDest(&life)...)...)
+			if err != nil {
+				return err
+			}
+			n.Lifetime = life
+			n.Queued, n.Processing = int(queued), int(processing)
+			n.HeartbeatAge = max(0, time.Duration(ageSeconds*float64(time.Second)))
+			nodes = append(nodes, n)
 		}
-		n.Queued, n.Processing = int(queued), int(processing)
-		n.HeartbeatAge = max(0, time.Duration(ageSeconds*float64(time.Second)))
-		nodes = append(nodes, n)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	return nodes, nil

@@ -261,10 +261,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		s.Jobs[st] = 0
 	}
 	now := q.now()
-	b := &pgx.Batch{}
-	// The partial indexes' estimates lag a queue that fills between two
-	// ANALYZEs; JIT is never worth it here (noJITSQL).
-	b.Queue(noJITSQL)
+	b := readBatch()
 	b.Queue(pendingStatsSQL, now).QueryRow(func(row pgx.Row) error {
 		var n int64
 		err := row.Scan(&n, &s.Ready, &s.OldestPending)

@@ -499,6 +499,35 @@ func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) e
 // (on an empty table's statistics a full index scan costs as little).
 const noJITSQL = `SELECT set_config('jit', 'off', true)`
 
+// readSettings open the transaction of a read of the queue's state that
+// runs a few times a second at most (Stats, ListNodes, the sample
+// recorder), for the rest of it: plans made afresh at every call, on the
+// statistics and the table's size of the moment (planning is cheap at that
+// rate); index scans only, as in a round (roundSettings), since every read
+// of jobs there has an index made for it; and no JIT (noJITSQL).
+//
+// On the scale bench's empty table, before autovacuum analyzed a 500,000-job
+// enqueue: a generic plan kept from the empty table read every pending row
+// with a sequential scan and a sort for each probe of Stats (0.29 s a
+// call), and so did ListNodes' count of what each node holds; with fresh
+// plans alone, that count still chose a sequential scan of the whole table
+// (60 ms a call) on the default estimates of an unanalyzed table.
+var readSettings = []string{
+	`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`,
+	`SELECT set_config('enable_seqscan', 'off', true)`,
+	`SELECT set_config('enable_bitmapscan', 'off', true)`,
+	noJITSQL,
+}
+
+// readBatch is a batch that opens with readSettings.
+func readBatch() *pgx.Batch {
+	b := &pgx.Batch{}
+	for _, sql := range readSettings {
+		b.Queue(sql)
+	}
+	return b
+}
+
 // nodeBatch is a node's statement sql after noJITSQL, for one round trip
 // and one implicit transaction (a pipeline's statements up to its sync):
 // the caller reads the statement's results through the queued query, then
