@@ -34,7 +34,8 @@
 #                              autoanalyzes of jobs that ended in it and its WAL bytes per job), and the
 #                              retention purge's deletes/s (10M: about 10 GB of disk under $TMPDIR, the
 #                              sizes' sum at once; -history-jobs N[,N...] first runs N jobs through the queue,
-#                              a recent history at its own rate of finishes, one count for all sizes or one each)
+#                              a recent history at its own rate of finishes, one count for all sizes or one each;
+#                              -backlog N measures the reads again beside N pending jobs)
 #
 # Extra arguments go to the mode, e.g. `scripts/bench.sh recycle -rounds 5 -jobs 200`.
 set -euo pipefail
