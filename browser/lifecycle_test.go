@@ -445,17 +445,23 @@ func TestMemoryAndVersion(t *testing.T) {
 	if !strings.HasPrefix(e.b.Version(), "Chrome/") && !strings.HasPrefix(e.b.Version(), "HeadlessChrome/") {
 		t.Fatalf("version %q", e.b.Version())
 	}
-	// A page that keeps 64 MB alive shows in the tree while its tab lives.
+	// A page that keeps memory alive shows in the tree while its tab lives.
+	// With a 64 MB page, one CI run (go test -race, the whole suite beside
+	// it) saw only 26 MB more, under the 32 MB asked; the cause was not
+	// found (half of what /leak retains is typed arrays never written,
+	// which need not be resident). A 128 MB page shows about 180 MB more
+	// on a quiet machine.
 	s := e.session(t)
-	if _, err := s.Render(ctx, Request{URL: e.url("/leak/1?mb=64"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}}); err != nil {
+	if _, err := s.Render(ctx, Request{URL: e.url("/leak/1?mb=128"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}}); err != nil {
 		t.Fatal(err)
 	}
 	busy, err := e.b.Memory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("PSS %d MB idle, %d MB with the page", idle.PSSBytes>>20, busy.PSSBytes>>20)
 	if busy.PSSBytes < idle.PSSBytes+32<<20 {
-		t.Fatalf("PSS %d MB with a 64 MB page, %d MB idle", busy.PSSBytes>>20, idle.PSSBytes>>20)
+		t.Fatalf("PSS %d MB with a 128 MB page, %d MB idle", busy.PSSBytes>>20, idle.PSSBytes>>20)
 	}
 }
 
