@@ -137,11 +137,10 @@ WITH input AS (
     RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id, j.finished_at
 ), counted AS (
     ` + bumpNodeCounterSQL("jobs_completed", "SELECT d.node_id, count(*) FROM done d GROUP BY d.node_id ORDER BY d.node_id") +
-	stateCountsSQL(`SELECT 'completed'::text AS state, d.finished_at, NULL::text AS error_class, 1 AS d FROM done d
-        UNION ALL
-        -- A job given back to pending (its lease expired) that its node
-        -- completed after all.
-        SELECT l.state, NULL, NULL, -1 FROM locked l JOIN done d ON d.id = l.id WHERE l.state = 'pending'`)
+	stateCountsSQL("SELECT 'completed'::text AS state, d.finished_at, NULL::text AS error_class, 1 AS d FROM done d") +
+	// A job given back to pending (its lease expired) that its node
+	// completed after all.
+	pendingCountSQL("SELECT -1 AS d FROM locked l JOIN done d ON d.id = l.id WHERE l.state = 'pending'")
 
 // completeSavedSQL inserts the results, with linksOver the expression of
 // each result's links over the limit.

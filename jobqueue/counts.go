@@ -46,8 +46,9 @@ func stateCountsSQL(src string) string {
 
 // pendingCountSQL is a CTE, to follow a CTE of the statement that changes
 // jobs, that adds to the pending count the sum of d over src's rows (d:
-// +1 for a job that became pending, -1 for one that left it), for the
-// statements that move jobs between pending and the live states alone.
+// +1 for a job that became pending, -1 for one that left it): the pending
+// moves a statement's stateCountsSQL rows do not carry (assignments,
+// releases, and the old state a cancel, retry or completion left).
 func pendingCountSQL(src string) string {
 	return `
 ), pending_counted AS (

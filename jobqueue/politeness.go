@@ -114,7 +114,7 @@ const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 // jobs_pending_host_idx. With bitmap scans alone off, the capacity check
 // and the pending hosts fell to sequential scans planned on the empty
 // table: 80 ms a round at 40,000 jobs.
-var roundSettings = []string{genericPlansSQL, `SET LOCAL enable_seqscan = off`, `SET LOCAL enable_bitmapscan = off`, noJITSQL}
+var roundSettings = []string{genericPlansSQL, indexScansOnlySQL, noJITSQL}
 
 // lockTargetsSQL key-share-locks the nodes a round is about to assign to,
 // in id order (the order every multi-node locker uses): a node cannot be

@@ -315,9 +315,8 @@ WITH old AS (
     FROM old o
     WHERE j.id = o.id
     RETURNING j.id, j.node_id, j.state, j.finished_at, j.error_class
-` + stateCountsSQL(`SELECT state, finished_at, error_class, 1 AS d FROM upd
-        UNION ALL
-        SELECT o.state, NULL, NULL, -1 FROM old o JOIN upd u ON u.id = o.id WHERE o.state = 'pending'`) + `
+` + stateCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") +
+	pendingCountSQL("SELECT -1 AS d FROM old o JOIN upd u ON u.id = o.id WHERE o.state = 'pending'") + `
 ), woken AS (
     SELECT pg_notify($3, $4) FROM upd WHERE node_id IS NOT NULL HAVING count(*) > 0
 )
@@ -389,10 +388,9 @@ func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
                 run_after = coalesce($2::timestamptz, now())
             FROM old o
             WHERE j.id = o.id
-            RETURNING j.id, j.state
-        `+stateCountsSQL(`SELECT o.state, o.finished_at, o.error_class, -1 AS d FROM old o JOIN upd u ON u.id = o.id
-            UNION ALL
-            SELECT state, NULL, NULL, 1 FROM upd`)+`
+            RETURNING j.id
+        `+stateCountsSQL("SELECT o.state, o.finished_at, o.error_class, -1 AS d FROM old o JOIN upd u ON u.id = o.id")+
+			pendingCountSQL("SELECT 1 AS d FROM upd")+`
         ), woken AS (
             SELECT pg_notify($3, $4) FROM upd HAVING count(*) > 0
         )

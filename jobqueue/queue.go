@@ -499,6 +499,13 @@ func (q *Queue) retryDeadlocks(ctx context.Context, op string, f func() error) e
 // (on an empty table's statistics a full index scan costs as little).
 const noJITSQL = `SELECT set_config('jit', 'off', true)`
 
+// indexScansOnlySQL turns sequential and bitmap scans off for the rest of
+// its transaction, for statements whose every read of jobs has an index
+// made for it (roundSettings, readSettings): the statistics of a queue
+// table lag its backlog by design, and a plan made on them, before an
+// ANALYZE, took a full scan the index would have spared.
+const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
 // readSettings open the transaction of a read of the queue's state that
 // runs a few times a second at most (Stats, ListNodes, the sample
 // recorder), for the rest of it: plans made afresh at every call, on the
@@ -515,8 +522,7 @@ const noJITSQL = `SELECT set_config('jit', 'off', true)`
 // the default estimates of an unanalyzed table.
 var readSettings = []string{
 	`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`,
-	`SELECT set_config('enable_seqscan', 'off', true)`,
-	`SELECT set_config('enable_bitmapscan', 'off', true)`,
+	indexScansOnlySQL,
 	noJITSQL,
 }
 
