@@ -439,7 +439,9 @@ func TestMemoryAndVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if idle.Processes < 3 || idle.PSSBytes == 0 || idle.PSSBytes > idle.RSSBytes {
+	// Idle, the tree is the browser process and the zygote renderers fork
+	// from (the tests' Chrome runs without its sandbox: unsandboxedFlags).
+	if idle.Processes < 2 || idle.PSSBytes == 0 || idle.PSSBytes > idle.RSSBytes {
 		t.Fatalf("idle memory %+v", idle)
 	}
 	if !strings.HasPrefix(e.b.Version(), "Chrome/") && !strings.HasPrefix(e.b.Version(), "HeadlessChrome/") {
@@ -468,7 +470,8 @@ func TestMemoryAndVersion(t *testing.T) {
 // TestHelpersInProcessWithoutSandbox: without Chrome's sandbox the GPU
 // process and the network service are threads of the browser process
 // (unsandboxedFlags), on either binary; after a page has loaded, Chrome's
-// tree holds no process of either type.
+// tree holds no process of either type, and one zygote: the one renderers
+// fork from, not the unsandboxed helpers' one.
 func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 	site := testutil.StartSite(t, testsite.Options{})
 	b := launch(t, Options{NoSandbox: true})
@@ -480,7 +483,8 @@ func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 	}
 	var types []string
 	for _, pid := range processTree(int32(b.PID())) {
-		for _, arg := range procArgs(int(pid)) {
+		args := procArgs(int(pid))
+		for _, arg := range args {
 			if v, ok := strings.CutPrefix(arg, "--type="); ok {
 				types = append(types, v)
 			}
@@ -488,6 +492,18 @@ func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 				types = append(types, v)
 			}
 		}
+		if slices.Contains(args, "--type=zygote") && slices.Contains(args, "--no-zygote-sandbox") {
+			t.Errorf("Chrome without its sandbox started the unsandboxed helpers' zygote (pid %d)", pid)
+		}
+	}
+	zygotes := 0
+	for _, ty := range types {
+		if ty == "zygote" {
+			zygotes++
+		}
+	}
+	if zygotes != 1 {
+		t.Errorf("process types %q: %d zygotes, want 1", types, zygotes)
 	}
 	if !slices.Contains(types, "renderer") {
 		t.Fatalf("process types %q: no renderer; the scan is not seeing Chrome's tree", types)
