@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Dashboard support: the load samples behind the charts (recorded by the
@@ -155,20 +156,18 @@ func (q *Queue) RecordSamples(ctx context.Context, interval time.Duration) (Samp
 			from = until
 		}
 		rep.Queue.At = at
-		for _, sql := range readSettings {
-			if _, err := tx.Exec(ctx, sql); err != nil {
-				return fmt.Errorf("queue sample: %w", err)
-			}
+		b := readBatch()
+		b.Queue(recordQueueSQL, at, until, from).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&rep.Queue.Pending, &rep.Queue.Queued, &rep.Queue.Processing,
+				&rep.Queue.Completed, &rep.Queue.Failed, &rep.Queue.Canceled)
+		})
+		b.Queue(recordNodesSQL, at).Exec(func(tag pgconn.CommandTag) error {
+			rep.Nodes = tag.RowsAffected()
+			return nil
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("queue and node samples: %w", err)
 		}
-		if err := tx.QueryRow(ctx, recordQueueSQL, at, until, from).Scan(&rep.Queue.Pending, &rep.Queue.Queued,
-			&rep.Queue.Processing, &rep.Queue.Completed, &rep.Queue.Failed, &rep.Queue.Canceled); err != nil {
-			return fmt.Errorf("queue sample: %w", err)
-		}
-		tag, err := tx.Exec(ctx, recordNodesSQL, at)
-		if err != nil {
-			return fmt.Errorf("node samples: %w", err)
-		}
-		rep.Nodes = tag.RowsAffected()
 		return nil
 	})
 	if err != nil {
