@@ -420,3 +420,60 @@ func TestWindowsReadNoFinishedJobs(t *testing.T) {
 		t.Errorf("FailureGroups listing 5 of 200 failures read %d rows of jobs", read)
 	}
 }
+
+// jobCountsBlocksRead is how many blocks of job_counts (heap and index)
+// the statements of pool's one connection have read so far.
+func jobCountsBlocksRead(t testing.TB, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := pool.QueryRow(ctx, `SELECT coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0) + coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)
+        FROM pg_statio_user_tables WHERE relname = 'job_counts'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCountsReadNotTheDeltasFolded: a job_counts table that deltas once
+// filled keeps its pages after they are folded (until a VACUUM FULL), and
+// a read of the counts does not scan them (migration 016).
+func TestCountsReadNotTheDeltasFolded(t *testing.T) {
+	t.Parallel()
+	_, shared := newTestQueue(t, Config{})
+	q, pool := singleConnQueue(t, shared, Config{})
+	ctx := context.Background()
+	mustEnqueue(t, q, pageSpecs(3, "counts.test")...)
+	// 100,000 deltas that cancel out, as a busy queue's statements leave
+	// them between two folds; then folded and vacuumed.
+	if _, err := pool.Exec(ctx, `INSERT INTO job_counts (state, n)
+        SELECT s, (i % 2) * 2 - 1 FROM generate_series(1, 100000) i, unnest(ARRAY['pending', 'completed']) s`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.CompactCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) job_counts"); err != nil {
+		t.Fatal(err)
+	}
+	var pages int64
+	if err := pool.QueryRow(ctx, "SELECT pg_relation_size('job_counts') / current_setting('block_size')::bigint").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if pages < 100 {
+		t.Fatalf("job_counts has %d pages after the deltas; the test needs a table they grew", pages)
+	}
+	before := jobCountsBlocksRead(t, pool)
+	s, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Jobs[StatePending] != 3 || s.Jobs[StateCompleted] != 0 {
+		t.Fatalf("counts %v; want 3 pending, none completed", s.Jobs)
+	}
+	if read := jobCountsBlocksRead(t, pool) - before; read > 20 {
+		t.Errorf("Stats read %d blocks of job_counts (%d pages) for its rows", read, pages)
+	}
+}
