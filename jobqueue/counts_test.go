@@ -446,7 +446,7 @@ func TestCountsReadNotTheDeltasFolded(t *testing.T) {
 	q, pool := singleConnQueue(t, shared, Config{})
 	ctx := context.Background()
 	mustEnqueue(t, q, pageSpecs(3, "counts.test")...)
-	// 100,000 deltas that cancel out, as a busy queue's statements leave
+	// 100,000 deltas per state that cancel out, as a busy queue's statements leave
 	// them between two folds; then folded and vacuumed.
 	if _, err := pool.Exec(ctx, `INSERT INTO job_counts (state, n)
         SELECT s, (i % 2) * 2 - 1 FROM generate_series(1, 100000) i, unnest(ARRAY['pending', 'completed']) s`); err != nil {
