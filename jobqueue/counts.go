@@ -194,7 +194,10 @@ const pendingCountExpr = `(SELECT coalesce(sum(n), 0)::bigint FROM job_counts WH
 // read 500,000 rows through it for each probe (0.31 s); by priority alone,
 // the probe of one priority walked the primary key through the history.
 const pendingStatsSQL = `
-WITH RECURSIVE first AS (
+WITH RECURSIVE pending AS MATERIALIZED (
+    -- Once: referenced twice, a subquery in FROM was planned twice.
+    SELECT ` + pendingCountExpr + ` AS n
+), first AS (
     (SELECT j.priority, j.created_at FROM jobs j
      WHERE j.state = 'pending'
      ORDER BY j.priority DESC, j.id LIMIT 1)
@@ -205,7 +208,7 @@ WITH RECURSIVE first AS (
         ORDER BY j.priority DESC, j.id LIMIT 1) n
 )
 SELECT c.n, greatest(c.n - d.n, 0), (SELECT min(created_at) FROM first)
-FROM (SELECT ` + pendingCountExpr + ` AS n) c,
+FROM pending c,
      (SELECT count(*) AS n FROM (
           SELECT run_after FROM jobs
           WHERE state = 'pending' AND run_after > created_at AND run_after > coalesce($1::timestamptz, now())

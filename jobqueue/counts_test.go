@@ -425,16 +425,9 @@ func TestWindowsReadNoFinishedJobs(t *testing.T) {
 // the statements of pool's one connection have read so far.
 func jobCountsBlocksRead(t testing.TB, pool *pgxpool.Pool) int64 {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	if err := pool.QueryRow(ctx, `SELECT coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0) + coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)
-        FROM pg_statio_user_tables WHERE relname = 'job_counts'`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	countRows(t, pool, "SELECT 0 FROM pg_stat_force_next_flush()")
+	return countRows(t, pool, `SELECT coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0) + coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)
+        FROM pg_statio_user_tables WHERE relname = 'job_counts'`)
 }
 
 // TestCountsReadNotTheDeltasFolded: a job_counts table that deltas once
