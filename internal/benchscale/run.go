@@ -293,6 +293,9 @@ const backlogBatch = 10000
 func measureBacklogReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, sz *size, o options, progress func(string, ...any)) error {
 	r := &sz.run
 	r.Backlog = o.backlog
+	if _, err := pool.Exec(ctx, "UPDATE nodes SET state = 'draining'"); err != nil {
+		return err
+	}
 	progress("%s: enqueueing a backlog of %d pending jobs", sz.label(), o.backlog)
 	specs := make([]jobqueue.Spec, backlogBatch)
 	for done := 0; done < o.backlog; done += backlogBatch {
@@ -303,9 +306,6 @@ func measureBacklogReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Qu
 		if _, _, err := q.Enqueue(ctx, specs[:n]); err != nil {
 			return err
 		}
-	}
-	if _, err := pool.Exec(ctx, "UPDATE nodes SET state = 'draining'"); err != nil {
-		return err
 	}
 	var err error
 	if r.BacklogReads, err = measureReads(ctx, pool, q, o.requests, progress); err != nil {
