@@ -483,17 +483,13 @@ func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 	}
 	var types []string
 	for _, pid := range processTree(int32(b.PID())) {
-		args := procArgs(int(pid))
-		for _, arg := range args {
+		for _, arg := range procArgs(int(pid)) {
 			if v, ok := strings.CutPrefix(arg, "--type="); ok {
 				types = append(types, v)
 			}
 			if v, ok := strings.CutPrefix(arg, "--utility-sub-type="); ok {
 				types = append(types, v)
 			}
-		}
-		if slices.Contains(args, "--type=zygote") && slices.Contains(args, "--no-zygote-sandbox") {
-			t.Errorf("Chrome without its sandbox started the unsandboxed helpers' zygote (pid %d)", pid)
 		}
 	}
 	zygotes := 0
@@ -503,6 +499,7 @@ func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 		}
 	}
 	if zygotes != 1 {
+		// The second is the unsandboxed helpers' (--no-zygote-sandbox).
 		t.Errorf("process types %q: %d zygotes, want 1", types, zygotes)
 	}
 	if !slices.Contains(types, "renderer") {
