@@ -73,13 +73,21 @@ func fence(idExpr, inc string) string {
 		" AND f.incarnation = " + inc + "::bigint))"
 }
 
-// releaseNodeSQL returns a node's queued jobs to pending, free of charge.
-var releaseNodeSQL = `
+// releaseQueuedSQL opens a statement that returns the queued jobs of node
+// $1 to pending, free of charge, if the node is at the incarnation inc (a
+// placeholder): CTE upd (the jobs' ids) and their pending count, left open
+// for the statement's next CTE or its closing parenthesis.
+func releaseQueuedSQL(inc string) string {
+	return `
 WITH upd AS (
     UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-    WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", "$2") + `
+    WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", inc) + `
     RETURNING j.id
-` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
+` + pendingCountSQL("SELECT 1 AS d FROM upd")
+}
+
+// releaseNodeSQL returns a node's queued jobs to pending, free of charge.
+var releaseNodeSQL = releaseQueuedSQL("$2") + `
 )
 SELECT count(*) FROM upd`
 

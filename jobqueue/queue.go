@@ -408,12 +408,7 @@ func (q *Queue) whyNotHeld(ctx context.Context, jobID int64, nodeID string) erro
 	return fmt.Errorf("job %d is %s on node %q, not processing on %q: %w", jobID, st, holder, nodeID, ErrNotHeld)
 }
 
-var releaseSQL = `
-WITH upd AS (
-    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-    WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", "$4") + `
-    RETURNING j.id
-` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
+var releaseSQL = releaseQueuedSQL("$4") + `
 ), woken AS (
     SELECT pg_notify($2, $3) FROM upd HAVING count(*) > 0
 )
