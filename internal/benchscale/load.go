@@ -22,9 +22,9 @@ var historyClasses = []string{"http", "timeout", "net", "blocked", "script"}
 // finished evenly over span before end; 95% completed, 4% failed, 1%
 // canceled.
 type historyRow struct {
-	state, class, lastError string
-	finished                time.Time
-	attempts                int
+	state, class string
+	finished     time.Time
+	attempts     int
 }
 
 func genRow(i, n int64, end time.Time, span time.Duration) historyRow {
@@ -32,18 +32,27 @@ func genRow(i, n int64, end time.Time, span time.Duration) historyRow {
 		finished: end.Add(-time.Duration(float64(span) * float64(n-i) / float64(n)))}
 	switch m := i % 100; {
 	case m < 4:
-		r.state, r.class, r.attempts = "failed", historyClasses[i%int64(len(historyClasses))], 3
-		r.lastError = fmt.Sprintf("%s error on attempt 3 of job %d", r.class, i)
+		// The failures in order, each to the next class.
+		nth := i/100*4 + m
+		r.state, r.class, r.attempts = "failed", historyClasses[nth%int64(len(historyClasses))], 3
 	case m == 99:
 		r.state, r.attempts = "canceled", 0
 	}
 	return r
 }
 
-// loadHistory COPYs n finished jobs, the completed ones with a result, in
-// chunks, and moves the id sequence past them.
-func loadHistory(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, n int64, span time.Duration, progress func(string, ...any)) error {
-	end := time.Now().Add(-time.Minute)
+// copyJobs COPYs n finished jobs with ids after the id sequence's last
+// value, the completed ones with a result, finished evenly over span before
+// end, in chunks, and moves the sequence past them.
+func copyJobs(ctx context.Context, pool *pgxpool.Pool, n int64, end time.Time, span time.Duration, progress func(string, ...any)) error {
+	if n == 0 {
+		return nil
+	}
+	var base int64
+	// is_called is false on a fresh sequence: its last_value not yet used.
+	if err := pool.QueryRow(ctx, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM jobs_id_seq").Scan(&base); err != nil {
+		return fmt.Errorf("id sequence: %w", err)
+	}
 	jobCols := []string{"id", "batch_id", "state", "spec", "host", "node_id", "attempts", "max_attempts",
 		"run_after", "created_at", "queued_at", "started_at", "finished_at", "last_error", "error_class", "crawl_id"}
 	resCols := []string{"job_id", "node_id", "final_url", "status", "title", "created_at"}
@@ -57,24 +66,24 @@ func loadHistory(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, n i
 					return nil, nil
 				}
 				i++
-				r := genRow(i, n, end, span)
+				r, id := genRow(i, n, end, span), base+i
 				var batch [16]byte
-				b := i / 1000
+				b := id / 1000
 				for k := range 8 {
 					batch[15-k] = byte(b >> (8 * k))
 				}
 				batch[6], batch[8] = 0x40, 0x80 // a version 4, RFC 4122 UUID
-				host := fmt.Sprintf("shop%d.example.com", i%50)
-				url := fmt.Sprintf("https://%s/items?page=%d", host, i)
+				host := fmt.Sprintf("shop%d.example.com", id%50)
+				url := fmt.Sprintf("https://%s/items?page=%d", host, id)
 				spec := fmt.Sprintf(`{"url":%q,"extract":"document.title","block":["image","font"]}`, url)
 				started := r.finished.Add(-1500 * time.Millisecond)
 				var lastErr, class any
 				if r.state == "failed" {
-					lastErr, class = r.lastError, r.class
+					lastErr, class = fmt.Sprintf("%s error on attempt 3 of job %d", r.class, id), r.class
 				}
-				return []any{i, batch, r.state, spec, host, fmt.Sprintf("hist-node-%02d", i%100), r.attempts, 3,
+				return []any{id, batch, r.state, spec, host, fmt.Sprintf("hist-node-%02d", id%100), r.attempts, 3,
 					started.Add(-2 * time.Second), started.Add(-2 * time.Second), started.Add(-time.Second), started,
-					r.finished, lastErr, class, i}, nil
+					r.finished, lastErr, class, id}, nil
 			}))
 			if err != nil {
 				return fmt.Errorf("copy jobs: %w", err)
@@ -83,13 +92,13 @@ func loadHistory(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, n i
 			_, err = tx.CopyFrom(ctx, pgx.Identifier{"results"}, resCols, pgx.CopyFromFunc(func() ([]any, error) {
 				for i < to {
 					i++
-					r := genRow(i, n, end, span)
+					r, id := genRow(i, n, end, span), base+i
 					if r.state != "completed" {
 						continue
 					}
-					return []any{i, fmt.Sprintf("hist-node-%02d", i%100),
-						fmt.Sprintf("https://shop%d.example.com/items?page=%d", i%50, i), 200,
-						fmt.Sprintf("Items, page %d", i), r.finished}, nil
+					return []any{id, fmt.Sprintf("hist-node-%02d", id%100),
+						fmt.Sprintf("https://shop%d.example.com/items?page=%d", id%50, id), 200,
+						fmt.Sprintf("Items, page %d", id), r.finished}, nil
 				}
 				return nil, nil
 			}))
@@ -106,12 +115,10 @@ func loadHistory(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, n i
 			last = time.Now()
 		}
 	}
-	if n > 0 {
-		if _, err := pool.Exec(ctx, "SELECT setval('jobs_id_seq', $1)", n); err != nil {
-			return err
-		}
+	if _, err := pool.Exec(ctx, "SELECT setval('jobs_id_seq', $1)", base+n); err != nil {
+		return fmt.Errorf("id sequence: %w", err)
 	}
-	return settle(ctx, pool, q)
+	return nil
 }
 
 // settle does what the recorder and autovacuum do after a bulk insert: the

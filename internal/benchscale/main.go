@@ -5,7 +5,9 @@
 // loads that many finished jobs and their results with COPY of generated
 // rows, runs VACUUM ANALYZE (what autovacuum would have done) and a
 // CHECKPOINT, optionally runs -history-jobs jobs through the lifecycle (a
-// recent history at the queue's own rate, settled the same way), starts a
+// recent history at the queue's own rate), loads the same -recent jobs of
+// the last half hour into every size (the reads' windows then hold the
+// same jobs at every size, and only the history differs), settles again, starts a
 // producer and its HTTP server as `farm producer` does (in-process, on
 // 127.0.0.1), and measures:
 //
@@ -22,7 +24,7 @@
 //
 // Progress goes to stderr, one JSON line to stdout.
 //
-//	benchscale [-retained 0,10000000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 4] [-purge 100000] [-history-jobs 0[,N...]]
+//	benchscale [-retained 0,10000000] [-recent 1000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 4] [-purge 100000] [-history-jobs 0[,N...]]
 package main
 
 import (
@@ -61,6 +63,9 @@ type options struct {
 	// after the load and before the measurements: a recent history the
 	// queue wrote itself, at its own rate of finishes, rather than COPY's.
 	historyJobs []int64
+	// recent finished jobs of the last half hour are loaded into every
+	// size, the empty table too, after its history.
+	recent int64
 	// backlog pending jobs, when not 0, are enqueued after the reads, the
 	// reads measured again beside them (sizeRun.BacklogReads), and the
 	// backlog deleted before the lifecycle.
@@ -101,6 +106,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 4, "lifecycle runs per size, alternating between the sizes (reported: each size's median, and the median of its rounds' ratios to the first size's; an even count has each size lead as often)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
+	fs.Int64Var(&o.recent, "recent", 1000, "finished jobs of the last half hour, 4% of them failed, loaded into every size after its history (and the empty table), so that the reads whose answer is a window (the failures listed, the charts' minutes) answer alike at every size; 0: none")
 	historyJobs := fs.String("history-jobs", "0", "jobs run through the lifecycle after the load, then VACUUM ANALYZE and a checkpoint, before measuring: a recent history the queue wrote itself, at its own rate; one count for every size, or comma-separated, one per -retained size (-retained 0,0 -history-jobs 0,10000000: the empty table against 10M the queue wrote)")
 	o.pgSettings = map[string]string{}
 	fs.Func("pg-set", "a PostgreSQL server setting `name=value` for the private server, over the farm's (internal/pgtune), e.g. autovacuum_naptime=1min for PostgreSQL's default (repeatable)", func(v string) error {
@@ -136,8 +142,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "benchscale: -history-jobs: %d counts for %d -retained sizes\n", len(o.historyJobs), len(o.retained))
 		return 2
 	}
-	if o.requests < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.days < 1 {
-		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge ≥ 0")
+	if o.requests < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.recent < 0 || o.days < 1 {
+		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge and -recent ≥ 0")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

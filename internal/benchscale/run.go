@@ -184,6 +184,10 @@ func pairedRatios(rounds, baseline []float64) []float64 {
 	return out
 }
 
+// recentSpan is what -recent jobs finish over: inside the reads' windows
+// (the charts' and the failures' default hour, web.DefaultChartWindow).
+const recentSpan = 30 * time.Minute
+
 // historyChunk bounds one lifecycle run of -history-jobs.
 const historyChunk = 1_000_000
 
@@ -240,7 +244,12 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 	sz.q = q
 	progress("%s: loading", sz.label())
 	start := time.Now()
-	if err := loadHistory(ctx, pool, q, n, time.Duration(o.days)*24*time.Hour, progress); err != nil {
+	// The history ends where the recent half hour begins: the purge's
+	// oldest jobs are the history's.
+	if err := copyJobs(ctx, pool, n, time.Now().Add(-time.Minute-recentSpan), time.Duration(o.days)*24*time.Hour, progress); err != nil {
+		return sz, err
+	}
+	if err := settle(ctx, pool, q); err != nil {
 		return sz, err
 	}
 	r.LoadS = round(time.Since(start).Seconds())
@@ -268,6 +277,13 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 			}
 			progress("%s: history: %d of %d jobs through the lifecycle (%.0f jobs/s)", sz.label(), done+chunk, historyJobs, perS)
 		}
+	}
+	// The last half hour last, so that it is the reads' window at every
+	// size, after a history of either kind.
+	if err := copyJobs(ctx, pool, o.recent, time.Now().Add(-time.Minute), recentSpan, progress); err != nil {
+		return sz, fmt.Errorf("recent jobs: %w", err)
+	}
+	if historyJobs > 0 || o.recent > 0 {
 		if err := settle(ctx, pool, q); err != nil {
 			return sz, err
 		}
