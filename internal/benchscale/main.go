@@ -7,14 +7,15 @@
 // CHECKPOINT, optionally runs -history-jobs jobs through the lifecycle (a
 // recent history at the queue's own rate), loads the same -recent jobs of
 // the last half hour into every size (the reads' windows then hold the
-// same jobs at every size, and only the history differs), settles again, starts a
-// producer and its HTTP server as `farm producer` does (in-process, on
-// 127.0.0.1), and measures:
+// same jobs at every size, and only the history differs) and settles again.
+// With every size prepared, it starts a producer and its HTTP server per
+// size as `farm producer` does (in-process, on 127.0.0.1), and measures:
 //
 //   - p50/p99 of GET /api/stats, /api/failures, /metrics (uncached: the
 //     scrape cache is reset before each request), the dashboard's load (the
 //     page and the four API calls it makes on load) and `farm status` (the
-//     queue calls it makes);
+//     queue calls it makes), in rounds that alternate between the sizes,
+//     each size's p50 against the first size's of the same round;
 //   - lifecycle jobs/s: jobs enqueued, assigned, claimed and completed by 16
 //     simulated nodes of 6 slots, in rounds that alternate between the sizes'
 //     databases (kept side by side), each size's against the first size's of
@@ -24,7 +25,7 @@
 //
 // Progress goes to stderr, one JSON line to stdout.
 //
-//	benchscale [-retained 0,10000000] [-recent 1000] [-requests 50] [-lifecycle-jobs 20000] [-lifecycle-rounds 4] [-purge 100000] [-history-jobs 0[,N...]]
+//	benchscale [-retained 0,10000000] [-recent 1000] [-requests 50] [-read-rounds 4] [-lifecycle-jobs 20000] [-lifecycle-rounds 4] [-purge 100000] [-history-jobs 0[,N...]]
 package main
 
 import (
@@ -53,6 +54,7 @@ func main() {
 type options struct {
 	retained      []int64
 	requests      int
+	readRounds    int
 	lifecycleJobs int
 	// lifecycleRounds: lifecycle runs per size, the median reported (one
 	// run on an empty table alone ranged 1,200-8,600 jobs/s here).
@@ -101,7 +103,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	retained := fs.String("retained", "0,10000000", "comma-separated retained finished jobs to measure, each on a fresh database of one server; the first size is the baseline of the lifecycle's ratios (0: the empty table)")
 	var o options
-	fs.IntVar(&o.requests, "requests", 50, "requests per read measured (p50/p99 over them)")
+	fs.IntVar(&o.requests, "requests", 50, "requests per read and read round (p50/p99 over all rounds)")
+	fs.IntVar(&o.readRounds, "read-rounds", 4, "rounds of the reads per size, alternating between the sizes, all prepared first (reported: p50/p99 over the rounds, and the median of each round's p50 over the first size's)")
 	fs.IntVar(&o.lifecycleJobs, "lifecycle-jobs", 20000, "jobs run through their lifecycle for jobs/s")
 	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 4, "lifecycle runs per size, alternating between the sizes (reported: each size's median, and the median of its rounds' ratios to the first size's; an even count has each size lead as often)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
@@ -142,8 +145,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "benchscale: -history-jobs: %d counts for %d -retained sizes\n", len(o.historyJobs), len(o.retained))
 		return 2
 	}
-	if o.requests < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.recent < 0 || o.days < 1 {
-		fmt.Fprintln(stderr, "benchscale: -requests, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge and -recent ≥ 0")
+	if o.requests < 1 || o.readRounds < 1 || o.lifecycleJobs < 1 || o.lifecycleRounds < 1 || o.purge < 0 || o.recent < 0 || o.days < 1 {
+		fmt.Fprintln(stderr, "benchscale: -requests, -read-rounds, -lifecycle-jobs, -lifecycle-rounds and -days must be ≥ 1, -purge and -recent ≥ 0")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

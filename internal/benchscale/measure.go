@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -24,12 +25,41 @@ import (
 // (farm/web/assets/app.js): the page, then its API calls.
 var dashboardLoad = []string{"/api/nodes", "/api/stats", "/api/samples", "/api/failures"}
 
-// measureReads runs a producer and its HTTP server as `farm producer`
-// does, on 127.0.0.1, and times each read requests times.
-func measureReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, requests int,
-	progress func(string, ...any)) (map[string]latency, error) {
+// reader is a producer and its HTTP server over one size's database, run as
+// `farm producer` runs them (in-process, on 127.0.0.1), and the reads timed
+// against them, round after round.
+type reader struct {
+	reads []namedRead
+	// took holds each read's durations over every round; roundP50 each
+	// round's median, in ms, for the paired ratios.
+	took     map[string][]time.Duration
+	roundP50 map[string][]float64
+	stop     func()
+}
+
+type namedRead struct {
+	name string
+	f    func() error
+}
+
+// startReader starts the producer (which leads at once: one per database)
+// and its HTTP server. stop ends both.
+func startReader(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue) (_ *reader, err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	var wg sync.WaitGroup
+	var closers []func()
+	stop := func() {
+		cancel()
+		for _, c := range closers {
+			c()
+		}
+		wg.Wait()
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	reg := prometheus.NewRegistry()
 	metrics := web.NewMetrics(reg)
 	recorder := web.NewRecorder(web.RecorderConfig{Queue: q})
@@ -45,14 +75,9 @@ func measureReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, re
 		return nil, err
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	var wg sync.WaitGroup
+	closers = append(closers, func() { _ = srv.Close() })
 	wg.Go(func() { _ = producer.Run(ctx) })
 	wg.Go(func() { _ = srv.Serve(ln) })
-	defer func() {
-		cancel()
-		_ = srv.Close()
-		wg.Wait()
-	}()
 	for !producer.IsLeader() {
 		select {
 		case <-ctx.Done():
@@ -68,6 +93,7 @@ func measureReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, re
 
 	base := "http://" + ln.Addr().String()
 	client := &http.Client{Timeout: time.Minute}
+	closers = append(closers, client.CloseIdleConnections)
 	get := func(path string) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		if err != nil {
@@ -90,13 +116,11 @@ func measureReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, re
 	if err != nil {
 		return nil, err
 	}
-	defer statusPool.Close()
+	closers = append(closers, statusPool.Close)
 	status := jobqueue.New(statusPool, jobqueue.Config{})
 
-	reads := []struct {
-		name string
-		f    func() error
-	}{
+	rd := &reader{took: map[string][]time.Duration{}, roundP50: map[string][]float64{}, stop: stop}
+	rd.reads = []namedRead{
 		{"api_stats", func() error { return get("/api/stats") }},
 		{"api_failures", func() error { return get("/api/failures") }},
 		// WatchQueue drops the scrape cache: every scrape reads the queue.
@@ -122,23 +146,61 @@ func measureReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, re
 			return err
 		}},
 	}
-	out := map[string]latency{}
-	for _, rd := range reads {
-		if err := rd.f(); err != nil { // warm the connection and the plan cache
-			return nil, fmt.Errorf("%s: %w", rd.name, err)
+	for _, r := range rd.reads { // warm the connections and the plan caches
+		if err := r.f(); err != nil {
+			return nil, fmt.Errorf("%s: %w", r.name, err)
 		}
+	}
+	return rd, nil
+}
+
+// round times each read requests times.
+func (rd *reader) round(requests int) error {
+	for _, r := range rd.reads {
 		ds := make([]time.Duration, 0, requests)
 		for range requests {
 			start := time.Now()
-			if err := rd.f(); err != nil {
-				return nil, fmt.Errorf("%s: %w", rd.name, err)
+			if err := r.f(); err != nil {
+				return fmt.Errorf("%s: %w", r.name, err)
 			}
 			ds = append(ds, time.Since(start))
 		}
-		out[rd.name] = percentiles(ds)
-		progress("  %-16s p50 %.1f ms  p99 %.1f ms", rd.name, out[rd.name].P50ms, out[rd.name].P99ms)
+		rd.took[r.name] = append(rd.took[r.name], ds...)
+		rd.roundP50[r.name] = append(rd.roundP50[r.name], percentiles(ds).P50ms)
 	}
+	return nil
+}
+
+// latencies are each read's p50/p99 over every round.
+func (rd *reader) latencies() map[string]latency {
+	out := map[string]latency{}
+	for name, ds := range rd.took {
+		out[name] = percentiles(slices.Clone(ds))
+	}
+	return out
+}
+
+// measureReads times the reads in one round on a reader of their own.
+func measureReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue, requests int,
+	progress func(string, ...any)) (map[string]latency, error) {
+	rd, err := startReader(ctx, pool, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.stop()
+	if err := rd.round(requests); err != nil {
+		return nil, err
+	}
+	out := rd.latencies()
+	logLatencies(out, progress)
 	return out, ctx.Err()
+}
+
+// logLatencies writes one progress line per read.
+func logLatencies(ls map[string]latency, progress func(string, ...any)) {
+	for _, name := range slices.Sorted(maps.Keys(ls)) {
+		progress("  %-16s p50 %.1f ms  p99 %.1f ms", name, ls[name].P50ms, ls[name].P99ms)
+	}
 }
 
 // percentiles: nearest rank.

@@ -26,8 +26,12 @@ type sizeRun struct {
 	// HistoryJobs ran through the lifecycle after the load (-history-jobs).
 	HistoryJobs int64   `json:"history_jobs,omitempty"`
 	LoadS       float64 `json:"load_s"`
-	// Reads: p50/p99 in ms of each read.
+	// Reads: p50/p99 in ms of each read, over the read rounds.
 	Reads map[string]latency `json:"reads"`
+	// ReadRatios: each read's p50 over the first size's, round by round
+	// (the rounds alternate between the sizes), the median of the rounds.
+	// Absent on the first size, the baseline.
+	ReadRatios map[string]float64 `json:"reads_p50_ratio_to_baseline,omitempty"`
 	// BacklogReads: the same reads beside -backlog pending jobs.
 	Backlog      int                `json:"backlog,omitempty"`
 	BacklogReads map[string]latency `json:"backlog_reads,omitempty"`
@@ -59,7 +63,7 @@ type sizeRun struct {
 	Purged           int64   `json:"purged"`
 	PurgeDeletesPerS float64 `json:"purge_deletes_per_s,omitempty"`
 	DBSizeMB         float64 `json:"db_size_mb"`
-	// LoadAvg is the machine's when the size's reads were measured.
+	// LoadAvg is the machine's after the size's last read round.
 	LoadAvg string `json:"loadavg"`
 }
 
@@ -134,6 +138,16 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", sizeLabel(n, o.historyJobs[i]), err)
+		}
+	}
+	if err := readRounds(ctx, sizes, o, progress); err != nil {
+		return nil, err
+	}
+	if o.backlog > 0 {
+		for _, sz := range sizes {
+			if err := measureBacklogReads(ctx, sz.pool, sz.q, sz, o, progress); err != nil {
+				return nil, fmt.Errorf("%s: backlog: %w", sz.label(), err)
+			}
 		}
 	}
 	for i := range o.lifecycleRounds {
@@ -214,8 +228,8 @@ func sizeLabel(retained, historyJobs int64) string {
 	return fmt.Sprintf("%d retained + %d through the lifecycle", retained, historyJobs)
 }
 
-// prepareSize creates a database, loads n finished jobs into it, settles
-// it and measures the reads. A non-nil size is returned whenever its pool
+// prepareSize creates a database, loads n finished jobs into it, runs its
+// history and its recent jobs, and settles it. A non-nil size is returned whenever its pool
 // was opened, for the caller to close.
 func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster, o options, n, historyJobs int64, progress func(string, ...any)) (*size, error) {
 	var b [6]byte
@@ -288,15 +302,53 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 			return sz, err
 		}
 	}
-	r.Reads, err = measureReads(ctx, pool, q, o.requests, progress)
-	r.LoadAvg = procstat.LoadAvg()
-	if err != nil || o.backlog == 0 {
-		return sz, err
-	}
-	if err := measureBacklogReads(ctx, pool, q, sz, o, progress); err != nil {
-		return sz, fmt.Errorf("backlog: %w", err)
-	}
 	return sz, nil
+}
+
+// readRounds times the reads on every size in rounds that alternate
+// between them, as the lifecycle's do (runAll), each size's producer kept
+// running meanwhile: reads of one size a minute after another's would
+// compare the machine's load in those minutes. Each size gets each read's
+// p50/p99 over all rounds and, against the first size, the median of the
+// rounds' p50 ratios.
+func readRounds(ctx context.Context, sizes []*size, o options, progress func(string, ...any)) (err error) {
+	readers := make([]*reader, len(sizes))
+	defer func() {
+		for _, rd := range readers {
+			if rd != nil {
+				rd.stop()
+			}
+		}
+	}()
+	for k, sz := range sizes {
+		if readers[k], err = startReader(ctx, sz.pool, sz.q); err != nil {
+			return fmt.Errorf("%s: %w", sz.label(), err)
+		}
+	}
+	for i := range o.readRounds {
+		progress("reads, round %d of %d", i+1, o.readRounds)
+		for _, k := range roundOrder(len(sizes), i) {
+			if err := readers[k].round(o.requests); err != nil {
+				return fmt.Errorf("%s: %w", sizes[k].label(), err)
+			}
+			sizes[k].run.LoadAvg = procstat.LoadAvg()
+		}
+	}
+	for k, sz := range sizes {
+		r := &sz.run
+		r.Reads = readers[k].latencies()
+		progress("%s: reads over %d rounds", sz.label(), o.readRounds)
+		logLatencies(r.Reads, progress)
+		if k == 0 {
+			continue
+		}
+		r.ReadRatios = map[string]float64{}
+		for name, p50s := range readers[k].roundP50 {
+			r.ReadRatios[name] = round(benchstat.Median(pairedRatios(p50s, readers[0].roundP50[name])))
+		}
+		progress("%s: p50 over the first size's, median of the rounds: %v", sz.label(), r.ReadRatios)
+	}
+	return nil
 }
 
 // backlogBatch is the jobs of one Enqueue of the backlog.
