@@ -5,10 +5,10 @@
 // loads that many finished jobs and their results with COPY of generated
 // rows, runs VACUUM ANALYZE (what autovacuum would have done) and a
 // CHECKPOINT, optionally runs -history-jobs jobs through the lifecycle (a
-// recent history at the queue's own rate), loads the same -recent jobs of
-// the last half hour into every size (the reads' windows then hold the
-// same jobs at every size, and only the history differs) and settles again.
-// With every size prepared, it starts a producer and its HTTP server per
+// recent history at the queue's own rate). With every size prepared, it
+// loads the same -recent jobs of the last hour into each (the COPY-loaded
+// history ends before that hour: the reads' windows then hold the same jobs
+// at every size, and only the history differs), settles again, starts a producer and its HTTP server per
 // size as `farm producer` does (in-process, on 127.0.0.1), and measures:
 //
 //   - p50/p99 of GET /api/stats, /api/failures, /metrics (uncached: the
@@ -25,7 +25,7 @@
 //
 // Progress goes to stderr, one JSON line to stdout.
 //
-//	benchscale [-retained 0,10000000] [-recent 1000] [-requests 50] [-read-rounds 4] [-lifecycle-jobs 20000] [-lifecycle-rounds 4] [-purge 100000] [-history-jobs 0[,N...]]
+//	benchscale [-retained 0,10000000] [-recent 7000] [-requests 50] [-read-rounds 4] [-lifecycle-jobs 20000] [-lifecycle-rounds 4] [-purge 100000] [-history-jobs 0[,N...]]
 package main
 
 import (
@@ -65,8 +65,8 @@ type options struct {
 	// after the load and before the measurements: a recent history the
 	// queue wrote itself, at its own rate of finishes, rather than COPY's.
 	historyJobs []int64
-	// recent finished jobs of the last half hour are loaded into every
-	// size, the empty table too, after its history.
+	// recent finished jobs of the last hour are loaded into every size,
+	// the empty table too, after its history.
 	recent int64
 	// backlog pending jobs, when not 0, are enqueued after the reads, the
 	// reads measured again beside them (sizeRun.BacklogReads), and the
@@ -109,7 +109,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.lifecycleRounds, "lifecycle-rounds", 4, "lifecycle runs per size, alternating between the sizes (reported: each size's median, and the median of its rounds' ratios to the first size's; an even count has each size lead as often)")
 	fs.Int64Var(&o.purge, "purge", 100000, "finished jobs the retention purge deletes for deletes/s (at most the retained)")
 	fs.IntVar(&o.days, "days", 6, "the history's finished_at spans this many days before now")
-	fs.Int64Var(&o.recent, "recent", 1000, "finished jobs of the last half hour, 4% of them failed, loaded into every size after its history (and the empty table), so that the reads whose answer is a window (the failures listed, the charts' minutes) answer alike at every size; 0: none")
+	fs.Int64Var(&o.recent, "recent", 7000, "finished jobs of the last hour (a busy farm's: every minute has completions, cancellations and failures of each class), 4% of them failed, loaded into every size, the empty table too, right before the reads, so that the reads whose answer is a window (the failures listed, the charts' minutes) answer alike at every size; 0: none")
 	historyJobs := fs.String("history-jobs", "0", "jobs run through the lifecycle after the load, then VACUUM ANALYZE and a checkpoint, before measuring: a recent history the queue wrote itself, at its own rate; one count for every size, or comma-separated, one per -retained size (-retained 0,0 -history-jobs 0,10000000: the empty table against 10M the queue wrote)")
 	o.pgSettings = map[string]string{}
 	fs.Func("pg-set", "a PostgreSQL server setting `name=value` for the private server, over the farm's (internal/pgtune), e.g. autovacuum_naptime=1min for PostgreSQL's default (repeatable)", func(v string) error {

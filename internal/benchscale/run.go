@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/internal/benchstat"
 	"github.com/browserfarm/browserfarm/internal/pglocal"
 	"github.com/browserfarm/browserfarm/internal/procstat"
@@ -140,6 +141,9 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 			return nil, fmt.Errorf("%s: %w", sizeLabel(n, o.historyJobs[i]), err)
 		}
 	}
+	if err := loadRecent(ctx, sizes, o, progress); err != nil {
+		return nil, err
+	}
 	if err := readRounds(ctx, sizes, o, progress); err != nil {
 		return nil, err
 	}
@@ -198,9 +202,15 @@ func pairedRatios(rounds, baseline []float64) []float64 {
 	return out
 }
 
-// recentSpan is what -recent jobs finish over: inside the reads' windows
-// (the charts' and the failures' default hour, web.DefaultChartWindow).
-const recentSpan = 30 * time.Minute
+// lastHour is the reads' window (the charts' and the failures' default,
+// web.DefaultChartWindow): the COPY-loaded history ends before it, and the
+// -recent jobs fill it, the same at every size. recentSpan, what they
+// finish over, leaves the read rounds minutes before its first jobs leave
+// the window.
+const (
+	lastHour   = web.DefaultChartWindow
+	recentSpan = lastHour - 5*time.Minute
+)
 
 // historyChunk bounds one lifecycle run of -history-jobs.
 const historyChunk = 1_000_000
@@ -229,7 +239,7 @@ func sizeLabel(retained, historyJobs int64) string {
 }
 
 // prepareSize creates a database, loads n finished jobs into it, runs its
-// history and its recent jobs, and settles it. A non-nil size is returned whenever its pool
+// history, and settles it. A non-nil size is returned whenever its pool
 // was opened, for the caller to close.
 func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster, o options, n, historyJobs int64, progress func(string, ...any)) (*size, error) {
 	var b [6]byte
@@ -258,9 +268,9 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 	sz.q = q
 	progress("%s: loading", sz.label())
 	start := time.Now()
-	// The history ends where the recent half hour begins: the purge's
-	// oldest jobs are the history's.
-	if err := copyJobs(ctx, pool, n, time.Now().Add(-time.Minute-recentSpan), time.Duration(o.days)*24*time.Hour, progress); err != nil {
+	// The history ends before the last hour, which the recent jobs fill
+	// (loadRecent).
+	if err := copyJobs(ctx, pool, n, time.Now().Add(-time.Minute-lastHour), time.Duration(o.days)*24*time.Hour, progress); err != nil {
 		return sz, err
 	}
 	if err := settle(ctx, pool, q); err != nil {
@@ -291,18 +301,33 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 			}
 			progress("%s: history: %d of %d jobs through the lifecycle (%.0f jobs/s)", sz.label(), done+chunk, historyJobs, perS)
 		}
-	}
-	// The last half hour last, so that it is the reads' window at every
-	// size, after a history of either kind.
-	if err := copyJobs(ctx, pool, o.recent, time.Now().Add(-time.Minute), recentSpan, progress); err != nil {
-		return sz, fmt.Errorf("recent jobs: %w", err)
-	}
-	if historyJobs > 0 || o.recent > 0 {
 		if err := settle(ctx, pool, q); err != nil {
 			return sz, err
 		}
 	}
 	return sz, nil
+}
+
+// loadRecent loads the -recent jobs into every size with one end, right
+// before the reads, so that each read's window holds the same jobs at
+// every size: what a busy farm's last hour holds beside any history. A
+// history the queue wrote (-history-jobs) is in the window too: it ran
+// minutes ago.
+func loadRecent(ctx context.Context, sizes []*size, o options, progress func(string, ...any)) error {
+	if o.recent == 0 {
+		return nil
+	}
+	progress("loading the last hour's %d jobs into every size", o.recent)
+	end := time.Now().Add(-time.Minute)
+	for _, sz := range sizes {
+		if err := copyJobs(ctx, sz.pool, o.recent, end, recentSpan, progress); err != nil {
+			return fmt.Errorf("%s: recent jobs: %w", sz.label(), err)
+		}
+		if err := settle(ctx, sz.pool, sz.q); err != nil {
+			return fmt.Errorf("%s: %w", sz.label(), err)
+		}
+	}
+	return nil
 }
 
 // readRounds times the reads on every size in rounds that alternate
