@@ -143,19 +143,21 @@ func WindowStart(since time.Time) time.Time {
 // completed job keeps the error class of an earlier failed attempt, which
 // is not its outcome, so only failures are split by class.
 func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedCount, error) {
-	rows, err := q.pool.Query(ctx, finishedCountsSQL, WindowStart(since))
-	if err != nil {
-		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedCount, error) {
-		var c FinishedCount
-		err := row.Scan(&c.State, &c.ErrorClass, &c.Count)
-		if c.State == StateFailed && c.ErrorClass == "" {
-			c.ErrorClass = Unclassified
-		}
-		return c, err
+	var out []FinishedCount
+	b := readBatch()
+	b.Queue(finishedCountsSQL, WindowStart(since)).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedCount, error) {
+			var c FinishedCount
+			err := row.Scan(&c.State, &c.ErrorClass, &c.Count)
+			if c.State == StateFailed && c.ErrorClass == "" {
+				c.ErrorClass = Unclassified
+			}
+			return c, err
+		})
+		return err
 	})
-	if err != nil {
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
 	}
 	return out, nil

@@ -470,3 +470,74 @@ func TestCountsReadNotTheDeltasFolded(t *testing.T) {
 		t.Errorf("Stats read %d blocks of job_counts (%d pages) for its rows", read, pages)
 	}
 }
+
+// finishedMinutesRowsRead is how many rows of finished_minutes the
+// statements of pool's one connection have read so far.
+func finishedMinutesRowsRead(t testing.TB, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	countRows(t, pool, "SELECT 0 FROM pg_stat_force_next_flush()")
+	return countRows(t, pool, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+        FROM pg_stat_user_tables WHERE relname = 'finished_minutes'`)
+}
+
+// TestWindowReadsPlanAfresh: a connection that read the windows while
+// finished_minutes was small kept a generic plan for them that scans the
+// table whole, and used it after the table had grown, until the next
+// ANALYZE. The window reads plan at every call, index scans only
+// (readSettings), and read only the window's rows at any size.
+func TestWindowReadsPlanAfresh(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	_, shared := newTestQueue(t, Config{Now: clock.Now})
+	q, pool := singleConnQueue(t, shared, Config{Now: clock.Now})
+	ctx := context.Background()
+	// No ANALYZE but the test's own, whatever autovacuum's timing.
+	for _, sql := range []string{
+		"ALTER TABLE finished_minutes SET (autovacuum_enabled = off)",
+		"ANALYZE finished_minutes",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRegister(t, q, "n1", 10)
+	finishJobs(t, q, "n1", 4, "timeout")
+	if _, err := q.CompactCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	since := clock.Now().Add(-time.Hour)
+	read := func() {
+		t.Helper()
+		groups, err := q.FailureGroups(ctx, since, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(groups) != 1 || groups[0].Count != 4 {
+			t.Fatalf("failure groups: %+v", groups)
+		}
+		fin, err := q.FinishedSince(ctx, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fin) != 1 || fin[0].Count != 4 {
+			t.Fatalf("finished since: %+v", fin)
+		}
+	}
+	// PostgreSQL weighs a generic plan after five custom ones.
+	for range 10 {
+		read()
+	}
+	// Thirty days of history, a row per minute for each of two states.
+	const history = 2 * 30 * 24 * 60
+	if _, err := pool.Exec(ctx, `INSERT INTO finished_minutes (minute, state, class, n, folded)
+        SELECT $1::timestamptz - (interval '1 minute' * (i / 2 + 61)), CASE WHEN i % 2 = 0 THEN 'completed' ELSE 'failed' END,
+               CASE WHEN i % 2 = 0 THEN '' ELSE 'net' END, 3, true
+        FROM generate_series(0, $2::int - 1) i`, clock.Now(), history); err != nil {
+		t.Fatal(err)
+	}
+	before := finishedMinutesRowsRead(t, pool)
+	read()
+	if n := finishedMinutesRowsRead(t, pool) - before; n > 10 {
+		t.Errorf("the window reads read %d rows of finished_minutes for a window of 2, beside %d older", n, history)
+	}
+}

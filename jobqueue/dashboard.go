@@ -340,36 +340,35 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 		perClass = 5
 	}
 	perClass = min(perClass, 100)
-	rows, err := q.pool.Query(ctx, failureGroupsSQL, WindowStart(since), perClass, MaxFailureGroups)
-	if err != nil {
-		return nil, fmt.Errorf("failure groups: %w", err)
-	}
-	defer rows.Close()
 	var groups []FailureGroup
-	for rows.Next() {
-		var class string
-		var n int64
-		var fj FailedJob
-		var proxy string
-		if err := rows.Scan(&class, &n, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt, &proxy); err != nil {
-			return nil, fmt.Errorf("failure groups: %w", err)
-		}
-		if class == "" {
-			class = Unclassified
-		}
-		if len(groups) == 0 || groups[len(groups)-1].ErrorClass != class {
-			if len(groups) == MaxFailureGroups {
-				break
+	b := readBatch()
+	b.Queue(failureGroupsSQL, WindowStart(since), perClass, MaxFailureGroups).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var class string
+			var n int64
+			var fj FailedJob
+			var proxy string
+			if err := rows.Scan(&class, &n, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt, &proxy); err != nil {
+				return err
 			}
-			// Newest first: the group's first job is its last failure.
-			groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: fj.FinishedAt})
+			if class == "" {
+				class = Unclassified
+			}
+			if len(groups) == 0 || groups[len(groups)-1].ErrorClass != class {
+				if len(groups) == MaxFailureGroups {
+					break
+				}
+				// Newest first: the group's first job is its last failure.
+				groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: fj.FinishedAt})
+			}
+			g := &groups[len(groups)-1]
+			secrets := (&Spec{URL: fj.URL, Proxy: proxy}).Secrets()
+			fj.URL, fj.Error = redactURL(fj.URL, false), RedactText(fj.Error, secrets...)
+			g.Recent = append(g.Recent, fj)
 		}
-		g := &groups[len(groups)-1]
-		secrets := (&Spec{URL: fj.URL, Proxy: proxy}).Secrets()
-		fj.URL, fj.Error = redactURL(fj.URL, false), RedactText(fj.Error, secrets...)
-		g.Recent = append(g.Recent, fj)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("failure groups: %w", err)
 	}
 	return groups, nil

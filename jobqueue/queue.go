@@ -503,16 +503,18 @@ const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set
 
 // readSettings open the transaction of a read of the queue's state that
 // runs a few times a second at most (Stats, ListNodes, the sample
-// recorder), for the rest of it: plans made afresh at every call, on the
-// statistics and the table's size of the moment (planning is cheap at that
-// rate); index scans only, as in a round (roundSettings), since every read
+// recorder, the windows of finishes: FinishedSince, FailureGroups), for the
+// rest of it: plans made afresh at every call, on the statistics and the
+// table's size of the moment (planning is cheap at that rate); index scans only, as in a round (roundSettings), since every read
 // of jobs there has an index made for it; and no JIT (noJITSQL).
 //
 // On the scale bench's empty table, before autovacuum analyzed a 500,000-job
 // enqueue: generic plans kept from the empty table read every pending row
 // with a sequential scan and a sort for each probe of Stats (0.29 s a
 // call), and the whole table for ListNodes' count of what each node holds
-// (0.24 s); with fresh plans alone, Stats' own count of what each node
+// (0.24 s); a window read's generic plan kept from a small finished_minutes
+// scanned all of its rows once it held a month (TestWindowReadsPlanAfresh).
+// With fresh plans alone, Stats' own count of what each node
 // holds still chose a sequential scan of the whole table (60 ms a call) on
 // the default estimates of an unanalyzed table.
 var readSettings = []string{
