@@ -541,3 +541,69 @@ func TestWindowReadsPlanAfresh(t *testing.T) {
 		t.Errorf("the window reads read %d rows of finished_minutes for a window of 2, beside %d older", n, history)
 	}
 }
+
+// finishedMinutesHeapBlocks is how many heap blocks of finished_minutes
+// the statements of pool's one connection have read so far.
+func finishedMinutesHeapBlocks(t testing.TB, pool *pgxpool.Pool) int64 {
+	t.Helper()
+	countRows(t, pool, "SELECT 0 FROM pg_stat_force_next_flush()")
+	return countRows(t, pool, `SELECT coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0)
+        FROM pg_statio_user_tables WHERE relname = 'finished_minutes'`)
+}
+
+// TestWindowReadsReadTheIndexAlone: the window reads of finished_minutes
+// (Stats' last minute, FinishedSince, FailureGroups' counts) find what they
+// need in its index (migration 017), not in heap pages that, beside a
+// history, hold a window's rows scattered. On a vacuumed table each reads
+// one block of it: the visibility map's.
+func TestWindowReadsReadTheIndexAlone(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	_, shared := newTestQueue(t, Config{Now: clock.Now})
+	q, pool := singleConnQueue(t, shared, Config{Now: clock.Now})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 10)
+	finishJobs(t, q, "n1", 2, "net")
+	clock.Advance(time.Minute)
+	if _, err := q.CompactCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A busy hour's rows, over pages enough that fetching them shows.
+	const rows = 3000
+	if _, err := pool.Exec(ctx, `INSERT INTO finished_minutes (minute, state, class, n, folded)
+        SELECT finished_minute($1::timestamptz) - interval '1 minute' * (i % 50), 'completed', '', 1, true
+        FROM generate_series(1, $2::int) i`, clock.Now(), rows); err != nil {
+		t.Fatal(err)
+	}
+	// The visibility map an index-only read relies on, as autovacuum
+	// leaves it. The test server commits asynchronously, and VACUUM marks
+	// a page all-visible only once its rows' commits are flushed: a
+	// synchronous commit that writes WAL (a transaction that only takes an
+	// id commits asynchronously whatever the setting) flushes them all.
+	for _, sql := range []string{
+		"BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_logical_emit_message(true, 'browserfarm-test', ''); COMMIT",
+		"VACUUM (ANALYZE) finished_minutes",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := clock.Now().Add(-time.Hour)
+	before := finishedMinutesHeapBlocks(t, pool)
+	s, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(rows / 50); s.CompletedLastMinute != want || s.FailedLastMinute != 2 {
+		t.Fatalf("last minute: %d completed, %d failed; want %d, 2", s.CompletedLastMinute, s.FailedLastMinute, want)
+	}
+	if fin, err := q.FinishedSince(ctx, since); err != nil || len(fin) != 2 || fin[0].Count != rows {
+		t.Fatalf("finished since: %+v, %v", fin, err)
+	}
+	if groups, err := q.FailureGroups(ctx, since, 5); err != nil || len(groups) != 1 || groups[0].Count != 2 {
+		t.Fatalf("failure groups: %+v, %v", groups, err)
+	}
+	if read := finishedMinutesHeapBlocks(t, pool) - before; read > 3 {
+		t.Errorf("the window reads read %d blocks of finished_minutes' heap for %d rows", read, rows+1)
+	}
+}
