@@ -27,8 +27,10 @@
 #                              page behind a cacheable script bundle) (installs the pinned @crawlee/puppeteer
 #                              and puppeteer-core from npm into a temp dir)
 #   scripts/bench.sh scale     with 0 and 10,000,000 retained finished jobs (COPY, -retained 0,1000,1000000 to
-#                              choose): p50/p99 of /api/stats, /api/failures, /metrics (uncached), the dashboard's
-#                              load and `farm status`, lifecycle jobs/s (4 rounds, -lifecycle-rounds, that
+#                              choose), each with the same busy last hour (-recent): p50/p99 of /api/stats,
+#                              /api/failures, /metrics (uncached), the dashboard's load and `farm status` (4
+#                              rounds, -read-rounds, alternating between the sizes: each p50's paired ratio to
+#                              the first size's), lifecycle jobs/s (4 rounds, -lifecycle-rounds, that
 #                              alternate between the sizes' databases, kept side by side: each size's median
 #                              and its paired ratio to the first size; each round with the autovacuums and
 #                              autoanalyzes of jobs that ended in it and its WAL bytes per job), and the
