@@ -505,8 +505,9 @@ const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set
 // runs a few times a second at most (Stats, ListNodes, the sample
 // recorder, the windows of finishes: FinishedSince, FailureGroups), for the
 // rest of it: plans made afresh at every call, on the statistics and the
-// table's size of the moment (planning is cheap at that rate); index scans only, as in a round (roundSettings), since every read
-// of jobs there has an index made for it; and no JIT (noJITSQL).
+// table's size of the moment (planning is cheap at that rate); index scans
+// only, as in a round (roundSettings), since every read of jobs there has
+// an index made for it; and no JIT (noJITSQL).
 //
 // On the scale bench's empty table, before autovacuum analyzed a 500,000-job
 // enqueue: generic plans kept from the empty table read every pending row

@@ -166,7 +166,9 @@ func (rd *reader) round(requests int) error {
 			ds = append(ds, time.Since(start))
 		}
 		rd.took[r.name] = append(rd.took[r.name], ds...)
-		rd.roundP50[r.name] = append(rd.roundP50[r.name], percentiles(ds).P50ms)
+		// Unrounded: the ratios of sub-millisecond p50s.
+		slices.Sort(ds)
+		rd.roundP50[r.name] = append(rd.roundP50[r.name], float64(nearestRank(ds, 0.50))/float64(time.Millisecond))
 	}
 	return nil
 }
@@ -203,13 +205,17 @@ func logLatencies(ls map[string]latency, progress func(string, ...any)) {
 	}
 }
 
-// percentiles: nearest rank.
+// percentiles: nearest rank, in ms to 0.01.
 func percentiles(ds []time.Duration) latency {
 	slices.Sort(ds)
 	at := func(p float64) float64 {
-		i := int(p*float64(len(ds))+0.999999) - 1
-		i = max(0, min(i, len(ds)-1))
-		return round(float64(ds[i].Microseconds()) / 1000)
+		return round(float64(nearestRank(ds, p).Microseconds()) / 1000)
 	}
 	return latency{P50ms: at(0.50), P99ms: at(0.99)}
+}
+
+// nearestRank is the p-th percentile of sorted ds.
+func nearestRank(ds []time.Duration, p float64) time.Duration {
+	i := int(p*float64(len(ds))+0.999999) - 1
+	return ds[max(0, min(i, len(ds)-1))]
 }

@@ -101,7 +101,8 @@ type latency struct {
 }
 
 // runAll starts the private PostgreSQL, prepares every size's database
-// side by side (loaded, settled, reads measured), then runs the lifecycle
+// side by side (loaded, its history run, settled), loads the last hour
+// into each, measures the reads (readRounds), then runs the lifecycle
 // rounds alternating between them: round i on each size in turn, the order
 // reversed every other round. Rounds of a size one after another would
 // compare the sizes across minutes of a shared machine, whose load moves
@@ -141,10 +142,11 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 			return nil, fmt.Errorf("%s: %w", sizeLabel(n, o.historyJobs[i]), err)
 		}
 	}
-	if err := loadRecent(ctx, sizes, o, progress); err != nil {
+	recentEnd, err := loadRecent(ctx, sizes, o, progress)
+	if err != nil {
 		return nil, err
 	}
-	if err := readRounds(ctx, sizes, o, progress); err != nil {
+	if err := readRounds(ctx, sizes, o, recentEnd, progress); err != nil {
 		return nil, err
 	}
 	if o.backlog > 0 {
@@ -312,22 +314,25 @@ func prepareSize(ctx context.Context, admin *pgx.Conn, cluster *pglocal.Cluster,
 // before the reads, so that each read's window holds the same jobs at
 // every size: what a busy farm's last hour holds beside any history. A
 // history the queue wrote (-history-jobs) is in the window too: it ran
-// minutes ago.
-func loadRecent(ctx context.Context, sizes []*size, o options, progress func(string, ...any)) error {
+// minutes ago. It returns the jobs' end: the windows shorter than the hour
+// (/metrics' five minutes, Stats' last minute) hold the newest of them
+// while the read rounds last, fewer as they go, alike for the sizes of a
+// round.
+func loadRecent(ctx context.Context, sizes []*size, o options, progress func(string, ...any)) (time.Time, error) {
+	end := time.Now()
 	if o.recent == 0 {
-		return nil
+		return end, nil
 	}
 	progress("loading the last hour's %d jobs into every size", o.recent)
-	end := time.Now().Add(-time.Minute)
 	for _, sz := range sizes {
 		if err := copyJobs(ctx, sz.pool, o.recent, end, recentSpan, progress); err != nil {
-			return fmt.Errorf("%s: recent jobs: %w", sz.label(), err)
+			return end, fmt.Errorf("%s: recent jobs: %w", sz.label(), err)
 		}
 		if err := settle(ctx, sz.pool, sz.q); err != nil {
-			return fmt.Errorf("%s: %w", sz.label(), err)
+			return end, fmt.Errorf("%s: %w", sz.label(), err)
 		}
 	}
-	return nil
+	return end, nil
 }
 
 // readRounds times the reads on every size in rounds that alternate
@@ -336,7 +341,11 @@ func loadRecent(ctx context.Context, sizes []*size, o options, progress func(str
 // compare the machine's load in those minutes. Each size gets each read's
 // p50/p99 over all rounds and, against the first size, the median of the
 // rounds' p50 ratios.
-func readRounds(ctx context.Context, sizes []*size, o options, progress func(string, ...any)) (err error) {
+//
+// The rounds must end while the hour's window still holds every recent job
+// (loaded up to recentEnd over recentSpan); a run that would not is an
+// error, not a figure.
+func readRounds(ctx context.Context, sizes []*size, o options, recentEnd time.Time, progress func(string, ...any)) (err error) {
 	readers := make([]*reader, len(sizes))
 	defer func() {
 		for _, rd := range readers {
@@ -357,6 +366,11 @@ func readRounds(ctx context.Context, sizes []*size, o options, progress func(str
 				return fmt.Errorf("%s: %w", sizes[k].label(), err)
 			}
 			sizes[k].run.LoadAvg = procstat.LoadAvg()
+		}
+		// A window starts at a whole minute: a minute's margin.
+		if o.recent > 0 && time.Since(recentEnd) > lastHour-recentSpan-time.Minute {
+			return fmt.Errorf("reads, round %d: the last hour's first jobs have left the reads' window (%s after they were loaded): fewer -requests or -read-rounds",
+				i+1, time.Since(recentEnd).Round(time.Second))
 		}
 	}
 	for k, sz := range sizes {
