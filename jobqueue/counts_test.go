@@ -421,15 +421,6 @@ func TestWindowsReadNoFinishedJobs(t *testing.T) {
 	}
 }
 
-// jobCountsBlocksRead is how many blocks of job_counts (heap and index)
-// the statements of pool's one connection have read so far.
-func jobCountsBlocksRead(t testing.TB, pool *pgxpool.Pool) int64 {
-	t.Helper()
-	countRows(t, pool, "SELECT 0 FROM pg_stat_force_next_flush()")
-	return countRows(t, pool, `SELECT coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0) + coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)
-        FROM pg_statio_user_tables WHERE relname = 'job_counts'`)
-}
-
 // TestCountsReadNotTheDeltasFolded: a job_counts table that deltas once
 // filled keeps its pages after they are folded (until a VACUUM FULL), and
 // a read of the counts does not scan them (migration 016).
@@ -458,7 +449,7 @@ func TestCountsReadNotTheDeltasFolded(t *testing.T) {
 	if pages < 100 {
 		t.Fatalf("job_counts has %d pages after the deltas; the test needs a table they grew", pages)
 	}
-	before := jobCountsBlocksRead(t, pool)
+	before := tableStat(t, pool, "job_counts", statAllBlocks)
 	s, err := q.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -466,18 +457,9 @@ func TestCountsReadNotTheDeltasFolded(t *testing.T) {
 	if s.Jobs[StatePending] != 3 || s.Jobs[StateCompleted] != 0 {
 		t.Fatalf("counts %v; want 3 pending, none completed", s.Jobs)
 	}
-	if read := jobCountsBlocksRead(t, pool) - before; read > 20 {
+	if read := tableStat(t, pool, "job_counts", statAllBlocks) - before; read > 20 {
 		t.Errorf("Stats read %d blocks of job_counts (%d pages) for its rows", read, pages)
 	}
-}
-
-// finishedMinutesRowsRead is how many rows of finished_minutes the
-// statements of pool's one connection have read so far.
-func finishedMinutesRowsRead(t testing.TB, pool *pgxpool.Pool) int64 {
-	t.Helper()
-	countRows(t, pool, "SELECT 0 FROM pg_stat_force_next_flush()")
-	return countRows(t, pool, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
-        FROM pg_stat_user_tables WHERE relname = 'finished_minutes'`)
 }
 
 // TestWindowReadsPlanAfresh: a connection that read the windows while
@@ -535,20 +517,11 @@ func TestWindowReadsPlanAfresh(t *testing.T) {
         FROM generate_series(0, $2::int - 1) i`, clock.Now(), history); err != nil {
 		t.Fatal(err)
 	}
-	before := finishedMinutesRowsRead(t, pool)
+	before := tableStat(t, pool, "finished_minutes", statRows)
 	read()
-	if n := finishedMinutesRowsRead(t, pool) - before; n > 10 {
+	if n := tableStat(t, pool, "finished_minutes", statRows) - before; n > 10 {
 		t.Errorf("the window reads read %d rows of finished_minutes for one row in their window, beside %d older", n, history)
 	}
-}
-
-// finishedMinutesHeapBlocks is how many heap blocks of finished_minutes
-// the statements of pool's one connection have read so far.
-func finishedMinutesHeapBlocks(t testing.TB, pool *pgxpool.Pool) int64 {
-	t.Helper()
-	countRows(t, pool, "SELECT 0 FROM pg_stat_force_next_flush()")
-	return countRows(t, pool, `SELECT coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0)
-        FROM pg_statio_user_tables WHERE relname = 'finished_minutes'`)
 }
 
 // TestWindowReadsReadTheIndexAlone: the window reads of finished_minutes
@@ -594,7 +567,7 @@ func TestWindowReadsReadTheIndexAlone(t *testing.T) {
 		}
 	}
 	since := clock.Now().Add(-time.Hour)
-	before := finishedMinutesHeapBlocks(t, pool)
+	before := tableStat(t, pool, "finished_minutes", statHeapBlocks)
 	s, err := q.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -608,7 +581,7 @@ func TestWindowReadsReadTheIndexAlone(t *testing.T) {
 	if groups, err := q.FailureGroups(ctx, since, 5); err != nil || len(groups) != 1 || groups[0].Count != 2 {
 		t.Fatalf("failure groups: %+v, %v", groups, err)
 	}
-	if read := finishedMinutesHeapBlocks(t, pool) - before; read > 3 {
+	if read := tableStat(t, pool, "finished_minutes", statHeapBlocks) - before; read > 3 {
 		t.Errorf("the window reads read %d blocks of finished_minutes' heap for %d rows", read, rows+1)
 	}
 }

@@ -165,19 +165,30 @@ func singleConnQueue(t testing.TB, shared *pgxpool.Pool, qcfg Config, tune ...fu
 	return New(pool, qcfg), pool
 }
 
-// jobsRowsRead is what the statements of pool's one connection have read
-// of jobs so far: rows scanned, and rows fetched through an index. The
-// connection's statistics are flushed on demand, so the count does not
-// depend on timing.
+// tableCounter is a sum of one table's statistics columns in view.
+type tableCounter struct{ view, sum string }
+
+var (
+	// statRows: heap rows read, by a sequential scan or an index scan's
+	// fetches (not an index-only scan's index tuples).
+	statRows = tableCounter{"pg_stat_user_tables", "coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)"}
+	// statHeapBlocks: blocks of the heap, its visibility map's included.
+	statHeapBlocks = tableCounter{"pg_statio_user_tables", "coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0)"}
+	// statAllBlocks: blocks of the heap and of the indexes.
+	statAllBlocks = tableCounter{"pg_statio_user_tables", "coalesce(heap_blks_read, 0) + coalesce(heap_blks_hit, 0) + coalesce(idx_blks_read, 0) + coalesce(idx_blks_hit, 0)"}
+)
+
+// tableStat is counter c of table so far, the statements of pool's one
+// connection included: its pending statistics are flushed first, so the
+// count does not depend on timing.
+func tableStat(t testing.TB, pool *pgxpool.Pool, table string, c tableCounter) int64 {
+	t.Helper()
+	countRows(t, pool, "SELECT 0 FROM pg_stat_force_next_flush()")
+	return countRows(t, pool, "SELECT "+c.sum+" FROM "+c.view+" WHERE relname = $1", table)
+}
+
+// jobsRowsRead is how many rows of jobs have been read so far.
 func jobsRowsRead(t testing.TB, pool *pgxpool.Pool) int64 {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	if err := pool.QueryRow(ctx, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = 'jobs'`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return tableStat(t, pool, "jobs", statRows)
 }
