@@ -144,8 +144,7 @@ func WindowStart(since time.Time) time.Time {
 // is not its outcome, so only failures are split by class.
 func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedCount, error) {
 	var out []FinishedCount
-	b := readBatch()
-	b.Queue(finishedCountsSQL, WindowStart(since)).Query(func(rows pgx.Rows) error {
+	err := q.readQuery(ctx, func(rows pgx.Rows) error {
 		var err error
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (FinishedCount, error) {
 			var c FinishedCount
@@ -156,8 +155,8 @@ func (q *Queue) FinishedSince(ctx context.Context, since time.Time) ([]FinishedC
 			return c, err
 		})
 		return err
-	})
-	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+	}, finishedCountsSQL, WindowStart(since))
+	if err != nil {
 		return nil, fmt.Errorf("finished jobs since %s: %w", since.Format(time.RFC3339), err)
 	}
 	return out, nil

@@ -462,6 +462,27 @@ func TestCountsReadNotTheDeltasFolded(t *testing.T) {
 	}
 }
 
+// finishedMinutesQueue is a queue on one connection whose node n1 failed
+// failed jobs of class, counted and folded into finished_minutes, with no
+// autovacuum of finished_minutes: the tests that use it count its reads
+// (every backend's) and choose when it is analyzed and vacuumed.
+func finishedMinutesQueue(t *testing.T, failed int, class string) (*fakeClock, *Queue, *pgxpool.Pool) {
+	t.Helper()
+	clock := newFakeClock()
+	_, shared := newTestQueue(t, Config{Now: clock.Now})
+	q, pool := singleConnQueue(t, shared, Config{Now: clock.Now})
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "ALTER TABLE finished_minutes SET (autovacuum_enabled = off)"); err != nil {
+		t.Fatal(err)
+	}
+	mustRegister(t, q, "n1", 10)
+	finishJobs(t, q, "n1", failed, class)
+	if _, err := q.CompactCounts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return clock, q, pool
+}
+
 // TestWindowReadsPlanAfresh: a connection that read the windows while
 // finished_minutes was small kept a generic plan for them that scans the
 // table whole, and used it after the table had grown, until the next
@@ -469,22 +490,10 @@ func TestCountsReadNotTheDeltasFolded(t *testing.T) {
 // (readSettings), and read only the window's rows at any size.
 func TestWindowReadsPlanAfresh(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	_, shared := newTestQueue(t, Config{Now: clock.Now})
-	q, pool := singleConnQueue(t, shared, Config{Now: clock.Now})
+	clock, q, pool := finishedMinutesQueue(t, 4, "timeout")
 	ctx := context.Background()
-	// No ANALYZE but the test's own, whatever autovacuum's timing.
-	for _, sql := range []string{
-		"ALTER TABLE finished_minutes SET (autovacuum_enabled = off)",
-		"ANALYZE finished_minutes",
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustRegister(t, q, "n1", 10)
-	finishJobs(t, q, "n1", 4, "timeout")
-	if _, err := q.CompactCounts(ctx); err != nil {
+	// No ANALYZE but the test's own.
+	if _, err := pool.Exec(ctx, "ANALYZE finished_minutes"); err != nil {
 		t.Fatal(err)
 	}
 	since := clock.Now().Add(-time.Hour)
@@ -531,21 +540,9 @@ func TestWindowReadsPlanAfresh(t *testing.T) {
 // one block of it: the visibility map's.
 func TestWindowReadsReadTheIndexAlone(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	_, shared := newTestQueue(t, Config{Now: clock.Now})
-	q, pool := singleConnQueue(t, shared, Config{Now: clock.Now})
+	clock, q, pool := finishedMinutesQueue(t, 2, "net")
 	ctx := context.Background()
-	// The blocks counted are every backend's: no autovacuum of the rows
-	// inserted below (over its threshold) beside the reads.
-	if _, err := pool.Exec(ctx, "ALTER TABLE finished_minutes SET (autovacuum_enabled = off)"); err != nil {
-		t.Fatal(err)
-	}
-	mustRegister(t, q, "n1", 10)
-	finishJobs(t, q, "n1", 2, "net")
 	clock.Advance(time.Minute)
-	if _, err := q.CompactCounts(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// A busy hour's rows, over pages enough that fetching them shows.
 	const rows = 3000
 	if _, err := pool.Exec(ctx, `INSERT INTO finished_minutes (minute, state, class, n, folded)

@@ -341,8 +341,7 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 	}
 	perClass = min(perClass, 100)
 	var groups []FailureGroup
-	b := readBatch()
-	b.Queue(failureGroupsSQL, WindowStart(since), perClass, MaxFailureGroups).Query(func(rows pgx.Rows) error {
+	err := q.readQuery(ctx, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var class string
 			var n int64
@@ -367,8 +366,8 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 			g.Recent = append(g.Recent, fj)
 		}
 		return rows.Err()
-	})
-	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+	}, failureGroupsSQL, WindowStart(since), perClass, MaxFailureGroups)
+	if err != nil {
 		return nil, fmt.Errorf("failure groups: %w", err)
 	}
 	return groups, nil

@@ -331,19 +331,8 @@ func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Nod
 	// The heartbeat's age by the database's clock: the next placeholder.
 	age := fmt.Sprintf("extract(epoch FROM coalesce($%d::timestamptz, now()) - n.heartbeat_at)::float8", len(args)+1)
 	args = append(args, q.now())
-	b := readBatch()
 	var nodes []Node
-	b.Queue(`
-        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0), `+age+`, `+lifetimeCols+`
-        FROM nodes n
-        LEFT JOIN node_counters c ON c.node_id = n.id
-        LEFT JOIN (SELECT node_id,
-                          count(*) FILTER (WHERE state = 'queued') AS queued,
-                          count(*) FILTER (WHERE state = 'processing') AS processing
-                   FROM jobs WHERE state IN ('queued', 'processing')
-                   GROUP BY node_id) h ON h.node_id = n.id
-        `+where+`
-        ORDER BY n.id`, args...).Query(func(rows pgx.Rows) error {
+	err := q.readQuery(ctx, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var queued, processing int64
 			var ageSeconds float64
@@ -358,8 +347,18 @@ func (q *Queue) listNodes(ctx context.Context, where string, args ...any) ([]Nod
 			nodes = append(nodes, n)
 		}
 		return rows.Err()
-	})
-	if err := q.pool.SendBatch(ctx, b).Close(); err != nil {
+	}, `
+        SELECT `+nodeCols+`, coalesce(h.queued, 0), coalesce(h.processing, 0), `+age+`, `+lifetimeCols+`
+        FROM nodes n
+        LEFT JOIN node_counters c ON c.node_id = n.id
+        LEFT JOIN (SELECT node_id,
+                          count(*) FILTER (WHERE state = 'queued') AS queued,
+                          count(*) FILTER (WHERE state = 'processing') AS processing
+                   FROM jobs WHERE state IN ('queued', 'processing')
+                   GROUP BY node_id) h ON h.node_id = n.id
+        `+where+`
+        ORDER BY n.id`, args...)
+	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	return nodes, nil

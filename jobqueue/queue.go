@@ -515,9 +515,9 @@ const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set
 // call), and the whole table for ListNodes' count of what each node holds
 // (0.24 s); a window read's generic plan kept from a small finished_minutes
 // scanned all of its rows once it held a month (TestWindowReadsPlanAfresh).
-// With fresh plans alone, Stats' own count of what each node
-// holds still chose a sequential scan of the whole table (60 ms a call) on
-// the default estimates of an unanalyzed table.
+// With fresh plans alone, Stats' own count of what each node holds still
+// chose a sequential scan of the whole table (60 ms a call) on the default
+// estimates of an unanalyzed table.
 var readSettings = []string{
 	`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`,
 	indexScansOnlySQL,
@@ -531,6 +531,14 @@ func readBatch() *pgx.Batch {
 		b.Queue(sql)
 	}
 	return b
+}
+
+// readQuery runs one read statement after readSettings, in one round trip,
+// and hands its rows to fn.
+func (q *Queue) readQuery(ctx context.Context, fn func(pgx.Rows) error, sql string, args ...any) error {
+	b := readBatch()
+	b.Queue(sql, args...).Query(fn)
+	return q.pool.SendBatch(ctx, b).Close()
 }
 
 // nodeBatch is a node's statement sql after noJITSQL, for one round trip

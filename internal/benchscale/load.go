@@ -41,6 +41,12 @@ func genRow(i, n int64, end time.Time, span time.Duration) historyRow {
 	return r
 }
 
+// pageURL is generated job id's host and URL, also its result's final URL.
+func pageURL(id int64) (host, url string) {
+	host = fmt.Sprintf("shop%d.example.com", id%50)
+	return host, fmt.Sprintf("https://%s/items?page=%d", host, id)
+}
+
 // copyJobs COPYs n finished jobs with ids after the id sequence's last
 // value, the completed ones with a result, finished evenly over span before
 // end, in chunks, and moves the sequence past them.
@@ -73,8 +79,7 @@ func copyJobs(ctx context.Context, pool *pgxpool.Pool, n int64, end time.Time, s
 					batch[15-k] = byte(b >> (8 * k))
 				}
 				batch[6], batch[8] = 0x40, 0x80 // a version 4, RFC 4122 UUID
-				host := fmt.Sprintf("shop%d.example.com", id%50)
-				url := fmt.Sprintf("https://%s/items?page=%d", host, id)
+				host, url := pageURL(id)
 				spec := fmt.Sprintf(`{"url":%q,"extract":"document.title","block":["image","font"]}`, url)
 				started := r.finished.Add(-1500 * time.Millisecond)
 				var lastErr, class any
@@ -96,8 +101,8 @@ func copyJobs(ctx context.Context, pool *pgxpool.Pool, n int64, end time.Time, s
 					if r.state != "completed" {
 						continue
 					}
-					return []any{id, fmt.Sprintf("hist-node-%02d", id%100),
-						fmt.Sprintf("https://shop%d.example.com/items?page=%d", id%50, id), 200,
+					_, url := pageURL(id)
+					return []any{id, fmt.Sprintf("hist-node-%02d", id%100), url, 200,
 						fmt.Sprintf("Items, page %d", id), r.finished}, nil
 				}
 				return nil, nil

@@ -7,9 +7,10 @@
 // CHECKPOINT, optionally runs -history-jobs jobs through the lifecycle (a
 // recent history at the queue's own rate). With every size prepared, it
 // loads the same -recent jobs of the last hour into each (the COPY-loaded
-// history ends before that hour: the reads' windows then hold the same jobs
-// at every size, and only the history differs), settles again, starts a producer and its HTTP server per
-// size as `farm producer` does (in-process, on 127.0.0.1), and measures:
+// history ends before that hour: the reads' windows then hold the same
+// jobs at every size, and only the history differs), settles again, starts
+// a producer and its HTTP server per size as `farm producer` does
+// (in-process, on 127.0.0.1), and measures:
 //
 //   - p50/p99 of GET /api/stats, /api/failures, /metrics (uncached: the
 //     scrape cache is reset before each request), the dashboard's load (the
