@@ -418,3 +418,15 @@ func TestContextStats(t *testing.T) {
 		names[n] = true
 	}
 }
+
+// TestNoBlockedURLsSendsTheEmptyList: lifting the wipe's block sends an
+// empty list of patterns, not a call without the field.
+func TestNoBlockedURLsSendsTheEmptyList(t *testing.T) {
+	b, err := json.Marshal(noBlockedURLs{URLPatterns: []*network.BlockPattern{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"urlPatterns":[]}` {
+		t.Fatalf("lifting the block sends %s", b)
+	}
+}

@@ -130,18 +130,35 @@ const wipeStorageTypes = "all"
 
 var errUnreached = errors.New("the context holds state no wipe reaches")
 
-// blockRequests blocks, or lets through again, every request of the tab
-// (lifting the block takes an explicit pattern: an empty list would be left
-// out of the call as an omitted field).
+// blockRequests blocks, or lets through again, every request of the tab.
+// Lifting the block empties the tab's list of patterns rather than adding a
+// pattern that lets everything through: Chrome matches every request of the
+// later jobs against the patterns the list holds, and a tab that kept the
+// lifting pattern rendered 3% fewer pages a second (BenchmarkRender6's
+// isolated variant, 5 alternated pairs, median; up to 9%).
 func (t *tab) blockRequests(ctx context.Context, block bool) error {
-	_, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{
-		URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: block}},
-	})
+	var err error
+	if block {
+		_, err = cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{
+			URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: true}},
+		})
+	} else {
+		_, err = cdp.Call(ctx, t.t, setNoBlockedURLs, noBlockedURLs{URLPatterns: []*network.BlockPattern{}})
+	}
 	if err != nil {
 		return fmt.Errorf("Network.setBlockedURLs: %w", err)
 	}
 	return nil
 }
+
+// noBlockedURLs are Network.setBlockedURLs' parameters with the empty list
+// of patterns spelled out: cdproto's own type leaves an empty list out of
+// the call, which Chrome (156) also takes for none, but only by omission.
+type noBlockedURLs struct {
+	URLPatterns []*network.BlockPattern `json:"urlPatterns"`
+}
+
+var setNoBlockedURLs = cdp.Command[noBlockedURLs, cdp.Empty]{Method: network.CommandSetBlockedURLs}
 
 // outlivingGrace is how long a wipe waits for the page's fetches and
 // beacons to end before it gives the context up: an ordinary fetch still
