@@ -354,9 +354,7 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 				class = Unclassified
 			}
 			if len(groups) == 0 || groups[len(groups)-1].ErrorClass != class {
-				if len(groups) == MaxFailureGroups {
-					break
-				}
+				// At most MaxFailureGroups classes: the statement's LIMIT.
 				// Newest first: the group's first job is its last failure.
 				groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: fj.FinishedAt})
 			}

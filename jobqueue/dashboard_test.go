@@ -328,3 +328,30 @@ func TestFinishedSince(t *testing.T) {
 		t.Fatalf("finished since: %v, want %v", got, want)
 	}
 }
+
+// TestFailureGroupsCapsTheClasses: one class over MaxFailureGroups is left
+// out, the smallest (by name among equals), never the largest.
+func TestFailureGroupsCapsTheClasses(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 10)
+	since := time.Now().Add(-time.Minute)
+	finishJobs(t, q, "n1", 2, "zz_largest")
+	for i := range MaxFailureGroups {
+		finishJobs(t, q, "n1", 1, fmt.Sprintf("class_%02d", i))
+	}
+	groups, err := q.FailureGroups(ctx, since, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != MaxFailureGroups {
+		t.Fatalf("%d groups, want %d", len(groups), MaxFailureGroups)
+	}
+	if groups[0].ErrorClass != "zz_largest" || groups[0].Count != 2 {
+		t.Fatalf("first group %s (%d), want zz_largest (2)", groups[0].ErrorClass, groups[0].Count)
+	}
+	if last := groups[len(groups)-1].ErrorClass; last != fmt.Sprintf("class_%02d", MaxFailureGroups-2) {
+		t.Fatalf("last group %s", last)
+	}
+}
