@@ -134,8 +134,8 @@ var errUnreached = errors.New("the context holds state no wipe reaches")
 // Lifting the block empties the tab's list of patterns rather than leaving
 // a pattern that lets everything through, which the tab kept for all its
 // later jobs (Chrome checks their requests against the list): with the
-// list emptied BenchmarkRender6's isolated variant rendered 3% more pages a
-// second (median of 5 alternated pairs, 0.99–1.09).
+// list emptied BenchmarkRender6's isolated variant rendered 2% more pages a
+// second (median of 8 alternated pairs, 0.94–1.09: within the noise).
 func (t *tab) blockRequests(ctx context.Context, block bool) error {
 	var err error
 	if block {
