@@ -130,25 +130,23 @@ const wipeStorageTypes = "all"
 
 var errUnreached = errors.New("the context holds state no wipe reaches")
 
-// blockRequests blocks, or lets through again, every request of the tab.
-// Lifting the block empties the tab's list of patterns rather than leaving
-// a pattern that lets everything through, which the tab kept for all its
-// later jobs (Chrome checks their requests against the list): with the
-// list emptied BenchmarkRender6's isolated variant rendered 2% more pages a
-// second (median of 8 alternated pairs, 0.94–1.09: within the noise).
-func (t *tab) blockRequests(ctx context.Context, block bool) error {
-	var err error
-	if block {
-		_, err = cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{
-			URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: true}},
-		})
-	} else {
-		_, err = cdp.Call(ctx, t.t, setNoBlockedURLs, noBlockedURLs{URLPatterns: []*network.BlockPattern{}})
-	}
-	if err != nil {
-		return fmt.Errorf("Network.setBlockedURLs: %w", err)
-	}
-	return nil
+// blockRequests blocks every request of the tab.
+func (t *tab) blockRequests(ctx context.Context) error {
+	_, err := cdp.Call(ctx, t.t, network.SetBlockedURLs, network.SetBlockedURLsParams{
+		URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/*", Block: true}},
+	})
+	return wrapStep("Network.setBlockedURLs", err)
+}
+
+// unblockRequests lets the tab's requests through again by emptying its
+// list of patterns, rather than leaving a pattern that lets everything
+// through, which the tab kept for all its later jobs (Chrome checks their
+// requests against the list): with the list emptied BenchmarkRender6's
+// isolated variant rendered 2% more pages a second (median of 8 alternated
+// pairs, 0.94–1.09: within the noise).
+func (t *tab) unblockRequests(ctx context.Context) error {
+	_, err := cdp.Call(ctx, t.t, setNoBlockedURLs, noBlockedURLs{URLPatterns: []*network.BlockPattern{}})
+	return wrapStep("Network.setBlockedURLs", err)
 }
 
 // noBlockedURLs are Network.setBlockedURLs' parameters with the empty list
@@ -244,7 +242,7 @@ func (t *tab) wipe(ctx context.Context) error {
 	// the page, still live, could otherwise start another fetch that
 	// outlives it, and its handlers of leaving send beacons and keepalive
 	// fetches whose answers could set cookies after the wipe.
-	if err := t.blockRequests(ctx, true); err != nil {
+	if err := t.blockRequests(ctx); err != nil {
 		return err
 	}
 	if err := t.awaitOutliving(ctx, outlivingGrace); err != nil {
@@ -275,7 +273,7 @@ func (t *tab) wipe(ctx context.Context) error {
 	if err := t.awaitBlank(ctx); err != nil {
 		return fmt.Errorf("waiting for about:blank: %w", err)
 	}
-	if err := t.blockRequests(ctx, false); err != nil {
+	if err := t.unblockRequests(ctx); err != nil {
 		return err
 	}
 	// A popup the page opened just before the job ended is known by now:
