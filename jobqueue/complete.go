@@ -286,7 +286,7 @@ func (q *Queue) CompleteMany(ctx context.Context, items []Completion) ([]Complet
 		missing = append(missing, x.id)
 	}
 	if len(missing) > 0 {
-		if err := q.explainNotCompleted(ctx, missing, index, out); err != nil {
+		if err := q.explainNotCompleted(ctx, missing, &a, index, out); err != nil {
 			return nil, err
 		}
 	}
@@ -329,35 +329,59 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 	return rows, err
 }
 
-// explainNotCompleted fills in why jobs were not completed: already final, or unknown.
-func (q *Queue) explainNotCompleted(ctx context.Context, ids []int64, index map[int64]int, out []CompleteOutcome) error {
-	rows, err := q.pool.Query(ctx, "SELECT id, state FROM jobs WHERE id = ANY($1)", ids)
+// explainNotCompleted fills in why jobs were not completed: already final, or
+// unknown. A job completed with its completion's own blobs was completed by
+// this completion, in an earlier try whose answer was lost (the node retries
+// after a connection error, and a batch retried item by item can fail after
+// some items committed): its outcome is success, not ErrAlreadyFinished,
+// so that the node does not delete the blobs the stored result points at.
+// A blob's key names the job's attempt (blobstore.Offload), so another
+// attempt's completion never matches. Such an outcome reports no Children:
+// the earlier try enqueued them.
+func (q *Queue) explainNotCompleted(ctx context.Context, ids []int64, a *completeArgs, index map[int64]int, out []CompleteOutcome) error {
+	blobs := make([]*string, len(ids))
+	for i, id := range ids {
+		blobs[i] = a.blobs[slices.Index(a.jobIDs, id)]
+	}
+	rows, err := q.pool.Query(ctx, `
+SELECT j.id, j.state, coalesce(j.state = 'completed' AND r.blobs = i.blobs::jsonb, false)
+FROM unnest($1::bigint[], $2::text[]) AS i(id, blobs)
+JOIN jobs j ON j.id = i.id
+LEFT JOIN results r ON r.job_id = j.id`, ids, blobs)
 	if err != nil {
 		return fmt.Errorf("complete: read states: %w", err)
 	}
-	states := make(map[int64]State, len(ids))
+	type found struct {
+		state State
+		ours  bool
+	}
+	states := make(map[int64]found, len(ids))
 	for rows.Next() {
 		var id int64
-		var st State
-		if err := rows.Scan(&id, &st); err != nil {
+		var f found
+		if err := rows.Scan(&id, &f.state, &f.ours); err != nil {
 			rows.Close()
 			return fmt.Errorf("complete: read states: %w", err)
 		}
-		states[id] = st
+		states[id] = f
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("complete: read states: %w", err)
 	}
 	for _, id := range ids {
-		st, ok := states[id]
-		if !ok {
+		f, ok := states[id]
+		switch {
+		case !ok:
 			out[index[id]].Err = fmt.Errorf("job %d: %w", id, ErrNotFound)
-			continue
+		case f.ours:
+			out[index[id]].Err = nil
+		default:
+			// A live state here means the job finished and came back
+			// (Retry) between the two statements; either way this result
+			// was not taken.
+			out[index[id]].Err = &FinishedError{JobID: id, State: f.state}
 		}
-		// A live state here means the job finished and came back (Retry)
-		// between the two statements; either way this result was not taken.
-		out[index[id]].Err = &FinishedError{JobID: id, State: st}
 	}
 	return nil
 }

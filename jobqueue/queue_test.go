@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -262,6 +263,42 @@ func TestCompleteOnceAndResultRoundTrip(t *testing.T) {
 	}
 	if j := mustGet(t, q, ids[2]); j.State != StateProcessing {
 		t.Fatalf("a rejected result changed the job: %+v", j)
+	}
+}
+
+// TestCompleteManyRetriedAfterALostAnswer: a node whose CompleteMany
+// committed but whose connection dropped before the answer retries it; the
+// job is completed, with the result that names the retry's own blobs. That
+// is success — an ErrAlreadyFinished would make the node delete the blobs
+// the stored result points at. Another attempt's blobs, or none, still find
+// the job finished.
+func TestCompleteManyRetriedAfterALostAnswer(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, pageSpecs(1, "lost.test")...)
+	assignClaim(t, q, "n1", 1)
+	blobs := func(attempt int) []BlobRef {
+		return []BlobRef{{Kind: BlobHTML, Key: fmt.Sprintf("jobs/%d/%d-ab.html", ids[0], attempt), Size: 8, SHA256: "ab"}}
+	}
+	first := Completion{JobID: ids[0], NodeID: "n1", Result: Result{Status: 200, Blobs: blobs(1)}}
+	if out, err := q.CompleteMany(ctx, []Completion{first}); err != nil || out[0].Err != nil {
+		t.Fatalf("first CompleteMany = %v, %v", out, err)
+	}
+	if out, err := q.CompleteMany(ctx, []Completion{first}); err != nil || out[0].Err != nil {
+		t.Errorf("the retried completion: %v, %v; want success", out, err)
+	}
+	for i, c := range []Completion{{JobID: ids[0], NodeID: "n1", Result: Result{Status: 200, Blobs: blobs(2)}},
+		{JobID: ids[0], NodeID: "n1", Result: Result{Status: 200}}} {
+		out, err := q.CompleteMany(ctx, []Completion{c})
+		var fe *FinishedError
+		if err != nil || !errors.As(out[0].Err, &fe) || fe.State != StateCompleted {
+			t.Errorf("completion %d of another attempt: %v, %v; want a FinishedError (completed)", i, out, err)
+		}
+	}
+	if r, _ := q.GetResult(ctx, ids[0]); !reflect.DeepEqual(r.Blobs, blobs(1)) {
+		t.Fatalf("stored blobs %+v, want the first attempt's", r.Blobs)
 	}
 }
 
