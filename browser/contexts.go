@@ -14,8 +14,9 @@ const (
 	// challenge, or sent credentials: Chrome keeps them in a cache of the
 	// context that no CDP call clears.
 	ReplacedAuth ReplaceReason = iota
-	// ReplacedWorker: a service worker or shared worker started in the
-	// context; it outlives the page and fetches past the tab's settings.
+	// ReplacedWorker: a worker started in the context: a service worker
+	// or shared worker outlives the page; any worker, dedicated ones too,
+	// fetches past the tab's settings and events.
 	ReplacedWorker
 	// ReplacedPopup: the page opened a window, which writes to the context
 	// until it is closed.

@@ -585,6 +585,35 @@ func TestWipeClearsTheHTTPCacheWorkersRead(t *testing.T) {
 	}
 }
 
+// TestDedicatedWorkerCostsTheContext: a dedicated worker's requests belong
+// to its own target, out of the tab's Network events. A worker that
+// answered an HTTP auth challenge with XHR credentials filled the context's
+// auth cache unseen, and the next job on the session got past the prompt
+// without credentials. A dedicated worker now costs the context.
+func TestDedicatedWorkerCostsTheContext(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	worker := `new Promise(ok => {
+  const src = "const x = new XMLHttpRequest(); x.open('GET', '" + location.origin + "/isolation/auth', false, '` +
+		testsite.AuthUser + `', '` + testsite.AuthPassword + `'); x.send(); postMessage(x.status)";
+  const w = new Worker(URL.createObjectURL(new Blob([src], {type: 'text/javascript'})));
+  w.onmessage = ev => ok(ev.data);
+  w.onerror = ev => ok('error: ' + ev.message);
+})`
+	res, err := s.Render(ctx, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#ready"}, Extract: worker})
+	if err != nil || string(res.Data) != "200" {
+		t.Fatalf("job A's worker: %v, %s; want its authenticated request's 200", err, resData(res))
+	}
+	res, err = s.Render(ctx, Request{URL: e.url("/isolation/auth"), Timeout: 10 * time.Second})
+	if ClassOf(err) != ClassHTTP || res == nil || res.Status != 401 {
+		t.Errorf("job B got past the auth prompt with job A's worker's credentials: %v, %s", err, resData(res))
+	}
+	if got := e.b.ContextStats().Replaced[ReplacedWorker]; got != 1 {
+		t.Errorf("contexts replaced for a worker: %d, want 1 (%v)", got, e.b.ContextStats().ByReason())
+	}
+}
+
 // TestPageThatLoopsAsItIsLeft: a page whose pagehide handler never returns
 // holds its renderer as it is left; the next job on the session gets a
 // clean tab within its own short timeout, not after the wipe's.

@@ -150,8 +150,9 @@ func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*t
 // not use: the DOM and CSS agents (chromedp would fetch the document on every
 // navigation), the Log domain (its entries repeat console messages, workers'
 // too, whole), POST bodies in Network events (a page decides their size),
-// target discovery and auto-attach (every tab would get every target's
-// events); and it sets the default viewport and user agent.
+// target discovery and auto-attach but to dedicated workers (every tab would
+// get every target's events); and it sets the default viewport and user
+// agent.
 func (t *tab) slim(ctx context.Context) error {
 	guard := fmt.Sprintf(jsConsoleGuard, maxConsoleLen, uncaughtMarker)
 	if _, err := cdp.Call(ctx, t.t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: guard}); err != nil {
@@ -172,7 +173,11 @@ func (t *tab) slim(ctx context.Context) error {
 	if _, err := cdp.Call(ctx, t.t, network.Enable, network.EnableParams{MaxPostDataSize: ptr[int64](1)}); err != nil {
 		return fmt.Errorf("Network.enable: %w", err)
 	}
-	if _, err := cdp.Call(ctx, t.t, target.SetAutoAttach, target.SetAutoAttachParams{AutoAttach: false}); err != nil {
+	// Auto-attach for dedicated workers only, to learn of them (onEvent):
+	// nothing is enabled on their sessions, and chromedp drops their
+	// messages.
+	if _, err := cdp.Call(ctx, t.t, target.SetAutoAttach, target.SetAutoAttachParams{AutoAttach: true, Flatten: ptr(true),
+		Filter: target.Filter{{Type: "worker"}, {Exclude: true}}}); err != nil {
 		return fmt.Errorf("Target.setAutoAttach: %w", err)
 	}
 	if _, err := cdp.Call(ctx, t.t, target.SetDiscoverTargets, target.SetDiscoverTargetsParams{Discover: false}); err != nil {
@@ -278,6 +283,15 @@ func (t *tab) onEvent(ev any) {
 			t.noteOrigin(e.Frame.SecurityOrigin)
 			t.notePartitionedFrame(e.Frame)
 			t.documentChanged(e.Frame)
+		}
+	case *target.EventAttachedToTarget:
+		// A dedicated worker's requests are its own target's: the tab's
+		// Network events, request block and in-flight accounting do not
+		// see them, so a worker can answer an HTTP auth challenge (XHR
+		// credentials) into the context's auth cache, which no CDP call
+		// clears, or leave a fetch to land after the wipe.
+		if e.TargetInfo != nil && e.TargetInfo.Type == "worker" {
+			t.taint(ReplacedWorker)
 		}
 	case *page.EventFrameDetached:
 		// A frame that moved to another renderer (a cross-site iframe under
