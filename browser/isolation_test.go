@@ -206,6 +206,27 @@ func TestWipeAfterUnloadHandlers(t *testing.T) {
 	}
 }
 
+// TestWipeAfterAPageReopenedAsBlank: a page that gave itself about:blank's
+// URL (document.open from an about:blank iframe) is still the page, and its
+// slow pagehide handler writes a cookie and localStorage as it is left: the
+// wipe waits for its own navigation's commit (by loader), not for a URL.
+func TestWipeAfterAPageReopenedAsBlank(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	for i := range 3 {
+		res, err := s.Render(ctx, Request{URL: e.url("/isolation/reopen"), Wait: Wait{Selector: "#ready"},
+			Extract: "document.getElementById('ready').textContent"})
+		if err != nil || string(res.Data) != `"about:blank"` {
+			t.Fatalf("job A: %v, %s; want the page at about:blank's URL", err, resData(res))
+		}
+		st := readState(t, s, e.url("/isolation/get"), IsolationWipe)
+		if len(st.ServerCookies) > 0 || st.ScriptCookies != "" || len(st.Local) > 0 {
+			t.Errorf("pair %d: the next job sees what the reopened page wrote as it was left: %+v", i, st)
+		}
+	}
+}
+
 // lateCookies is the test site behind a front that answers every
 // /isolation/cookie request (beacons and keepalive fetches of the
 // isolation pages) late, after the wipe has cleared the cookies.

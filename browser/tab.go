@@ -69,6 +69,11 @@ type tab struct {
 	// what it left, and the tab does not read the cache). See scopeCache.
 	cacheScope string
 
+	// The loader of the main frame's committed document, and a channel
+	// closed at its next commit (awaitCommit).
+	mainLoader cdp.LoaderID
+	committed  chan struct{}
+
 	// The farm's isolated world (world.go): its newest context in the
 	// main frame, and the one of the current job's document, once asked
 	// for.
@@ -87,7 +92,7 @@ type tab struct {
 // it, a page target attached with chromedp, and the tab's event listener.
 func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*tab, error) {
 	b := s.b
-	t := &tab{b: b, shared: shared, proxy: proxy}
+	t := &tab{b: b, shared: shared, proxy: proxy, committed: make(chan struct{})}
 	if !shared {
 		params := target.CreateBrowserContextParams{DisposeOnDetach: ptr(true)}
 		if proxy != nil {

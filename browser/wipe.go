@@ -270,7 +270,7 @@ func (t *tab) wipe(ctx context.Context) error {
 	// The page's pagehide, visibilitychange and unload handlers run as
 	// about:blank commits, which can be after Page.navigate answers: what
 	// they write must already be there when the clearing below runs.
-	if err := t.awaitBlank(ctx); err != nil {
+	if err := t.awaitCommit(ctx, nav.LoaderID); err != nil {
 		return fmt.Errorf("waiting for about:blank: %w", err)
 	}
 	if err := t.unblockRequests(ctx); err != nil {
@@ -409,19 +409,26 @@ func wrapStep(what string, err error) error {
 	return nil
 }
 
-// awaitBlank waits until about:blank is the tab's current history entry
-// (Page.navigate can answer before the entry is committed).
-func (t *tab) awaitBlank(ctx context.Context) error {
+// awaitCommit waits until the main frame has committed the document of the
+// navigation whose loader is given (Page.navigate can answer before the
+// commit). By its loader, not its URL: a page can give itself about:blank's
+// URL (document.open called from an about:blank iframe) and go on running
+// (TestWipeAfterAPageReopenedAsBlank).
+func (t *tab) awaitCommit(ctx context.Context, loader cdp.LoaderID) error {
+	if loader == "" {
+		return errors.New("the navigation has no loader")
+	}
 	for {
-		h, err := cdp.Call(ctx, t.t, page.GetNavigationHistory, cdp.Empty{})
-		if err != nil {
-			return err
-		}
-		if i := int(h.CurrentIndex); i >= 0 && i < len(h.Entries) && h.Entries[i].URL == "about:blank" {
+		t.mu.Lock()
+		cur, next := t.mainLoader, t.committed
+		t.mu.Unlock()
+		if cur == loader {
 			return nil
 		}
-		if err := sleep(ctx, 5*time.Millisecond); err != nil {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-next:
 		}
 	}
 }

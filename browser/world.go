@@ -78,6 +78,9 @@ func (t *tab) documentChanged(f *cdp.Frame) {
 	}
 	t.mu.Lock()
 	t.world, t.newestWorld = worldCtx{}, worldCtx{}
+	t.mainLoader = f.LoaderID
+	close(t.committed)
+	t.committed = make(chan struct{})
 	t.mu.Unlock()
 }
 

@@ -26,6 +26,7 @@ func (s *site) isolationRoutes() {
 	m.HandleFunc("GET /isolation/worker", s.isolationWorker)
 	m.HandleFunc("GET /isolation/worker.js", s.isolationWorkerJS)
 	m.HandleFunc("GET /isolation/leave", s.isolationLeave)
+	m.HandleFunc("GET /isolation/reopen", s.isolationReopen)
 	m.HandleFunc("GET /isolation/keepalive", s.isolationKeepalive)
 	m.HandleFunc("/isolation/cookie", s.isolationCookie)
 	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
@@ -123,6 +124,29 @@ for (const ev of ['pagehide', 'visibilitychange', 'unload']) {
     fetch('/isolation/cookie?name=keepalive_' + ev, {method: 'POST', body: 'x', keepalive: true});
   });
 }
+</script></body></html>`)
+}
+
+// isolationReopen takes about:blank's URL while it is shown — a
+// same-origin about:blank iframe calls document.open() on it, which gives
+// the page the iframe's URL — and its pagehide handler, 300 ms long, sets a
+// cookie and localStorage as it is left: a wipe that took the URL for its
+// own navigation's commit would clear before the handler writes.
+func (s *site) isolationReopen(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Reopen</title></head><body>
+<iframe src="about:blank"></iframe>
+<script>
+const f = document.querySelector('iframe');
+f.contentWindow.setTimeout(f.contentWindow.Function('parent.document.open()'), 0);
+setTimeout(() => {
+  document.write('<!doctype html><title>Reopened</title><div id="ready">' + location.href + '</div>');
+  document.close();
+  addEventListener('pagehide', () => {
+    const until = performance.now() + 300; while (performance.now() < until) {}
+    document.cookie = 'reopened=1; path=/; max-age=3600';
+    localStorage.setItem('reopened', '1');
+  });
+}, 100);
 </script></body></html>`)
 }
 
