@@ -317,6 +317,30 @@ func TestWipeBlocksRequestsOfLeaving(t *testing.T) {
 	}
 }
 
+// TestWipeAfterALateCSPReport: Chrome sends a page's CSP violation report
+// as a keepalive request, which goes on after the page is left (CDP calls it
+// aborted then), and a slow answer set its cookie after the wipe. A report
+// still in flight after the job now costs the context.
+func TestWipeAfterALateCSPReport(t *testing.T) {
+	lc := startLateCookies(t, 300*time.Millisecond)
+	e := newEnv(t)
+	s := e.session(t)
+	cookiesOf(t, s, lc.url)
+	if _, err := s.Render(context.Background(), Request{URL: lc.url + "/isolation/csp", Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	n := lc.awaitAnswers(t, lc.reachedSoFar())
+	if n != 1 {
+		t.Fatalf("%d CSP reports reached the server, want 1", n)
+	}
+	if server, script := cookiesOf(t, s, lc.url); len(server) > 0 || script != "" {
+		t.Errorf("the next job sees the cookie of the CSP report's answer: %q, %q", server, script)
+	}
+	if got := e.b.ContextStats().Replaced[ReplacedInFlight]; got != 1 {
+		t.Errorf("contexts replaced for a request in flight: %d, want 1 (%v)", got, e.b.ContextStats().ByReason())
+	}
+}
+
 // TestWipeGivesUpContextWithPopups: a popup writes to its opener's context
 // until the janitor has closed it, unordered with the opener's wipe, so a
 // context that had one is not reused; one that had none is.

@@ -310,7 +310,7 @@ func (t *tab) onEvent(ev any) {
 	case *network.EventLoadingFailed:
 		t.requestEnded(e.RequestID)
 	case *network.EventRequestWillBeSent:
-		if e.Type == network.ResourceTypeFetch || e.Type == network.ResourceTypePing {
+		if outlives(e.Type) {
 			t.requestStarted(e.RequestID)
 		}
 		// Every hop of the main document's redirects: where a refused

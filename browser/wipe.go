@@ -166,6 +166,22 @@ var setNoBlockedURLs = cdp.Command[noBlockedURLs, cdp.Empty]{Method: network.Com
 // cost their context as in IsolationContext.
 const outlivingGrace = 100 * time.Millisecond
 
+// outlives reports whether a request of this type may go on after its page
+// is left (keepalive): fetches (CDP does not say which are keepalive ones),
+// beacons and <a ping>s, and CSP violation reports, which Chromium 156
+// reports as Other (TestWipeAfterALateCSPReport). CDP reports each of them
+// failed (net::ERR_ABORTED) as the page is left, though the network
+// service still sends it and stores the cookies of its answer: only one
+// that ended before the wipe left the page has ended. A request of another
+// type ends with its page.
+func outlives(typ network.ResourceType) bool {
+	switch typ {
+	case network.ResourceTypeFetch, network.ResourceTypePing, network.ResourceTypeCSPViolationReport, network.ResourceTypeOther:
+		return true
+	}
+	return false
+}
+
 func (t *tab) requestStarted(id network.RequestID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

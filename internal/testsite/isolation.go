@@ -27,6 +27,7 @@ func (s *site) isolationRoutes() {
 	m.HandleFunc("GET /isolation/worker.js", s.isolationWorkerJS)
 	m.HandleFunc("GET /isolation/leave", s.isolationLeave)
 	m.HandleFunc("GET /isolation/reopen", s.isolationReopen)
+	m.HandleFunc("GET /isolation/csp", s.isolationCSP)
 	m.HandleFunc("GET /isolation/keepalive", s.isolationKeepalive)
 	m.HandleFunc("/isolation/cookie", s.isolationCookie)
 	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
@@ -148,6 +149,21 @@ setTimeout(() => {
   });
 }, 100);
 </script></body></html>`)
+}
+
+// isolationCSP forbids images and shows one: Chrome reports the violation
+// to /isolation/cookie (?ms= late), whose answer sets the cookie
+// csp_report. #ready appears once the report has been sent.
+func (s *site) isolationCSP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Security-Policy", "img-src 'none'; report-uri /isolation/cookie?name=csp_report&ms="+r.URL.Query().Get("ms"))
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>CSP</title></head><body>
+<script>
+document.addEventListener('securitypolicyviolation', () => setTimeout(() => {
+  const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'reported'; document.body.appendChild(d);
+}, 20));
+</script>
+<img src="/img/a.png">
+</body></html>`)
 }
 
 // isolationKeepalive starts, as it loads, a keepalive fetch, which outlives
