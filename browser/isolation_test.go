@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -603,6 +604,30 @@ func TestWipeClearsPartitionedStorage(t *testing.T) {
 	unmarshal(t, res.Data, &st)
 	if len(st.Local) > 0 || len(st.IndexedDB) > 0 || len(st.Caches) > 0 || len(st.Session) > 0 || st.ScriptCookies != "" {
 		t.Errorf("the next job's frame of the same site sees job A's frame's state: %+v", st)
+	}
+}
+
+// TestWipeClearsSessionStorageOfAnOriginLeft: a page stores session storage
+// on one site and goes on to another that embeds a frame of the first.
+// Session storage is cleared through a live frame of its origin, and the
+// only one left is partitioned under the other site: the first site's own
+// area must go too (a review suspected it stayed). In shared mode it stays.
+func TestWipeClearsSessionStorageOfAnOriginLeft(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	top, other := e.site.URL, withHost(t, e.site.URL, "localhost")
+	embed := top + "/isolation/embed?src=" + url.QueryEscape(other+"/isolation/get")
+	for _, iso := range []Isolation{IsolationWipe, IsolationShared} {
+		s := e.session(t)
+		res, err := s.Render(ctx, Request{URL: other + "/isolation/hop?to=" + url.QueryEscape(embed), Isolation: iso,
+			Wait: Wait{Selector: "#ready"}, Extract: "location.href"})
+		if err != nil || string(res.Data) != strconv.Quote(embed) {
+			t.Fatalf("%s, job A: %v, %s; want it at %s", iso, err, resData(res), embed)
+		}
+		st := readState(t, s, other+"/isolation/get", iso)
+		if want := iso == IsolationShared; slices.Contains(st.Session, "hop") != want {
+			t.Errorf("%s: the next job on the first site sees session storage %v; want job A's: %t", iso, st.Session, want)
+		}
 	}
 }
 

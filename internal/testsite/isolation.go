@@ -28,6 +28,7 @@ func (s *site) isolationRoutes() {
 	m.HandleFunc("GET /isolation/leave", s.isolationLeave)
 	m.HandleFunc("GET /isolation/reopen", s.isolationReopen)
 	m.HandleFunc("GET /isolation/csp", s.isolationCSP)
+	m.HandleFunc("GET /isolation/hop", s.isolationHop)
 	m.HandleFunc("GET /isolation/keepalive", s.isolationKeepalive)
 	m.HandleFunc("/isolation/cookie", s.isolationCookie)
 	m.HandleFunc("GET /isolation/sw.js", s.isolationSW)
@@ -164,6 +165,17 @@ document.addEventListener('securitypolicyviolation', () => setTimeout(() => {
 </script>
 <img src="/img/a.png">
 </body></html>`)
+}
+
+// isolationHop sets sessionStorage's hop on its origin and goes on to ?to=.
+func (s *site) isolationHop(w http.ResponseWriter, r *http.Request) {
+	to, err := json.Marshal(r.URL.Query().Get("to"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Hop</title></head><body>
+<script>sessionStorage.setItem('hop', '1'); location.href = `+string(to)+`;</script></body></html>`)
 }
 
 // isolationKeepalive starts, as it loads, a keepalive fetch, which outlives
