@@ -55,9 +55,9 @@ type Consumer struct {
 	ran           bool
 	running       bool
 	runErr        error
-	unacquired    int                               // claimed jobs whose goroutine has no slot yet
-	held          int                               // claimed jobs not yet recorded
-	live          map[int64]context.CancelCauseFunc // jobs rendering or being reported: the leases heartbeats renew; each stops its job
+	unacquired    int                // claimed jobs whose goroutine has no slot yet
+	held          int                // claimed jobs not yet recorded
+	live          map[int64]*liveJob // jobs rendering or being reported: the leases heartbeats renew
 	lastBeat      time.Time
 	beatErr       error
 	startedAt     time.Time
@@ -123,7 +123,7 @@ func newConsumer(cfg ConsumerConfig, q consumerQueue, sup *supervisor.Supervisor
 		stopReports: stopReports,
 		busyChanged: make(chan struct{}, 1),
 		fenced:      make(chan struct{}),
-		live:        map[int64]context.CancelCauseFunc{},
+		live:        map[int64]*liveJob{},
 	}
 }
 

@@ -112,21 +112,32 @@ func (c *Consumer) claimable() (free, remaining int) {
 	return max(0, min(free, remaining)), max(0, remaining)
 }
 
+// liveJob is one claimed attempt's entry in Consumer.live.
+type liveJob struct {
+	stop context.CancelCauseFunc // stops its render
+}
+
 // start runs one claimed job on its own goroutine, under a context of its
 // own that stopGone cancels.
 func (c *Consumer) start(jobsCtx context.Context, jobs *sync.WaitGroup, j jobqueue.Job) {
 	ctx, stop := context.WithCancelCause(jobsCtx)
+	lj := &liveJob{stop: stop}
 	c.mu.Lock()
 	c.unacquired++
 	c.held++
-	c.live[j.ID] = stop
+	// A job taken back from this node (declared lost) and given to it
+	// again can be claimed while its earlier attempt's goroutine is still
+	// ending: the newer attempt's entry replaces it, and stays.
+	c.live[j.ID] = lj
 	c.mu.Unlock()
 	c.signal(c.busyChanged)
 	jobs.Go(func() {
 		defer func() {
 			c.mu.Lock()
 			c.held--
-			delete(c.live, j.ID)
+			if c.live[j.ID] == lj {
+				delete(c.live, j.ID)
+			}
 			c.mu.Unlock()
 			stop(nil)
 			c.signal(c.busyChanged)
@@ -149,8 +160,8 @@ func (c *Consumer) stopGone(ids []int64) {
 	c.mu.Lock()
 	stops := make([]context.CancelCauseFunc, 0, len(ids))
 	for _, id := range ids {
-		if stop := c.live[id]; stop != nil {
-			stops = append(stops, stop)
+		if lj := c.live[id]; lj != nil {
+			stops = append(stops, lj.stop)
 		}
 	}
 	c.mu.Unlock()
@@ -178,6 +189,9 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	c.unacquired--
 	c.mu.Unlock()
 	if err != nil {
+		if c.gone(ctx, log, err) {
+			return
+		}
 		// The node is stopping or its supervisor failed before the job
 		// started: not the job's fault.
 		c.fail(j, log, nodeFault{&browser.Error{Class: browser.ClassCanceled, Retriable: true,
@@ -203,6 +217,9 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	slot.Release()
 	c.signal(c.jobDone)
 	if err != nil {
+		if c.gone(ctx, log, err) {
+			return
+		}
 		if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%w)", cause, err)
 		}
@@ -211,6 +228,19 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	}
 	res.Links = c.followable(res.Links)
 	c.complete(ctx, j, log, res, took)
+}
+
+// gone reports whether the job's render was stopped because the queue no
+// longer has this attempt processing on the node (stopGone), and logs it.
+// Such an attempt has nothing to record: the queue would refuse a failure
+// for it — or, if the job was given to this node again meanwhile, charge
+// the failure to the newer attempt, which runs on.
+func (c *Consumer) gone(ctx context.Context, log *zap.Logger, err error) bool {
+	if !errors.Is(context.Cause(ctx), errJobGone) {
+		return false
+	}
+	log.Info("job stopped: it is no longer this node's", zap.Error(err))
+	return true
 }
 
 // wakeups are the notifications that wake the claim loop: ready closes once

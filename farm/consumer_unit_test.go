@@ -168,7 +168,7 @@ func TestUnitFailKeepsTheAnswerOfAFinalFailure(t *testing.T) {
 func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	fq := &fakeQueue{}
 	c := fakeConsumer(t, fq, 6, Off)
-	c.live[3], c.live[5] = func(error) {}, func(error) {}
+	c.live[3], c.live[5] = &liveJob{stop: func(error) {}}, &liveJob{stop: func(error) {}}
 	c.heartbeat(context.Background())
 	delete(c.live, 3) // its report was given up on: its lease must run out
 	c.heartbeat(context.Background())
@@ -187,7 +187,8 @@ func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 }
 
 // TestUnitHeartbeatStopsJobsGone: a job the heartbeat says is no longer
-// the node's (canceled meanwhile) stops at once; the others go on.
+// the node's (canceled meanwhile) stops at once, and records nothing: the
+// queue holds no attempt of it here to fail. The others go on.
 func TestUnitHeartbeatStopsJobsGone(t *testing.T) {
 	fq := &fakeQueue{gone: map[int64]bool{1: true}}
 	c := fakeConsumer(t, fq, 6, Off)
@@ -197,19 +198,68 @@ func TestUnitHeartbeatStopsJobsGone(t *testing.T) {
 		c.start(jobsCtx, &jobs, j) // each waits for a slot: no Chrome runs
 	}
 	c.heartbeat(context.Background())
-	deadline := time.Now().Add(30 * time.Second)
-	for len(fq.snapshot().fails) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the job gone was not stopped in 30s")
-		}
-		time.Sleep(time.Millisecond)
+	awaitHeld(t, c, 1)
+	c.mu.Lock()
+	_, live1 := c.live[1]
+	c.mu.Unlock()
+	if live1 {
+		t.Error("the job gone is still live")
 	}
-	got := fq.snapshot()
-	if len(got.fails) != 1 || got.fails[0].id != 1 {
-		t.Fatalf("jobs ended %+v, want job 1 only", got.fails)
+	if got := fq.snapshot(); len(got.fails) != 0 {
+		t.Errorf("outcomes recorded %+v, want none", got.fails)
 	}
 	stopJobs(errors.New("test over"))
 	jobs.Wait()
+}
+
+// TestUnitJobClaimedAgainKeepsItsLease: a job taken back from the node and
+// given to it again is claimed while its earlier attempt's goroutine still
+// ends. The earlier one's end must neither drop the newer attempt from the
+// leases the heartbeat renews nor record anything against it.
+func TestUnitJobClaimedAgainKeepsItsLease(t *testing.T) {
+	fq := &fakeQueue{}
+	c := fakeConsumer(t, fq, 6, Off)
+	jobsCtx, stopJobs := context.WithCancelCause(context.Background())
+	var jobs sync.WaitGroup
+	j := fakeJobs(1)[0]
+	c.start(jobsCtx, &jobs, j) // waits for a slot: no Chrome runs
+	c.mu.Lock()
+	earlier := c.live[j.ID]
+	c.mu.Unlock()
+	j.Attempts++
+	c.start(jobsCtx, &jobs, j)
+	earlier.stop(errJobGone)
+	awaitHeld(t, c, 1)
+	c.heartbeat(context.Background())
+	got := fq.snapshot()
+	if len(got.beats) != 1 || !slices.Equal(got.beats[0], []int64{j.ID}) {
+		t.Errorf("renewed %v, want [[%d]]: the newer attempt's lease", got.beats, j.ID)
+	}
+	if len(got.fails) != 0 {
+		t.Errorf("outcomes recorded %+v, want none", got.fails)
+	}
+	stopJobs(errors.New("test over"))
+	jobs.Wait()
+}
+
+// awaitHeld waits until the consumer holds n claimed jobs. Nothing else
+// reads busyChanged in these tests: a job's end signals it.
+func awaitHeld(t *testing.T, c *Consumer, n int) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		c.mu.Lock()
+		held := c.held
+		c.mu.Unlock()
+		if held == n {
+			return
+		}
+		select {
+		case <-c.busyChanged:
+		case <-timeout:
+			t.Fatalf("%d jobs held after 30 s, want %d", held, n)
+		}
+	}
 }
 
 func TestUnitFencedHeartbeatStopsTheClaimLoop(t *testing.T) {
