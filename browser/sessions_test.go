@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/target"
 )
 
 // TestSharedContext checks the opt-out of isolation: a session reuses its
@@ -215,5 +218,69 @@ func TestClosingARetiredSessionEndsItsPages(t *testing.T) {
 		}
 		// Target.closeTarget answers before the page is gone.
 		waitTabGone(t, e, path)
+	}
+}
+
+// TestGivenUpSharedTabIsClosed: opening a tab of the default context that
+// is given up half-way (its job's time ran out) leaves no tab behind. Such a
+// tab has no context of its own whose disposal would close it: before,
+// Chrome made it while the call creating it, or chromedp's attach, was
+// given up, and it stayed open until Chrome's end (99 of 100 here).
+func TestGivenUpSharedTabIsClosed(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	ref, err := s.newTab(ctx, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cdp.Call(ctx, e.b.cdpB, target.GetTargetInfo, target.GetTargetInfoParams{TargetID: ref.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := info.TargetInfo.BrowserContextID
+	ref.close()
+	// Full Chrome keeps the window it started with: the tabs of the
+	// default context open now, the reference's closing awaited.
+	sharedTabs := func() int {
+		t.Helper()
+		res, err := cdp.Call(ctx, e.b.cdpB, target.GetTargets, target.GetTargetsParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, ti := range res.TargetInfos {
+			if ti.Type == "page" && ti.BrowserContextID == shared && ti.TargetID != ref.id {
+				n++
+			}
+		}
+		return n
+	}
+	before := sharedTabs()
+	gaveUp := 0
+	for i := range 100 {
+		tctx, cancel := context.WithTimeout(ctx, time.Duration(i)*250*time.Microsecond)
+		tb, err := s.newTab(tctx, nil, true)
+		cancel()
+		if err != nil {
+			gaveUp++
+			continue
+		}
+		tb.close()
+	}
+	if gaveUp == 0 {
+		t.Fatal("no attempt was given up: the test proves nothing")
+	}
+	// Chrome lists a closed tab a little longer.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		open := sharedTabs()
+		if open == before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 100 openings given up; %d tabs of the default context open, %d before", gaveUp, open, before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

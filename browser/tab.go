@@ -101,7 +101,9 @@ func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*t
 			// asks for a proxy gets it for every host.
 			params.ProxyBypassList = "<-loopback>"
 		}
-		res, err := cdp.Call(ctx, b.cdpB, target.CreateBrowserContext, params)
+		cctx, cancel := uncanceled(ctx)
+		res, err := cdp.Call(cctx, b.cdpB, target.CreateBrowserContext, params)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("creating a browser context: %w", err)
 		}
@@ -114,6 +116,19 @@ func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*t
 	opts := []chromedp.ContextOption{chromedp.WithDetachOnCancel()}
 	if t.bcid != "" {
 		opts = append(opts, chromedp.WithExistingBrowserContext(t.bcid))
+	} else {
+		// A tab of the default context is not closed with a context of its
+		// own: it is made here, so that its id is known to close it should
+		// the attach fail or be given up (chromedp keeps the id of a
+		// target it made to itself).
+		cctx, cancel := uncanceled(ctx)
+		res, err := cdp.Call(cctx, b.cdpB, target.CreateTarget, target.CreateTargetParams{URL: "about:blank", NewWindow: ptr(true)})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("creating a tab: %w", err)
+		}
+		t.id = res.TargetID
+		opts = append(opts, chromedp.WithTargetID(t.id))
 	}
 	tctx, tcancel := chromedp.NewContext(s.ctx, opts...)
 	t.ctx, t.cancel = tctx, tcancel
@@ -149,6 +164,13 @@ func (s *Session) newTab(ctx context.Context, proxy *proxySpec, shared bool) (*t
 		return nil, fmt.Errorf("opening a tab: %w", err)
 	}
 	return t, nil
+}
+
+// uncanceled bounds a CDP call that makes something in Chrome by closeWait,
+// not by ctx: given up half-way, the call would leave what Chrome made
+// unknown, and open until Chrome's end. The caller checks ctx after it.
+func uncanceled(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), closeWait)
 }
 
 // slim turns off what chromedp enables on attach that the render path does
