@@ -35,6 +35,9 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	claimBackoff := time.Duration(0)
+	// unanswered: a claim failed on the way, and may have committed: the
+	// jobs it took are processing on the node, started by nobody.
+	unanswered := false
 	for {
 		if c.isFenced() {
 			return stopFenced
@@ -59,7 +62,23 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 			// their lease runs out, each charged an attempt it never had.
 			// A claim that returns is started; the stop is seen next turn.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-			claimed, err := c.inc.Claim(cctx, free)
+			var claimed []jobqueue.Job
+			var err error
+			if unanswered {
+				// Every job started is in live now: the others processing
+				// here go back to the node's queue, their attempt given
+				// back, and this turn's claim starts them.
+				var back []int64
+				if back, err = c.inc.Unclaim(cctx, c.liveJobs()); err == nil {
+					unanswered = false
+					if len(back) > 0 {
+						c.log.Warn("a claim's answer was lost: its jobs are claimed again", zap.Int64s("jobs", back))
+					}
+				}
+			}
+			if err == nil {
+				claimed, err = c.inc.Claim(cctx, free)
+			}
 			cancel()
 			switch {
 			case errors.Is(err, jobqueue.ErrFenced):
@@ -68,6 +87,7 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 			case err != nil && ctx.Err() != nil:
 				return stopSignal
 			case err != nil:
+				unanswered = true
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
 				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", claimBackoff))
 				if !ctxtime.Sleep(ctx, claimBackoff) {

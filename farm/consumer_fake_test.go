@@ -2,6 +2,7 @@ package farm
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -21,6 +22,8 @@ type fakeQueue struct {
 	jobs         []jobqueue.Job  // handed out by Claim, in order
 	perClaim     int             // at most this many jobs per Claim; 0: no limit
 	claimErr     error           // Claim's error, when set
+	claimErrs    []error         // Claim's errors, one per call, before claimErr
+	unclaimErr   error           // Unclaim's error
 	complete     map[int64]error // each job's CompleteMany outcome
 	manyErrs     []error         // CompleteMany's call errors, one per call, then nil
 	failState    jobqueue.State  // what Fail answers
@@ -36,6 +39,7 @@ type fakeQueue struct {
 
 	// recorded calls
 	claims     []int
+	unclaims   []fakeUnclaim
 	manyCalls  int
 	completed  []int64
 	fails      []fakeFail
@@ -44,6 +48,11 @@ type fakeQueue struct {
 	released   int
 	states     []jobqueue.NodeState
 	registered []jobqueue.NodeInfo
+}
+
+type fakeUnclaim struct {
+	keep        []int64 // sorted
+	afterClaims int     // Claim calls before it
 }
 
 type registerAnswer struct {
@@ -117,6 +126,9 @@ func (f *fakeQueue) Claim(_ context.Context, n int) ([]jobqueue.Job, error) {
 	f.claims = append(f.claims, n)
 	var out []jobqueue.Job
 	err := f.claimErr
+	if len(f.claimErrs) > 0 {
+		err, f.claimErrs = f.claimErrs[0], f.claimErrs[1:]
+	}
 	if err == nil {
 		k := min(n, len(f.jobs))
 		if f.perClaim > 0 {
@@ -127,6 +139,13 @@ func (f *fakeQueue) Claim(_ context.Context, n int) ([]jobqueue.Job, error) {
 	}
 	f.mu.Unlock()
 	return out, err
+}
+
+func (f *fakeQueue) Unclaim(_ context.Context, keep []int64) ([]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unclaims = append(f.unclaims, fakeUnclaim{keep: slices.Sorted(slices.Values(keep)), afterClaims: len(f.claims)})
+	return nil, f.unclaimErr
 }
 
 func (f *fakeQueue) Fail(_ context.Context, jobID int64, errText, class string, retriable bool) (jobqueue.State, error) {
@@ -185,7 +204,7 @@ func (f *fakeQueue) snapshot() fakeQueue {
 		completed: append([]int64(nil), f.completed...), fails: append([]fakeFail(nil), f.fails...),
 		saved: append([]fakeSave(nil), f.saved...), beats: append([][]int64(nil), f.beats...),
 		released: f.released, states: append([]jobqueue.NodeState(nil), f.states...),
-		registered: append([]jobqueue.NodeInfo(nil), f.registered...)}
+		registered: append([]jobqueue.NodeInfo(nil), f.registered...), unclaims: append([]fakeUnclaim(nil), f.unclaims...)}
 }
 
 // fakeConsumer is a Consumer over fq with a supervisor that is never run:

@@ -28,6 +28,7 @@ type consumerQueue interface {
 // registered the id. *jobqueue.Incarnation is it.
 type nodeIncarnation interface {
 	Claim(ctx context.Context, n int) ([]jobqueue.Job, error)
+	Unclaim(ctx context.Context, keep []int64) ([]int64, error)
 	Fail(ctx context.Context, jobID int64, errText, class string, retriable bool) (jobqueue.State, error)
 	GiveBack(ctx context.Context, jobID int64, errText, class string) (jobqueue.State, error)
 	Completion(jobID int64, res jobqueue.Result) jobqueue.Completion

@@ -329,6 +329,28 @@ func TestUnitClaimLoopStopsAtExitAfterJobs(t *testing.T) {
 	}
 }
 
+// TestUnitClaimAfterALostAnswerUnclaimsFirst: a claim that failed on the
+// way may have committed, leaving jobs processing on the node that nobody
+// runs. Before it claims again the loop hands back, through Unclaim, every
+// job processing here but the ones it started; then it claims as usual.
+func TestUnitClaimAfterALostAnswerUnclaimsFirst(t *testing.T) {
+	fq := &fakeQueue{jobs: fakeJobs(10), perClaim: 2, claimErrs: []error{nil, errors.New("connection reset by peer")},
+		failState: jobqueue.StateQueued}
+	c := fakeConsumer(t, fq, 6, 4)
+	c.cfg.PollInterval = 1
+	if r := runLoop(t, c); r != stopExitDue {
+		t.Errorf("loop stopped for %v, want exit-after-jobs", r)
+	}
+	got := fq.snapshot()
+	if !slices.Equal(got.claims, []int{4, 2, 2}) {
+		t.Errorf("claims asked %v, want [4 2 2]", got.claims)
+	}
+	want := []fakeUnclaim{{keep: []int64{1, 2}, afterClaims: 2}}
+	if len(got.unclaims) != 1 || !slices.Equal(got.unclaims[0].keep, want[0].keep) || got.unclaims[0].afterClaims != 2 {
+		t.Errorf("unclaims %+v, want %+v: once, before the third claim, keeping the jobs started", got.unclaims, want)
+	}
+}
+
 func TestUnitClaimable(t *testing.T) {
 	for _, tc := range []struct {
 		capacity, exitAfter, unacquired int

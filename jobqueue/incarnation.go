@@ -44,6 +44,17 @@ func (in *Incarnation) Claim(ctx context.Context, n int) ([]Job, error) {
 	return in.q.claim(ctx, in.NodeID, in.N, n)
 }
 
+// Unclaim puts the jobs processing on the node but not in keep back in
+// its queue, their attempt given back, and returns their ids. A Claim whose
+// answer was lost (the connection dropped after it committed) leaves the
+// node holding jobs it never started, which would run out their lease and
+// be charged an attempt they never had: before it claims again, the node
+// calls Unclaim with every job it has started and not yet recorded, and
+// claims those jobs anew.
+func (in *Incarnation) Unclaim(ctx context.Context, keep []int64) ([]int64, error) {
+	return in.q.unclaim(ctx, in.NodeID, in.N, keep)
+}
+
 // Fail records a failed attempt of a job processing on the node. While
 // attempts remain and the error is retriable the job goes back to pending
 // after an exponential backoff with jitter; otherwise it is failed. The error

@@ -3,6 +3,7 @@ package jobqueue
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -72,6 +73,8 @@ func TestOldIncarnationIsFenced(t *testing.T) {
 	fenced("claim", err)
 	_, err = old.Release(ctx)
 	fenced("release", err)
+	_, err = old.Unclaim(ctx, nil)
+	fenced("unclaim", err)
 	_, err = old.SetState(ctx, NodeDraining, "")
 	fenced("drain", err)
 	_, err = old.SetState(ctx, NodeExited, ExitRecycle)
@@ -158,5 +161,56 @@ func TestRegisterWaitsOnlyForALiveHolder(t *testing.T) {
 	c, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 6, PID: 3})
 	if err != nil || c.Incarnation <= b.Incarnation {
 		t.Fatalf("register after the holder went stale = %+v, %v", c, err)
+	}
+}
+
+// TestUnclaimGivesBackAClaimNeverAnswered: a node whose claim committed but
+// whose answer was lost holds jobs it never started; Unclaim, given the
+// jobs it runs, puts the others back in its queue with their attempt given
+// back, and the next claim starts them as their first attempt.
+func TestUnclaimGivesBackAClaimNeverAnswered(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	node, _, err := q.Register(ctx, NodeInfo{ID: "n1", Hostname: "h1", PID: 100, Capacity: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := q.Incarnation(node)
+	mustEnqueue(t, q, pageSpecs(3, "u.test")...)
+	if _, err := q.Assign(ctx, "n1", 3); err != nil {
+		t.Fatal(err)
+	}
+	run, err := in.Claim(ctx, 1)
+	if err != nil || len(run) != 1 {
+		t.Fatalf("claim = %v, %v", run, err)
+	}
+	lost, err := in.Claim(ctx, 2) // its answer never reaches the node
+	if err != nil || len(lost) != 2 {
+		t.Fatalf("claim = %v, %v", lost, err)
+	}
+	back, err := in.Unclaim(ctx, []int64{run[0].ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(back)
+	if !slices.Equal(back, []int64{lost[0].ID, lost[1].ID}) {
+		t.Fatalf("unclaimed %v, want %d and %d", back, lost[0].ID, lost[1].ID)
+	}
+	if j := mustGet(t, q, run[0].ID); j.State != StateProcessing || j.Attempts != 1 {
+		t.Errorf("the job the node runs is %s at attempt %d, want processing at 1", j.State, j.Attempts)
+	}
+	for _, id := range back {
+		if j := mustGet(t, q, id); j.State != StateQueued || j.Attempts != 0 || j.NodeID != "n1" || j.LeaseExpiresAt != nil {
+			t.Errorf("unclaimed job %d: %s, attempt %d, node %q, lease %v; want queued on n1 at 0, no lease",
+				id, j.State, j.Attempts, j.NodeID, j.LeaseExpiresAt)
+		}
+	}
+	again, err := in.Claim(ctx, 4)
+	if err != nil || len(again) != 2 || again[0].Attempts != 1 || again[1].Attempts != 1 {
+		t.Fatalf("claim after the unclaim = %+v, %v; want the two jobs at attempt 1", again, err)
+	}
+	if back, err := in.Unclaim(ctx, nil); err != nil || len(back) != 3 {
+		t.Errorf("Unclaim(nil) = %v, %v; want every job processing", back, err)
 	}
 }

@@ -313,6 +313,48 @@ func (q *Queue) claim(ctx context.Context, nodeID string, inc int64, n int) ([]J
 	return jobs, nil
 }
 
+// unclaimSQL puts the jobs processing on node $1 (at incarnation $3) but
+// not in $2 back in its queue, their attempt given back: the jobs of a
+// claim whose answer the node never had. Processing and queued are not
+// counted in job_counts: nothing to count.
+var unclaimSQL = `
+UPDATE jobs j SET state = 'queued', attempts = greatest(j.attempts - 1, 0),
+    started_at = NULL, lease_expires_at = NULL
+WHERE j.node_id = $1 AND j.state = 'processing' AND NOT (j.id = ANY($2::bigint[]))
+  AND ` + fence("$1", "$3") + `
+RETURNING j.id`
+
+func (q *Queue) unclaim(ctx context.Context, nodeID string, inc int64, keep []int64) ([]int64, error) {
+	if keep == nil {
+		keep = []int64{} // NULL would match no job
+	}
+	var ids []int64
+	err := q.sendBatch(ctx, "unclaim", func(b *pgx.Batch) {
+		ids = ids[:0]
+		b.Queue(noJITSQL)
+		// The node row first, as every statement that changes a node's
+		// jobs locks it (heartbeat).
+		b.Queue(heartbeatLockSQL, nodeID, inc)
+		b.Queue(unclaimSQL, nodeID, keep, inc).Query(func(rows pgx.Rows) error {
+			var id int64
+			_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+				ids = append(ids, id)
+				return nil
+			})
+			return err
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("unclaim for node %q: %w", nodeID, err)
+	}
+	if len(ids) == 0 {
+		if err := q.fenceErr(ctx, nodeID, inc); err != nil {
+			return nil, fmt.Errorf("unclaim: %w", err)
+		}
+	}
+	return ids, nil
+}
+
 // renewSQL locks the jobs it renews in id order first, the order
 // CompleteMany locks them in: an UPDATE alone would lock them in the order
 // its scan meets them, and a heartbeat and a completion of the same jobs
