@@ -117,7 +117,10 @@ var baseFlags = []string{
 	"--disable-backgrounding-occluded-windows",
 	"--disable-renderer-backgrounding",
 	"--disable-hang-monitor",
-	"--disable-ipc-flooding-protection",
+	// No --disable-ipc-flooding-protection (Puppeteer's default): without
+	// the protection a page calling history.replaceState in a loop held
+	// the browser process, every session with it
+	// (TestHistoryFloodStopsNoOtherSession).
 	"--disable-prompt-on-repost",
 	// The omnibox popups are WebUI renderers that new headless prewarms in
 	// every window (150 MB of RSS per Chrome for a UI nobody sees); a

@@ -168,11 +168,16 @@ const jsMeta = `function (wantHTML, cap, follow, max, maxText, maxURL) {
 // its text, cut the same way. An
 // uncaught exception or rejection is taken over (its default report
 // canceled) and reported by console.error with the uncaughtMarker, cut the
-// same way. A page that finds a console the guard never saw (a frame's
-// before its first script) can still get past it: the cap in Go still
-// bounds what is kept, not what crosses.
+// same way. The farm keeps only console errors and failed assertions:
+// every other console method does nothing, and a document forwards at most
+// jobspec.MaxConsoleErrors of those, the most a result may keep. A page
+// logging in a loop would otherwise send the node an event per call, as fast
+// as its renderer runs, ahead of every other session's messages on the one
+// connection (TestConsoleLogFloodStopsNoOtherSession). A page that finds a
+// console the guard never saw (a frame's before its first script) can still
+// get past it: the cap in Go still bounds what is kept, not what crosses.
 const jsConsoleGuard = `(() => {
-  const max = %d, marker = %q;
+  const max = %d, marker = %q, budget = %d;
   const cutText = s => s.length > max ? s.slice(0, max) + '…' : s;
   const text = v => {
     try {
@@ -189,10 +194,20 @@ const jsConsoleGuard = `(() => {
   };
   const c = globalThis.console;
   if (!c) return;
-  for (const name of ['log', 'info', 'warn', 'error', 'debug', 'trace', 'dir', 'dirxml', 'table', 'assert', 'count', 'group', 'groupCollapsed', 'timeLog', 'timeEnd']) {
+  let left = budget;
+  for (const name of ['error', 'assert']) {
     const orig = c[name];
     if (typeof orig !== 'function') continue;
-    c[name] = {[name](...args) { return orig.apply(this, args.map(cut)); }}[name];
+    c[name] = {[name](...args) {
+      if ((name === 'assert' && args[0]) || left <= 0) return;
+      left--;
+      return orig.apply(this, args.map(cut));
+    }}[name];
+  }
+  // The methods that send the node an event and return nothing.
+  for (const name of ['log', 'info', 'warn', 'debug', 'dir', 'dirxml', 'table', 'trace', 'group', 'groupCollapsed',
+                      'groupEnd', 'clear', 'count', 'countReset', 'timeLog', 'timeEnd']) {
+    if (typeof c[name] === 'function') c[name] = {[name]() {}}[name];
   }
   const report = c.error;
   globalThis.addEventListener('error', e => {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/chromedp/cdproto"
@@ -47,6 +48,7 @@ const errCodeTooLarge = -32099
 
 var (
 	answerPrefix    = []byte(`{"id":`)
+	eventPrefix     = []byte(`{"method":`)
 	leadingID       = regexp.MustCompile(`^\{"id":(\d+),`)
 	leadingMethod   = regexp.MustCompile(`^\{"method":"([A-Za-z.]+)"`)
 	trailingSession = regexp.MustCompile(`,"sessionId":"([0-9A-Fa-f]+)"\}\s*$`)
@@ -65,10 +67,60 @@ type pipeConn struct {
 	// read counts the bytes read, dropped the events dropped and
 	// droppedBytes their bytes.
 	read, dropped, droppedBytes atomic.Int64
+
+	// muted are the sessions whose events are dropped (mute), until
+	// Chrome reports them detached.
+	mu    sync.Mutex
+	muted map[target.SessionID]bool
 }
 
 func newPipeConn(r io.ReadCloser, w io.WriteCloser, maxReply int, log *zap.Logger) *pipeConn {
 	return &pipeConn{PipeConn: chromedp.NewPipeConn(r, w), br: bufio.NewReaderSize(r, 64<<10), maxReply: maxReply, log: log}
+}
+
+// mute drops the session's events from now until Chrome reports it
+// detached; answers still pass (TestPipeConnMute). chromedp routes every
+// message of the connection through one goroutine, which blocks while a
+// tab's queue (1,024 messages) is full: a page that floods events after its
+// tab's reader stopped held every session of the Chrome (a console loop did,
+// before the console guard stopped forwarding console.log: the other
+// session's renders failed, "chrome did not answer"). tab.quiet mutes the
+// session before the reader's context is canceled.
+func (c *pipeConn) mute(id target.SessionID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.muted == nil {
+		c.muted = map[target.SessionID]bool{}
+	}
+	c.muted[id] = true
+}
+
+// mutedEvent reports whether b, a whole message, is an event of a muted
+// session: told from its first and last bytes, before any decoding.
+func (c *pipeConn) mutedEvent(b []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.muted) == 0 || !bytes.HasPrefix(b, eventPrefix) {
+		return false
+	}
+	m := trailingSession.FindSubmatch(b[max(0, len(b)-keepTail):])
+	return m != nil && c.muted[target.SessionID(m[1])]
+}
+
+// noteDetached forgets a muted session that Chrome reports detached.
+func (c *pipeConn) noteDetached(msg *cdproto.Message) {
+	if msg.Method != cdproto.EventTargetDetachedFromTarget || msg.SessionID != "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.muted) == 0 {
+		return
+	}
+	var ev target.EventDetachedFromTarget
+	if jsonv2.Unmarshal(msg.Params, &ev) == nil {
+		delete(c.muted, ev.SessionID)
+	}
 }
 
 // Read reads the next message that is within its bound, or the error that
@@ -83,8 +135,15 @@ func (c *pipeConn) Read(_ context.Context, msg *cdproto.Message) error {
 			if len(bytes.TrimSpace(b)) == 0 {
 				continue
 			}
+			if c.mutedEvent(b) {
+				continue
+			}
 			*msg = cdproto.Message{}
-			return jsonv2.Unmarshal(b, msg, chromedp.DefaultUnmarshalOptions)
+			if err := jsonv2.Unmarshal(b, msg, chromedp.DefaultUnmarshalOptions); err != nil {
+				return err
+			}
+			c.noteDetached(msg)
+			return nil
 		}
 		if m := leadingID.FindSubmatch(b); m != nil {
 			id, _ := strconv.ParseInt(string(m[1]), 10, 64)

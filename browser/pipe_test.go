@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,5 +91,40 @@ func TestPipeConnBounds(t *testing.T) {
 	}
 	if c.dropped.Load() != 1 || c.read.Load() != int64(total-len(msgs)) {
 		t.Errorf("dropped %d, read %d bytes; want 1 and %d", c.dropped.Load(), c.read.Load(), total-len(msgs))
+	}
+}
+
+// TestPipeConnMute: a muted session's events are dropped, its answers pass,
+// other sessions and the browser's messages pass, and the session is
+// forgotten once Chrome reports it detached.
+func TestPipeConnMute(t *testing.T) {
+	msgs := []string{
+		`{"method":"Page.navigatedWithinDocument","params":{"frameId":"F","url":"http://a/#1"},"sessionId":"AB12"}`,
+		`{"id":7,"result":{},"sessionId":"AB12"}`,
+		`{"method":"Page.loadEventFired","params":{"timestamp":1},"sessionId":"CD34"}`,
+		`{"method":"Target.detachedFromTarget","params":{"sessionId":"AB12","targetId":"T"}}`,
+		`{"method":"Page.loadEventFired","params":{"timestamp":2},"sessionId":"AB12"}`,
+	}
+	var stream bytes.Buffer
+	for _, m := range msgs {
+		stream.WriteString(m)
+		stream.WriteByte(0)
+	}
+	c := newPipeConn(io.NopCloser(&stream), nopWriteCloser{io.Discard}, DefaultMaxMessageBytes, zap.NewNop())
+	c.mute("AB12")
+	var got []string
+	for {
+		var m cdproto.Message
+		if err := c.Read(context.Background(), &m); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			break
+		}
+		got = append(got, fmt.Sprintf("%d %s %s", m.ID, m.Method, m.SessionID))
+	}
+	want := []string{"7  AB12", "0 Page.loadEventFired CD34", "0 Target.detachedFromTarget ", "0 Page.loadEventFired AB12"}
+	if !slices.Equal(got, want) {
+		t.Errorf("read %q, want %q", got, want)
 	}
 }

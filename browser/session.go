@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,11 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
+	// The tabs' readers end with s.ctx: the ready tabs are quieted first.
+	// A tab still being prepared shows about:blank or no page yet.
+	for _, t := range s.readyTabs() {
+		t.quiet()
+	}
 	// Canceling first stops a preparation in flight at once.
 	s.cancel()
 	var errs []error
@@ -115,6 +121,24 @@ func (s *Session) Close() error {
 		return fmt.Errorf("browser: closing session: %w", err)
 	}
 	return nil
+}
+
+// readyTabs are the session's tabs that are not being prepared.
+func (s *Session) readyTabs() []*tab {
+	tabs := slices.Clone(s.kept)
+	if s.shared != nil {
+		tabs = append(tabs, s.shared)
+	}
+	if p := s.own; p != nil {
+		select {
+		case <-p.done:
+			if p.t != nil {
+				tabs = append(tabs, p.t)
+			}
+		default:
+		}
+	}
+	return tabs
 }
 
 // background runs fn on a goroutine the session owns, bounded by

@@ -284,3 +284,67 @@ func TestGivenUpSharedTabIsClosed(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestConsoleLogFloodStopsNoOtherSession: a page that logs to the console
+// in a loop sent an event per call, as fast as its renderer ran; the one
+// connection's messages of every other session queued behind them, and the
+// other session's renders failed, "chrome did not answer" (under the race
+// detector always). The console guard forwards no console.log.
+func TestConsoleLogFloodStopsNoOtherSession(t *testing.T) {
+	e := newEnv(t)
+	flooder, other := e.session(t), e.session(t)
+	ctx := context.Background()
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := other.Render(ctx, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#ready"}, Timeout: 15 * time.Second}); err != nil {
+				t.Errorf("the other session's render %d: %v", n, err)
+				return
+			}
+			n++
+		}
+	}()
+	for range 3 {
+		if _, err := flooder.Render(ctx, Request{URL: e.url("/hostile/event-flood"), Isolation: IsolationContext,
+			Wait: Wait{Selector: "#ready"}, Timeout: 15 * time.Second}); err != nil {
+			t.Errorf("flood job: %v", err)
+		}
+	}
+	_, err := flooder.Render(ctx, Request{URL: e.url("/hostile/event-flood?ready=0"), Wait: Wait{Selector: "#ready"}, Timeout: 2 * time.Second})
+	if ClassOf(err) != ClassTimeout {
+		t.Errorf("flood job that times out: %v, want a timeout", err)
+	}
+	close(stop)
+	if n := <-done; n == 0 {
+		t.Error("the other session rendered nothing during the floods")
+	}
+}
+
+// TestHistoryFloodStopsNoOtherSession: a page that calls
+// history.replaceState in a loop (a navigation within the document each,
+// which the console guard cannot stop) held Chrome's browser process while
+// --disable-ipc-flooding-protection, Puppeteer's default, was on: its own job
+// and the other session's next render failed, "chrome did not answer".
+// With the protection on Chrome throttles the calls.
+func TestHistoryFloodStopsNoOtherSession(t *testing.T) {
+	e := newEnv(t)
+	flooder, other := e.session(t), e.session(t)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := flooder.Render(ctx, Request{URL: e.url("/hostile/event-flood?kind=history"), Isolation: IsolationContext,
+			Wait: Wait{Selector: "#ready"}, Timeout: 15 * time.Second}); err != nil {
+			t.Errorf("flood job %d: %v", i, err)
+		}
+		if _, err := other.Render(ctx, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#ready"}, Timeout: 15 * time.Second}); err != nil {
+			t.Fatalf("the other session after flood job %d: %v", i, err)
+		}
+	}
+}

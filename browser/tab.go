@@ -20,6 +20,8 @@ import (
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
 
 // tab is one page target with its chromedp context, in a browser context of
@@ -86,6 +88,7 @@ type tab struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	quietOnce sync.Once
 }
 
 // newTab makes a tab: a browser context (unless shared), downloads denied in
@@ -181,7 +184,7 @@ func uncanceled(ctx context.Context) (context.Context, context.CancelFunc) {
 // get every target's events); and it sets the default viewport and user
 // agent.
 func (t *tab) slim(ctx context.Context) error {
-	guard := fmt.Sprintf(jsConsoleGuard, maxConsoleLen, uncaughtMarker)
+	guard := fmt.Sprintf(jsConsoleGuard, maxConsoleLen, uncaughtMarker, jobspec.MaxConsoleErrors)
 	if _, err := cdp.Call(ctx, t.t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: guard}); err != nil {
 		return fmt.Errorf("Page.addScriptToEvaluateOnNewDocument: %w", err)
 	}
@@ -451,6 +454,29 @@ func (t *tab) endJob() {
 	t.mu.Unlock()
 }
 
+// quiet mutes the tab's events and drains what is queued of them, once:
+// the tab's chromedp reader must outlive its events (pipeConn.mute), so it
+// runs before the reader's context is canceled (close, Session.Close).
+// The answer to Target.getTargetInfo, which the browser process gives even
+// for a hung renderer (TestPageThatLoopsAsItIsLeft), comes after every
+// event queued before it.
+func (t *tab) quiet() {
+	t.quietOnce.Do(func() {
+		if t.t == nil || t.b.pipe == nil {
+			return
+		}
+		t.b.pipe.mute(t.t.SessionID)
+		if t.ctx.Err() != nil {
+			// Its reader is gone (a session closed while the tab was being
+			// prepared): no answer would come.
+			return
+		}
+		ctx, cancel := context.WithTimeout(t.b.ctx, closeWait)
+		_, _ = cdp.Call(ctx, t.t, target.GetTargetInfo, target.GetTargetInfoParams{})
+		cancel()
+	})
+}
+
 // close detaches from the tab, waits for its event-driven calls, and
 // disposes of its browser context (which closes the tab) or, for a shared
 // tab, closes the target. It is idempotent.
@@ -468,11 +494,14 @@ func (t *tab) close() error {
 		if unwatchContext != nil {
 			unwatchContext()
 		}
-		if t.cancel != nil {
-			// Detaches (WithDetachOnCancel); the tab is closed below.
-			t.cancel()
-		}
+		t.quiet()
 		t.wg.Wait()
+		defer func() {
+			if t.cancel != nil {
+				// Detaches (WithDetachOnCancel) what closing left.
+				t.cancel()
+			}
+		}()
 		if t.bcid != "" {
 			t.closeErr = t.disposeContext()
 		} else if t.id != "" {

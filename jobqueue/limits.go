@@ -38,7 +38,6 @@ const (
 	// to: far under PostgreSQL's 1 GB per field, and small enough that a
 	// node holding a few of them stays within its memory.
 	hardMaxResultBytes = 256 << 20
-	maxConsoleLines    = 1000
 )
 
 // DefaultResultLimits returns the documented defaults.
@@ -58,7 +57,7 @@ func (l ResultLimits) Check() error {
 	}{
 		{"data_bytes", l.DataBytes, hardMaxResultBytes},
 		{"screenshot_bytes", l.ScreenshotBytes, hardMaxResultBytes},
-		{"console_errors", l.ConsoleErrors, maxConsoleLines},
+		{"console_errors", l.ConsoleErrors, jobspec.MaxConsoleErrors},
 	} {
 		if f.v < 1 || f.v > f.max {
 			return fmt.Errorf("result limit %s: %d is out of range 1..%d", f.name, f.v, f.max)

@@ -70,6 +70,9 @@ const (
 	DefaultMaxDataBytes       = 4 << 20
 	DefaultMaxScreenshotBytes = 8 << 20
 	DefaultMaxConsoleErrors   = 50
+	// MaxConsoleErrors is the most console errors a result may be set to
+	// keep; the browser forwards no more than that from one document.
+	MaxConsoleErrors = 1000
 )
 
 // Isolation names: what a job may see of the jobs before it on the same

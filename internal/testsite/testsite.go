@@ -100,6 +100,7 @@ func (s *site) routes() {
 	s.isolationRoutes()
 	m.HandleFunc("GET /console", s.console)
 	m.HandleFunc("GET /hostile/console-flood", s.hostileConsoleFlood)
+	m.HandleFunc("GET /hostile/event-flood", s.hostileEventFlood)
 	m.HandleFunc("GET /hostile/worker-log/{n}", s.hostileWorkerLog)
 	m.HandleFunc("GET /slow/{ms}", s.slow)
 	m.HandleFunc("GET /hang", s.hang)
@@ -462,6 +463,26 @@ var out = document.getElementById('out');
 out.textContent = 'cookie=' + c + ' local=' + l;
 var d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d);
 </script></body></html>`)
+}
+
+// hostileEventFlood makes CDP events without end, as fast as the page can:
+// console.log calls, or with ?kind=history history.replaceState calls (a
+// navigation within the document each). #ready appears at once (?ready=0:
+// never).
+func (s *site) hostileEventFlood(w http.ResponseWriter, r *http.Request) {
+	ready := r.URL.Query().Get("ready") != "0"
+	call := "console.log(i)"
+	switch r.URL.Query().Get("kind") {
+	case "history":
+		call = "history.replaceState(null, '', '#' + i)"
+	case "error":
+		call = "console.error(i)"
+	}
+	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Event flood</title></head><body>
+<script>
+if (%t) { const d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; document.body.appendChild(d); }
+(function flood() { for (let i = 0; i < 5000; i++) %s; setTimeout(flood, 0); })();
+</script></body></html>`, ready, call))
 }
 
 func (s *site) hostileConsoleFlood(w http.ResponseWriter, r *http.Request) {
