@@ -81,7 +81,7 @@ ExecStart=/usr/local/bin/farm consumer
 Restart=on-failure
 RestartSec=2
 SuccessExitStatus=75
-RestartPreventExitStatus=2
+RestartPreventExitStatus=64
 # SIGTERM drains: in-flight jobs finish (bounded by --drain-timeout), unstarted ones are handed back.
 KillSignal=SIGTERM
 TimeoutStopSec=120

@@ -23,9 +23,12 @@ import (
 // restart contract with the parent, defined in fleet (farm up's and
 // --respawn's restarter) and spelled in the systemd unit and the README.
 const (
-	exitOK      = 0
-	exitError   = 1
-	exitUsage   = 2
+	exitOK    = 0
+	exitError = 1
+	// exitUsage is sysexits.h's EX_USAGE, not the usual 2: Go's runtime
+	// exits 2 on a panic or a fatal error, a crash that the respawn parent
+	// and systemd must restart, where a bad configuration must not be.
+	exitUsage   = 64
 	exitRecycle = fleet.RecycleExitCode
 )
 
@@ -125,7 +128,7 @@ func usage(w io.Writer) {
 // errRecycle makes realMain exit with exitRecycle.
 var errRecycle = errors.New("recycle: process exit requested after --exit-after-jobs jobs")
 
-// usageError is a bad flag or argument: exit code 2.
+// usageError is a bad flag or argument: exitUsage.
 type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }

@@ -46,7 +46,7 @@ func runRespawn(ctx context.Context, env *environment, args []string, drain time
 		Handoff: true,
 		// A configuration error comes back on every restart: end with it, so
 		// the orchestrator shows the failure rather than a container that runs.
-		StopOn: func(code int) bool { return code == exitUsage },
+		StopOn: stopRespawning,
 		Logger: log.Named("respawn"),
 	})
 	if err != nil {
@@ -65,3 +65,8 @@ func runRespawn(ctx context.Context, env *environment, args []string, drain time
 	log.Info("respawn: stopped", zap.Int("starts", s.Starts), zap.Int("recycles", s.Recycles), zap.Int("crashes", s.Crashes))
 	return nil
 }
+
+// stopRespawning reports whether a consumer child's exit code is one that a
+// restart cannot fix: a bad configuration, exitUsage. A crash is restarted,
+// Go's exit 2 on a panic included (TestRespawnRestartsAPanickedChild).
+func stopRespawning(code int) bool { return code == exitUsage }

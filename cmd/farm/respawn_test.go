@@ -208,8 +208,9 @@ func TestConsumerRespawn(t *testing.T) {
 	}
 }
 
-// A consumer child that exits 2 (bad configuration) is not restarted in a
-// loop: the respawn parent exits 2 as well, so the orchestrator shows it.
+// A consumer child that exits exitUsage (bad configuration) is not restarted
+// in a loop: the respawn parent exits with it as well, so the orchestrator
+// shows it.
 func TestConsumerRespawnStopsOnBadConfiguration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -227,5 +228,28 @@ func TestConsumerRespawnStopsOnBadConfiguration(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "--database-url") || !strings.Contains(string(out), "not restarting it") {
 		t.Errorf("output does not name the problem:\n%s", out)
+	}
+}
+
+// TestRespawnRestartsAPanickedChild: Go's runtime exits 2 on a panic, the
+// code bad usage had until it became 64: the respawn parent stopped for good
+// on a consumer's crash, and systemd (RestartPreventExitStatus) did not
+// restart it either. A panicking process's code is one the parent restarts.
+func TestRespawnRestartsAPanickedChild(t *testing.T) {
+	if os.Getenv("FARM_TEST_PANIC") == "1" {
+		panic("a crash of the consumer")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestRespawnRestartsAPanickedChild$")
+	cmd.Env = append(os.Environ(), "FARM_TEST_PANIC=1")
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("the panicking process: %v, want an exit code", err)
+	}
+	if stopRespawning(ee.ExitCode()) {
+		t.Errorf("a child that panicked (exit %d) is not restarted", ee.ExitCode())
+	}
+	if !stopRespawning(exitUsage) {
+		t.Errorf("a child with a bad configuration (exit %d) is restarted", exitUsage)
 	}
 }
