@@ -319,10 +319,11 @@ WITH counts AS (
     ORDER BY n DESC, class
     LIMIT $3
 )
-SELECT c.class, c.n, r.id, r.url, r.node_id, r.attempts, r.err, r.finished_at, r.proxy
+SELECT c.class, c.n, r.id, r.url, r.node_id, r.attempts, r.err, r.finished_at, r.proxy, r.headers, r.cookies
 FROM counts c
 CROSS JOIN LATERAL (
     SELECT j.id, j.spec ->> 'url' AS url, coalesce(j.spec ->> 'proxy', '') AS proxy, coalesce(j.node_id, '') AS node_id,
+           j.spec -> 'headers' AS headers, j.spec -> 'cookies' AS cookies,
            j.attempts, left(coalesce(j.last_error, ''), 500) AS err, j.finished_at
     FROM jobs j
     WHERE j.state = 'failed' AND coalesce(j.error_class, '') = c.class AND j.finished_at >= $1
@@ -346,8 +347,9 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 			var class string
 			var n int64
 			var fj FailedJob
-			var proxy string
-			if err := rows.Scan(&class, &n, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt, &proxy); err != nil {
+			var secretsOf Spec // the fields that hold secrets
+			if err := rows.Scan(&class, &n, &fj.ID, &fj.URL, &fj.NodeID, &fj.Attempts, &fj.Error, &fj.FinishedAt,
+				&secretsOf.Proxy, &secretsOf.Headers, &secretsOf.Cookies); err != nil {
 				return err
 			}
 			if class == "" {
@@ -359,8 +361,8 @@ func (q *Queue) FailureGroups(ctx context.Context, since time.Time, perClass int
 				groups = append(groups, FailureGroup{ErrorClass: class, Count: n, LastAt: fj.FinishedAt})
 			}
 			g := &groups[len(groups)-1]
-			secrets := (&Spec{URL: fj.URL, Proxy: proxy}).Secrets()
-			fj.URL, fj.Error = redactURL(fj.URL, false), RedactText(fj.Error, secrets...)
+			secretsOf.URL = fj.URL
+			fj.URL, fj.Error = redactURL(fj.URL, false), RedactText(fj.Error, secretsOf.Secrets()...)
 			g.Recent = append(g.Recent, fj)
 		}
 		return rows.Err()

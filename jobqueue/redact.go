@@ -3,13 +3,16 @@ package jobqueue
 import (
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
 // Redacted stands in for a secret in every read of the queue.
 const Redacted = "redacted"
 
-// A job's secrets — the userinfo of its URL and its proxy's password — are
+// A job's secrets — the userinfo of its URL, its proxy's password (or its
+// user name when it has no password: an API key), its cookies' values and
+// the values of its headers whose names say they carry credentials — are
 // stored as submitted, because the node that renders the job needs them, and
 // are handed out only by Claim. Every other read (Get, List, results,
 // exports, failure groups, and through them the API, the dashboard and
@@ -44,12 +47,25 @@ func redactURL(raw string, keepUser bool) string {
 	if u.User == nil {
 		return raw
 	}
-	if _, has := u.User.Password(); keepUser && has {
+	if p, has := u.User.Password(); keepUser && has && p != "" {
 		u.User = url.UserPassword(u.User.Username(), Redacted)
-	} else if !keepUser {
+	} else {
+		// A proxy's user name without a password is its key.
 		u.User = url.User(Redacted)
 	}
 	return u.String()
+}
+
+// secretHeader reports whether a request header carries a credential, by
+// its name.
+func secretHeader(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"auth", "cookie", "token", "key", "secret", "session", "password", "passwd", "credential", "signature"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // Secrets lists the secret strings of a spec, for RedactText.
@@ -60,7 +76,7 @@ func (s *Spec) Secrets() []string {
 		if err != nil || u.User == nil {
 			return
 		}
-		if p, ok := u.User.Password(); ok {
+		if p, ok := u.User.Password(); ok && p != "" {
 			out = append(out, p, url.QueryEscape(p))
 		} else {
 			out = append(out, u.User.Username())
@@ -68,6 +84,16 @@ func (s *Spec) Secrets() []string {
 	}
 	add(s.URL)
 	add(s.Proxy)
+	for name, v := range s.Headers {
+		if secretHeader(name) {
+			// And the credential of a scheme's ("Bearer …").
+			_, cred, _ := strings.Cut(v, " ")
+			out = append(out, v, cred)
+		}
+	}
+	for _, c := range s.Cookies {
+		out = append(out, c.Value)
+	}
 	return out
 }
 
@@ -76,6 +102,22 @@ func (s Spec) redacted() Spec {
 	s.URL = redactURL(s.URL, false)
 	if s.Proxy != "" {
 		s.Proxy = redactURL(s.Proxy, true)
+	}
+	if len(s.Headers) > 0 {
+		h := make(map[string]string, len(s.Headers))
+		for name, v := range s.Headers {
+			if secretHeader(name) {
+				v = Redacted
+			}
+			h[name] = v
+		}
+		s.Headers = h
+	}
+	if len(s.Cookies) > 0 {
+		s.Cookies = slices.Clone(s.Cookies)
+		for i := range s.Cookies {
+			s.Cookies[i].Value = Redacted
+		}
 	}
 	return s
 }
@@ -87,11 +129,15 @@ func (j *Job) redact() {
 	j.LastError = RedactText(j.LastError, secrets...)
 }
 
-// redact rewrites a result read: a final URL or console line may carry the
-// userinfo of the job's URL.
+// redact rewrites a result read: a final URL, a console line or a link the
+// page had may carry the userinfo of the job's URL (Chrome keeps it in the
+// page's address, so a relative link resolves with it).
 func (r *Result) redact() {
 	r.FinalURL = RedactText(r.FinalURL)
 	for i, line := range r.ConsoleErrors {
 		r.ConsoleErrors[i] = RedactText(line)
+	}
+	for i, link := range r.Links {
+		r.Links[i] = RedactText(link)
 	}
 }

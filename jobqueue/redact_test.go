@@ -32,6 +32,9 @@ func TestRedact(t *testing.T) {
 		{"http://shop.test/a", false, "http://shop.test/a"},
 		{"http://bob:hunter2@proxy.test:3128", true, "http://bob:redacted@proxy.test:3128"},
 		{"socks5://proxy.test:1080", true, "socks5://proxy.test:1080"},
+		// A proxy's key as its user name, with no password or an empty one.
+		{"http://KEY123@proxy.test:8011", true, "http://redacted@proxy.test:8011"},
+		{"http://KEY123:@proxy.test:8011", true, "http://redacted@proxy.test:8011"},
 	} {
 		if got := redactURL(tc.in, tc.keepUser); got != tc.want {
 			t.Errorf("redactURL(%q, %v) = %q, want %q", tc.in, tc.keepUser, got, tc.want)
@@ -47,7 +50,9 @@ func TestReadsRedactSecrets(t *testing.T) {
 	q, _ := newTestQueue(t, Config{})
 	ctx := context.Background()
 	mustRegister(t, q, "n1", 6)
-	spec := Spec{URL: "http://bob:pw-in-url@shop.test/a", Proxy: "http://carol:proxy-pass@10.0.0.1:3128", MaxAttempts: 1}
+	spec := Spec{URL: "http://bob:pw-in-url@shop.test/a", Proxy: "http://carol:proxy-pass@10.0.0.1:3128", MaxAttempts: 1,
+		Headers: map[string]string{"Authorization": "Bearer hdr-secret", "X-Api-Key": "api-key-secret", "Accept-Language": "de"},
+		Cookies: []Cookie{{Name: "sid", Value: "cookie-secret"}}}
 	ids := mustEnqueue(t, q, spec, Spec{URL: "http://tok3n@shop.test/b", MaxAttempts: 1})
 	jobs := assignClaim(t, q, "n1", 2)
 	for _, j := range jobs {
@@ -55,11 +60,11 @@ func TestReadsRedactSecrets(t *testing.T) {
 			t.Fatalf("Claim redacted what the node needs: %+v", j.Spec)
 		}
 	}
-	if _, err := q.Fail(ctx, ids[0], "n1", "loading http://bob:pw-in-url@shop.test/a via proxy-pass: net::ERR_PROXY", "network", false); err != nil {
+	if _, err := q.Fail(ctx, ids[0], "n1", "loading http://bob:pw-in-url@shop.test/a via proxy-pass with hdr-secret: net::ERR_PROXY", "network", false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Complete(ctx, ids[1], "n1", Result{FinalURL: "http://tok3n@shop.test/b",
-		ConsoleErrors: []string{"GET http://tok3n@shop.test/x 404"}}); err != nil {
+		ConsoleErrors: []string{"GET http://tok3n@shop.test/x 404"}, Links: []string{"http://tok3n@shop.test/next"}}); err != nil {
 		t.Fatal(err)
 	}
 	var shown []any
@@ -91,13 +96,20 @@ func TestReadsRedactSecrets(t *testing.T) {
 	shown = append(shown, groups)
 	for _, v := range shown {
 		b, _ := json.Marshal(v)
-		for _, secret := range []string{"pw-in-url", "proxy-pass", "tok3n", "bob:"} {
+		for _, secret := range []string{"pw-in-url", "proxy-pass", "tok3n", "bob:", "hdr-secret", "api-key-secret", "cookie-secret"} {
 			if strings.Contains(string(b), secret) {
 				t.Errorf("a read shows %q: %s", secret, b)
 			}
 		}
 	}
-	if j.Spec.Proxy != "http://carol:redacted@10.0.0.1:3128" || j.Spec.URL != "http://redacted@shop.test/a" {
+	if j.Spec.Proxy != "http://carol:redacted@10.0.0.1:3128" || j.Spec.URL != "http://redacted@shop.test/a" ||
+		j.Spec.Headers["Accept-Language"] != "de" || j.Spec.Headers["Authorization"] != Redacted || j.Spec.Cookies[0].Value != Redacted {
 		t.Errorf("redacted spec %+v", j.Spec)
+	}
+	for _, j := range assignClaim(t, q, "n1", 1) {
+		t.Errorf("claimed %d, nothing left", j.ID)
+	}
+	if jobs[0].Spec.Headers["Authorization"] != "Bearer hdr-secret" && jobs[1].Spec.Headers["Authorization"] != "Bearer hdr-secret" {
+		t.Errorf("Claim redacted a header the node needs: %+v / %+v", jobs[0].Spec.Headers, jobs[1].Spec.Headers)
 	}
 }
