@@ -38,6 +38,11 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 	if u.Opaque != "" || u.Host == "" || u.Hostname() == "" {
 		return nil, specErr("url", "missing host in %q", raw)
 	}
+	// Go's parser lets through host characters the URL standard forbids in
+	// a domain, which Chrome then refuses: the job would fail every attempt.
+	if h := u.Hostname(); net.ParseIP(h) == nil && strings.ContainsAny(h, forbiddenDomainChars) {
+		return nil, specErr("url", "host %q has a character a URL's host may not have (one of %s)", h, forbiddenDomainChars)
+	}
 	if p := u.Port(); p != "" {
 		if len(p) > 5 || p == "0" || portNumber(p) > 65535 {
 			return nil, specErr("url", "bad port %q", p)
@@ -48,6 +53,11 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 	}
 	return u, nil
 }
+
+// forbiddenDomainChars are the characters Go's URL parser accepts in a host
+// that Chrome does not ("Cannot navigate to invalid URL", an internal
+// error, retried): the URL standard's forbidden domain code points < and >.
+const forbiddenDomainChars = `<>`
 
 func portNumber(p string) int {
 	n := 0

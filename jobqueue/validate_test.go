@@ -64,6 +64,8 @@ func TestSpecValidate(t *testing.T) {
 		{"bad host", ok(func(s *Spec) { s.URL = "http://[::1/" }), "url", "malformed URL"},
 		{"missing host", ok(func(s *Spec) { s.URL = "http:///path" }), "url", "missing host"},
 		{"opaque http", ok(func(s *Spec) { s.URL = "http:example.com" }), "url", "missing host"},
+		{"forbidden host character <", ok(func(s *Spec) { s.URL = "http://a<b.example/" }), "url", "a character a URL's host may not have"},
+		{"forbidden host character >", ok(func(s *Spec) { s.URL = "http://a>b.example/" }), "url", "a character a URL's host may not have"},
 		{"port out of range", ok(func(s *Spec) { s.URL = "http://example.com:99999/" }), "url", "bad port"},
 		// Chrome answers net::ERR_UNSAFE_PORT for these.
 		{"unsafe port 6000", ok(func(s *Spec) { s.URL = "http://example.com:6000/" }), "url", "browsers refuse"},
