@@ -477,9 +477,9 @@ func (t *tab) quiet() {
 	})
 }
 
-// close detaches from the tab, waits for its event-driven calls, and
-// disposes of its browser context (which closes the tab) or, for a shared
-// tab, closes the target. It is idempotent.
+// close quiets the tab, waits for its event-driven calls, disposes of its
+// browser context (which closes the tab) or, for a shared tab, closes the
+// target, and then detaches. It is idempotent.
 func (t *tab) close() error {
 	t.closeOnce.Do(func() {
 		t.mu.Lock()
