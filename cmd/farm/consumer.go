@@ -274,7 +274,8 @@ func addrRules(out []egress.Rule, a netip.Addr, port uint16) []egress.Rule {
 
 // listenRules are the destinations a listen address answers on: its IP and
 // port, or every address of the machine with that port when it listens on
-// all of them.
+// all of them or is given by a name (localhost, the host's name: whatever
+// it resolves to is one of the machine's addresses).
 func listenRules(addr string) []egress.Rule {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -287,7 +288,7 @@ func listenRules(addr string) []egress.Rule {
 	var ips []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
 		ips = append(ips, a)
-	} else if host == "" || err == nil {
+	} else {
 		ips = interfaceAddrs()
 	}
 	var out []egress.Rule

@@ -44,6 +44,18 @@ func TestConsumerEgressFlags(t *testing.T) {
 	if rules := listenRules("0.0.0.0:8080"); len(rules) == 0 || !rules[0].Matches(netip.MustParseAddrPort(rules[0].Prefix.Addr().String()+":8080")) {
 		t.Errorf("listenRules(0.0.0.0:8080) = %v, want the machine's addresses on port 8080", rules)
 	}
+	// A name, resolved or not, is one of the machine's addresses: before,
+	// --health-addr localhost:9091 left the health endpoint open to jobs
+	// wherever loopback was allowed.
+	o = consumerOptions{allow: "127.0.0.0/8", healthAddr: "localhost:9091"}
+	if p, err = o.egressPolicy(); err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:9091": false, "127.0.0.5:9091": false, "127.0.0.1:8000": true} {
+		if got := p.Allowed(netip.MustParseAddrPort(addr)); got != want {
+			t.Errorf("loopback allowed, health on localhost:9091: %s allowed = %v, want %v", addr, got, want)
+		}
+	}
 	// Loopback allowed on purpose: the health endpoint, listening on every
 	// address, answers on all of 127.0.0.0/8 and on ::1, and stays refused
 	// there; other ports of loopback stay open.
