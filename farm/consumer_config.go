@@ -222,8 +222,13 @@ const (
 	// browser failed to end in time; the browser enforces the timeout itself.
 	renderSlack = 15 * time.Second
 	// reportTimeout bounds the attempts to record one job's outcome; past it
-	// the job's lease runs out and the producer hands it out again.
-	reportTimeout = time.Minute
+	// the job's lease runs out and the producer hands it out again. As long
+	// as the node rides out a database outage (healthBeatGrace): a managed
+	// database's failover takes a minute or two, and a rendered page is
+	// worth recording after it — the queue takes a completion while the job
+	// is live, whichever node holds it. A minute threw away the renders of
+	// a longer failover and charged their jobs an attempt each.
+	reportTimeout = healthBeatGrace
 	// drainReportGrace is how long a drain that timed out still lets the
 	// jobs record their outcomes (blob uploads, completions, failures).
 	drainReportGrace = 10 * time.Second
