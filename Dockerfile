@@ -64,7 +64,9 @@ ENV FARM_RESPAWN=true \
 # The consumer answers /healthz on FARM_HEALTH_ADDR while its loop and Chrome
 # are alive; `farm health` reads the same variable. For a producer container
 # set FARM_HEALTH_ADDR to its --listen address (it serves /healthz there too).
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+# The start period covers the consumer's wait for its database and schema
+# (--database-wait, 2 minutes), before which it serves no health endpoint.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=150s --retries=3 \
     CMD ["farm", "health"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--", "farm"]

@@ -94,6 +94,9 @@ NoNewPrivileges=true
 ProtectSystem=strict
 ProtectHome=true
 ReadWritePaths=/tmp
+# /var/lib/browserfarm, writable under ProtectSystem=strict: a file blob
+# store (--blob-store file:///var/lib/browserfarm/blobs) goes there.
+StateDirectory=browserfarm
 MemoryMax=8G
 TasksMax=4096
 LimitNOFILE=65536

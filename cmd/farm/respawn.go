@@ -24,8 +24,8 @@ const respawnStopGrace = 30 * time.Second
 // fresh-process recycle systemd gives), and after a doubling backoff when it
 // crashes. Docker and Kubernetes never see the recycle, so they never back
 // off. SIGTERM/SIGINT reach the child, which drains; this process exits 0
-// once it has. A child that exits 2 (bad configuration) is not restarted:
-// this process exits 2 too.
+// once it has. A child that exits exitUsage (bad configuration) is not
+// restarted: this process exits with it too (stopRespawning).
 func runRespawn(ctx context.Context, env *environment, args []string, drain time.Duration, log *zap.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
