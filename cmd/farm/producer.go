@@ -98,11 +98,21 @@ func (o *producerOptions) register(fs *flagSet) {
 	o.blobs.register(fs)
 }
 
+// minTokenLength is the shortest --api-token or --read-token the producer
+// takes: a bearer token is all that guards the API, and a short one — the
+// sample Secret's "change-me", applied by mistake — is guessed.
+const minTokenLength = 16
+
 // check rejects values no producer can run with, naming the flag, before
 // anything waits for the database.
 func (o *producerOptions) check() error {
 	if err := checkListenAddr("listen", o.listen); err != nil {
 		return err
+	}
+	for _, t := range []struct{ flag, v string }{{"api-token", o.apiToken}, {"read-token", o.readToken}} {
+		if t.v != "" && len(t.v) < minTokenLength {
+			return usagef("--%s: %d characters; a token needs at least %d (openssl rand -hex 24 makes one)", t.flag, len(t.v), minTokenLength)
+		}
 	}
 	if _, err := o.politeness(); err != nil {
 		return err

@@ -19,6 +19,17 @@ func TestProducerBeyondLoopbackNeedsAReadToken(t *testing.T) {
 	}
 }
 
+// TestProducerRefusesAShortToken: the sample Secret's "change-me", applied
+// by mistake, was a working API token.
+func TestProducerRefusesAShortToken(t *testing.T) {
+	for _, flag := range []string{"--api-token", "--read-token"} {
+		code, _, errOut := farmRun(t, "", nil, "producer", flag, "change-me")
+		if code != exitUsage || !strings.Contains(errOut, flag) || !strings.Contains(errOut, "at least 16") {
+			t.Errorf("producer %s change-me: code %d, stderr %q; want exit %d naming the flag", flag, code, errOut, exitUsage)
+		}
+	}
+}
+
 func TestConsumerEgressFlags(t *testing.T) {
 	for _, tc := range []struct{ flag, value, want string }{
 		{"--allow-destination", "example.com", "--allow-destination"},
