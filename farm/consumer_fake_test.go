@@ -23,7 +23,6 @@ type fakeQueue struct {
 	perClaim     int             // at most this many jobs per Claim; 0: no limit
 	claimErr     error           // Claim's error, when set
 	claimErrs    []error         // Claim's errors, one per call, before claimErr
-	unclaimErr   error           // Unclaim's error
 	complete     map[int64]error // each job's CompleteMany outcome
 	manyErrs     []error         // CompleteMany's call errors, one per call, then nil
 	failState    jobqueue.State  // what Fail answers
@@ -145,7 +144,7 @@ func (f *fakeQueue) Unclaim(_ context.Context, keep []int64) ([]int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.unclaims = append(f.unclaims, fakeUnclaim{keep: slices.Sorted(slices.Values(keep)), afterClaims: len(f.claims)})
-	return nil, f.unclaimErr
+	return nil, nil
 }
 
 func (f *fakeQueue) Fail(_ context.Context, jobID int64, errText, class string, retriable bool) (jobqueue.State, error) {

@@ -330,17 +330,13 @@ func (q *Queue) unclaim(ctx context.Context, nodeID string, inc int64, keep []in
 	}
 	var ids []int64
 	err := q.sendBatch(ctx, "unclaim", func(b *pgx.Batch) {
-		ids = ids[:0]
 		b.Queue(noJITSQL)
 		// The node row first, as every statement that changes a node's
 		// jobs locks it (heartbeat).
 		b.Queue(heartbeatLockSQL, nodeID, inc)
 		b.Queue(unclaimSQL, nodeID, keep, inc).Query(func(rows pgx.Rows) error {
-			var id int64
-			_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
-				ids = append(ids, id)
-				return nil
-			})
+			var err error
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			return err
 		})
 	})

@@ -40,7 +40,7 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 	}
 	// Go's parser lets through host characters the URL standard forbids in
 	// a domain, which Chrome then refuses: the job would fail every attempt.
-	if h := u.Hostname(); net.ParseIP(h) == nil && strings.ContainsAny(h, forbiddenDomainChars) {
+	if h := u.Hostname(); strings.ContainsAny(h, forbiddenDomainChars) {
 		return nil, specErr("url", "host %q has a character a URL's host may not have (one of %s)", h, forbiddenDomainChars)
 	}
 	if p := u.Port(); p != "" {

@@ -153,10 +153,10 @@ setTimeout(() => {
 }
 
 // isolationCSP forbids images and shows one: Chrome reports the violation
-// to /isolation/cookie (?ms= late), whose answer sets the cookie
-// csp_report. #ready appears once the report has been sent.
+// to /isolation/cookie, whose answer sets the cookie csp_report. #ready
+// appears once the report has been sent.
 func (s *site) isolationCSP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Security-Policy", "img-src 'none'; report-uri /isolation/cookie?name=csp_report&ms="+r.URL.Query().Get("ms"))
+	w.Header().Set("Content-Security-Policy", "img-src 'none'; report-uri /isolation/cookie?name=csp_report")
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>CSP</title></head><body>
 <script>
 document.addEventListener('securitypolicyviolation', () => setTimeout(() => {

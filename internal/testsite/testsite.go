@@ -472,11 +472,8 @@ var d = document.createElement('div'); d.id = 'ready'; d.textContent = 'ready'; 
 func (s *site) hostileEventFlood(w http.ResponseWriter, r *http.Request) {
 	ready := r.URL.Query().Get("ready") != "0"
 	call := "console.log(i)"
-	switch r.URL.Query().Get("kind") {
-	case "history":
+	if r.URL.Query().Get("kind") == "history" {
 		call = "history.replaceState(null, '', '#' + i)"
-	case "error":
-		call = "console.error(i)"
 	}
 	writeHTML(w, http.StatusOK, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Event flood</title></head><body>
 <script>
