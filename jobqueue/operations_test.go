@@ -263,6 +263,89 @@ func TestListPagingAndStats(t *testing.T) {
 	}
 }
 
+// A filter no index serves searches a window of ids per page: a rare match
+// costs a page at a time, pages come back short with a cursor, ids that
+// retention emptied are skipped at once, and every match is listed once.
+func TestListSearchesAWindowAtATime(t *testing.T) {
+	t.Parallel()
+	q, pool := newTestQueue(t, Config{ListWindow: 4})
+	ctx := context.Background()
+	specs := pageSpecs(20, "common.test")
+	for _, k := range []int{1, 2, 13, 19} {
+		specs[k] = Spec{URL: fmt.Sprintf("http://rare.test/page/%d", k)}
+	}
+	batch, ids, err := q.Enqueue(ctx, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retention emptied ids[4..11].
+	if _, err := pool.Exec(ctx, "DELETE FROM jobs WHERE id BETWEEN $1 AND $2", ids[4], ids[11]); err != nil {
+		t.Fatal(err)
+	}
+
+	type page struct {
+		ids            []int64
+		next, searched int64
+	}
+	got := func(f ListFilter) page {
+		t.Helper()
+		p, err := q.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := page{next: p.Next, searched: p.SearchedDownTo}
+		for _, j := range p.Jobs {
+			out.ids = append(out.ids, j.ID)
+		}
+		return out
+	}
+	var pages []page
+	f := ListFilter{Host: "rare.test", Limit: 10}
+	for {
+		if len(pages) > 5 {
+			t.Fatalf("paging does not end: %+v", pages)
+		}
+		p := got(f)
+		pages = append(pages, p)
+		if p.next == 0 {
+			break
+		}
+		f.Before = p.next
+	}
+	want := []page{
+		{[]int64{ids[19]}, ids[16], ids[16]}, // ids[16..19]
+		{[]int64{ids[13]}, ids[4], ids[12]},  // ids[12..15], then on from ids[3]
+		{[]int64{ids[2], ids[1]}, 0, 0},      // ids[0..3], the last
+	}
+	if len(pages) != len(want) {
+		t.Fatalf("pages %+v, want %+v", pages, want)
+	}
+	for i := range want {
+		if !slices.Equal(pages[i].ids, want[i].ids) || pages[i].next != want[i].next || pages[i].searched != want[i].searched {
+			t.Fatalf("page %d: %+v, want %+v", i, pages[i], want[i])
+		}
+	}
+
+	// A page that fills within the window ends where it filled.
+	if p := got(ListFilter{Host: "common.test", Limit: 2}); !slices.Equal(p.ids, []int64{ids[18], ids[17]}) || p.next != ids[17] || p.searched != 0 {
+		t.Fatalf("a full page: %+v", p)
+	}
+	// No filter, a batch's index and the in-flight jobs' are not windowed.
+	for _, f := range []ListFilter{{Limit: 20}, {BatchID: batch, Limit: 20}} {
+		if p := got(f); len(p.ids) != 12 || p.next != 0 || p.searched != 0 {
+			t.Fatalf("%+v: %+v, want the 12 jobs in one page", f, p)
+		}
+	}
+	mustRegister(t, q, "n1", 6)
+	assigned, err := q.Assign(ctx, "n1", 6)
+	if err != nil || len(assigned) == 0 {
+		t.Fatalf("assigned %v: %v", assigned, err)
+	}
+	if p := got(ListFilter{States: []State{StateQueued}, Limit: 20}); len(p.ids) != len(assigned) || p.next != 0 || p.searched != 0 {
+		t.Fatalf("queued jobs: %+v, want the %d assigned in one page", p, len(assigned))
+	}
+}
+
 func TestDeleteFinishedBefore(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()

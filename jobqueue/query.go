@@ -113,7 +113,13 @@ type ListFilter struct {
 type Page struct {
 	Jobs []Job `json:"jobs"`
 	// Next is the Before of the following page; 0 when this is the last.
+	// A page can hold fewer jobs than its limit, even none, and still have
+	// a Next: see SearchedDownTo.
 	Next int64 `json:"next,omitempty"`
+	// SearchedDownTo, when not 0, is the lowest id this page searched: no
+	// index serves the filter, so the search stopped after the queue's
+	// ListWindow ids, and older matches may lie below (Next).
+	SearchedDownTo int64 `json:"searched_down_to,omitempty"`
 }
 
 func pageLimit(n int) int {
@@ -168,7 +174,22 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 	if !f.CreatedUntil.IsZero() {
 		conds = append(conds, "j.created_at < "+arg(f.CreatedUntil))
 	}
-	if f.Before > 0 {
+	// The newest jobs fill a page with no filter at once, and a batch's or
+	// the in-flight jobs' index bounds the others; any other filter walks
+	// the ids down from the cursor, through the whole history when its
+	// matches are rare, so it searches a window of ids at a time.
+	var floor int64 // the window: ids above floor
+	if len(conds) > 0 && f.BatchID == "" && !inFlightOnly(f.States) {
+		top, err := q.maxIDBelow(ctx, f.Before)
+		if err != nil {
+			return Page{}, err
+		}
+		if top == 0 {
+			return Page{}, nil
+		}
+		floor = max(top-q.cfg.ListWindow, 0)
+		conds = append(conds, "j.id <= "+arg(top), "j.id > "+arg(floor))
+	} else if f.Before > 0 {
 		conds = append(conds, "j.id < "+arg(f.Before))
 	}
 	limit := pageLimit(f.Limit)
@@ -189,12 +210,50 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 		jobs[i].redact()
 	}
 	var p Page
-	if len(jobs) > limit {
+	switch {
+	case len(jobs) > limit:
 		jobs = jobs[:limit]
 		p.Next = jobs[limit-1].ID
+	case floor > 0:
+		// The window ran out before the page filled: go on from the newest
+		// job below it, past any ids retention emptied.
+		below, err := q.maxIDBelow(ctx, floor+1)
+		if err != nil {
+			return Page{}, err
+		}
+		if below > 0 {
+			p.Next, p.SearchedDownTo = below+1, floor+1
+		}
 	}
 	p.Jobs = jobs
 	return p, nil
+}
+
+// inFlightOnly reports whether states select only jobs held by nodes, at
+// most the fleet's capacity (jobs_node_active_idx).
+func inFlightOnly(states []State) bool {
+	for _, s := range states {
+		if s != StateQueued && s != StateProcessing {
+			return false
+		}
+	}
+	return len(states) > 0
+}
+
+// maxIDBelow returns the newest job's id below before (0: no bound), 0
+// when there is none.
+func (q *Queue) maxIDBelow(ctx context.Context, before int64) (int64, error) {
+	var id int64
+	var err error
+	if before > 0 {
+		err = q.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM jobs WHERE id < $1", before).Scan(&id)
+	} else {
+		err = q.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM jobs").Scan(&id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list jobs: newest id below %d: %w", before, err)
+	}
+	return id, nil
 }
 
 // ValidateBatchID reports whether s can be a batch id: a UUID in its

@@ -47,6 +47,13 @@ type Config struct {
 	// ResultLimits bound every stored result; zero fields take
 	// DefaultResultLimits.
 	ResultLimits ResultLimits
+	// ListWindow bounds the ids one List call searches when no index
+	// serves its filter (a host, a node, a time, a finished state): the
+	// page then holds the matches among the newest ListWindow ids below its
+	// cursor, and Page.Next goes on below them, so that a rare match costs
+	// a page at a time instead of a walk through the whole history.
+	// Default: DefaultListWindow.
+	ListWindow int64
 }
 
 // Defaults of Config.
@@ -55,6 +62,7 @@ const (
 	DefaultBackoffMax  = 10 * time.Minute
 	DefaultLease       = 2 * time.Minute
 	DefaultStaleAfter  = 15 * time.Second
+	DefaultListWindow  = 50_000
 	// MaxEnqueue bounds one Enqueue call.
 	MaxEnqueue = 100_000
 	// maxErrorText bounds a stored error message.
@@ -79,6 +87,7 @@ func (c Config) withDefaults() Config {
 		cfgrule.Resolve("BackoffMax", &c.BackoffMax, DefaultBackoffMax, false),
 		cfgrule.Resolve("Lease", &c.Lease, DefaultLease, false),
 		cfgrule.Resolve("StaleAfter", &c.StaleAfter, DefaultStaleAfter, false),
+		cfgrule.Resolve("ListWindow", &c.ListWindow, DefaultListWindow, false),
 	)
 	c.ResultLimits = c.ResultLimits.withDefaults()
 	return c

@@ -145,6 +145,7 @@ type server struct {
 //	GET  /api/nodes                  nodes with load, heartbeat age, stale/overloaded flags
 //	GET  /api/stats                  queue counts, leader, desired node count
 //	GET  /api/jobs                   ?state=a,b&node=&batch=&host=&limit=1..1000&after=<next>
+//	                                 (a page can be short with a next: jobqueue.Page.SearchedDownTo)
 //	GET  /api/jobs/{id}              the job and a summary of its result
 //	GET  /api/jobs/{id}/result       the full result
 //	GET  /api/jobs/{id}/screenshot   image/png

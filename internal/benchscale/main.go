@@ -14,8 +14,9 @@
 //
 //   - p50/p99 of GET /api/stats, /api/failures, /metrics (uncached: the
 //     scrape cache is reset before each request), the dashboard's load (the
-//     page and the four API calls it makes on load) and `farm status` (the
-//     queue calls it makes), in rounds that alternate between the sizes,
+//     page and the four API calls it makes on load), the jobs view's poll
+//     (GET /api/jobs, unfiltered and filtered by a host no job has) and
+//     `farm status` (the queue calls it makes), in rounds that alternate between the sizes,
 //     each size's p50 against the first size's of the same round;
 //   - lifecycle jobs/s: jobs enqueued, assigned, claimed and completed by 16
 //     simulated nodes of 6 slots, in rounds that alternate between the sizes'

@@ -137,6 +137,10 @@ func startReader(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Queue) (_ 
 			wg.Wait()
 			return errors.Join(errs...)
 		}},
+		// The dashboard's jobs view, as it polls: unfiltered, and filtered by
+		// a host no job has (its search bounded by jobqueue.Config.ListWindow).
+		{"jobs_view", func() error { return get("/api/jobs?limit=50") }},
+		{"jobs_view_absent_host", func() error { return get("/api/jobs?host=absent.example&limit=50") }},
 		// `farm status`: the nodes and the stats, on a connection of its own.
 		{"farm_status", func() error {
 			if _, err := status.ListNodes(ctx); err != nil {

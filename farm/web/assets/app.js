@@ -519,7 +519,7 @@
     else $("job-view").hidden = true;
   }
 
-  Object.assign(ext, {el, $, getJSON, jobLink, fmtTime, fmtAge, poll});
+  Object.assign(ext, {el, $, getJSON, jobLink, apiLink, fmtTime, fmtAge, poll});
 
   // ---- wiring ----
   function init() {

@@ -12,7 +12,7 @@
   const TOKEN_KEY = "browserfarm-api-token";
 
   const ui = window.farmDashboardUI;
-  const {el, $, getJSON, jobLink, fmtTime, fmtAge, poll} = ui;
+  const {el, $, getJSON, jobLink, apiLink, fmtTime, fmtAge, poll} = ui;
   const progress = {batch: "", seen: []};
   // What the last retry or cancel of a job did, shown again when its
   // detail is redrawn with the job's new state.
@@ -43,6 +43,16 @@
       el("td", {class: "err"}, j.last_error || "")));
     $("jobs").tBodies[0].replaceChildren(...rows);
     $("jobs-empty").hidden = rows.length > 0;
+    // A filter no index serves searches a window of the newest jobs per
+    // page (jobqueue.Page.SearchedDownTo); say so, and where older ones are.
+    const searched = $("jobs-searched");
+    searched.hidden = !page.searched_down_to;
+    if (page.searched_down_to) {
+      const older = new URLSearchParams(q);
+      older.set("after", String(page.next));
+      searched.replaceChildren("Searched the jobs down to #" + page.searched_down_to + " only. Older matches: ",
+        apiLink("/api/jobs?" + older.toString(), "the next page (JSON)"), ".");
+    }
     await refreshBatch(q.get("batch") || "");
   }
 
