@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -96,5 +97,58 @@ func TestOpenReadsNeedALoopbackHost(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("GET /api/stats with Host %q: %d, want %d", tc.host, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// TestOpenReadsRefuseAProxy: a reverse proxy on the producer's machine
+// connects from loopback and may forward a loopback Host; what it adds to
+// say whom it forwards for makes open reads refuse the request.
+func TestOpenReadsRefuseAProxy(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	for _, tc := range []struct {
+		header, value string
+		want          int
+	}{
+		{"", "", http.StatusOK},
+		{"X-Forwarded-For", "203.0.113.7", http.StatusForbidden},
+		{"Forwarded", "for=203.0.113.7", http.StatusForbidden},
+		{"X-Real-IP", "203.0.113.7", http.StatusForbidden},
+		{"X-Forwarded-Host", "farm.example", http.StatusForbidden},
+		{"Via", "1.1 nginx", http.StatusForbidden},
+	} {
+		req, err := http.NewRequest("GET", f.url+"/api/stats", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "127.0.0.1"
+		if tc.header != "" {
+			req.Header.Set(tc.header, tc.value)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET /api/stats with %s: %q: %d %s, want %d", tc.header, tc.value, resp.StatusCode, body, tc.want)
+		}
+	}
+	// With a read token the proxy is the operator's choice.
+	g := newFixture(t, func(c *Config) { c.ReadAuth, c.ReadToken = true, "read-token-0123456789" })
+	req, err := http.NewRequest("GET", g.url+"/api/stats", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Forwarded-For", "203.0.113.7")
+	req.Header.Set("Authorization", "Bearer read-token-0123456789")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a proxied read with the read token: %d, want 200", resp.StatusCode)
 	}
 }

@@ -299,6 +299,13 @@ func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 					"reads without a token answer requests to localhost or a loopback address only; set FARM_READ_TOKEN to read through another name")
 				return
 			}
+			// A reverse proxy on the same machine connects from loopback,
+			// and may pass on a loopback Host: its clients are anyone's.
+			if hdr := proxyHeader(r.Header); hdr != "" {
+				writeError(w, http.StatusForbidden,
+					"reads without a token answer direct requests only, and this one came through a proxy ("+hdr+"); set FARM_READ_TOKEN")
+				return
+			}
 			h(w, r)
 			return
 		}
@@ -320,6 +327,20 @@ func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// proxyHeaders are the headers a reverse proxy adds to say whom it
+// forwards for (RFC 7239 and the de facto ones).
+var proxyHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip", "Via"}
+
+// proxyHeader returns the first of proxyHeaders that h holds, or "".
+func proxyHeader(h http.Header) string {
+	for _, k := range proxyHeaders {
+		if _, ok := h[k]; ok {
+			return k
+		}
+	}
+	return ""
 }
 
 // loopbackHost reports whether a request's Host names this machine's
