@@ -92,7 +92,7 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	if rep := record(); rep.Nodes != 1 {
 		t.Fatalf("record: %+v", rep)
 	}
-	_, np, err := db.q.Samples(ctx, at, 10*time.Second)
+	_, np, err := db.q.Samples(ctx, at, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,13 +220,14 @@ WHERE at >= $1
 GROUP BY b
 ORDER BY b`
 
+// $3 is the nodes to return, NULL for all.
 const nodeSamplesSQL = `
 SELECT date_bin(make_interval(secs => $2::float8), at, timestamptz 'epoch') AS b, node_id,
        max(capacity), max(busy_sessions), avg(cpu_percent), max(mem_used_bytes), max(chrome_pss_bytes),
        min(coalesce(chrome_pss_min_bytes, chrome_pss_bytes)), max(coalesce(chrome_pss_max_bytes, chrome_pss_bytes)),
        max(jobs_since_chrome_start), max(chrome_restarts)
 FROM node_samples
-WHERE at >= $1
+WHERE at >= $1 AND ($3::text[] IS NULL OR node_id = ANY($3::text[]))
 GROUP BY b, node_id
 ORDER BY b, node_id`
 
@@ -235,8 +236,9 @@ ORDER BY b, node_id`
 // first. A queue bucket holds the last live counts of its samples and the
 // sums of their finishes; a node bucket holds the peaks of its samples
 // (peak PSS is what shows the recycling sawtooth), the range of the PSS and
-// the mean CPU. Since is rounded down to its bucket's start.
-func (q *Queue) Samples(ctx context.Context, since time.Time, step time.Duration) ([]QueuePoint, []NodePoint, error) {
+// the mean CPU. Since is rounded down to its bucket's start. nodes, when
+// not nil, are the only nodes whose samples are returned (ChartNodes).
+func (q *Queue) Samples(ctx context.Context, since time.Time, step time.Duration, nodes []string) ([]QueuePoint, []NodePoint, error) {
 	if step < time.Second {
 		step = time.Second
 	}
@@ -254,7 +256,7 @@ func (q *Queue) Samples(ctx context.Context, since time.Time, step time.Duration
 		}
 		return rows.Err()
 	})
-	b.Queue(nodeSamplesSQL, since, step.Seconds()).Query(func(rows pgx.Rows) error {
+	b.Queue(nodeSamplesSQL, since, step.Seconds(), nodes).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var p NodePoint
 			if err := rows.Scan(&p.At, &p.NodeID, &p.Capacity, &p.BusySessions, &p.CPUPercent, &p.MemUsedBytes,
@@ -269,6 +271,25 @@ func (q *Queue) Samples(ctx context.Context, since time.Time, step time.Duration
 		return nil, nil, fmt.Errorf("samples since %s: %w", since.Format(time.RFC3339), err)
 	}
 	return qp, np, nil
+}
+
+// ChartNodes returns the n nodes with the highest Chrome PSS sampled at or
+// after since, highest first (ties by id), and how many nodes have samples
+// there: what a per-node chart of a fleet shows when it cannot show every
+// node. Its cost is the samples since since, a node's each interval.
+func (q *Queue) ChartNodes(ctx context.Context, since time.Time, n int) (ids []string, total int, err error) {
+	err = q.pool.QueryRow(ctx, `
+WITH peaks AS (
+    SELECT node_id, max(coalesce(chrome_pss_max_bytes, chrome_pss_bytes)) AS pss
+    FROM node_samples WHERE at >= $1 GROUP BY node_id
+)
+SELECT coalesce((SELECT array_agg(node_id ORDER BY pss DESC, node_id)
+                 FROM (SELECT node_id, pss FROM peaks ORDER BY pss DESC, node_id LIMIT $2) t), '{}'),
+       (SELECT count(*) FROM peaks)`, since, n).Scan(&ids, &total)
+	if err != nil {
+		return nil, 0, fmt.Errorf("chart nodes since %s: %w", since.Format(time.RFC3339), err)
+	}
+	return ids, total, nil
 }
 
 // bucketStart rounds t down to a multiple of step since the Unix epoch, the

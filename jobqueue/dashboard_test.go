@@ -145,7 +145,7 @@ func TestSamplesBuckets(t *testing.T) {
 	}
 
 	// Step 5 s: one bucket per sample.
-	qp, np, err := q.Samples(ctx, start, 5*time.Second)
+	qp, np, err := q.Samples(ctx, start, 5*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestSamplesBuckets(t *testing.T) {
 
 	// Step 10 s: buckets of two samples aligned to the epoch (03:04:00,
 	// :10, :20, :30); node buckets hold the peaks, queue buckets the sums.
-	qp, np, err = q.Samples(ctx, start, 10*time.Second)
+	qp, np, err = q.Samples(ctx, start, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestSamplesBuckets(t *testing.T) {
 	}
 
 	// since is rounded down to its bucket; later samples only.
-	qp, _, err = q.Samples(ctx, start.Add(17*time.Second), 10*time.Second)
+	qp, _, err = q.Samples(ctx, start.Add(17*time.Second), 10*time.Second, nil)
 	if err != nil || len(qp) != 2 || qp[0].At.UTC().Format("15:04:05") != "03:04:20" {
 		t.Fatalf("samples since +17s: %+v, %v", qp, err)
 	}

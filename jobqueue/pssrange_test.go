@@ -78,7 +78,7 @@ func TestPSSRangeBetweenSamples(t *testing.T) {
 	// No heartbeat before this sample: the value alone.
 	record()
 
-	_, np, err := q.Samples(ctx, start, 5*time.Second)
+	_, np, err := q.Samples(ctx, start, 5*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestPSSRangeBetweenSamples(t *testing.T) {
 	}
 
 	// Buckets of two samples take the lowest min and the highest max.
-	_, np, err = q.Samples(ctx, start, 10*time.Second)
+	_, np, err = q.Samples(ctx, start, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

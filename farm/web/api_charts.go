@@ -90,6 +90,13 @@ type nodeSeries struct {
 type nodeSeriesSet struct {
 	T      []int64                `json:"t"`
 	Series map[string]*nodeSeries `json:"series"`
+	// Total is the nodes sampled over the last chartNodesWindow; when more
+	// than maxChartNodes, Chosen is set and Series holds only the
+	// maxChartNodes of them with the highest Chrome PSS there.
+	Total  int  `json:"total"`
+	Chosen bool `json:"chosen,omitempty"`
+	// ChosenOverSeconds is chartNodesWindow, when Chosen.
+	ChosenOverSeconds int64 `json:"chosen_over_seconds,omitempty"`
 }
 
 func columns(qp []jobqueue.QueuePoint, np []jobqueue.NodePoint) (queueSeries, nodeSeriesSet) {
@@ -150,12 +157,25 @@ func (s *server) samples(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
 	defer cancel()
-	qp, np, err := s.q.Samples(ctx, since, step)
+	top, total, err := s.q.ChartNodes(ctx, now.Add(-chartNodesWindow), maxChartNodes)
+	if err != nil {
+		s.internalError(w, r, err)
+		return
+	}
+	var only []string // nil: every node
+	if total > len(top) {
+		only = top
+	}
+	qp, np, err := s.q.Samples(ctx, since, step, only)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
 	}
 	qs, ns := columns(qp, np)
+	ns.Total = total
+	if only != nil {
+		ns.Chosen, ns.ChosenOverSeconds = true, int64(chartNodesWindow/time.Second)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"since":        since,
 		"now":          now,

@@ -207,6 +207,58 @@ func TestSamplesAndFailures(t *testing.T) {
 	f.errorOf("GET", "/api/failures?per_class=0", "", "", http.StatusBadRequest)
 }
 
+// TestSamplesOfAFleetLargerThanTheChart: past maxChartNodes nodes the
+// samples hold the nodes with the highest Chrome PSS over the last
+// chartNodesWindow only, whatever the window asked for, so that neither the
+// response nor the chart grows with the fleet.
+func TestSamplesOfAFleetLargerThanTheChart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	n := maxChartNodes + 3
+	var at time.Time
+	qc := jobqueue.New(f.pool, jobqueue.Config{Now: func() time.Time { return at }})
+	sample := func(when time.Time, pss func(i int) int64) {
+		t.Helper()
+		at = when
+		for i := range n {
+			load := jobqueue.NodeLoad{ChromePSSBytes: pss(i) << 20}
+			if _, err := qc.Incarnation(jobqueue.Node{ID: fmt.Sprintf("node-%02d", i)}).Heartbeat(ctx, load); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rep, err := qc.RecordSamples(ctx, 5*time.Second); err != nil || rep.Skipped || rep.Nodes != int64(n) {
+			t.Fatalf("record: %+v, %v", rep, err)
+		}
+	}
+	for i := range n {
+		f.register(fmt.Sprintf("node-%02d", i), 6)
+	}
+	// Half an hour ago the first nodes peaked; lately the last ones have.
+	sample(time.Now().Add(-30*time.Minute), func(i int) int64 { return int64(2000 - i) })
+	sample(time.Now().Add(-time.Minute), func(i int) int64 { return int64(100 + i) })
+
+	var s struct {
+		Nodes nodeSeriesSet `json:"nodes"`
+	}
+	f.call("GET", "/api/samples", "", "", http.StatusOK, &s)
+	if s.Nodes.Total != n || !s.Nodes.Chosen || s.Nodes.ChosenOverSeconds != int64(chartNodesWindow/time.Second) ||
+		len(s.Nodes.Series) != maxChartNodes {
+		t.Fatalf("nodes: total %d, chosen %v over %d s, %d series; want %d, true, %d series",
+			s.Nodes.Total, s.Nodes.Chosen, s.Nodes.ChosenOverSeconds, len(s.Nodes.Series), n, maxChartNodes)
+	}
+	for i := range n {
+		_, shown := s.Nodes.Series[fmt.Sprintf("node-%02d", i)]
+		if want := i >= n-maxChartNodes; shown != want {
+			t.Errorf("node-%02d shown: %v, want %v", i, shown, want)
+		}
+	}
+	// Both samples of a node shown are there, the old one too.
+	if len(s.Nodes.T) != 2 || s.Nodes.Series[fmt.Sprintf("node-%02d", n-1)].ChromePSSBytes[0] == nil {
+		t.Fatalf("buckets %v", s.Nodes.T)
+	}
+}
+
 func TestDashboardAssets(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)

@@ -19,7 +19,7 @@ func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
 // sampleCount counts the queue samples of the last two hours.
 func sampleCount(t *testing.T, q *jobqueue.Queue) int {
 	t.Helper()
-	qp, _, err := q.Samples(context.Background(), time.Now().Add(-2*time.Hour), time.Second)
+	qp, _, err := q.Samples(context.Background(), time.Now().Add(-2*time.Hour), time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestRecorderRun(t *testing.T) {
 	if runErr != nil {
 		t.Fatalf("Run returned %v, want nil", runErr)
 	}
-	_, np, err := f.q.Samples(context.Background(), time.Now().Add(-time.Hour), time.Second)
+	_, np, err := f.q.Samples(context.Background(), time.Now().Add(-time.Hour), time.Second, nil)
 	if err != nil || len(np) < 2 || np[0].NodeID != "n1" {
 		t.Fatalf("node samples: %+v, %v", np, err)
 	}
@@ -88,7 +88,7 @@ func TestRecorderPrunes(t *testing.T) {
 	if err != nil || rep.Skipped || rep.Nodes != 1 {
 		t.Fatalf("tick: %+v, %v", rep, err)
 	}
-	qp, np, err := f.q.Samples(ctx, start.Add(-time.Hour), time.Second)
+	qp, np, err := f.q.Samples(ctx, start.Add(-time.Hour), time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,12 @@ const (
 	// maxChartPoints bounds the buckets of one /api/samples series; a wider
 	// window gets wider buckets.
 	maxChartPoints = 2000
+	// maxChartNodes bounds the nodes of /api/samples: a fleet larger than
+	// that shows the nodes with the highest Chrome PSS over the last
+	// chartNodesWindow, so that a response, and the chart, do not grow
+	// with the fleet.
+	maxChartNodes    = 12
+	chartNodesWindow = 5 * time.Minute
 	// dbTimeout bounds the database work of one request.
 	dbTimeout = 15 * time.Second
 )

@@ -414,6 +414,18 @@
       }
       state.nodeRows.set(t, row);
     });
+    // A fleet larger than the chart shows its nodes with the highest PSS
+    // lately (the producer's maxChartNodes): a node that left that set
+    // leaves the chart rather than keep a line cut short.
+    const chosen = $("pss-chosen");
+    chosen.hidden = !n.chosen;
+    if (n.chosen) {
+      for (const row of state.nodeRows.values()) {
+        for (const id of Array.from(row.keys())) if (!(id in n.series)) row.delete(id);
+      }
+      chosen.textContent = "Showing the " + Object.keys(n.series).length + " of " + n.total +
+        " nodes with the highest Chrome PSS in the last " + fmtAge(n.chosen_over_seconds) + ".";
+    }
     const cutoff = Date.parse(s.now) / 1000 - WINDOW_S;
     for (const m of [state.queueRows, state.nodeRows]) {
       for (const t of Array.from(m.keys())) if (t < cutoff) m.delete(t);
