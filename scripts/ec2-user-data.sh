@@ -24,8 +24,10 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 # chromium-headless-shell is the consumers' browser (the farm's default: about
 # half the CPU per page of full Chrome); chromium stays installed for
-# FARM_BROWSER=chrome, for sites that tell the shell apart.
-apt-get install -y --no-install-recommends chromium-headless-shell chromium fonts-liberation fonts-noto-color-emoji ca-certificates curl
+# FARM_BROWSER=chrome, for sites that tell the shell apart. The fonts are the
+# image's (TestDeploymentsInstallTheSameFonts): a page renders, and its
+# screenshot looks, the same on either path.
+apt-get install -y --no-install-recommends chromium-headless-shell chromium fonts-liberation fonts-noto-color-emoji fonts-noto-cjk ca-certificates curl
 
 if [ -n "$FARM_BINARY_URL" ]; then
   curl -fsSL "$FARM_BINARY_URL" -o /usr/local/bin/farm

@@ -9,6 +9,8 @@ set -euo pipefail
 missing=()
 # The farm's default browser is the headless shell; full Chromium is the
 # other supported one, and the tests run the browser package on both.
+# fonts-liberation only: the tests need no more, while the image and the EC2
+# user data also install the CJK and emoji fonts pages are scraped with.
 if ! [ -x /usr/lib/chromium/chromium-headless-shell ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
    && ! command -v chrome-headless-shell >/dev/null 2>&1; then
   missing+=(chromium-headless-shell fonts-liberation)

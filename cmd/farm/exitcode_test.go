@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -87,5 +88,31 @@ func TestEC2UserDataUnitIsTheSystemdUnit(t *testing.T) {
 	want := string(unit[strings.Index(string(unit), "[Unit]"):])
 	if strings.TrimSpace(copied) != strings.TrimSpace(want) {
 		t.Errorf("ec2-user-data.sh's unit differs from scripts/farm-consumer.service from [Unit] on; it should read:\n%s", want)
+	}
+}
+
+// TestDeploymentsInstallTheSameFonts: the image and the EC2 user data
+// install the same fonts, or a page's text (CJK, emoji) renders as boxes in
+// one path's screenshots and not the other's. (scripts/setup.sh, for
+// development and the tests, installs fonts-liberation only.)
+func TestDeploymentsInstallTheSameFonts(t *testing.T) {
+	fonts := func(path string) []string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range regexp.MustCompile(`(?m)\b(fonts-[a-z0-9-]+)`).FindAllString(string(b), -1) {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	image, ec2 := fonts("../../Dockerfile"), fonts("../../scripts/ec2-user-data.sh")
+	if len(image) == 0 || !slices.Equal(image, ec2) {
+		t.Errorf("fonts: the image installs %v, the EC2 user data %v", image, ec2)
 	}
 }
