@@ -335,8 +335,8 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 // after a connection error, and a batch retried item by item can fail after
 // some items committed): its outcome is success, not ErrAlreadyFinished,
 // so that the node does not delete the blobs the stored result points at.
-// A blob's key names the job's attempt (blobstore.Offload), so another
-// attempt's completion never matches. Such an outcome reports no Children:
+// A blob's key is its run's own (blobstore.Offload: the attempt and a
+// nonce), so another run's completion never matches. Such an outcome reports no Children:
 // the earlier try enqueued them.
 func (q *Queue) explainNotCompleted(ctx context.Context, ids []int64, a *completeArgs, index map[int64]int, out []CompleteOutcome) error {
 	blobs := make([]*string, len(ids))

@@ -13,6 +13,8 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 // FakeS3 serves an in-memory S3 (gofakes3) on 127.0.0.1 with bucket made,
@@ -107,5 +109,39 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "credentials") || strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "m1n10pass") {
 			t.Errorf("Open(%q) = %v, want an error about credentials that does not repeat them", u, err)
 		}
+	}
+}
+
+// TestOffloadKeysAreEachRunsOwn: two runs of a job with the same attempt
+// number (a retried job counts from 0 again) and the same bytes get keys of
+// their own, so that forgetting the losing run's blobs leaves the stored
+// run's in place.
+func TestOffloadKeysAreEachRunsOwn(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "file://"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() jobqueue.Result {
+		t.Helper()
+		r := jobqueue.Result{HTML: "<p>the same page</p>", Screenshot: []byte("png")}
+		if err := Offload(ctx, s, 7, 1, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	late, stored := run(), run()
+	for i := range stored.Blobs {
+		if late.Blobs[i].Key == stored.Blobs[i].Key {
+			t.Fatalf("both runs stored their %s under %s", stored.Blobs[i].Kind, stored.Blobs[i].Key)
+		}
+	}
+	Forget(ctx, s, late.Blobs)
+	for _, b := range stored.Blobs {
+		rc, err := s.Open(ctx, b.Key)
+		if err != nil {
+			t.Fatalf("the stored run's %s after the late run's were forgotten: %v", b.Kind, err)
+		}
+		rc.Close()
 	}
 }

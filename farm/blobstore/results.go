@@ -3,6 +3,7 @@ package blobstore
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -16,16 +17,19 @@ import (
 const putTimeout = time.Minute
 
 // Offload moves a result's HTML and screenshot to the blob store,
-// leaving their references (key, size, SHA-256) in res. Keys are content
-// addressed under the job and its attempt, so a job rendered twice never
-// has one run's bytes under the other's hash, and an attempt's blobs are
-// its own: when its result is not recorded (the job finished elsewhere,
-// the result refused) the caller deletes them (Forget) without touching
-// another attempt's. Any upload error is returned, what was uploaded
-// deleted, and res left as it was: the caller fails the attempt as
-// retriable, it never completes a job whose blobs are not stored.
+// leaving their references (key, size, SHA-256) in res. Keys name the job,
+// the attempt, a random nonce of this call and the content's hash, so an
+// attempt's blobs are its own: when its result is not recorded (the job
+// finished elsewhere, the result refused) the caller deletes them (Forget)
+// without touching another run's. The attempt number alone would not do: a
+// retried job counts its attempts from 0 again, and a late completion of
+// its old run, with the same bytes, had the new run's keys. Any upload
+// error is returned, what was uploaded deleted, and res left as it was: the
+// caller fails the attempt as retriable, it never completes a job whose
+// blobs are not stored.
 func Offload(ctx context.Context, store Store, jobID int64, attempt int, res *jobqueue.Result) error {
 	var refs []jobqueue.BlobRef
+	nonce := rand.Text()[:16] // 80 bits
 	for _, b := range []struct {
 		kind, ext, contentType string
 		data                   []byte
@@ -38,7 +42,7 @@ func Offload(ctx context.Context, store Store, jobID int64, attempt int, res *jo
 		}
 		sum := sha256.Sum256(b.data)
 		hash := hex.EncodeToString(sum[:])
-		key := fmt.Sprintf("jobs/%d/%d-%s.%s", jobID, attempt, hash, b.ext)
+		key := fmt.Sprintf("jobs/%d/%d-%s-%s.%s", jobID, attempt, nonce, hash, b.ext)
 		uctx, cancel := context.WithTimeout(ctx, putTimeout)
 		err := store.Put(uctx, key, b.data, b.contentType)
 		cancel()
