@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	"go.uber.org/zap"
@@ -158,6 +159,32 @@ func (d *AWSDriver) SetDesired(ctx context.Context, n int) error {
 	if n < 0 || n > math.MaxInt32 {
 		return fmt.Errorf("autoscale: aws: desired count %d out of range", n)
 	}
+	err := d.set(ctx, n)
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "ValidationError" {
+		return err
+	}
+	// The group refuses a count outside its MinSize..MaxSize. Refused, the
+	// count would stay where it was, and the same count be refused at
+	// every reapply: a burst would wait at 3 nodes for a group whose
+	// maximum is 8, an idle night keep 7 for a group whose minimum is 1.
+	// The nearest bound is what the group can do.
+	g, derr := d.describe(ctx)
+	if derr != nil || g.MinSize == nil || g.MaxSize == nil {
+		return err
+	}
+	lo, hi := int(*g.MinSize), int(*g.MaxSize)
+	if n >= lo && n <= hi {
+		return err
+	}
+	bound := min(max(n, lo), hi)
+	d.log.Warn("desired count outside the group's size; set to its nearest bound (make the group's MinSize and MaxSize cover the producer's --autoscale-min and --autoscale-max)",
+		zap.Int("desired", n), zap.Int("set", bound), zap.Int("group_min_size", lo), zap.Int("group_max_size", hi))
+	return d.set(ctx, bound)
+}
+
+// set calls SetDesiredCapacity once (with the SDK's retries).
+func (d *AWSDriver) set(ctx context.Context, n int) error {
 	start := time.Now()
 	out, err := d.client.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
 		AutoScalingGroupName: aws.String(d.group),
@@ -177,18 +204,30 @@ func (d *AWSDriver) SetDesired(ctx context.Context, n int) error {
 // Current returns the group's desired capacity
 // (DescribeAutoScalingGroups).
 func (d *AWSDriver) Current(ctx context.Context) (int, error) {
+	g, err := d.describe(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if g.DesiredCapacity == nil {
+		return 0, fmt.Errorf("autoscale: aws: DescribeAutoScalingGroups: group %q has no desired capacity", d.group)
+	}
+	return int(*g.DesiredCapacity), nil
+}
+
+// describe returns the group (DescribeAutoScalingGroups).
+func (d *AWSDriver) describe(ctx context.Context) (types.AutoScalingGroup, error) {
 	out, err := d.client.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
 		AutoScalingGroupNames: []string{d.group},
 	})
 	if err != nil {
-		return 0, explainAWSError(err, fmt.Sprintf("DescribeAutoScalingGroups(group %q)", d.group))
+		return types.AutoScalingGroup{}, explainAWSError(err, fmt.Sprintf("DescribeAutoScalingGroups(group %q)", d.group))
 	}
 	for _, g := range out.AutoScalingGroups {
-		if aws.ToString(g.AutoScalingGroupName) == d.group && g.DesiredCapacity != nil {
-			return int(*g.DesiredCapacity), nil
+		if aws.ToString(g.AutoScalingGroupName) == d.group {
+			return g, nil
 		}
 	}
-	return 0, fmt.Errorf("autoscale: aws: DescribeAutoScalingGroups: no group %q in region %s (check the group name and region)", d.group, d.region)
+	return types.AutoScalingGroup{}, fmt.Errorf("autoscale: aws: DescribeAutoScalingGroups: no group %q in region %s (check the group name and region)", d.group, d.region)
 }
 
 // attempts reads how many tries the SDK retryer made.

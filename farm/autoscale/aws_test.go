@@ -53,6 +53,9 @@ type fakeASG struct {
 	// DescribeAutoScalingGroups finds no group.
 	desired int
 	noGroup bool
+	// minSize and maxSize bound desired as a group does: SetDesiredCapacity
+	// outside them is a ValidationError. Zero maxSize: 100.
+	minSize, maxSize int
 }
 
 type asgReply struct {
@@ -80,6 +83,15 @@ func (f *fakeASG) serve(w http.ResponseWriter, r *http.Request) {
 		reply, f.replies = f.replies[0], f.replies[1:]
 	}
 	action := r.PostForm.Get("Action")
+	maxSize := f.maxSize
+	if maxSize == 0 {
+		maxSize = 100
+	}
+	if n, err := strconv.Atoi(r.PostForm.Get("DesiredCapacity")); reply.status == 0 && action == "SetDesiredCapacity" && err == nil && n > maxSize {
+		reply = asgReply{400, "ValidationError", fmt.Sprintf("New SetDesiredCapacity value %d is above max value %d for the AutoScalingGroup.", n, maxSize)}
+	} else if reply.status == 0 && action == "SetDesiredCapacity" && err == nil && n < f.minSize {
+		reply = asgReply{400, "ValidationError", fmt.Sprintf("New SetDesiredCapacity value %d is below min value %d for the AutoScalingGroup.", n, f.minSize)}
+	}
 	result := ""
 	switch {
 	case reply.status != 0:
@@ -90,8 +102,8 @@ func (f *fakeASG) serve(w http.ResponseWriter, r *http.Request) {
 	case action == "DescribeAutoScalingGroups" && !f.noGroup:
 		result = fmt.Sprintf(`<DescribeAutoScalingGroupsResult><AutoScalingGroups><member>`+
 			`<AutoScalingGroupName>%s</AutoScalingGroupName><DesiredCapacity>%d</DesiredCapacity>`+
-			`<MinSize>0</MinSize><MaxSize>100</MaxSize></member></AutoScalingGroups></DescribeAutoScalingGroupsResult>`,
-			r.PostForm.Get("AutoScalingGroupNames.member.1"), f.desired)
+			`<MinSize>%d</MinSize><MaxSize>%d</MaxSize></member></AutoScalingGroups></DescribeAutoScalingGroupsResult>`,
+			r.PostForm.Get("AutoScalingGroupNames.member.1"), f.desired, f.minSize, maxSize)
 	case action == "DescribeAutoScalingGroups":
 		result = `<DescribeAutoScalingGroupsResult><AutoScalingGroups/></DescribeAutoScalingGroupsResult>`
 	}
@@ -269,10 +281,10 @@ func TestAWSDriverErrors(t *testing.T) {
 			[]string{"SetDesiredCapacity", testGroup, "Throttling", "Rate exceeded"}},
 		{"server error retried", []asgReply{{500, "InternalFailure", "try again"}}, 2, nil},
 		{"contention retried", []asgReply{{400, "ResourceContention", "busy"}}, 2, nil},
-		{"invalid group reported, not retried", []asgReply{{400, "ValidationError", "AutoScalingGroup name not found - AutoScalingGroup '" + testGroup + "' not found"}}, 1,
+		// A ValidationError has the group described (2 requests): the count
+		// is within its size here, so the error stands.
+		{"invalid group reported, not retried", []asgReply{{400, "ValidationError", "AutoScalingGroup name not found - AutoScalingGroup '" + testGroup + "' not found"}}, 2,
 			[]string{"ValidationError", "check the group name and region", "not found", `"` + testGroup + `"`}},
-		{"count above group max", []asgReply{{400, "ValidationError", "New SetDesiredCapacity value 12 is above max value 10 for the AutoScalingGroup."}}, 1,
-			[]string{"ValidationError", "min and max size", "above max value 10"}},
 		{"access denied", []asgReply{{403, "AccessDenied", "User is not authorized to perform: autoscaling:SetDesiredCapacity"}}, 1,
 			[]string{"AccessDenied", "lack this autoscaling permission"}},
 		{"activity in progress", []asgReply{{400, "ScalingActivityInProgress", "Scaling activity is in progress"}}, 1,
@@ -292,6 +304,9 @@ func TestAWSDriverErrors(t *testing.T) {
 				t.Errorf("%d requests, want %d", len(calls), tc.calls)
 			}
 			for i, c := range calls {
+				if c.get("Action") == "DescribeAutoScalingGroups" && i == len(calls)-1 {
+					continue
+				}
 				if c.get("Action") != "SetDesiredCapacity" || c.get("DesiredCapacity") != "12" || c.get("AutoScalingGroupName") != testGroup {
 					t.Errorf("request %d: %v", i, c.form)
 				}
@@ -435,6 +450,30 @@ func TestReconcilerSurvivesAWSErrors(t *testing.T) {
 
 // TestAWSDriverCurrent reads the group's desired capacity back, and names
 // the group and region when it does not exist.
+// TestAWSDriverKeepsToTheGroupsSize: a count outside the group's MinSize
+// and MaxSize, which AWS refuses, is set to the nearest bound instead of
+// leaving the group where it was; the error of a count within them stands.
+func TestAWSDriverKeepsToTheGroupsSize(t *testing.T) {
+	asg := newFakeASG(t)
+	asg.desired, asg.minSize, asg.maxSize = 3, 1, 8
+	log, logs := observed(t)
+	d, err := NewAWSWithConfig(staticAWS("us-east-2"), testAWSConfig(asg.srv.URL), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ ask, want int }{{10, 8}, {0, 1}, {5, 5}} {
+		if err := d.SetDesired(t.Context(), tc.ask); err != nil {
+			t.Fatalf("SetDesired(%d): %v", tc.ask, err)
+		}
+		if n, err := d.Current(t.Context()); n != tc.want || err != nil {
+			t.Errorf("after SetDesired(%d) the group wants %d (%v), want %d", tc.ask, n, err, tc.want)
+		}
+	}
+	if n := logs.FilterMessageSnippet("outside the group's size").Len(); n != 2 {
+		t.Errorf("%d warnings of a count outside the group's size, want 2", n)
+	}
+}
+
 func TestAWSDriverCurrent(t *testing.T) {
 	asg := newFakeASG(t)
 	asg.desired = 8
