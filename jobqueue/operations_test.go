@@ -299,31 +299,38 @@ func TestListSearchesAWindowAtATime(t *testing.T) {
 		}
 		return out
 	}
-	var pages []page
-	f := ListFilter{Host: "rare.test", Limit: 10}
-	for {
-		if len(pages) > 5 {
-			t.Fatalf("paging does not end: %+v", pages)
-		}
-		p := got(f)
-		pages = append(pages, p)
-		if p.next == 0 {
-			break
-		}
-		f.Before = p.next
-	}
 	want := []page{
 		{[]int64{ids[19]}, ids[16], ids[16]}, // ids[16..19]
 		{[]int64{ids[13]}, ids[4], ids[12]},  // ids[12..15], then on from ids[3]
 		{[]int64{ids[2], ids[1]}, 0, 0},      // ids[0..3], the last
 	}
-	if len(pages) != len(want) {
-		t.Fatalf("pages %+v, want %+v", pages, want)
-	}
-	for i := range want {
-		if !slices.Equal(pages[i].ids, want[i].ids) || pages[i].next != want[i].next || pages[i].searched != want[i].searched {
-			t.Fatalf("page %d: %+v, want %+v", i, pages[i], want[i])
+	// A batch with another filter is windowed too (a crawl's batch grows
+	// with its children), from the batch's newest job.
+	for _, f := range []ListFilter{{Host: "rare.test", Limit: 10}, {Host: "rare.test", BatchID: batch, Limit: 10}} {
+		var pages []page
+		for {
+			if len(pages) > 5 {
+				t.Fatalf("%+v: paging does not end: %+v", f, pages)
+			}
+			p := got(f)
+			pages = append(pages, p)
+			if p.next == 0 {
+				break
+			}
+			f.Before = p.next
 		}
+		if len(pages) != len(want) {
+			t.Fatalf("%+v: pages %+v, want %+v", f, pages, want)
+		}
+		for i := range want {
+			if !slices.Equal(pages[i].ids, want[i].ids) || pages[i].next != want[i].next || pages[i].searched != want[i].searched {
+				t.Fatalf("%+v: page %d: %+v, want %+v", f, i, pages[i], want[i])
+			}
+		}
+	}
+	// A cursor past every job lists from the newest.
+	if p := got(ListFilter{Host: "rare.test", Before: ids[19] + 1000, Limit: 10}); !slices.Equal(p.ids, want[0].ids) {
+		t.Fatalf("a cursor past the newest job: %+v", p)
 	}
 
 	// A page that fills within the window ends where it filled.

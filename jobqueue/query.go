@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -174,13 +175,17 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 	if !f.CreatedUntil.IsZero() {
 		conds = append(conds, "j.created_at < "+arg(f.CreatedUntil))
 	}
-	// The newest jobs fill a page with no filter at once, and a batch's or
-	// the in-flight jobs' index bounds the others; any other filter walks
-	// the ids down from the cursor, through the whole history when its
-	// matches are rare, so it searches a window of ids at a time.
+	// The newest jobs fill a page with no filter at once, a batch alone
+	// its index in id order, and the in-flight jobs' index bounds any
+	// filter with them; any other filter walks the ids down from the
+	// cursor (within the batch, if one is given: a crawl's batch grows with
+	// its children), through the whole history when its matches are rare,
+	// so it searches a window of ids at a time, from the newest job below
+	// the cursor (of the batch).
 	var floor int64 // the window: ids above floor
-	if len(conds) > 0 && f.BatchID == "" && !inFlightOnly(f.States) {
-		top, err := q.maxIDBelow(ctx, f.Before)
+	batchOnly := f.BatchID != "" && len(conds) == 1
+	if len(conds) > 0 && !batchOnly && !inFlightOnly(f.States) {
+		top, err := q.maxIDBelow(ctx, f.BatchID, f.Before)
 		if err != nil {
 			return Page{}, err
 		}
@@ -217,7 +222,7 @@ func (q *Queue) List(ctx context.Context, f ListFilter) (Page, error) {
 	case floor > 0:
 		// The window ran out before the page filled: go on from the newest
 		// job below it, past any ids retention emptied.
-		below, err := q.maxIDBelow(ctx, floor+1)
+		below, err := q.maxIDBelow(ctx, f.BatchID, floor+1)
 		if err != nil {
 			return Page{}, err
 		}
@@ -240,15 +245,19 @@ func inFlightOnly(states []State) bool {
 	return len(states) > 0
 }
 
-// maxIDBelow returns the newest job's id below before (0: no bound), 0
-// when there is none.
-func (q *Queue) maxIDBelow(ctx context.Context, before int64) (int64, error) {
+// maxIDBelow returns the newest job's id below before (0: no bound), of
+// the batch if one is given, 0 when there is none: one probe of the
+// primary key or of the batch's index.
+func (q *Queue) maxIDBelow(ctx context.Context, batchID string, before int64) (int64, error) {
 	var id int64
 	var err error
-	if before > 0 {
-		err = q.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM jobs WHERE id < $1", before).Scan(&id)
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	if batchID != "" {
+		err = q.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM jobs WHERE batch_id = $1::uuid AND id < $2", batchID, before).Scan(&id)
 	} else {
-		err = q.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM jobs").Scan(&id)
+		err = q.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM jobs WHERE id < $1", before).Scan(&id)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("list jobs: newest id below %d: %w", before, err)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -90,12 +91,14 @@ type nodeSeries struct {
 type nodeSeriesSet struct {
 	T      []int64                `json:"t"`
 	Series map[string]*nodeSeries `json:"series"`
-	// Total is the nodes sampled over the last chartNodesWindow; when more
-	// than maxChartNodes, Chosen is set and Series holds only the
-	// maxChartNodes of them with the highest Chrome PSS there.
-	Total  int  `json:"total"`
-	Chosen bool `json:"chosen,omitempty"`
-	// ChosenOverSeconds is chartNodesWindow, when Chosen.
+	// Total is the nodes sampled over the chart window (Config.ChartWindow);
+	// when more than maxChartNodes, Chosen is set and Series holds only
+	// ChosenIDs, the maxChartNodes of them with the highest Chrome PSS there
+	// (a node among them may have no sample since since).
+	Total     int      `json:"total"`
+	Chosen    bool     `json:"chosen,omitempty"`
+	ChosenIDs []string `json:"chosen_ids,omitempty"`
+	// ChosenOverSeconds is the chart window, when Chosen.
 	ChosenOverSeconds int64 `json:"chosen_over_seconds,omitempty"`
 }
 
@@ -157,7 +160,10 @@ func (s *server) samples(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), dbTimeout)
 	defer cancel()
-	top, total, err := s.q.ChartNodes(ctx, now.Add(-chartNodesWindow), maxChartNodes)
+	// Chosen over the chart window, whatever since asks for: the
+	// dashboard's polls of the last bucket get the set its first load got,
+	// and the set changes as slowly as the hour's peaks.
+	top, total, err := s.chosen.get(ctx, s.q, now, s.cfg.ChartWindow)
 	if err != nil {
 		s.internalError(w, r, err)
 		return
@@ -174,7 +180,7 @@ func (s *server) samples(w http.ResponseWriter, r *http.Request) {
 	qs, ns := columns(qp, np)
 	ns.Total = total
 	if only != nil {
-		ns.Chosen, ns.ChosenOverSeconds = true, int64(chartNodesWindow/time.Second)
+		ns.Chosen, ns.ChosenIDs, ns.ChosenOverSeconds = true, only, int64(s.cfg.ChartWindow/time.Second)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"since":        since,
@@ -183,6 +189,33 @@ func (s *server) samples(w http.ResponseWriter, r *http.Request) {
 		"queue":        qs,
 		"nodes":        ns,
 	})
+}
+
+// chosenNodes keeps the chart's choice of nodes (jobqueue.ChartNodes) for
+// chosenNodesTTL, so that the dashboards' polls share one ranking.
+type chosenNodes struct {
+	mu    sync.Mutex
+	at    time.Time
+	ids   []string
+	total int
+}
+
+func (c *chosenNodes) get(ctx context.Context, q *jobqueue.Queue, now time.Time, window time.Duration) ([]string, int, error) {
+	c.mu.Lock()
+	if !c.at.IsZero() && now.Sub(c.at) < chosenNodesTTL && now.Sub(c.at) >= 0 {
+		ids, total := c.ids, c.total
+		c.mu.Unlock()
+		return ids, total, nil
+	}
+	c.mu.Unlock()
+	ids, total, err := q.ChartNodes(ctx, now.Add(-window), maxChartNodes)
+	if err != nil {
+		return nil, 0, err
+	}
+	c.mu.Lock()
+	c.at, c.ids, c.total = now, ids, total
+	c.mu.Unlock()
+	return ids, total, nil
 }
 
 func (s *server) failures(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,9 +209,10 @@ func TestSamplesAndFailures(t *testing.T) {
 }
 
 // TestSamplesOfAFleetLargerThanTheChart: past maxChartNodes nodes the
-// samples hold the nodes with the highest Chrome PSS over the last
-// chartNodesWindow only, whatever the window asked for, so that neither the
-// response nor the chart grows with the fleet.
+// samples hold the nodes with the highest Chrome PSS over the chart window
+// only, whatever since asks for, so that neither the response nor the
+// chart grows with the fleet, and a poll of the last bucket gets the set
+// the first load got.
 func TestSamplesOfAFleetLargerThanTheChart(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, nil)
@@ -234,28 +236,33 @@ func TestSamplesOfAFleetLargerThanTheChart(t *testing.T) {
 	for i := range n {
 		f.register(fmt.Sprintf("node-%02d", i), 6)
 	}
-	// Half an hour ago the first nodes peaked; lately the last ones have.
+	// Half an hour ago the first nodes peaked; a minute ago the last ones
+	// were the highest.
 	sample(time.Now().Add(-30*time.Minute), func(i int) int64 { return int64(2000 - i) })
 	sample(time.Now().Add(-time.Minute), func(i int) int64 { return int64(100 + i) })
 
-	var s struct {
-		Nodes nodeSeriesSet `json:"nodes"`
+	var want []string
+	for i := range maxChartNodes {
+		want = append(want, fmt.Sprintf("node-%02d", i))
 	}
-	f.call("GET", "/api/samples", "", "", http.StatusOK, &s)
-	if s.Nodes.Total != n || !s.Nodes.Chosen || s.Nodes.ChosenOverSeconds != int64(chartNodesWindow/time.Second) ||
-		len(s.Nodes.Series) != maxChartNodes {
-		t.Fatalf("nodes: total %d, chosen %v over %d s, %d series; want %d, true, %d series",
-			s.Nodes.Total, s.Nodes.Chosen, s.Nodes.ChosenOverSeconds, len(s.Nodes.Series), n, maxChartNodes)
-	}
-	for i := range n {
-		_, shown := s.Nodes.Series[fmt.Sprintf("node-%02d", i)]
-		if want := i >= n-maxChartNodes; shown != want {
-			t.Errorf("node-%02d shown: %v, want %v", i, shown, want)
+	for _, query := range []string{"", fmt.Sprintf("?since=%d", time.Now().Add(-2*time.Minute).Unix())} {
+		var s struct {
+			Nodes nodeSeriesSet `json:"nodes"`
 		}
-	}
-	// Both samples of a node shown are there, the old one too.
-	if len(s.Nodes.T) != 2 || s.Nodes.Series[fmt.Sprintf("node-%02d", n-1)].ChromePSSBytes[0] == nil {
-		t.Fatalf("buckets %v", s.Nodes.T)
+		f.call("GET", "/api/samples"+query, "", "", http.StatusOK, &s)
+		if s.Nodes.Total != n || !s.Nodes.Chosen || !slices.Equal(s.Nodes.ChosenIDs, want) ||
+			s.Nodes.ChosenOverSeconds != int64(DefaultChartWindow/time.Second) || len(s.Nodes.Series) != maxChartNodes {
+			t.Fatalf("samples%s: total %d, chosen %v %v over %d s, %d series; want %d, %v over the chart window",
+				query, s.Nodes.Total, s.Nodes.Chosen, s.Nodes.ChosenIDs, s.Nodes.ChosenOverSeconds, len(s.Nodes.Series), n, want)
+		}
+		for id := range s.Nodes.Series {
+			if !slices.Contains(want, id) {
+				t.Errorf("samples%s: a series of %s, which is not chosen", query, id)
+			}
+		}
+		if query == "" && len(s.Nodes.T) != 2 {
+			t.Fatalf("buckets %v, want both samples", s.Nodes.T)
+		}
 	}
 }
 

@@ -108,14 +108,18 @@ func TestOpenReadsRefuseAProxy(t *testing.T) {
 	f := newFixture(t, nil)
 	for _, tc := range []struct {
 		header, value string
+		token         string
 		want          int
 	}{
-		{"", "", http.StatusOK},
-		{"X-Forwarded-For", "203.0.113.7", http.StatusForbidden},
-		{"Forwarded", "for=203.0.113.7", http.StatusForbidden},
-		{"X-Real-IP", "203.0.113.7", http.StatusForbidden},
-		{"X-Forwarded-Host", "farm.example", http.StatusForbidden},
-		{"Via", "1.1 nginx", http.StatusForbidden},
+		{"", "", "", http.StatusOK},
+		{"X-Forwarded-For", "203.0.113.7", "", http.StatusForbidden},
+		// Through the proxy with the API token: the operator's request.
+		{"X-Forwarded-For", "203.0.113.7", testToken, http.StatusOK},
+		{"X-Forwarded-For", "203.0.113.7", "not-the-token", http.StatusForbidden},
+		{"Forwarded", "for=203.0.113.7", "", http.StatusForbidden},
+		{"X-Real-IP", "203.0.113.7", "", http.StatusForbidden},
+		{"X-Forwarded-Host", "farm.example", "", http.StatusForbidden},
+		{"Via", "1.1 nginx", "", http.StatusForbidden},
 	} {
 		req, err := http.NewRequest("GET", f.url+"/api/stats", nil)
 		if err != nil {
@@ -124,6 +128,9 @@ func TestOpenReadsRefuseAProxy(t *testing.T) {
 		req.Host = "127.0.0.1"
 		if tc.header != "" {
 			req.Header.Set(tc.header, tc.value)
+		}
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -414,16 +414,23 @@
       }
       state.nodeRows.set(t, row);
     });
-    // A fleet larger than the chart shows its nodes with the highest PSS
-    // lately (the producer's maxChartNodes): a node that left that set
-    // leaves the chart rather than keep a line cut short.
+    // A fleet larger than the chart shows the nodes with the highest PSS
+    // over the chart window (the producer's maxChartNodes). When that set
+    // changes, the chart loads the window again: a node that joined it gets
+    // its earlier samples, and one that left it leaves the chart.
     const chosen = $("pss-chosen");
     chosen.hidden = !n.chosen;
-    if (n.chosen) {
-      for (const row of state.nodeRows.values()) {
-        for (const id of Array.from(row.keys())) if (!(id in n.series)) row.delete(id);
+    const chosenSig = n.chosen ? n.chosen_ids.join("\n") : "";
+    if (chosenSig !== state.chosenSig) {
+      const reload = state.chosenSig !== undefined;
+      state.chosenSig = chosenSig;
+      if (reload) {
+        state.step = 0;
+        return refreshSamples();
       }
-      chosen.textContent = "Showing the " + Object.keys(n.series).length + " of " + n.total +
+    }
+    if (n.chosen) {
+      chosen.textContent = "Showing the " + n.chosen_ids.length + " of " + n.total +
         " nodes with the highest Chrome PSS in the last " + fmtAge(n.chosen_over_seconds) + ".";
     }
     const cutoff = Date.parse(s.now) / 1000 - WINDOW_S;

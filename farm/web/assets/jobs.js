@@ -42,16 +42,16 @@
       el("td", null, j.finished_at ? fmtTime(j.finished_at) : "–"),
       el("td", {class: "err"}, j.last_error || "")));
     $("jobs").tBodies[0].replaceChildren(...rows);
-    $("jobs-empty").hidden = rows.length > 0;
     // A filter no index serves searches a window of the newest jobs per
     // page (jobqueue.Page.SearchedDownTo); say so, and where older ones are.
     const searched = $("jobs-searched");
     searched.hidden = !page.searched_down_to;
+    $("jobs-empty").hidden = rows.length > 0 || !searched.hidden;
     if (page.searched_down_to) {
       const older = new URLSearchParams(q);
       older.set("after", String(page.next));
-      searched.replaceChildren("Searched the jobs down to #" + page.searched_down_to + " only. Older matches: ",
-        apiLink("/api/jobs?" + older.toString(), "the next page (JSON)"), ".");
+      searched.replaceChildren((rows.length ? "These" : "No job") + " matches among the jobs down to #" +
+        page.searched_down_to + "; older ones may: ", apiLink("/api/jobs?" + older.toString(), "the next page (JSON)"), ".");
     }
     await refreshBatch(q.get("batch") || "");
   }
