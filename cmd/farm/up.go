@@ -292,6 +292,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		// The producer's own address is never a job's destination.
 		"FARM_DENY_DESTINATION": strings.Trim(os.Getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),
 		"FARM_BLOB_STORE":       po.blobs.url,
+		// farm up's fleet is the consumers' parent: one set in the
+		// environment (the image sets it) would put a second under it.
+		"FARM_RESPAWN": "false",
 	})
 	fl, err := fleet.New(fleet.Config{
 		Count: uo.consumers,
@@ -301,13 +304,18 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		Command:     consumerCommand(self, []string{"consumer"}, consumerEnv, hostname, childOut),
 		// A consumer's successor boots its Chrome while it ends its last jobs.
 		Handoff: true,
-		Logger:  log.Named("fleet"),
+		// A consumer refusing its configuration (a FARM_* setting it
+		// inherited) refuses it at every restart: end with its error
+		// rather than run a farm without nodes.
+		StopOn: stopRespawning,
+		Logger: log.Named("fleet"),
 	})
 	if err != nil {
 		return err
 	}
 	fctx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
-	g.Add(func() error { return fl.Run(fctx) }, func(error) { stopFleet() })
+	var fleetErr error
+	g.Add(func() error { fleetErr = fl.Run(fctx); return fleetErr }, func(error) { stopFleet() })
 
 	errDemoDone := errors.New("demo finished")
 	var demoErr error
@@ -321,7 +329,11 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		}, func(error) { stopDemo() })
 	}
 	err = runUntil(ctx, &g)
+	var badConsumer *fleet.ExitError
 	switch {
+	case errors.As(fleetErr, &badConsumer):
+		err = usagef("a consumer exited with code %d, a bad configuration (its message is in %s); not restarting it",
+			badConsumer.Code, filepath.Join(logDir, fmt.Sprintf("consumer-%d.log", badConsumer.Slot+1)))
 	case errors.Is(err, errDemoDone) || (uo.demo && demoRan):
 		err = demoErr
 	case uo.demo && err == nil:

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,4 +148,37 @@ func withoutFarmSettings(env []string) []string {
 		}
 	}
 	return out
+}
+
+// A consumer that refuses a FARM_* setting it inherited refuses it at every
+// restart: farm up ends with exit 64 and says where its message is, rather
+// than restart it for ever under a dashboard without nodes.
+func TestUpStopsOnAConsumersBadConfiguration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds the binary")
+	}
+	bin := buildFarm(t)
+	work := t.TempDir()
+	for _, d := range []string{filepath.Dir(work), work} {
+		os.Chmod(d, 0o755) // the PostgreSQL account enters the data dir
+	}
+	dataDir := filepath.Join(work, "data")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "up", "--consumers", "1", "--data-dir", dataDir, "--listen", "127.0.0.1:0")
+	cmd.Env = append(withoutFarmSettings(os.Environ()), "FARM_MAX_CONSOLE_ERRORS=0")
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if ctx.Err() != nil || !errors.As(err, &ee) || ee.ExitCode() != exitUsage {
+		t.Fatalf("farm up with a consumer's bad setting: %v (context %v), want exit %d\n%s", err, ctx.Err(), exitUsage, tail(stderr.String(), 2000))
+	}
+	if want := filepath.Join(dataDir, "logs", "consumer-1.log"); !strings.Contains(stderr.String(), want) {
+		t.Errorf("farm up does not name %s:\n%s", want, tail(stderr.String(), 2000))
+	}
+	if b, _ := os.ReadFile(filepath.Join(dataDir, "logs", "consumer-1.log")); !strings.Contains(string(b), "FARM_MAX_CONSOLE_ERRORS") {
+		t.Errorf("the consumer's log does not name the setting:\n%s", b)
+	}
 }
