@@ -100,6 +100,19 @@ func (o *consumerOptions) register(fs *flagSet) {
 // starts consumers.
 const browserHelp = "browser to find when --chrome is not given: shell (chrome-headless-shell, Chrome's old headless mode: about half the CPU per page) or chrome (full Chromium in its new headless mode, for sites that tell the shell apart); default: shell if installed, else chrome"
 
+// checkHeartbeat refuses a heartbeat interval at or past staleAfter, the
+// heartbeat age at which a node is declared lost: its jobs would go back
+// (and be charged an attempt) between any two beats, and another process
+// could take its id. (The consumer's own lease and id checks use
+// jobqueue's defaults, which a producer's --stale-after does not change.)
+func checkHeartbeat(interval, staleAfter time.Duration, what string) error {
+	if interval >= staleAfter {
+		return fmt.Errorf("--heartbeat-interval %s: must be under %s (%s), the heartbeat age at which a node is declared lost; a third of it or less leaves room for a late beat",
+			interval, staleAfter, what)
+	}
+	return nil
+}
+
 // check rejects values no consumer can run with, naming the flag.
 func (o *consumerOptions) check() error {
 	var errs []string
@@ -113,6 +126,9 @@ func (o *consumerOptions) check() error {
 	}
 	if _, err := browser.ParseKind(o.browser); err != nil {
 		errs = append(errs, "--browser: "+err.Error())
+	}
+	if err := checkHeartbeat(o.heartbeat, jobqueue.DefaultStaleAfter, "the producer's default --stale-after"); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if err := o.limits.Check(); err != nil {
 		msg := err.Error()

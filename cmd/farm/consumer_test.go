@@ -20,6 +20,18 @@ import (
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
+// farm up runs the producer and the consumers: a heartbeat interval at or
+// past the stale age (its own --stale-after, or the consumers' id check)
+// would have every node declared lost between beats.
+func TestUpRefusesAHeartbeatPastTheStaleAge(t *testing.T) {
+	for _, args := range [][]string{{"--heartbeat-interval", "20s"}, {"--stale-after", "2s"}} {
+		code, _, stderr := farmRun(t, "", nil, append([]string{"up"}, args...)...)
+		if code != exitUsage || !strings.Contains(stderr, "--heartbeat-interval") || !strings.Contains(stderr, "must be under") {
+			t.Errorf("farm up %v: exit %d, %q; want %d naming --heartbeat-interval", args, code, stderr, exitUsage)
+		}
+	}
+}
+
 func TestConsumerFlags(t *testing.T) {
 	parse := func(args []string, env map[string]string) (*consumerOptions, error) {
 		fs := newFlagSet("consumer", "", &bytes.Buffer{})
@@ -41,6 +53,8 @@ func TestConsumerFlags(t *testing.T) {
 		{"negative recycle", nil, map[string]string{"FARM_CHROME_RECYCLE_JOBS": "-1"}, "--chrome-recycle-jobs -1"},
 		{"bad node id", []string{"--node-id", "a b"}, nil, "--node-id"},
 		{"zero heartbeat", []string{"--heartbeat-interval", "0s"}, nil, "--heartbeat-interval"},
+		{"heartbeat at the stale age", []string{"--heartbeat-interval", "15s"}, nil, "--heartbeat-interval 15s: must be under 15s"},
+		{"heartbeat under it", []string{"--heartbeat-interval", "5s"}, nil, ""},
 		{"protection without a group", []string{"--aws-instance-protection"}, nil, "needs --aws-asg-name"},
 		{"wake URL", []string{"--wake-url", "http://producer:8080", "--wake-token", "t"}, nil, ""},
 		{"bad wake URL", []string{"--wake-url", "producer:8080"}, nil, "--wake-url"},

@@ -128,6 +128,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	if uo.demo && !fs.isGiven("heartbeat-interval") {
 		uo.heartbeat = time.Second
 	}
+	if err := checkHeartbeat(uo.heartbeat, min(po.staleAfter, jobqueue.DefaultStaleAfter), "--stale-after, and the consumers' own id check"); err != nil {
+		return usagef("%v", err)
+	}
 
 	// Where things live.
 	tempData := false
