@@ -288,18 +288,19 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	recorder := web.NewRecorder(web.RecorderConfig{Queue: q, Interval: po.sampleInterval, Retention: po.sampleRetention,
 		Logger: log.Named("recorder")})
 	leaderActors := []func(context.Context) error{recorder.Run, scaler.Run, func(ctx context.Context) error {
-		// Keep the desired-nodes gauge current while leading.
+		// Keep the desired-nodes gauge current while leading (absent until
+		// the term's first computation).
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			metrics.SetDesiredNodes(scaler.Desired())
 			select {
 			case <-ctx.Done():
-				// A producer that no longer leads reports 0, as a standby
-				// does: autoscaling takes the fleet's max of the gauge, and
-				// a stale figure would hold the fleet at this leader's last
-				// size.
-				metrics.SetDesiredNodes(0)
+				// A producer that no longer leads exports no figure, as a
+				// standby does: a stale one would hold the fleet at this
+				// leader's last size, and a 0 would scale it away while no
+				// producer leads (a database outage).
+				metrics.SetDesiredNodes(-1)
 				return nil
 			case <-t.C:
 			}
@@ -334,10 +335,11 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		// none it is only a Prometheus gauge (browserfarm_desired_nodes).
 		// A standby's figure (or a former leader's, frozen) is not the farm's.
 		Desired: func() (int, bool) {
-			if !producer.IsLeader() {
+			n := scaler.Desired()
+			if !producer.IsLeader() || n < 0 {
 				return 0, false
 			}
-			return scaler.Desired(), po.scaleDriver != "none"
+			return n, po.scaleDriver != "none"
 		},
 		Metrics: metrics, Gatherer: reg, Logger: log.Named("http"), Version: version, Blobs: blobs,
 		StaleAfter: po.staleAfter,

@@ -288,6 +288,14 @@ func TestManifests(t *testing.T) {
 		so.Spec.Triggers[0].Metadata["serverAddress"] == "" || so.Spec.Triggers[0].Metadata["threshold"] != "1" {
 		t.Errorf("ScaledObject triggers = %+v", so.Spec.Triggers)
 	}
+	// While no producer leads the gauge is absent: an error, not a 0, and
+	// the fallback keeps the fleet as it is.
+	if len(so.Spec.Triggers) == 1 && so.Spec.Triggers[0].Metadata["ignoreNullValues"] != "false" {
+		t.Errorf("ScaledObject trigger ignoreNullValues = %q, want \"false\" (an empty query is no count)", so.Spec.Triggers[0].Metadata["ignoreNullValues"])
+	}
+	if fb := so.Spec.Fallback; fb == nil || fb.Behavior != "currentReplicas" || fb.FailureThreshold < 1 {
+		t.Errorf("ScaledObject fallback = %+v, want behavior currentReplicas", fb)
+	}
 }
 
 func onlyContainer(t *testing.T, d *appsv1.Deployment) corev1.Container {

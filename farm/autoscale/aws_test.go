@@ -410,16 +410,17 @@ func TestReconcilerSurvivesAWSErrors(t *testing.T) {
 
 	// Tick 1: the group's count cannot be read (invalid group). Tick 2: it
 	// can (0), and setting 5 is throttled on every attempt.
+	// (Until a count is computed, Desired says it is unknown: -1.)
 	for i, want := range []struct {
-		err     string
-		desired int
-	}{{"ValidationError", 0}, {"Throttling", 5}} {
+		err            string
+		desired, shown int
+	}{{"ValidationError", 0, -1}, {"Throttling", 5, 5}} {
 		dec, err := r.Tick(t.Context())
 		if err == nil || !strings.Contains(err.Error(), want.err) {
 			t.Fatalf("tick %d: err = %v, want %s", i+1, err, want.err)
 		}
 		st := r.Status()
-		if dec.Desired != want.desired || r.Desired() != want.desired || st.Applied != -1 || !strings.Contains(st.LastError, want.err) || st.Errors != i+1 {
+		if dec.Desired != want.desired || r.Desired() != want.shown || st.Applied != -1 || !strings.Contains(st.LastError, want.err) || st.Errors != i+1 {
 			t.Fatalf("tick %d: decision %+v status %+v", i+1, dec, st)
 		}
 		clock.Advance(15 * time.Second)

@@ -123,10 +123,13 @@ func NewReconciler(cfg ReconcilerConfig, src Source, drv Driver, log *zap.Logger
 		work:   make(map[string]int64),
 		status: Status{Driver: drv.Name(), Applied: notApplied},
 	}
+	r.desired.Store(-1)
 	return r, nil
 }
 
-// Desired returns the count computed last (0 before the first tick).
+// Desired returns the count computed last in this term, -1 before its
+// first computation: unknown, which a gauge should not report as a count
+// (a KEDA ScaledObject would size the fleet to it).
 func (r *Reconciler) Desired() int { return int(r.desired.Load()) }
 
 // Status returns a copy of the scaler's state.
@@ -149,6 +152,7 @@ func (r *Reconciler) Status() Status {
 // the term starts from it when it is above the live nodes.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.tickMu.Lock()
+	r.desired.Store(-1)
 	r.state = State{}
 	r.idle = map[string]time.Time{}
 	r.work = map[string]int64{}

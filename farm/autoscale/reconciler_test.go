@@ -102,6 +102,9 @@ func TestReconcilerTick(t *testing.T) {
 		return d
 	}
 
+	if r.Desired() != -1 {
+		t.Fatalf("desired %d before the first tick, want -1 (unknown)", r.Desired())
+	}
 	tick("empty farm") // the first count is always applied
 	src.set(Load{Pending: 10}, nil)
 	tick("burst")
@@ -377,5 +380,38 @@ func TestReconcilerStartsFromTheOrchestratorsCount(t *testing.T) {
 	}
 	if drv.reads != 2 {
 		t.Fatalf("%d reads of the count, want 2 (one failed, then once a term)", drv.reads)
+	}
+}
+
+// TestReconcilerNewTermForgetsTheDesiredCount: a term starts with the count
+// unknown, so that a producer leading again whose first load fails does not
+// export its earlier term's figure (a gauge KEDA sizes the fleet to).
+func TestReconcilerNewTermForgetsTheDesiredCount(t *testing.T) {
+	src := &loadBox{load: Load{Pending: 10}}
+	r, err := NewReconciler(ReconcilerConfig{}, src, &recordingDriver{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Tick(t.Context()); err != nil || r.Desired() <= 0 {
+		t.Fatalf("first term: desired %d, %v", r.Desired(), err)
+	}
+	loaded := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	r.src = SourceFunc(func(context.Context) (Load, error) {
+		select {
+		case loaded <- struct{}{}:
+		default:
+		}
+		return Load{}, errors.New("database gone")
+	})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-loaded
+	if n := r.Desired(); n != -1 {
+		t.Errorf("a new term whose load fails: desired %d, want -1 (unknown)", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

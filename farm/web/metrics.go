@@ -20,7 +20,7 @@ import (
 // *Metrics do nothing, so a producer can run without metrics.
 type Metrics struct {
 	assignLatency prometheus.Histogram
-	desired       prometheus.Gauge
+	desired       *desiredCollector
 	leader        atomic.Bool
 	leaderFn      atomic.Pointer[func() bool]
 	wake          atomic.Pointer[wake.Hub]
@@ -51,11 +51,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 				1800, 3600},
 		}),
-		desired: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "browserfarm_desired_nodes",
-			Help: "Consumer node count the autoscaler asks for.",
-		}),
-		queue: newQueueCollector(),
+		desired: newDesiredCollector(),
+		queue:   newQueueCollector(),
 	}
 	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "browserfarm_producer_leader",
@@ -102,10 +99,37 @@ func (m *Metrics) ObserveAssignment(latency time.Duration, jobs int) {
 	}
 }
 
-// SetDesiredNodes sets the desired consumer node count.
+// SetDesiredNodes sets the desired consumer node count; a negative n
+// (unknown: a standby, a leader before its first computation or after its
+// term) exports no browserfarm_desired_nodes at all. A 0 would be a count:
+// autoscaling on the fleet's max of the gauge would scale every consumer
+// away while no producer leads (a database outage), where an absent series
+// lets it keep the fleet (deploy/kubernetes/keda: ignoreNullValues false,
+// fallback currentReplicas).
 func (m *Metrics) SetDesiredNodes(n int) {
 	if m != nil {
-		m.desired.Set(float64(n))
+		m.desired.n.Store(int64(n))
+	}
+}
+
+// desiredCollector exports browserfarm_desired_nodes while it is known.
+type desiredCollector struct {
+	desc *prometheus.Desc
+	n    atomic.Int64 // < 0: unknown
+}
+
+func newDesiredCollector() *desiredCollector {
+	c := &desiredCollector{desc: prometheus.NewDesc("browserfarm_desired_nodes",
+		"Consumer node count the autoscaler asks for; exported by the leader once it computed one, absent otherwise.", nil, nil)}
+	c.n.Store(-1)
+	return c
+}
+
+func (c *desiredCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *desiredCollector) Collect(ch chan<- prometheus.Metric) {
+	if n := c.n.Load(); n >= 0 {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
 	}
 }
 

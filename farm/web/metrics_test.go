@@ -237,9 +237,30 @@ func TestMetricsWithoutQueue(t *testing.T) {
 			t.Errorf("leader gauge %v after SetLeader(true)", f.Metric[0].Gauge.GetValue())
 		}
 	}
-	for _, n := range []string{"browserfarm_producer_leader", "browserfarm_desired_nodes"} {
-		if !names[n] {
-			t.Errorf("%s missing", n)
+	if !names["browserfarm_producer_leader"] {
+		t.Errorf("browserfarm_producer_leader missing")
+	}
+	// The desired count is exported once known, and not when unknown again.
+	if names["browserfarm_desired_nodes"] {
+		t.Errorf("browserfarm_desired_nodes exported before any count")
+	}
+	for _, tc := range []struct {
+		n    int
+		want bool
+	}{{0, true}, {7, true}, {-1, false}} {
+		m.SetDesiredNodes(tc.n)
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := false
+		for _, f := range fams {
+			if f.GetName() == "browserfarm_desired_nodes" {
+				got = f.Metric[0].Gauge.GetValue() == float64(tc.n)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("after SetDesiredNodes(%d): browserfarm_desired_nodes exported with that value: %v, want %v", tc.n, got, tc.want)
 		}
 	}
 	if names["browserfarm_queue_jobs"] || names["browserfarm_queue_scrape_success"] {
