@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -142,6 +145,52 @@ func TestOffloadKeysAreEachRunsOwn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the stored run's %s after the late run's were forgotten: %v", b.Kind, err)
 		}
+		rc.Close()
+	}
+}
+
+// TestS3DeleteGoesOnPastAFailedBatch: a batch of deletes the store refuses
+// does not leave the later batches undeleted; the error says what failed.
+func TestS3DeleteGoesOnPastAFailedBatch(t *testing.T) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("farm-blobs"); err != nil {
+		t.Fatal(err)
+	}
+	fake := gofakes3.New(backend).Server()
+	var deletes atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.URL.Query()["delete"]; ok && r.Method == http.MethodPost && deletes.Add(1) == 1 {
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>denied</Message></Error>`)
+			return
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	ctx := context.Background()
+	s, err := Open(ctx, "s3://farm-blobs/farm?endpoint="+srv.URL+"&path_style=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, deleteBatch+1)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("jobs/%d/a.html", i)
+		if err := s.Put(ctx, keys[i], []byte("x"), "text/html"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, keys); err == nil || !strings.Contains(err.Error(), "AccessDenied") {
+		t.Fatalf("Delete with its first batch refused: %v, want the AccessDenied", err)
+	}
+	if _, err := s.Open(ctx, keys[deleteBatch]); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the key of the second batch after the first failed: %v, want it deleted", err)
+	}
+	if rc, err := s.Open(ctx, keys[0]); err != nil {
+		t.Errorf("a key of the refused batch: %v, want it still there", err)
+	} else {
 		rc.Close()
 	}
 }

@@ -109,29 +109,37 @@ func (s *S3) Open(ctx context.Context, key string) (io.ReadCloser, error) {
 	return out.Body, nil
 }
 
+// Delete deletes keys in batches of deleteBatch. A batch that fails does
+// not stop the others (each failure left behind is a blob nobody deletes
+// later); the errors are joined. A key that is not valid fails at once,
+// before any batch.
 func (s *S3) Delete(ctx context.Context, keys []string) error {
-	for len(keys) > 0 {
-		n := min(len(keys), deleteBatch)
-		ids := make([]types.ObjectIdentifier, 0, n)
-		for _, key := range keys[:n] {
-			k, err := s.key(key)
-			if err != nil {
-				return err
-			}
-			ids = append(ids, types.ObjectIdentifier{Key: aws.String(k)})
-		}
-		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
-			Bucket: aws.String(s.cfg.Bucket), Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
-		})
+	all := make([]types.ObjectIdentifier, 0, len(keys))
+	for _, key := range keys {
+		k, err := s.key(key)
 		if err != nil {
-			return fmt.Errorf("blob store: delete %d objects: %w", n, err)
+			return err
 		}
-		if len(out.Errors) > 0 {
-			e := out.Errors[0]
-			return fmt.Errorf("blob store: %d of %d deletes failed, first %s: %s", len(out.Errors), n,
-				aws.ToString(e.Key), aws.ToString(e.Message))
-		}
-		keys = keys[n:]
+		all = append(all, types.ObjectIdentifier{Key: aws.String(k)})
 	}
-	return nil
+	var errs []error
+	for len(all) > 0 {
+		n := min(len(all), deleteBatch)
+		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+			Bucket: aws.String(s.cfg.Bucket), Delete: &types.Delete{Objects: all[:n], Quiet: aws.Bool(true)},
+		})
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("blob store: delete %d objects: %w", n, err))
+		case len(out.Errors) > 0:
+			e := out.Errors[0]
+			errs = append(errs, fmt.Errorf("blob store: %d of %d deletes failed, first %s: %s", len(out.Errors), n,
+				aws.ToString(e.Key), aws.ToString(e.Message)))
+		}
+		all = all[n:]
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
 }
