@@ -374,11 +374,8 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet("consumer", "[flags]", env.stderr)
 	var o consumerOptions
 	o.register(fs)
-	if err := fs.parse(args, env.getenv); err != nil {
+	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if o.db.pollOnly && o.wakeURL == "" && !fs.given["poll-interval"] {
 		o.poll = farm.DefaultPollOnlyInterval

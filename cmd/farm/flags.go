@@ -130,6 +130,18 @@ func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 	return nil
 }
 
+// parseNoArgs is parse for a command that takes flags only: an argument
+// (`farm results BATCH` for `--batch BATCH`) is bad usage, not ignored.
+func (fs *flagSet) parseNoArgs(args []string, getenv func(string) string) error {
+	if err := fs.parse(args, getenv); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %s (this command takes flags only)", strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
 // parseInterspersed parses flags before, between and after the arguments
 // (`farm submit URL --wait`), which flag.FlagSet alone stops at the first
 // argument; "--" still ends the flags. fs.Args() is then the arguments.

@@ -28,11 +28,8 @@ func runHealth(ctx context.Context, env *environment, args []string) error {
 	fs.positive(&timeout, "timeout", 5*time.Second, "same as --health-timeout")
 	fs.alias("health-timeout", "timeout")
 	fs.commandLineOnly("timeout")
-	if err := fs.parse(args, env.getenv); err != nil {
+	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if addr == "" {
 		return usagef("--addr is required")

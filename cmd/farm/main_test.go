@@ -105,3 +105,14 @@ func completeJob(ctx context.Context, q *jobqueue.Queue, jobID int64, nodeID str
 	}
 	return out[0].Err
 }
+
+// The commands that take flags only refuse an argument rather than ignore
+// it: `farm results BATCH` would otherwise export every batch.
+func TestFlagsOnlyCommandsRefuseArguments(t *testing.T) {
+	for _, cmd := range []string{"migrate", "status", "results", "producer", "consumer", "up", "health"} {
+		code, _, stderr := farmRun(t, "", nil, cmd, "3f2a0000-0000-4000-8000-000000000000")
+		if code != exitUsage || !strings.Contains(stderr, "unexpected arguments: 3f2a0000") {
+			t.Errorf("farm %s with an argument: exit %d, %q; want %d, unexpected arguments", cmd, code, stderr, exitUsage)
+		}
+	}
+}

@@ -23,7 +23,7 @@ func runMigrate(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet("migrate", "[flags]", env.stderr)
 	var db dbOptions
 	db.register(fs)
-	if err := fs.parse(args, env.getenv); err != nil {
+	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
 	}
 	pool, err := db.pool(ctx, 2)
@@ -49,7 +49,7 @@ func runStatus(ctx context.Context, env *environment, args []string) error {
 	db.register(fs)
 	db.registerLocal(fs, env.getenv)
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of tables")
-	if err := fs.parse(args, env.getenv); err != nil {
+	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
 	}
 	pool, err := db.pool(ctx, 2)
@@ -133,7 +133,7 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	fs.BoolVar(&html, "html", false, "include the page HTML (jsonl only)")
 	fs.BoolVar(&screenshot, "screenshot", false, "include screenshots, base64 (jsonl only)")
 	fs.StringVar(&columns, "columns", defaultCSVColumns, "with --format csv: the columns, comma-separated (html_truncated too); data.<field>[.<field>…] picks a field of the extracted data")
-	if err := fs.parse(args, env.getenv); err != nil {
+	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
 	}
 	if batch != "" {

@@ -220,7 +220,7 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	po.register(fs)
 	so.register(fs, "")
 	db.registerPollOnly(fs, "assign every --tick (default "+farm.DefaultPollOnlyInterval.String()+" with it) instead of waking on NOTIFY; the leader election still needs a session connection (direct, or a session pool)")
-	if err := fs.parse(args, env.getenv); err != nil {
+	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
 	}
 	if err := po.check(); err != nil {

@@ -235,13 +235,15 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 		}
 		var err error
 		if specs, where, err = readSpecs(r, source, &sf); err != nil {
-			return err
+			// A line that does not parse is the input's fault, as one that
+			// does not validate (below): bad usage, nothing submitted.
+			return usagef("%v (nothing was submitted)", err)
 		}
 	}
 	for i, a := range rest {
 		spec, err := parseSpecLine(a, &sf)
 		if err != nil {
-			return fmt.Errorf("argument %d: %w", i+1, err)
+			return usagef("argument %d: %v (nothing was submitted)", i+1, err)
 		}
 		specs = append(specs, spec)
 		where = append(where, inputLine{"argument", i + 1})
@@ -256,7 +258,7 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 			if errors.As(err, &se) {
 				se.Index = i
 			}
-			// The input is the user's to fix: bad usage, exit 2.
+			// The input is the user's to fix: bad usage.
 			return usagef("%v", locateSpecError(err, where))
 		}
 	}

@@ -61,8 +61,10 @@ func TestSubmitAndAPIGiveTheSameErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, _, errOut := farmRun(t, "", map[string]string{"FARM_DATABASE_URL": dbURL}, "submit", "--file", file)
-		if code == 0 || !strings.Contains(errOut, "jobs.txt line 1: ") || !strings.Contains(errOut, msg) {
-			t.Errorf("submit on %s: exit %d, %q; want line 1 and the API's message %q", tc.spec, code, errOut, msg)
+		// Whether the line fails to decode or to validate, it is the
+		// input's fault: bad usage.
+		if code != exitUsage || !strings.Contains(errOut, "jobs.txt line 1: ") || !strings.Contains(errOut, msg) {
+			t.Errorf("submit on %s: exit %d, %q; want %d, line 1 and the API's message %q", tc.spec, code, errOut, exitUsage, msg)
 		}
 	}
 	st, err := q.Stats(context.Background())

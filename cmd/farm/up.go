@@ -93,7 +93,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	fs.BoolVar(&uo.keepData, "keep-data", false, "with --demo: keep the temporary data dir (database and logs) afterwards")
 	fs.StringVar(&uo.allow, "allow-destination", "", "addresses the consumers' jobs may reach although loopback, link-local or private (see farm consumer --help); the demo adds its test site")
 	fs.nonNegative(&uo.drain, "drain-timeout", farm.DefaultConsumerDrain, "on Ctrl-C, how long the consumers' in-flight jobs may finish before they are handed back (0: none, hand them back at once)")
-	if err := fs.parse(args, env.getenv); err != nil {
+	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
 	}
 	if uo.demo && !fs.isGiven("consumers") {
