@@ -40,9 +40,10 @@ func TestDashboardDesiredNodesOnlyWithDriver(t *testing.T) {
 				}
 			})
 			waitForLog(t, logs, "dashboard and API listening", done)
-			// The desired count is the leader's: only once it leads (the
-			// flag is set before this line is logged).
+			// The desired count is the leader's, once it computed one in
+			// its term (set before this line is logged; unknown before).
 			waitForLog(t, logs, "became leader", done)
+			waitForLog(t, logs, "desired node count", done)
 			m := regexp.MustCompile(`"url":"(http://127\.0\.0\.1:\d+/)"`).FindStringSubmatch(logs.String())
 			if m == nil {
 				t.Fatalf("no dashboard url in the log:\n%s", logs.String())
