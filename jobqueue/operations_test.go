@@ -2,9 +2,11 @@ package jobqueue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -585,5 +587,53 @@ func TestListByHostInAnySpelling(t *testing.T) {
 		if len(page.Jobs) != 1 || page.Jobs[0].Host != "xn--bcher-kva.test" {
 			t.Errorf("host %q: %d jobs %+v, want the bücher.test job", host, len(page.Jobs), page.Jobs)
 		}
+	}
+}
+
+// TestExportEndsAPageAtItsBytes: a page of the export ends once its rows
+// hold exportPageBytes (a row's data can be megabytes; 500 such rows were
+// gigabytes in memory), and the next page goes on from it: every job
+// once, in order, with no more than about a page's bytes held when the
+// first row is handed over. (Not parallel: it reads the heap's size.)
+func TestExportEndsAPageAtItsBytes(t *testing.T) {
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 100)
+	const perRow = 3 << 20
+	n := 3 * exportPageBytes / perRow // three pages' bytes
+	ids := mustEnqueue(t, q, pageSpecs(n, "big.test")...)
+	data := json.RawMessage(`"` + strings.Repeat("x", perRow) + `"`)
+	for _, j := range assignClaim(t, q, "n1", n) {
+		if _, err := q.Complete(ctx, j.ID, "n1", Result{Status: 200, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	before := heap()
+	var got []int64
+	var held int64
+	err := q.ExportResults(ctx, ExportFilter{}, func(r ExportRow) error {
+		if r.Result == nil || len(r.Result.Data) != len(data) {
+			return fmt.Errorf("job %d: a result without its data", r.Job.ID)
+		}
+		if len(got) == 0 {
+			held = heap() - before
+		}
+		got = append(got, r.Job.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("exported %v, want %v", got, ids)
+	}
+	if limit := int64(2 * exportPageBytes); held > limit {
+		t.Errorf("%d MiB held when the first row was handed over, want under %d MiB (a page's bytes and a row)", held>>20, limit>>20)
 	}
 }

@@ -72,9 +72,13 @@ type ExportRow struct {
 // exportPage is how many rows one round trip fetches: big enough to amortise
 // the round trip, small enough that memory stays flat however large the
 // export. With HTML or screenshots (up to megabytes a row) pages are small.
+// exportPageBytes ends a page early once its rows hold that much: a row's
+// extracted data alone can be ResultLimits.DataBytes (4 MiB by default, up
+// to 256 MiB), so 500 of them would be gigabytes.
 const (
 	exportPage      = 500
 	exportBlobsPage = 16
+	exportPageBytes = 32 << 20
 )
 
 // ExportResults streams the selected jobs and their results to fn in job id
@@ -133,6 +137,7 @@ LIMIT $8`
 			return fmt.Errorf("export results: %w", err)
 		}
 		page := make([]ExportRow, 0, pageSize)
+		held, full := 0, false
 		for rows.Next() {
 			row, err := scanExportRow(rows)
 			if err != nil {
@@ -140,6 +145,10 @@ LIMIT $8`
 				return fmt.Errorf("export results: %w", err)
 			}
 			page = append(page, row)
+			if held += row.size(); held >= exportPageBytes {
+				full = true // the rest of this page comes with the next
+				break
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -150,11 +159,20 @@ LIMIT $8`
 				return err
 			}
 		}
-		if len(page) < pageSize {
+		if !full && len(page) < pageSize {
 			return nil
 		}
 		after = page[len(page)-1].Job.ID
 	}
+}
+
+// size is about the memory the row's large fields hold.
+func (r ExportRow) size() int {
+	n := len(r.Job.Spec.URL) + len(r.Job.LastError)
+	if r.Result != nil {
+		n += len(r.Result.Data) + len(r.Result.HTML) + len(r.Result.Screenshot)
+	}
+	return n
 }
 
 func scanExportRow(rows pgx.Rows) (ExportRow, error) {
