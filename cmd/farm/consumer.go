@@ -100,6 +100,10 @@ func (o *consumerOptions) register(fs *flagSet) {
 // starts consumers.
 const browserHelp = "browser to find when --chrome is not given: shell (chrome-headless-shell, Chrome's old headless mode: about half the CPU per page) or chrome (full Chromium in its new headless mode, for sites that tell the shell apart); default: shell if installed, else chrome"
 
+// maxMemoryCeilingMB bounds --chrome-memory-ceiling-mb: 1 PiB, far past
+// any machine, far below where MiB << 20 overflows an int64.
+const maxMemoryCeilingMB = 1 << 30
+
 // checkHeartbeat refuses a heartbeat interval at or past staleAfter, the
 // heartbeat age at which a node is declared lost: its jobs would go back
 // (and be charged an attempt) between any two beats, and another process
@@ -129,6 +133,10 @@ func (o *consumerOptions) check() error {
 	}
 	if err := checkHeartbeat(o.heartbeat, jobqueue.DefaultStaleAfter, "the producer's default --stale-after"); err != nil {
 		errs = append(errs, err.Error())
+	}
+	// Bytes are MiB << 20 in an int64: past this the ceiling would wrap.
+	if o.memoryCeilingMB > maxMemoryCeilingMB {
+		errs = append(errs, fmt.Sprintf("--chrome-memory-ceiling-mb %d: use at most %d (1 PiB)", o.memoryCeilingMB, maxMemoryCeilingMB))
 	}
 	if err := o.limits.Check(); err != nil {
 		msg := err.Error()

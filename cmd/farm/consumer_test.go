@@ -22,8 +22,13 @@ import (
 
 // farm up runs the producer and the consumers: a heartbeat interval at or
 // past the stale age (its own --stale-after, or the consumers' id check)
-// would have every node declared lost between beats.
+// would have every node declared lost between beats. It also refuses more
+// demo jobs than one batch holds, before it starts anything.
 func TestUpRefusesAHeartbeatPastTheStaleAge(t *testing.T) {
+	code, _, stderr := farmRun(t, "", nil, "up", "--demo", "--demo-jobs", "100001")
+	if code != exitUsage || !strings.Contains(stderr, "--demo-jobs 100001") {
+		t.Errorf("farm up --demo-jobs 100001: exit %d, %q; want %d naming the flag, before anything starts", code, stderr, exitUsage)
+	}
 	for _, args := range [][]string{{"--heartbeat-interval", "20s"}, {"--stale-after", "2s"}} {
 		code, _, stderr := farmRun(t, "", nil, append([]string{"up"}, args...)...)
 		if code != exitUsage || !strings.Contains(stderr, "--heartbeat-interval") || !strings.Contains(stderr, "must be under") {
@@ -55,6 +60,8 @@ func TestConsumerFlags(t *testing.T) {
 		{"zero heartbeat", []string{"--heartbeat-interval", "0s"}, nil, "--heartbeat-interval"},
 		{"heartbeat at the stale age", []string{"--heartbeat-interval", "15s"}, nil, "--heartbeat-interval 15s: must be under 15s"},
 		{"heartbeat under it", []string{"--heartbeat-interval", "5s"}, nil, ""},
+		{"memory ceiling that would wrap", []string{"--chrome-memory-ceiling-mb", "17592186044417"}, nil, "--chrome-memory-ceiling-mb 17592186044417"},
+		{"memory ceiling of 1 PiB", []string{"--chrome-memory-ceiling-mb", "1073741824"}, nil, ""},
 		{"protection without a group", []string{"--aws-instance-protection"}, nil, "needs --aws-asg-name"},
 		{"wake URL", []string{"--wake-url", "http://producer:8080", "--wake-token", "t"}, nil, ""},
 		{"bad wake URL", []string{"--wake-url", "producer:8080"}, nil, "--wake-url"},

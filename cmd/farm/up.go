@@ -105,6 +105,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	if uo.capacity > 1000 {
 		return usagef("--capacity %d: use 1..1000", uo.capacity)
 	}
+	if uo.demoJobs > jobqueue.MaxEnqueue {
+		return usagef("--demo-jobs %d: use 1..%d (one batch)", uo.demoJobs, jobqueue.MaxEnqueue)
+	}
 	if err := po.check(); err != nil {
 		return err
 	}
