@@ -63,11 +63,7 @@ func TestUpThenSubmitWithoutFlags(t *testing.T) {
 		t.Skip("builds the binary, runs PostgreSQL and Chromium")
 	}
 	bin := buildFarm(t)
-	work := t.TempDir()
-	for _, d := range []string{filepath.Dir(work), work} {
-		os.Chmod(d, 0o755) // the PostgreSQL account enters the data dir
-	}
-	dataDir := filepath.Join(work, "data")
+	_, dataDir := upDataDir(t)
 	env := append(withoutFarmSettings(os.Environ()), "FARM_DATA_DIR="+dataDir)
 	site := testutil.StartSite(t, testsite.Options{Items: 5})
 

@@ -25,6 +25,17 @@ func buildFarm(t *testing.T) string {
 	return bin
 }
 
+// upDataDir returns a fresh temporary directory and a data dir for farm up
+// in it, whose parents the PostgreSQL account (not root) can enter.
+func upDataDir(t *testing.T) (work, dataDir string) {
+	t.Helper()
+	work = t.TempDir()
+	for _, d := range []string{filepath.Dir(work), work} {
+		os.Chmod(d, 0o755)
+	}
+	return work, filepath.Join(work, "data")
+}
+
 // processesMentioning lists the pids whose command line contains s.
 func processesMentioning(s string) []int {
 	var pids []int
@@ -53,15 +64,10 @@ func TestUpDemoEndToEnd(t *testing.T) {
 		t.Skip("end-to-end: builds the binary and runs Chrome")
 	}
 	bin := buildFarm(t)
-	work := t.TempDir()
-	dataDir := filepath.Join(work, "data")
+	work, dataDir := upDataDir(t)
 	tmp := filepath.Join(work, "tmp") // Chrome's profile dirs land here: ours to find
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		t.Fatal(err)
-	}
-	// The PostgreSQL account must be able to enter the data dir's parents.
-	for _, d := range []string{filepath.Dir(work), work} {
-		os.Chmod(d, 0o755)
 	}
 	const jobs = 30
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -158,11 +164,7 @@ func TestUpStopsOnAConsumersBadConfiguration(t *testing.T) {
 		t.Skip("end-to-end: builds the binary")
 	}
 	bin := buildFarm(t)
-	work := t.TempDir()
-	for _, d := range []string{filepath.Dir(work), work} {
-		os.Chmod(d, 0o755) // the PostgreSQL account enters the data dir
-	}
-	dataDir := filepath.Join(work, "data")
+	_, dataDir := upDataDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "up", "--consumers", "1", "--data-dir", dataDir, "--listen", "127.0.0.1:0")
