@@ -69,9 +69,11 @@ type pipeConn struct {
 	read, dropped, droppedBytes atomic.Int64
 
 	// muted are the sessions whose events are dropped (mute), until
-	// Chrome reports them detached.
-	mu    sync.Mutex
-	muted map[target.SessionID]bool
+	// Chrome reports them detached; nmuted is their number, read without
+	// the lock on every message.
+	mu     sync.Mutex
+	muted  map[target.SessionID]bool
+	nmuted atomic.Int32
 }
 
 func newPipeConn(r io.ReadCloser, w io.WriteCloser, maxReply int, log *zap.Logger) *pipeConn {
@@ -93,18 +95,22 @@ func (c *pipeConn) mute(id target.SessionID) {
 		c.muted = map[target.SessionID]bool{}
 	}
 	c.muted[id] = true
+	c.nmuted.Store(int32(len(c.muted)))
 }
 
 // mutedEvent reports whether b, a whole message, is an event of a muted
 // session: told from its first and last bytes, before any decoding.
 func (c *pipeConn) mutedEvent(b []byte) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.muted) == 0 || !bytes.HasPrefix(b, eventPrefix) {
+	if c.nmuted.Load() == 0 || !bytes.HasPrefix(b, eventPrefix) {
 		return false
 	}
 	m := trailingSession.FindSubmatch(b[max(0, len(b)-keepTail):])
-	return m != nil && c.muted[target.SessionID(m[1])]
+	if m == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.muted[target.SessionID(m[1])]
 }
 
 // noteDetached forgets a muted session that Chrome reports detached.
@@ -112,15 +118,17 @@ func (c *pipeConn) noteDetached(msg *cdproto.Message) {
 	if msg.Method != cdproto.EventTargetDetachedFromTarget || msg.SessionID != "" {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.muted) == 0 {
+	if c.nmuted.Load() == 0 {
 		return
 	}
 	var ev target.EventDetachedFromTarget
-	if jsonv2.Unmarshal(msg.Params, &ev) == nil {
-		delete(c.muted, ev.SessionID)
+	if jsonv2.Unmarshal(msg.Params, &ev) != nil {
+		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.muted, ev.SessionID)
+	c.nmuted.Store(int32(len(c.muted)))
 }
 
 // Read reads the next message that is within its bound, or the error that

@@ -344,12 +344,8 @@ func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 
 // bearerIsAPIToken reports whether r carries the API token.
 func (s *server) bearerIsAPIToken(r *http.Request) bool {
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	if s.cfg.Token == "" || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	return subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+	got, ok := bearerHash(r)
+	return ok && s.cfg.Token != "" && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
 }
 
 // proxyHeaders are the headers a reverse proxy adds to say whom it
@@ -383,14 +379,22 @@ func loopbackHost(host string) bool {
 // bearer returns the hash of the request's bearer token, or answers 401
 // naming the variable whose token to send.
 func bearer(w http.ResponseWriter, r *http.Request, variable string) ([sha256.Size]byte, bool) {
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+	got, ok := bearerHash(r)
+	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm"`)
 		writeError(w, http.StatusUnauthorized, "missing bearer token: send 'Authorization: Bearer <"+variable+">'")
+	}
+	return got, ok
+}
+
+// bearerHash returns the hash of the request's bearer token, if it has one.
+// Comparing hashes keeps the comparison constant-time in the token's
+// length too.
+func bearerHash(r *http.Request) ([sha256.Size]byte, bool) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return [sha256.Size]byte{}, false
 	}
-	// Comparing hashes keeps the comparison constant-time in the token's
-	// length too.
 	return sha256.Sum256([]byte(strings.TrimSpace(token))), true
 }
 
