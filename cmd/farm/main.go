@@ -45,10 +45,21 @@ type environment struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	args0          string // path of this binary, for `farm up` to start consumers
+	// environ lists the whole environment (KEY=value), for a child that is
+	// given it less the farm's secrets (scalingEnv); nil is an empty one.
+	environ func() []string
+	args0   string // path of this binary, for `farm up` to start consumers
 	// root is the machine's file system, where the limits the process
 	// runs under are read (cgroupMemoryLimit); nil reads none.
 	root fs.FS
+}
+
+// variables returns the environment's variables, none when it has no environ.
+func (e *environment) variables() []string {
+	if e.environ == nil {
+		return nil
+	}
+	return e.environ()
 }
 
 func commands() []command {
@@ -69,7 +80,7 @@ func commands() []command {
 
 func main() {
 	os.Exit(realMain(os.Args, &environment{
-		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, args0: os.Args[0], root: os.DirFS("/"),
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ, args0: os.Args[0], root: os.DirFS("/"),
 	}))
 }
 

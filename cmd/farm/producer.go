@@ -66,6 +66,9 @@ type producerOptions struct {
 	sampleInterval  time.Duration
 	sampleRetention time.Duration
 	blobs           blobOptions
+	// environ is the producer's environment, of which the exec driver's
+	// command gets all but the secrets (scalingEnv).
+	environ []string
 }
 
 func (o *producerOptions) register(fs *flagSet) {
@@ -89,7 +92,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.Float64Var(&o.scaleTarget, "autoscale-target", autoscale.DefaultTargetUtilisation, "target share of the fleet's slots the work should fill, (0,1]")
 	fs.nonNegative(&o.scaleCooldown, "autoscale-cooldown", autoscale.DefaultScaleInCooldown, "scale in only after the need stayed lower this long (0: at once)")
 	fs.positive(&o.scaleInterval, "autoscale-interval", autoscale.DefaultInterval, "how often the desired node count is computed")
-	fs.StringVar(&o.scaleExec, "autoscale-exec", "", "with --autoscale exec: shell command run with the desired count as $1 and $FARM_DESIRED_NODES")
+	fs.StringVar(&o.scaleExec, "autoscale-exec", "", "with --autoscale exec: shell command run with the desired count as $1 and $FARM_DESIRED_NODES, in the producer's environment less the database URL, the tokens and PGPASSWORD")
 	fs.StringVar(&o.awsGroup, "aws-asg-name", "", "with --autoscale aws: the consumers' Auto Scaling group")
 	fs.StringVar(&o.awsRegion, "aws-region", "", "with --autoscale aws: the group's region (default: the SDK's chain)")
 	fs.StringVar(&o.awsEndpoint, "aws-endpoint", "", "with --autoscale aws: Auto Scaling API endpoint override")
@@ -148,11 +151,36 @@ func (po *producerOptions) driverConfig() (autoscale.DriverConfig, error) {
 		}
 		// The driver appends the count as the last argument: after the
 		// script and $0, so the script sees it as $1 (and $FARM_DESIRED_NODES).
-		dc.Exec = autoscale.ExecConfig{Command: []string{"sh", "-c", po.scaleExec, "farm-autoscale"}}
+		dc.Exec = autoscale.ExecConfig{Command: []string{"sh", "-c", po.scaleExec, "farm-autoscale"}, Env: scalingEnv(po.environ)}
 	default:
 		return dc, usagef("--autoscale: %q is not none, aws or exec", po.scaleDriver)
 	}
 	return dc, nil
+}
+
+// secretFlags are the flags whose values are credentials: the database
+// URL (which can hold its password) and the tokens of the API and of the
+// wake-up long-poll. A child the farm runs for the operator gets none of
+// their variables.
+var secretFlags = []string{"database-url", "api-token", "read-token", "wake-token"}
+
+// scalingEnv is environ without the farm's secrets (secretFlags' variables
+// and libpq's PGPASSWORD): what the exec driver's command runs with. It
+// keeps what a scaling script needs (PATH, HOME, KUBECONFIG, AWS_*, the
+// operator's own variables).
+func scalingEnv(environ []string) []string {
+	secret := map[string]bool{"PGPASSWORD": true}
+	for _, f := range secretFlags {
+		secret[envName(f)] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !secret[k] {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // assignPolicy resolves --assign: "auto" packs when this producer drives
@@ -223,6 +251,7 @@ func runProducer(ctx context.Context, env *environment, args []string) error {
 	if err := fs.parseNoArgs(args, env.getenv); err != nil {
 		return err
 	}
+	po.environ = env.variables()
 	if err := po.check(); err != nil {
 		return err
 	}

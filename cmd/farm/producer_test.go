@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,38 @@ func TestProducerPolitenessFlags(t *testing.T) {
 				t.Errorf("policy for %s = %+v, want %+v", tt.host, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestScalingEnvDropsTheFarmsSecrets(t *testing.T) {
+	tests := []struct {
+		name    string
+		environ []string
+		want    []string
+	}{
+		{"nothing", nil, nil},
+		{"secrets dropped, the rest kept in order",
+			[]string{"PATH=/usr/bin", "FARM_DATABASE_URL=postgres://u:pw@db/farm", "KUBECONFIG=/k", "FARM_API_TOKEN=a",
+				"FARM_READ_TOKEN=r", "FARM_WAKE_TOKEN=w", "PGPASSWORD=pw", "FARM_AUTOSCALE_MAX=20", "AWS_REGION=eu-west-1"},
+			[]string{"PATH=/usr/bin", "KUBECONFIG=/k", "FARM_AUTOSCALE_MAX=20", "AWS_REGION=eu-west-1"}},
+		{"a name that only starts like a secret's is kept",
+			[]string{"FARM_API_TOKEN_FILE=/run/t", "FARM_API_TOKEN="},
+			[]string{"FARM_API_TOKEN_FILE=/run/t"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := scalingEnv(tc.environ); !slices.Equal(got, tc.want) {
+				t.Errorf("scalingEnv(%q) = %q, want %q", tc.environ, got, tc.want)
+			}
+		})
+	}
+	// The exec driver's configuration carries it.
+	po := producerOptions{scaleDriver: "exec", scaleExec: "true", environ: []string{"FARM_API_TOKEN=a", "HOME=/root"}}
+	dc, err := po.driverConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dc.Exec.Env, []string{"HOME=/root"}) {
+		t.Errorf("exec driver Env = %q, want HOME alone", dc.Exec.Env)
 	}
 }

@@ -108,6 +108,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	if uo.demoJobs > jobqueue.MaxEnqueue {
 		return usagef("--demo-jobs %d: use 1..%d (one batch)", uo.demoJobs, jobqueue.MaxEnqueue)
 	}
+	po.environ = env.variables()
 	if err := po.check(); err != nil {
 		return err
 	}

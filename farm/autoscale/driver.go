@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -115,6 +114,12 @@ type ExecConfig struct {
 	// MaxOutput caps the combined stdout+stderr kept for the log
 	// (default 16 KiB); the rest is counted and dropped.
 	MaxOutput int
+	// Env is the command's environment, as KEY=value entries, to which
+	// FARM_DESIRED_NODES is added (nil: that variable alone). The command
+	// does not inherit the producer's environment: that holds the
+	// database URL and the API tokens, which a scaling script has no use
+	// for and would hand on to whatever it runs.
+	Env []string
 }
 
 // ExecDriver runs a configured command with the desired count.
@@ -141,6 +146,7 @@ func NewExec(cfg ExecConfig, log *zap.Logger) (*ExecDriver, error) {
 		log = zap.NewNop()
 	}
 	cfg.Command = append([]string(nil), cfg.Command...)
+	cfg.Env = append([]string(nil), cfg.Env...)
 	return &ExecDriver{cfg: cfg, log: log.Named("autoscale.exec")}, nil
 }
 
@@ -162,7 +168,7 @@ func (d *ExecDriver) SetDesired(ctx context.Context, n int) error {
 	count := strconv.Itoa(n)
 	args := append(append([]string(nil), d.cfg.Command[1:]...), count)
 	cmd := exec.CommandContext(ctx, d.cfg.Command[0], args...)
-	cmd.Env = append(os.Environ(), "FARM_DESIRED_NODES="+count)
+	cmd.Env = append(append([]string(nil), d.cfg.Env...), "FARM_DESIRED_NODES="+count)
 	out := &cappedBuffer{max: d.cfg.MaxOutput}
 	cmd.Stdout = out
 	cmd.Stderr = out
@@ -185,9 +191,11 @@ func (d *ExecDriver) SetDesired(ctx context.Context, n int) error {
 	// group is gone already in the usual case (ESRCH).
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 
+	// The command itself is not logged at every run: an operator's script
+	// can carry a credential inline (curl -H "Authorization: ...").
 	fields := []zap.Field{
 		zap.Int("desired", n),
-		zap.Strings("command", d.cfg.Command),
+		zap.String("program", d.cfg.Command[0]),
 		zap.Duration("took", time.Since(start)),
 		zap.String("output", out.String()),
 	}

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,9 +57,11 @@ func TestNoneDriver(t *testing.T) {
 
 func TestExecDriver(t *testing.T) {
 	dir := t.TempDir()
-	script := `printf 'arg=%s env=%s\n' "$1" "$FARM_DESIRED_NODES"; echo warning >&2`
+	script := `printf 'arg=%s env=%s zone=%s token=%s\n' "$1" "$FARM_DESIRED_NODES" "$SCALER_ZONE" "${FARM_API_TOKEN-unset}"; echo warning >&2`
+	// The producer's own environment is not the command's: only Env is.
+	t.Setenv("FARM_API_TOKEN", "in-the-producers-environment")
 	log, logs := observed(t)
-	d, err := NewExec(ExecConfig{Command: []string{"sh", "-c", script, "scale"}}, log)
+	d, err := NewExec(ExecConfig{Command: []string{"sh", "-c", script, "scale"}, Env: []string{"SCALER_ZONE=eu-west-1a"}}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +73,13 @@ func TestExecDriver(t *testing.T) {
 		t.Fatalf("%d 'scaling command done' entries", len(entries))
 	}
 	out, _ := entries[0].ContextMap()["output"].(string)
-	if !strings.Contains(out, "arg=4 env=4") || !strings.Contains(out, "warning") {
-		t.Fatalf("logged output %q, want the count as argument and env, and stderr", out)
+	if !strings.Contains(out, "arg=4 env=4 zone=eu-west-1a token=unset") || !strings.Contains(out, "warning") {
+		t.Fatalf("logged output %q, want the count as argument and env, Env's variable, no inherited token, and stderr", out)
+	}
+	for k, v := range entries[0].ContextMap() {
+		if strings.Contains(fmt.Sprint(v), "printf") {
+			t.Errorf("log field %s holds the command line (%v), which can carry a credential", k, v)
+		}
 	}
 
 	tests := []struct {
@@ -136,8 +144,8 @@ func TestExecDriverKillsProcessGroup(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pidfile := filepath.Join(t.TempDir(), "pid")
-			t.Setenv("PIDFILE", pidfile)
-			d, err := NewExec(ExecConfig{Command: []string{"sh", "-c", tc.script}, Timeout: tc.timeout}, zap.NewNop())
+			d, err := NewExec(ExecConfig{Command: []string{"sh", "-c", tc.script}, Timeout: tc.timeout,
+				Env: []string{"PIDFILE=" + pidfile}}, zap.NewNop())
 			if err != nil {
 				t.Fatal(err)
 			}
