@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,6 +70,41 @@ func TestReadSpecs(t *testing.T) {
 	specs, _, err = readSpecs(strings.NewReader("https://a.com\n"+`{"url":"https://b.com","cache":"job"}`), "x", &specFlags{cache: "batch"})
 	if err != nil || specs[0].Cache != jobqueue.CacheBatch || specs[1].Cache != jobqueue.CacheJob {
 		t.Errorf("--cache batch: specs %+v, %v; want batch for the plain URL, the JSON spec's own job", specs, err)
+	}
+}
+
+// A field a JSON line names keeps the line's value, the empty one too:
+// the flags fill only what the line leaves out.
+func TestReadSpecsLineNamesAnEmptyValue(t *testing.T) {
+	flags := &specFlags{priority: 5, html: true, screenshot: true, networkIdle: true, maxAttempts: 4, extract: "document.title",
+		block: "image", userAgent: "flag-agent", timeout: 20 * time.Second}
+	tests := []struct {
+		line  string
+		check func(s jobqueue.Spec) bool
+	}{
+		{`{"url":"https://a.com/","priority":0}`, func(s jobqueue.Spec) bool { return s.Priority == 0 }},
+		{`{"url":"https://a.com/","html":false}`, func(s jobqueue.Spec) bool { return !s.HTML && s.Screenshot }},
+		{`{"url":"https://a.com/","screenshot":false}`, func(s jobqueue.Spec) bool { return !s.Screenshot && s.HTML }},
+		{`{"url":"https://a.com/","extract":""}`, func(s jobqueue.Spec) bool { return s.Extract == "" }},
+		{`{"url":"https://a.com/","block":[]}`, func(s jobqueue.Spec) bool { return len(s.Block) == 0 }},
+		{`{"url":"https://a.com/","user_agent":""}`, func(s jobqueue.Spec) bool { return s.UserAgent == "" }},
+		{`{"url":"https://a.com/","wait":{"network_idle":false}}`, func(s jobqueue.Spec) bool { return s.Wait == nil || !s.Wait.NetworkIdle }},
+		{`{"url":"https://a.com/","wait":{"selector":"#x"}}`, func(s jobqueue.Spec) bool { return s.Wait.Selector == "#x" && s.Wait.NetworkIdle }},
+		// Left out: the flags' values.
+		{`{"url":"https://a.com/"}`, func(s jobqueue.Spec) bool {
+			return s.Priority == 5 && s.HTML && s.Screenshot && s.Wait.NetworkIdle && s.MaxAttempts == 4 &&
+				s.Extract == "document.title" && slices.Equal(s.Block, []string{"image"}) && s.UserAgent == "flag-agent" && s.TimeoutMS == 20000
+		}},
+	}
+	for _, tc := range tests {
+		specs, _, err := readSpecs(strings.NewReader(tc.line), "x", flags)
+		if err != nil {
+			t.Errorf("%s: %v", tc.line, err)
+			continue
+		}
+		if !tc.check(specs[0]) {
+			t.Errorf("%s with flags: spec %+v (wait %+v)", tc.line, specs[0], specs[0].Wait)
+		}
 	}
 }
 

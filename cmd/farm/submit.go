@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,42 +67,76 @@ func (f *specFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.anyHost, "follow-any-host", false, "with --follow: follow links to other hosts too")
 }
 
-// apply fills the fields of s that the flags set and s leaves empty.
-func (f *specFlags) apply(s *jobqueue.Spec) error {
+// given is the set of fields a JSON spec line names, top-level ("priority")
+// and within wait ("wait.network_idle"): the line's own value wins over a
+// flag's even when it is the empty one (priority 0, html false).
+type given map[string]bool
+
+// fieldsGiven lists the fields a decoded JSON spec line names.
+func fieldsGiven(line []byte) (given, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(line, &top); err != nil {
+		return nil, err
+	}
+	g := given{}
+	for k := range top {
+		g[k] = true
+	}
+	var wait map[string]json.RawMessage
+	if raw, ok := top["wait"]; ok && json.Unmarshal(raw, &wait) == nil {
+		for k := range wait {
+			g["wait."+k] = true
+		}
+	}
+	return g, nil
+}
+
+// apply fills the fields of s that the flags set and the line does not
+// name (g: nil for a URL line, which names none).
+func (f *specFlags) apply(s *jobqueue.Spec, g given) error {
 	if f.waitVisible && f.waitFor == "" {
 		return usagef("--wait-visible needs --wait-for")
 	}
-	if f.waitFor != "" || f.networkIdle {
+	if (f.waitFor != "" && !g["wait.selector"]) || (f.networkIdle && !g["wait.network_idle"]) {
 		if s.Wait == nil {
 			s.Wait = &jobqueue.Wait{}
 		}
-		if s.Wait.Selector == "" {
+		if !g["wait.selector"] && f.waitFor != "" {
 			s.Wait.Selector = f.waitFor
-			s.Wait.Visible = f.waitVisible
+			if !g["wait.visible"] {
+				s.Wait.Visible = f.waitVisible
+			}
 		}
-		s.Wait.NetworkIdle = s.Wait.NetworkIdle || f.networkIdle
+		if !g["wait.network_idle"] {
+			s.Wait.NetworkIdle = s.Wait.NetworkIdle || f.networkIdle
+		}
 	}
-	if s.Extract == "" {
+	if !g["extract"] {
 		s.Extract = f.extract
 	}
-	s.HTML = s.HTML || f.html
-	s.Screenshot = s.Screenshot || f.screenshot
-	if s.Priority == 0 {
+	if !g["html"] {
+		s.HTML = f.html
+	}
+	if !g["screenshot"] {
+		s.Screenshot = f.screenshot
+	}
+	if !g["priority"] {
 		s.Priority = f.priority
 	}
-	if s.MaxAttempts == 0 {
+	if !g["max_attempts"] {
 		s.MaxAttempts = f.maxAttempts
 	}
-	if s.TimeoutMS == 0 {
+	if !g["timeout_ms"] {
 		s.TimeoutMS = int(f.timeout / time.Millisecond)
 	}
-	if len(s.Block) == 0 && f.block != "" {
+	if !g["block"] && f.block != "" {
 		for _, b := range strings.Split(f.block, ",") {
 			if b = strings.TrimSpace(b); b != "" {
 				s.Block = append(s.Block, b)
 			}
 		}
 	}
+	// Headers merge by name: the line's header of a name wins.
 	for _, h := range f.headers {
 		name, value, ok := strings.Cut(h, ":")
 		if !ok || strings.TrimSpace(name) == "" {
@@ -114,17 +149,17 @@ func (f *specFlags) apply(s *jobqueue.Spec) error {
 			s.Headers[strings.TrimSpace(name)] = strings.TrimSpace(value)
 		}
 	}
-	if s.UserAgent == "" {
+	if !g["user_agent"] {
 		s.UserAgent = f.userAgent
 	}
-	if s.Proxy == "" {
+	if !g["proxy"] {
 		s.Proxy = f.proxy
 	}
 	// Its values are the spec's, checked with the spec (naming the field).
-	if s.Cache == "" {
+	if !g["cache"] {
 		s.Cache = f.cache
 	}
-	if s.Follow == nil && f.follow != "" {
+	if !g["follow"] && f.follow != "" {
 		s.Follow = &jobqueue.Follow{Selector: f.follow, MaxDepth: f.followDepth, AnyHost: f.anyHost, MaxLinks: f.followMax}
 	}
 	return nil
@@ -173,15 +208,20 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 
 func parseSpecLine(text string, flags *specFlags) (jobqueue.Spec, error) {
 	var spec jobqueue.Spec
+	var g given
 	if strings.HasPrefix(text, "{") {
 		var err error
 		if spec, err = jobqueue.DecodeSpec([]byte(text)); err != nil {
 			return spec, fmt.Errorf("bad JSON job spec: %w", err)
 		}
+		// The line decoded as a spec: as an object too.
+		if g, err = fieldsGiven([]byte(text)); err != nil {
+			return spec, fmt.Errorf("bad JSON job spec: %w", err)
+		}
 	} else {
 		spec.URL = text
 	}
-	if err := flags.apply(&spec); err != nil {
+	if err := flags.apply(&spec, g); err != nil {
 		return spec, err
 	}
 	return spec, nil
