@@ -283,6 +283,25 @@ func TestParseWhen(t *testing.T) {
 	}
 }
 
+// A FARM_FILE left in the environment must not add a file's jobs to
+// `farm submit URL`.
+func TestSubmitFileFromTheCommandLineOnly(t *testing.T) {
+	url, q := migratedDB(t)
+	file := filepath.Join(t.TempDir(), "jobs.txt")
+	if err := os.WriteFile(file, []byte("https://a.example/1\nhttps://a.example/2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FARM_DATABASE_URL": url, "FARM_FILE": file}
+	code, out, errOut := farmRun(t, "", env, "submit", "--quiet", "https://b.example/")
+	if code != exitOK {
+		t.Fatalf("submit with FARM_FILE set: %d %q", code, errOut)
+	}
+	counts, err := q.BatchCounts(t.Context(), strings.TrimSpace(out))
+	if err != nil || counts.Total != 1 {
+		t.Fatalf("batch %q: %+v, %v; want the one URL given, not FARM_FILE's two", out, counts, err)
+	}
+}
+
 // A batch id left in the environment must not turn `farm cancel 123` into
 // "cancel the whole batch"; ids and --batch together are refused.
 func TestCancelSelectors(t *testing.T) {

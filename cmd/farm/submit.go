@@ -248,6 +248,9 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	db.registerLocal(fs, env.getenv)
 	sf.register(fs)
 	fs.StringVar(&file, "file", "", "read jobs from this file ('-' for stdin): one URL or JSON job spec per line")
+	// What to submit comes from the command line only: a FARM_FILE left
+	// in the environment would add a whole file to `farm submit URL`.
+	fs.commandLineOnly("file")
 	fs.BoolVar(&wait, "wait", false, "follow the batch with a progress bar until every job is finished")
 	fs.BoolVar(&quiet, "quiet", false, "print only the batch id (with --wait: no progress and no summary either; the exit status says whether every job completed)")
 	if err := fs.parse(args, env.getenv); err != nil {
