@@ -117,6 +117,9 @@ func (o *producerOptions) check() error {
 			return usagef("--%s: %d characters; a token needs at least %d (openssl rand -hex 24 makes one)", t.flag, len(t.v), minTokenLength)
 		}
 	}
+	if o.readToken == "" && o.apiToken == "" && listenBeyondLoopback(o.listen) {
+		return readTokenNeeded(o.listen)
+	}
 	if _, err := o.politeness(); err != nil {
 		return err
 	}
@@ -356,7 +359,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	// need a token.
 	readAuth := po.readToken != "" || !isLoopback(ln.Addr())
 	if readAuth && po.readToken == "" && po.apiToken == "" {
-		return usagef("--listen %s is beyond loopback: set --read-token (or --api-token) so that API reads need a token", ln.Addr())
+		return readTokenNeeded(ln.Addr().String())
 	}
 	handler := web.NewServer(web.Config{
 		Queue: q, Token: po.apiToken, ReadToken: po.readToken, ReadAuth: readAuth, IsLeader: producer.IsLeader,
@@ -431,6 +434,29 @@ func runUntil(ctx context.Context, g *run.Group) error {
 		return nil
 	}
 	return err
+}
+
+// readTokenNeeded is the refusal of a producer that would serve every
+// job's and result's reads beyond loopback without a token.
+func readTokenNeeded(addr string) error {
+	return usagef("--listen %s is beyond loopback: set --read-token (or --api-token) so that API reads need a token", addr)
+}
+
+// listenBeyondLoopback reports whether a --listen address is beyond
+// loopback before anything is bound: every interface (no host, 0.0.0.0,
+// [::]) or an address that is not a loopback one. A name other than
+// localhost is known only once bound (addProducer checks the listener's
+// address), so it is not reported here.
+func listenBeyondLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false // checkListenAddr reports it
+	}
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && !ip.IsLoopback()
 }
 
 // isLoopback reports whether a listener's address is a loopback one.

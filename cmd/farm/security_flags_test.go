@@ -19,6 +19,25 @@ func TestProducerBeyondLoopbackNeedsAReadToken(t *testing.T) {
 	}
 }
 
+// TestProducerNeedsAReadTokenBeforeTheDatabase: an address known to be
+// beyond loopback is refused at once, not after waiting for the database
+// and migrating it.
+func TestProducerNeedsAReadTokenBeforeTheDatabase(t *testing.T) {
+	noDB := map[string]string{"FARM_DATABASE_URL": "postgres://x@127.0.0.1:1/x", "FARM_DATABASE_WAIT": "0"}
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:8080"} {
+		code, _, errOut := farmRun(t, "", noDB, "producer", "--listen", addr)
+		if code != exitUsage || !strings.Contains(errOut, "--read-token") {
+			t.Errorf("--listen %s, no database: code %d stderr %q; want a usage error naming --read-token", addr, code, errOut)
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:8080": false, "[::1]:0": false, "localhost:8080": false,
+		"farm.internal:8080": false, "0.0.0.0:8080": true, ":8080": true, "10.0.0.5:8080": true, "[2001:db8::1]:80": true} {
+		if got := listenBeyondLoopback(addr); got != want {
+			t.Errorf("listenBeyondLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
 // TestProducerRefusesAShortToken: the sample Secret's "change-me", applied
 // by mistake, was a working API token.
 func TestProducerRefusesAShortToken(t *testing.T) {
