@@ -146,7 +146,13 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
-// signalContext is canceled by the first SIGINT or SIGTERM, which starts a
+// stopSignals start a graceful stop. SIGHUP is one: a `farm up` whose
+// terminal closes would otherwise die at once, leaving its consumers and
+// PostgreSQL to their parent-death signal while they drain, with no
+// producer to hand work back to.
+var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// signalContext is canceled by the first stop signal, which starts a
 // graceful stop (consumers drain, which can take a while). A second signal
 // exits at once: children then clean up after themselves (consumers drain
 // on their parent-death signal, Chrome is killed with its consumer,
@@ -154,7 +160,7 @@ func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(form
 func signalContext(stderr io.Writer) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, stopSignals...)
 	done := make(chan struct{})
 	go func() {
 		select {

@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -114,5 +119,25 @@ func TestFlagsOnlyCommandsRefuseArguments(t *testing.T) {
 		if code != exitUsage || !strings.Contains(stderr, "unexpected arguments: 3f2a0000") {
 			t.Errorf("farm %s with an argument: exit %d, %q; want %d, unexpected arguments", cmd, code, stderr, exitUsage)
 		}
+	}
+}
+
+// TestHangupStopsGracefully: SIGHUP (a closed terminal) starts the same
+// graceful stop as SIGINT and SIGTERM instead of killing the process.
+func TestHangupStopsGracefully(t *testing.T) {
+	// A backstop: without it a SIGHUP nobody asked for ends the test binary.
+	backstop := make(chan os.Signal, 1)
+	signal.Notify(backstop, syscall.SIGHUP)
+	defer signal.Stop(backstop)
+	ctx, stop := signalContext(io.Discard)
+	defer stop()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	<-backstop
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGHUP did not start a stop")
 	}
 }
