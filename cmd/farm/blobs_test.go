@@ -206,17 +206,34 @@ func TestBlobStoreS3(t *testing.T) {
 		t.Errorf("GET a tampered blob: %s, want 502", resp.Status)
 	}
 
-	// Retention deletes the blobs with their rows.
+	// Retention deletes the blobs with their rows. It runs here between
+	// the API's read of a result and its read of the blob: the job is
+	// gone, a 404 as for a job purged before (it was a 502, the store's
+	// failure).
 	png, _ := mustResult(t, q, ids[0]).Blob(jobqueue.BlobScreenshot)
 	var gone []string
-	n, err := q.DeleteFinishedBefore(ctx, time.Now().Add(time.Hour), 100, func(keys []string) {
-		gone = append(gone, keys...)
-		if err := store.Delete(ctx, keys); err != nil {
-			t.Errorf("delete blobs: %v", err)
-		}
-	})
-	if err != nil || n != int64(len(ids)) || len(gone) != 2*len(ids) {
-		t.Fatalf("purge: %d jobs, %d blob keys, %v; want %d and %d", n, len(gone), err, len(ids), 2*len(ids))
+	var n int64
+	var perr error
+	purging := &purgeOnOpen{Store: store, purge: func() {
+		n, perr = q.DeleteFinishedBefore(ctx, time.Now().Add(time.Hour), 100, func(keys []string) {
+			gone = append(gone, keys...)
+			if err := store.Delete(ctx, keys); err != nil {
+				t.Errorf("delete blobs: %v", err)
+			}
+		})
+	}}
+	api2 := httptest.NewServer(web.NewServer(web.Config{Queue: q, Blobs: purging}))
+	defer api2.Close()
+	resp, err = http.Get(api2.URL + "/api/jobs/" + strconv.FormatInt(ids[0], 10) + "/screenshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET the screenshot of a job purged meanwhile: %s, want 404", resp.Status)
+	}
+	if perr != nil || n != int64(len(ids)) || len(gone) != 2*len(ids) {
+		t.Fatalf("purge: %d jobs, %d blob keys, %v; want %d and %d", n, len(gone), perr, len(ids), 2*len(ids))
 	}
 	if _, err := store.Open(ctx, png.Key); !errors.Is(err, blobstore.ErrNotFound) {
 		t.Errorf("a purged job's screenshot is still in the store: %v", err)
@@ -356,4 +373,17 @@ func measureStorage(t *testing.T, pool *pgxpool.Pool) storageSize {
 		t.Fatalf("storage size: %v", err)
 	}
 	return s
+}
+
+// purgeOnOpen runs purge (once) before its first read: retention between
+// a reader's read of a result and of its blob.
+type purgeOnOpen struct {
+	blobstore.Store
+	once  sync.Once
+	purge func()
+}
+
+func (p *purgeOnOpen) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	p.once.Do(p.purge)
+	return p.Store.Open(ctx, key)
 }

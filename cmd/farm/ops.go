@@ -228,15 +228,17 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 }
 
 // fillBlobs reads a result's HTML and screenshot back from the blob store,
-// checked against their stored hashes. A blob that is gone because its job
-// was purged since the export read it (retention deletes the rows, then
-// their blobs) leaves the job out (keep false): it is no longer there to
-// export. A blob missing from a job still there is an error.
+// checked against their stored hashes. A blob that cannot be read because
+// its job was purged since the export read it (retention deletes the rows,
+// then their blobs) leaves the job out (keep false): it is no longer there
+// to export. Whatever the store's error: a missing key is a 403, not a 404,
+// from an S3 bucket the farm may not list (no s3:ListBucket). A blob that
+// cannot be read for a job still there is an error.
 func fillBlobs(ctx context.Context, store blobstore.Store, res *jobqueue.Result, html, screenshot bool,
 	get func(context.Context, int64) (jobqueue.Job, error)) (keep bool, err error) {
 	err = blobstore.Fill(ctx, store, res, html, screenshot)
-	if !errors.Is(err, blobstore.ErrNotFound) {
-		return err == nil, err
+	if err == nil {
+		return true, nil
 	}
 	if _, gerr := get(ctx, res.JobID); errors.Is(gerr, jobqueue.ErrNotFound) {
 		return false, nil

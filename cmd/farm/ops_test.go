@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -375,8 +376,15 @@ func TestFillBlobsOfAPurgedJob(t *testing.T) {
 		{"blob there", stored, true, true, nil},
 		{"job and blob purged", gone, false, false, nil},
 		{"blob missing from a job still there", gone, true, false, blobstore.ErrNotFound},
+		// S3 without s3:ListBucket answers a missing key with 403.
+		{"job purged, the store refuses", gone, false, false, nil},
+		{"the store refuses a job still there", stored, true, false, errForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			store := store
+			if strings.Contains(tc.name, "refuses") {
+				store = refusingStore{store}
+			}
 			get := func(_ context.Context, id int64) (jobqueue.Job, error) {
 				if !tc.jobThere {
 					return jobqueue.Job{}, fmt.Errorf("job %d: %w", id, jobqueue.ErrNotFound)
@@ -393,6 +401,16 @@ func TestFillBlobsOfAPurgedJob(t *testing.T) {
 			}
 		})
 	}
+}
+
+var errForbidden = errors.New("api error AccessDenied: Access Denied")
+
+// refusingStore answers every read as S3 does a missing key the farm may
+// not list.
+type refusingStore struct{ blobstore.Store }
+
+func (refusingStore) Open(context.Context, string) (io.ReadCloser, error) {
+	return nil, fmt.Errorf("blob: get: %w", errForbidden)
 }
 
 // TestWriteStatusContexts: farm status shows what became of the wiped

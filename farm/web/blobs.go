@@ -70,6 +70,14 @@ func (s *server) streamRef(w http.ResponseWriter, r *http.Request, id int64, res
 	// a day), the mismatch known only after its last byte. A blob is a
 	// result's HTML or screenshot, bounded by the result limits.
 	body, err := blobstore.ReadRef(ctx, s.cfg.Blobs, ref)
+	if err != nil && r.Context().Err() == nil {
+		// Purged since its result was read (retention deletes the rows,
+		// then the blobs): the job, or its result, is not there any more.
+		if _, gerr := s.q.GetResult(r.Context(), id); errors.Is(gerr, jobqueue.ErrNotFound) {
+			s.noResult(w, r, r.Context(), id)
+			return
+		}
+	}
 	if err != nil {
 		s.log.Error("blob store read failed", zap.Int64("job", id), zap.String("key", ref.Key), zap.Error(err))
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("job %d: its %s could not be read from the blob store, or did not match what was stored", id, kind))
