@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
@@ -88,6 +89,47 @@ func TestDir(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(root, "jobs", "2")); len(ents) != 1 {
 		t.Errorf("jobs/2 holds %d entries, want 1 (no temporary files)", len(ents))
+	}
+}
+
+// TestDirFilesAndLeftovers: a blob is readable by the group, as its
+// directories are; a temporary file a dead writer left is removed with
+// its job's blobs once it is old, and a fresh one (a Put under way) is not.
+func TestDirFilesAndLeftovers(t *testing.T) {
+	ctx := t.Context()
+	root := t.TempDir()
+	d, err := NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"jobs/5/1-a.html", "jobs/6/1-a.html"} {
+		if err := d.Put(ctx, key, []byte("<p>"), "text/html"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := os.Stat(filepath.Join(root, "jobs", "5", "1-a.html"))
+	if err != nil || info.Mode().Perm() != blobMode {
+		t.Fatalf("blob mode %v, %v; want %v", info.Mode().Perm(), err, os.FileMode(blobMode))
+	}
+	old := filepath.Join(root, "jobs", "5", tempPrefix+"123")
+	fresh := filepath.Join(root, "jobs", "6", tempPrefix+"456")
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("half a blob"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	then := time.Now().Add(-staleTempAge - time.Minute)
+	if err := os.Chtimes(old, then, then); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Delete(ctx, []string{"jobs/5/1-a.html", "jobs/6/1-a.html"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "jobs", "5")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("jobs/5, with an old temporary file, stayed: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a fresh temporary file (a Put under way) was removed: %v", err)
 	}
 }
 

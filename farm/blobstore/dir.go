@@ -8,12 +8,27 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 // Dir is a Store in a local directory: one file per key.
 type Dir struct {
 	root string
 }
+
+// blobMode is a blob file's mode: readable by the group, as its
+// directories are (0750), so a producer running as another user of the
+// group serves what the consumers wrote.
+const blobMode = 0o640
+
+// staleTempAge is how old a Put's temporary file must be before Delete
+// takes it for the leftover of a process that died writing it (a Put
+// takes seconds at most) rather than a Put under way.
+const staleTempAge = time.Hour
+
+// tempPrefix starts the name of a Put's temporary file.
+const tempPrefix = ".put-"
 
 // NewDir uses (and creates) the directory root.
 func NewDir(root string) (*Dir, error) {
@@ -45,11 +60,15 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, _ string) error 
 	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 		return fmt.Errorf("blob %s: %w", key, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	tmp, err := os.CreateTemp(filepath.Dir(p), tempPrefix+"*")
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", key, err)
 	}
-	_, werr := tmp.Write(data)
+	// CreateTemp makes it 0600.
+	werr := tmp.Chmod(blobMode)
+	if werr == nil {
+		_, werr = tmp.Write(data)
+	}
 	if werr == nil {
 		werr = tmp.Sync()
 	}
@@ -102,7 +121,8 @@ func (d *Dir) Open(_ context.Context, key string) (io.ReadCloser, error) {
 	return f, nil
 }
 
-// Delete removes the files and then the directories they leave empty.
+// Delete removes the files and then the directories they leave empty,
+// with the temporary files a process that died in Put left there.
 func (d *Dir) Delete(_ context.Context, keys []string) error {
 	var errs []error
 	for _, key := range keys {
@@ -115,6 +135,7 @@ func (d *Dir) Delete(_ context.Context, keys []string) error {
 			errs = append(errs, fmt.Errorf("blob %s: %w", key, err))
 			continue
 		}
+		removeStaleTemps(filepath.Dir(p), time.Now())
 		for dir := filepath.Dir(p); dir != d.root && len(dir) > len(d.root); dir = filepath.Dir(dir) {
 			if os.Remove(dir) != nil { // not empty (or gone): stop climbing
 				break
@@ -122,4 +143,21 @@ func (d *Dir) Delete(_ context.Context, keys []string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeStaleTemps removes the temporary files in dir older than
+// staleTempAge, best effort: one left would keep its directory for ever.
+func removeStaleTemps(dir string, now time.Time) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), tempPrefix) || !e.Type().IsRegular() {
+			continue
+		}
+		if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > staleTempAge {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
