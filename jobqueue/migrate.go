@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,8 +37,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
-		return fmt.Errorf("migrate: take advisory lock: %w", err)
+	if err := takeMigrateLock(ctx, conn); err != nil {
+		return err
 	}
 	defer func() {
 		// Unlock on a context of its own: when ctx is already canceled the
@@ -65,6 +66,34 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: apply: %w", err)
 	}
 	return nil
+}
+
+// migrateLockPoll is how often a process waiting for another's migration
+// asks for the lock again.
+const migrateLockPoll = 200 * time.Millisecond
+
+// takeMigrateLock takes the migration lock, asking for it again every
+// migrateLockPoll instead of blocking in pg_advisory_lock: a session
+// blocked in a statement holds a snapshot, and a migration that builds an
+// index concurrently (018) waits for every older snapshot to go — the
+// waiter's too, which waits for the lock: a deadlock.
+func takeMigrateLock(ctx context.Context, conn *pgxpool.Conn) error {
+	t := time.NewTicker(migrateLockPoll)
+	defer t.Stop()
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", migrateLockKey).Scan(&got); err != nil {
+			return fmt.Errorf("migrate: take advisory lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate: waiting for another process's migration: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+	}
 }
 
 // SchemaVersion reports the applied schema version and the version this build

@@ -22,6 +22,10 @@ func (c BatchCounts) Finished() int64 {
 	return c.By[StateCompleted] + c.By[StateFailed] + c.By[StateCanceled]
 }
 
+// batchCountsSQL reads the batch index alone (jobs_batch_state_idx carries
+// the state).
+const batchCountsSQL = `SELECT state, count(*) FROM jobs WHERE batch_id = $1::uuid GROUP BY state`
+
 // BatchCounts counts the jobs of one batch by state.
 func (q *Queue) BatchCounts(ctx context.Context, batchID string) (BatchCounts, error) {
 	out := BatchCounts{By: map[State]int64{}}
@@ -31,7 +35,7 @@ func (q *Queue) BatchCounts(ctx context.Context, batchID string) (BatchCounts, e
 	for _, s := range States() {
 		out.By[s] = 0
 	}
-	rows, err := q.pool.Query(ctx, `SELECT state, count(*) FROM jobs WHERE batch_id = $1::uuid GROUP BY state`, batchID)
+	rows, err := q.pool.Query(ctx, batchCountsSQL, batchID)
 	if err != nil {
 		return out, fmt.Errorf("batch %s counts: %w", batchID, err)
 	}

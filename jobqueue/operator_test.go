@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -115,5 +116,60 @@ func TestExportResultsAndBatchCounts(t *testing.T) {
 	}
 	if err := q.ExportResults(ctx, ExportFilter{States: []State{"bogus"}}, func(ExportRow) error { return nil }); err == nil {
 		t.Fatal("unknown state accepted")
+	}
+}
+
+// TestBatchCountsReadTheIndexAlone: a batch's counts by state come from
+// the batch index, without a heap fetch per job (migration 018): at a
+// million jobs a batch, the fetches made the read 333 ms instead of 96.
+func TestBatchCountsReadTheIndexAlone(t *testing.T) {
+	ctx := context.Background()
+	q, pool := newTestQueue(t, Config{})
+	const batch = "6d1f6a1e-0000-4000-8000-000000000001"
+	// A batch of 2,000 finished jobs, inserted together, among 20,000 of
+	// another batch; committed synchronously: the test server commits
+	// asynchronously, and VACUUM marks no page all-visible until the
+	// commit's WAL is flushed.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO jobs (batch_id, state, spec, host, attempts, finished_at, crawl_id)
+		SELECT CASE WHEN g BETWEEN 10001 AND 12000 THEN $1::uuid ELSE '6d1f6a1e-0000-4000-8000-000000000002'::uuid END,
+		       CASE WHEN g % 10 = 1 THEN 'failed' ELSE 'completed' END, '{"url":"https://a.example/"}', 'a.example', 1, now(), g
+		FROM generate_series(1, 22000) g`, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE jobs"); err != nil {
+		t.Fatal(err)
+	}
+	// At this size the planner may as well read the batch's few heap
+	// pages; what is checked is that the index alone can answer, as the
+	// planner has it do for large batches.
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+batchCountsSQL, batch).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, `"Node Type": "Index Only Scan"`) || !strings.Contains(plan, `"Index Name": "jobs_batch_state_idx"`) ||
+		!strings.Contains(plan, `"Heap Fetches": 0`) {
+		t.Errorf("batch counts plan reads more than the batch index:\n%s", plan)
+	}
+	c, err := q.BatchCounts(ctx, batch)
+	if err != nil || c.Total != 2000 || c.By[StateCompleted]+c.By[StateFailed] != 2000 {
+		t.Errorf("BatchCounts = %+v, %v; want 2,000 finished", c, err)
 	}
 }
