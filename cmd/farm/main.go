@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
 
 	"github.com/browserfarm/browserfarm/farm/fleet"
@@ -118,11 +120,51 @@ func realMain(args []string, env *environment) int {
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(env.stderr, "farm %s: %v\n", name, err)
+		fmt.Fprintf(env.stderr, "farm %s: %v%s\n", name, err, fromEnvironment(err.Error(), args[2:], env.getenv))
 		return exitUsage
 	}
 	fmt.Fprintf(env.stderr, "farm %s: %v\n", name, err)
 	return exitError
+}
+
+// flagMention is a flag named in an error message.
+var flagMention = regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`)
+
+// fromEnvironment points a usage error's reader at the environment when a
+// flag it names is not on the command line but its variable is set:
+// "--api-token: 9 characters" is about FARM_API_TOKEN then. It says ""
+// when the error names no such flag, or names the variable already.
+func fromEnvironment(msg string, args []string, getenv func(string) string) string {
+	var vars []string
+	seen := map[string]bool{}
+	for _, m := range flagMention.FindAllStringSubmatch(msg, -1) {
+		name := m[1]
+		v := envName(name)
+		if seen[name] || strings.Contains(msg, v) || getenv(v) == "" || onCommandLine(name, args) {
+			continue
+		}
+		seen[name] = true
+		vars = append(vars, v)
+	}
+	if len(vars) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (set by %s in the environment, not on the command line)", strings.Join(vars, ", "))
+}
+
+// onCommandLine reports whether args set the flag (--name, -name, with or
+// without =value).
+func onCommandLine(name string, args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 func usage(w io.Writer) {

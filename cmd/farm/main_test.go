@@ -141,3 +141,31 @@ func TestHangupStopsGracefully(t *testing.T) {
 		t.Fatal("SIGHUP did not start a stop")
 	}
 }
+
+func TestUsageErrorsNameTheEnvironment(t *testing.T) {
+	env := map[string]string{"FARM_API_TOKEN": "short", "FARM_CAPACITY": "0"}
+	getenv := func(k string) string { return env[k] }
+	tests := []struct {
+		msg  string
+		args []string
+		want string
+	}{
+		{"--api-token: 5 characters; a token needs at least 16", nil, " (set by FARM_API_TOKEN in the environment, not on the command line)"},
+		{"--api-token: 5 characters", []string{"--api-token", "short"}, ""},
+		{"--api-token: 5 characters", []string{"--api-token=short"}, ""},
+		{"--api-token: 5 characters", []string{"-api-token", "short"}, ""},
+		{"--read-token: 5 characters", nil, ""}, // its variable is not set
+		{`FARM_CAPACITY="0": --capacity 0`, nil, ""},
+		{"--capacity 0 and --api-token short", nil, " (set by FARM_CAPACITY, FARM_API_TOKEN in the environment, not on the command line)"},
+		{"no flag named", nil, ""},
+	}
+	for _, tc := range tests {
+		if got := fromEnvironment(tc.msg, tc.args, getenv); got != tc.want {
+			t.Errorf("fromEnvironment(%q, %q) = %q, want %q", tc.msg, tc.args, got, tc.want)
+		}
+	}
+	code, _, errOut := farmRun(t, "", map[string]string{"FARM_API_TOKEN": "change-me"}, "producer")
+	if code != exitUsage || !strings.Contains(errOut, "--api-token") || !strings.Contains(errOut, "set by FARM_API_TOKEN") {
+		t.Errorf("producer with FARM_API_TOKEN=change-me: %d %q; want the variable named", code, errOut)
+	}
+}
