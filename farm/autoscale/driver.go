@@ -29,10 +29,11 @@ type Driver interface {
 
 // CurrentReader is a Driver that can read back the count the orchestrator
 // now holds (an Auto Scaling group's desired capacity). A reconciler
-// starting a term starts from it when it is above the live nodes: the
+// starting a term starts from it rather than from the live nodes: the
 // instances another producer asked for and that are still booting are not
 // live nodes yet, and a count computed from the live ones alone would give
-// them up at once, without the cooldown.
+// them up at once, without the cooldown; and the live nodes beyond it are
+// leaving, given up by the last leader.
 type CurrentReader interface {
 	Current(ctx context.Context) (int, error)
 }

@@ -149,7 +149,7 @@ func (r *Reconciler) Status() Status {
 // term (the desired count, since when the need was below it, idle nodes,
 // what it applied) is stale after another producer led. A driver that can
 // read the orchestrator's count back (CurrentReader) is asked for it first:
-// the term starts from it when it is above the live nodes.
+// the term starts from it.
 func (r *Reconciler) Run(ctx context.Context) error {
 	r.tickMu.Lock()
 	r.desired.Store(-1)
@@ -259,7 +259,7 @@ func (r *Reconciler) seed(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("autoscale: read the orchestrator's count: %w", err)
 	}
-	r.state = State{Desired: n}
+	r.state = State{Desired: n, Seeded: true}
 	r.log.Info("term starts from the orchestrator's count", zap.Int("current", n))
 	return nil
 }

@@ -415,3 +415,30 @@ func TestReconcilerNewTermForgetsTheDesiredCount(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReconcilerLeavingNodesAreNotReplaced: the last leader lowered the
+// group from 8 to 5, and the 3 nodes it gave up still heartbeat while they
+// drain. A new leader starts from the group's 5; counting the 8 live nodes
+// it asked for 8, three new instances for a cooldown.
+func TestReconcilerLeavingNodesAreNotReplaced(t *testing.T) {
+	var nodes []Node
+	for i := range 8 {
+		nodes = append(nodes, Node{ID: fmt.Sprintf("n%d", i), Busy: 5, Capacity: 6})
+	}
+	src := &loadBox{load: Load{Processing: 24, Nodes: nodes}}
+	drv := &readingDriver{current: 5}
+	r, err := NewReconciler(ReconcilerConfig{Interval: time.Hour, Scaling: Config{NodeCapacity: 6, TargetUtilisation: 1}}, src, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Tick(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Desired != 5 || d.Previous != 5 {
+		t.Fatalf("decision %+v, want the group's 5 kept (need 4 cools down)", d)
+	}
+	if got := drv.calls(); !slices.Equal(got, []int{5}) {
+		t.Fatalf("driver calls %v, want [5]", got)
+	}
+}

@@ -141,13 +141,17 @@ type Load struct {
 
 // State is what Compute carries from one computation to the next. A State
 // not Initialized means "no computation yet"; the first one starts from the
-// number of live nodes or, when larger, from the Desired it carries (the
-// count the orchestrator holds, when the driver can read it back), so a
-// producer restart does not shrink a running or still booting fleet before
-// the cooldown.
+// count the orchestrator holds when the driver read it back (Seeded), and
+// otherwise from the number of live nodes or, when larger, the Desired it
+// carries, so a producer restart does not shrink a running or still
+// booting fleet before the cooldown. A seeded start does not count the
+// live nodes: those beyond the orchestrator's count are leaving (the last
+// leader gave them up and they drain until terminated), and counting them
+// would ask for their replacements for a cooldown.
 type State struct {
 	Initialized bool      `json:"initialized"`
 	Desired     int       `json:"desired"`
+	Seeded      bool      `json:"seeded,omitempty"`
 	BelowSince  time.Time `json:"below_since,omitzero"`
 }
 
@@ -255,7 +259,11 @@ func Compute(cfg Config, st State, load Load, now time.Time) (Decision, State) {
 
 	idle := idleCandidates(load.Nodes, now, cfg.IdleGrace)
 	if !st.Initialized {
-		st = State{Initialized: true, Desired: max(len(load.Nodes), st.Desired)}
+		start := st.Desired
+		if !st.Seeded {
+			start = max(len(load.Nodes), st.Desired)
+		}
+		st = State{Initialized: true, Desired: start}
 	}
 	d := Decision{
 		Previous: st.Desired,
