@@ -54,7 +54,8 @@ func TestPolitenessForMatchesHostKeys(t *testing.T) {
 		"shop.example.com": {MaxConcurrent: 1, MinInterval: time.Second}, ".example.org": {MaxConcurrent: 1},
 		"[2001:db8::1]": {MaxConcurrent: 1}, "xn--bcher-kva.test": {MaxConcurrent: 1}}}
 	for _, raw := range []string{"http://shop.example.com/", "http://shop.example.com./", "https://SHOP.example.com:443/",
-		"https://www.example.org./", "http://[2001:db8::1]:8080/", "http://[2001:DB8::1]/", "http://bücher.test:81/"} {
+		"https://www.example.org./", "http://[2001:db8::1]:8080/", "http://[2001:DB8::1]/", "http://bücher.test:81/",
+		"http://shop.example.com:080/", "http://shop.example.com\u3002/", "http://[2001:db8:0::1]/"} {
 		u, err := url.Parse(raw)
 		if err != nil {
 			t.Fatal(err)
@@ -89,6 +90,11 @@ func TestHostRuleKey(t *testing.T) {
 		{"[2001:db8::1]:8080", "[2001:db8::1]:8080", ""},
 		{"[2001:db8::1]:443", "[2001:db8::1]", ""},
 		{"127.0.0.1:9000", "127.0.0.1:9000", ""},
+		{"shop.example.com:080", "shop.example.com", ""},
+		{"shop.example.com:08443", "shop.example.com:8443", ""},
+		{"[2001:db8:0::1]", "[2001:db8::1]", ""},
+		{"2130706433:8080", "127.0.0.1:8080", ""},
+		{"example.123", "", "not an IPv4 address"},
 		{"", "", "empty host"},
 		{".", "", "empty host"},
 		{"..example.com", "", "empty label"},

@@ -1,9 +1,12 @@
 package jobqueue
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -43,8 +46,13 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 	if h := u.Hostname(); strings.ContainsAny(h, forbiddenDomainChars) {
 		return nil, specErr("url", "host %q has a character a URL's host may not have (one of %s)", h, forbiddenDomainChars)
 	}
+	if h := u.Hostname(); !strings.Contains(h, ":") {
+		if _, err := CanonicalHost(h); errors.Is(err, errNotIPv4) {
+			return nil, specErr("url", "%v", err)
+		}
+	}
 	if p := u.Port(); p != "" {
-		if len(p) > 5 || p == "0" || portNumber(p) > 65535 {
+		if len(p) > 5 || portNumber(p) == 0 || portNumber(p) > 65535 {
 			return nil, specErr("url", "bad port %q", p)
 		}
 		if jobspec.BadPort(portNumber(p)) {
@@ -84,12 +92,21 @@ func HostKey(u *url.URL) string {
 	// A name IDNA refuses keeps its lower-cased form: Chrome cannot load it,
 	// so no other spelling of it will come back.
 	host, _ := CanonicalHost(u.Hostname())
-	port := u.Port()
+	port := canonicalPort(u.Port())
 	scheme := strings.ToLower(u.Scheme)
 	if (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
 		port = ""
 	}
 	return hostPort(host, port)
+}
+
+// canonicalPort is a port as its number (":080" is port 80, as a browser
+// reads it), "" for none.
+func canonicalPort(p string) string {
+	if p == "" {
+		return ""
+	}
+	return strconv.Itoa(portNumber(p))
 }
 
 // hostPort joins a canonical host name and a port (none if empty) into a
@@ -114,23 +131,125 @@ var idnaProfile = idna.New(idna.MapForLookup(), idna.BidiRule(), idna.Transition
 
 // CanonicalHost is the form of a host name (no port, an IPv6 address without
 // brackets) that host keys use: lower case, one trailing dot dropped, a
-// Unicode name in its ASCII (punycode) form. It is the one home of that rule:
-// HostKey applies it to URLs, NormalizeHostKey to host keys written by
-// operators. The error is for a Unicode name IDNA refuses; the lower-cased
-// name comes with it.
+// Unicode name in its ASCII (punycode) form, an IPv4 address in dotted
+// decimal however it was written (2130706433, 0x7f.1 and 127.1 are
+// 127.0.0.1 to a browser) and an IPv6 address in its shortest form. It is
+// the one home of that rule: HostKey applies it to URLs, NormalizeHostKey
+// to host keys written by operators. The error is for a Unicode name IDNA
+// refuses, or a name whose last label is a number but that is no IPv4
+// address (errNotIPv4; a browser refuses it); the lower-cased name comes
+// with it.
 func CanonicalHost(name string) (string, error) {
 	if strings.Contains(name, ":") { // an IPv6 address
+		if a, err := netip.ParseAddr(name); err == nil && a.Zone() == "" {
+			return a.String(), nil
+		}
 		return strings.ToLower(name), nil
 	}
 	name = strings.TrimSuffix(name, ".")
-	if isASCII(name) {
-		return strings.ToLower(name), nil
+	a := strings.ToLower(name)
+	if !isASCII(name) {
+		var err error
+		if a, err = idnaProfile.ToASCII(name); err != nil {
+			return strings.ToLower(name), fmt.Errorf("host %q is not a valid internationalized domain name: %w", name, err)
+		}
+		// A full stop of another script ends it: U+3002 maps to ".".
+		a = strings.TrimSuffix(a, ".")
 	}
-	a, err := idnaProfile.ToASCII(name)
-	if err != nil {
-		return strings.ToLower(name), fmt.Errorf("host %q is not a valid internationalized domain name: %w", name, err)
+	if endsInANumber(a) {
+		ip, ok := parseIPv4(a)
+		if !ok {
+			return a, fmt.Errorf("host %q: %w", name, errNotIPv4)
+		}
+		return ip.String(), nil
 	}
 	return a, nil
+}
+
+// errNotIPv4: a host whose last label is a number must be an IPv4 address.
+var errNotIPv4 = errors.New("its last label is a number, but it is not an IPv4 address (browsers refuse it)")
+
+// endsInANumber is the URL standard's test of a host that must parse as an
+// IPv4 address: its last label (a trailing empty one aside) is decimal
+// digits, or a number in the IPv4 parser's forms (0x hex).
+func endsInANumber(host string) bool {
+	labels := strings.Split(host, ".")
+	if labels[len(labels)-1] == "" {
+		if len(labels) == 1 {
+			return false
+		}
+		labels = labels[:len(labels)-1]
+	}
+	last := labels[len(labels)-1]
+	if last != "" && strings.Trim(last, "0123456789") == "" {
+		return true
+	}
+	_, ok := ipv4Number(last)
+	return ok
+}
+
+// parseIPv4 is the URL standard's IPv4 parser: up to four dot-separated
+// numbers, each decimal, 0x hex or 0-led octal, the last filling the bytes
+// the others leave.
+func parseIPv4(host string) (netip.Addr, bool) {
+	parts := strings.Split(host, ".")
+	if parts[len(parts)-1] == "" && len(parts) > 1 {
+		parts = parts[:len(parts)-1]
+	}
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	nums := make([]uint64, len(parts))
+	for i, p := range parts {
+		n, ok := ipv4Number(p)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		nums[i] = n
+	}
+	for _, n := range nums[:len(nums)-1] {
+		if n > 255 {
+			return netip.Addr{}, false
+		}
+	}
+	last := nums[len(nums)-1]
+	if last >= 1<<(8*(5-len(nums))) {
+		return netip.Addr{}, false
+	}
+	v := last
+	for i, n := range nums[:len(nums)-1] {
+		v += n << (8 * (3 - i))
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+}
+
+// ipv4Number is one number of an IPv4 address as the URL standard reads
+// it: "0x" or "0X" then hex, a leading 0 then octal, else decimal; "0x"
+// alone is 0.
+func ipv4Number(s string) (uint64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	base := 10
+	switch {
+	case len(s) >= 2 && (s[:2] == "0x" || s[:2] == "0X"):
+		s, base = s[2:], 16
+	case len(s) >= 2 && s[0] == '0':
+		s, base = s[1:], 8
+	}
+	if s == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(s, base, 64)
+	if err != nil {
+		// Past 64 bits is a number still, and too large for any part.
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
+			return 1 << 40, true
+		}
+		return 0, false
+	}
+	return n, true
 }
 
 func isASCII(s string) bool {
@@ -177,7 +296,7 @@ func NormalizeHostKey(s string) (string, error) {
 		portNumber(port) == 0 || portNumber(port) > 65535) {
 		return "", fmt.Errorf("host %q: bad port %q (want 1-65535)", s, port)
 	}
-	if port == "80" || port == "443" {
+	if port = canonicalPort(port); port == "80" || port == "443" {
 		port = ""
 	}
 	host, err := CanonicalHost(name)

@@ -67,6 +67,13 @@ func TestSpecValidate(t *testing.T) {
 		{"forbidden host character <", ok(func(s *Spec) { s.URL = "http://a<b.example/" }), "url", "a character a URL's host may not have"},
 		{"forbidden host character >", ok(func(s *Spec) { s.URL = "http://a>b.example/" }), "url", "a character a URL's host may not have"},
 		{"port out of range", ok(func(s *Spec) { s.URL = "http://example.com:99999/" }), "url", "bad port"},
+		{"port zero however written", ok(func(s *Spec) { s.URL = "http://example.com:00/" }), "url", "bad port"},
+		// A host whose last label is a number must be an IPv4 address, or
+		// the browser refuses the URL.
+		{"numeric last label", ok(func(s *Spec) { s.URL = "http://example.123/" }), "url", "not an IPv4 address"},
+		{"IPv4 out of range", ok(func(s *Spec) { s.URL = "http://256.1.1.1/" }), "url", "not an IPv4 address"},
+		{"five IPv4 parts", ok(func(s *Spec) { s.URL = "http://1.2.3.4.5/" }), "url", "not an IPv4 address"},
+		{"not octal", ok(func(s *Spec) { s.URL = "http://08/" }), "url", "not an IPv4 address"},
 		// Chrome answers net::ERR_UNSAFE_PORT for these.
 		{"unsafe port 6000", ok(func(s *Spec) { s.URL = "http://example.com:6000/" }), "url", "browsers refuse"},
 		{"unsafe port 10080", ok(func(s *Spec) { s.URL = "https://example.com:10080/" }), "url", "browsers refuse"},
@@ -239,6 +246,25 @@ func TestHostAndDedupKey(t *testing.T) {
 		{"http://b%C3%BCcher.test/", "xn--bcher-kva.test", "http://xn--bcher-kva.test/"},
 		{"http://under_score.example/", "under_score.example", "http://under_score.example/"},
 		{"http://127.0.0.1./", "127.0.0.1", "http://127.0.0.1/"},
+		// What a browser reads as one server is one key: a port with
+		// leading zeros, a full stop of another script ending the name,
+		// an IPv4 address in its short, decimal, hex or octal forms, an
+		// IPv6 address in any of its spellings.
+		{"http://shop.test:080/", "shop.test", "http://shop.test/"},
+		{"http://shop.test:08080/", "shop.test:8080", "http://shop.test:8080/"},
+		{"http://shop.test。/", "shop.test", "http://shop.test/"},
+		{"http://shop．test｡/", "shop.test", "http://shop.test/"},
+		{"http://2130706433/", "127.0.0.1", "http://127.0.0.1/"},
+		{"http://0x7f.1/", "127.0.0.1", "http://127.0.0.1/"},
+		{"http://127.1/", "127.0.0.1", "http://127.0.0.1/"},
+		{"http://0177.0.0.01:8080/", "127.0.0.1:8080", "http://127.0.0.1:8080/"},
+		{"http://0x7F000001./", "127.0.0.1", "http://127.0.0.1/"},
+		{"http://[0::1]/", "[::1]", "http://[::1]/"},
+		{"http://[0:0:0:0:0:0:0:1]:81/", "[::1]:81", "http://[::1]:81/"},
+		{"http://[2001:DB8::1]/", "[2001:db8::1]", "http://[2001:db8::1]/"},
+		// Not numbers: names.
+		{"http://0x.example/", "0x.example", "http://0x.example/"},
+		{"http://1a.example/", "1a.example", "http://1a.example/"},
 	}
 	for _, tt := range tests {
 		u, err := url.Parse(tt.in)
