@@ -112,6 +112,8 @@ type Producer struct {
 	// assignWake is signalled by ChannelProducer notifications (capacity 1:
 	// one round answers any number of them).
 	assignWake chan struct{}
+	// listener is Run's (nil with PollOnly), set before it campaigns.
+	listener *jobqueue.Listener
 }
 
 // NewProducer checks cfg and fills in defaults.
@@ -164,6 +166,7 @@ func (p *Producer) Run(ctx context.Context) error {
 		// fallback poll.
 		l := jobqueue.NewListener(p.cfg.Pool, jobqueue.ListenerConfig{Channels: channels, Logger: p.log.Named("listener"),
 			Deliver: p.route})
+		p.listener = l
 		lctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -207,6 +210,17 @@ func (p *Producer) adviseServer(ctx context.Context) {
 		p.log.Warn("a PostgreSQL setting slows the queue down", zap.String("setting", a.Setting),
 			zap.String("have", a.Have), zap.String("recommended", a.Want), zap.String("why", a.Why))
 	}
+}
+
+// hearsAssigned reports whether the leader's rounds come back to its own
+// polls through its listener (ChannelAssigned). When they do not (poll-only,
+// or its LISTEN connection down and not yet back: a pool at
+// max_connections), the leader wakes the nodes of its rounds itself, or
+// its polls would wait for their fallback poll. It does not do so always:
+// the notification would then wake each node a second time, for a claim
+// that finds nothing.
+func (p *Producer) hearsAssigned() bool {
+	return p.listener != nil && p.listener.Listening()
 }
 
 // route acts on one notification of the listener; it does not block.
@@ -275,7 +289,7 @@ func (p *Producer) assignLoop(ctx context.Context) error {
 			if p.cfg.OnAssigned != nil {
 				p.cfg.OnAssigned(rep)
 			}
-			if p.cfg.PollOnly && p.cfg.Wake != nil {
+			if p.cfg.Wake != nil && !p.hearsAssigned() {
 				p.cfg.Wake.Wake(slices.Collect(maps.Keys(rep.Assigned))...)
 			}
 			if n == p.cfg.AssignBatch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
@@ -52,6 +53,8 @@ type Listener struct {
 	c        chan Notification
 	ready    chan struct{}
 	readyOne sync.Once
+	// listening is whether a connection is LISTENing now.
+	listening atomic.Bool
 }
 
 // NewListener returns a Listener; call Run to start it. A negative field
@@ -82,6 +85,11 @@ func (l *Listener) C() <-chan Notification { return l.c }
 // Ready is closed once the Listener first listens on all its channels;
 // notifications sent before that are not seen.
 func (l *Listener) Ready() <-chan struct{} { return l.ready }
+
+// Listening reports whether the listener holds a LISTENing connection now:
+// false before Run first listens and while it reconnects, when what is
+// sent on its channels is not heard.
+func (l *Listener) Listening() bool { return l.listening.Load() }
 
 // Wait returns the next notification, or ctx's error.
 func (l *Listener) Wait(ctx context.Context) (Notification, error) {
@@ -125,9 +133,11 @@ func (l *Listener) Run(ctx context.Context) error {
 			l.log.Info("listener: reconnected", zap.Strings("channels", l.cfg.Channels))
 		}
 		connected = true
+		l.listening.Store(true)
 		l.readyOne.Do(func() { close(l.ready) })
 
 		err = l.receive(ctx, conn)
+		l.listening.Store(false)
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockReleaseTimeout)
 		_ = conn.Close(closeCtx)
 		cancel()

@@ -17,7 +17,13 @@ func TestListenerWakeUpsAndReconnect(t *testing.T) {
 	mustRegister(t, q, "n1", 6)
 
 	l := NewListener(pool, ListenerConfig{Channels: []string{ChannelProducer, NodeChannel("n1")}, RetryMin: 10 * time.Millisecond})
+	if l.Listening() {
+		t.Error("Listening() = true before Run")
+	}
 	startListener(t, l)
+	if !l.Listening() {
+		t.Error("Listening() = false once ready")
+	}
 	expect := func(channel, payload string) {
 		t.Helper()
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -78,6 +84,9 @@ func TestListenerWakeUpsAndReconnect(t *testing.T) {
 		t.Fatalf("terminated %d listening backends (%v), want 1", killed, err)
 	}
 	expect("", PayloadReconnected)
+	if !l.Listening() {
+		t.Error("Listening() = false after the reconnection")
+	}
 	mustEnqueue(t, q, pageSpecs(1, "l.test")...)
 	expect(ChannelProducer, PayloadSubmitted)
 }
