@@ -69,9 +69,12 @@ func (l *wholeLines) Write(p []byte) (int, error) {
 	if i < 0 { // a runaway line: pass it on rather than hold it
 		i = len(l.buf) - 1
 	}
-	if _, err := l.w.Write(l.buf[:i+1]); err != nil {
-		return 0, err
-	}
+	// A write that fails (farm up's terminal gone after a SIGHUP: EIO; a
+	// full disk) drops those lines. Returned, the error would end the
+	// copy from the consumer's pipe, and the consumer's next log line
+	// would kill it with SIGPIPE: mid-drain, or at every restart for as
+	// long as farm up runs.
+	_, _ = l.w.Write(l.buf[:i+1])
 	l.buf = append(l.buf[:0], l.buf[i+1:]...)
 	return len(p), nil
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,3 +158,24 @@ func TestWholeLines(t *testing.T) {
 		t.Errorf("lines %q, want %q", got, want)
 	}
 }
+
+// TestWholeLinesOutlivesItsWriter: when farm up's stderr fails (its
+// terminal hung up: EIO), a consumer's output is still taken. An error
+// would end the copy from the consumer's pipe, and its next line would
+// kill it with SIGPIPE.
+func TestWholeLinesOutlivesItsWriter(t *testing.T) {
+	var file bytes.Buffer
+	w := &wholeLines{w: io.MultiWriter(&file, failingWriter{syscall.EIO})}
+	for _, chunk := range []string{"one\n", "two\n"} {
+		if n, err := w.Write([]byte(chunk)); n != len(chunk) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v; want the whole chunk taken", chunk, n, err)
+		}
+	}
+	if file.String() != "one\ntwo\n" {
+		t.Errorf("the log file got %q, want both lines", file.String())
+	}
+}
+
+type failingWriter struct{ err error }
+
+func (f failingWriter) Write([]byte) (int, error) { return 0, f.err }
