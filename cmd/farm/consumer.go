@@ -472,9 +472,13 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		return nil
 	}
 	if errors.Is(err, farm.ErrFenced) {
-		// Another process owns the node id now: nothing here to restart.
+		// Another process owns the node id now: two consumers share it (or
+		// this one was replaced). A restart would register it again and
+		// fence the other, each in turn, abandoning their jobs every time:
+		// a usage error, which the respawn parent, farm up and systemd
+		// (RestartPreventExitStatus=64) do not restart.
 		log.Error("consumer stopped: another process registered this node id", zap.Error(err))
-		return nil
+		return usagef("--node-id: another process registered this node's id, so this one stopped; every consumer needs an id of its own (FARM_NODE_ID; the host name when unset): %v", err)
 	}
 	if errors.Is(err, farm.ErrRecycle) {
 		return fmt.Errorf("%w: %w", errRecycle, err)

@@ -259,3 +259,34 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestConsumerFencedIsAUsageError: a consumer whose node id another
+// process took stops with exit 64, which the respawn parent, farm up and
+// systemd do not restart. It exited 0, which the respawn parent restarts,
+// to be refused the id or to take it back from the other process.
+func TestConsumerFencedIsAUsageError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	url, q := migratedDB(t)
+	stop, logs := runNode(t, url, "dup-node")
+	var node jobqueue.Node
+	testutil.Eventually(t, time.Minute, "the consumer registered", func() bool {
+		n, err := q.GetNode(t.Context(), "dup-node")
+		node = n
+		return err == nil && n.State == jobqueue.NodeActive
+	})
+	// Another process takes the id, as one that proved the holder dead.
+	if _, _, err := q.Register(t.Context(), jobqueue.NodeInfo{ID: "dup-node", Hostname: "elsewhere", Capacity: 1,
+		Replaces: node.Incarnation}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the fenced consumer stopped", func() bool {
+		return strings.Contains(logs.String(), "another process registered this node id")
+	})
+	err := stop()
+	var ue *usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--node-id") {
+		t.Fatalf("runConsumer = %v, want a usage error naming --node-id", err)
+	}
+}
