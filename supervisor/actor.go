@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
+	"github.com/browserfarm/browserfarm/internal/backoff"
 )
 
 // eventKind is what a Chrome's monitor observed.
@@ -251,10 +252,10 @@ func (a *actor) booted(ctx context.Context, r bootResult) error {
 			s.log.Error("chrome boot failed, giving up", zap.Int("failures", a.bootFails), zap.Error(r.err))
 			return fmt.Errorf("supervisor: chrome failed to boot %d times in a row: %w", a.bootFails, r.err)
 		}
-		backoff := min(s.cfg.BootBackoff<<(a.bootFails-1), maxBootBackoff)
-		a.retryAt = time.Now().Add(backoff)
+		delay := backoff.Doubling(a.bootFails-1, s.cfg.BootBackoff, maxBootBackoff)
+		a.retryAt = time.Now().Add(delay)
 		s.log.Warn("chrome boot failed", zap.String("reason", r.reason), zap.Int("failures", a.bootFails),
-			zap.Duration("retry_in", backoff), zap.Error(r.err))
+			zap.Duration("retry_in", delay), zap.Error(r.err))
 		return nil
 	}
 	a.bootFails = 0

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/browserfarm/browserfarm/farm/fleet"
+	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -105,7 +105,7 @@ func (o *startupOptions) retry(ctx context.Context, log *zap.Logger, what, hint 
 				zap.Duration("database_wait", o.wait))
 			lastLog = time.Now()
 		}
-		if !ctxtime.Sleep(ctx, fleet.Backoff(attempt, startupRetryMin, startupRetryMax)) {
+		if !ctxtime.Sleep(ctx, backoff.Doubling(attempt, startupRetryMin, startupRetryMax)) {
 			return &stoppedWaiting{what: what, waited: time.Since(start), stop: ctx.Err(), err: err}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/internal/lockedstart"
@@ -220,7 +221,7 @@ func (f *Fleet) keepRunning(ctx context.Context, slot int) error {
 // backoff; false means ctx ended meanwhile.
 func (f *Fleet) crashed(ctx context.Context, slot, code int, err error, ran time.Duration, failures *int) bool {
 	f.count(func(s *Stats) { s.Crashes++ })
-	delay := Backoff(*failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
+	delay := backoff.Doubling(*failures, f.cfg.MinBackoff, f.cfg.MaxBackoff)
 	*failures++
 	f.log.Warn("child exited unexpectedly; restarting after backoff", zap.Int("slot", slot),
 		zap.Int("exit_code", code), zap.Error(err), zap.Duration("ran", ran), zap.Duration("backoff", delay))
@@ -437,17 +438,4 @@ func (f *Fleet) count(update func(*Stats)) {
 	f.mu.Lock()
 	update(&f.stats)
 	f.mu.Unlock()
-}
-
-// Backoff is the delay before the restart that follows `failures` earlier
-// consecutive crashes: min, 2·min, 4·min, … capped at max.
-func Backoff(failures int, min, max time.Duration) time.Duration {
-	d := min
-	for i := 0; i < failures && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d
 }

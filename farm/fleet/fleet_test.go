@@ -15,26 +15,6 @@ import (
 	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
-func TestBackoff(t *testing.T) {
-	min, max := 100*time.Millisecond, time.Second
-	tests := []struct {
-		failures int
-		want     time.Duration
-	}{
-		{0, 100 * time.Millisecond},
-		{1, 200 * time.Millisecond},
-		{2, 400 * time.Millisecond},
-		{3, 800 * time.Millisecond},
-		{4, time.Second},
-		{50, time.Second},
-	}
-	for _, tt := range tests {
-		if got := Backoff(tt.failures, min, max); got != tt.want {
-			t.Errorf("Backoff(%d) = %v, want %v", tt.failures, got, tt.want)
-		}
-	}
-}
-
 func TestNewRejectsBadConfig(t *testing.T) {
 	if _, err := New(Config{Count: 0, Command: func(int) *exec.Cmd { return nil }}); err == nil || !strings.Contains(err.Error(), "Count") {
 		t.Errorf("Count 0: err = %v", err)

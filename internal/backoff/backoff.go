@@ -1,0 +1,25 @@
+// Package backoff is the doubling delay between retries that the farm's
+// restarters share: the fleet's restarts of a crashed process, a command's
+// waits for its database at start, the supervisor's Chrome boots.
+package backoff
+
+import "time"
+
+// Doubling is the delay before the retry that follows `failures` earlier
+// consecutive failures: min, 2·min, 4·min, … capped at max. It doubles
+// while under max, and never past it, rather than shifting min by
+// failures, which overflows into a negative delay (no delay at all) after
+// enough failures.
+func Doubling(failures int, min, max time.Duration) time.Duration {
+	d := min
+	for i := 0; i < failures && d < max; i++ {
+		if d > max/2 {
+			return max
+		}
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
