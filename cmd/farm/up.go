@@ -297,7 +297,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		"FARM_HEARTBEAT_INTERVAL":       uo.heartbeat.String(),
 		"FARM_ALLOW_DESTINATION":        uo.allow,
 		// The producer's own address is never a job's destination.
-		"FARM_DENY_DESTINATION": strings.Trim(os.Getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),
+		"FARM_DENY_DESTINATION": strings.Trim(env.getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),
 		"FARM_BLOB_STORE":       po.blobs.url,
 		// farm up's fleet is the consumers' parent: one set in the
 		// environment (the image sets it) would put a second under it.

@@ -122,9 +122,13 @@ func (d *Dir) Open(_ context.Context, key string) (io.ReadCloser, error) {
 }
 
 // Delete removes the files and then the directories they leave empty,
-// with the temporary files a process that died in Put left there.
+// with the temporary files a process that died in Put left there. Each
+// directory is tidied once, after every file of it is gone (a job's HTML
+// and screenshot share one).
 func (d *Dir) Delete(_ context.Context, keys []string) error {
 	var errs []error
+	var dirs []string
+	seen := map[string]bool{}
 	for _, key := range keys {
 		p, err := d.path(key)
 		if err != nil {
@@ -135,8 +139,15 @@ func (d *Dir) Delete(_ context.Context, keys []string) error {
 			errs = append(errs, fmt.Errorf("blob %s: %w", key, err))
 			continue
 		}
-		removeStaleTemps(filepath.Dir(p), time.Now())
-		for dir := filepath.Dir(p); dir != d.root && len(dir) > len(d.root); dir = filepath.Dir(dir) {
+		if dir := filepath.Dir(p); !seen[dir] {
+			seen[dir] = true
+			dirs = append(dirs, dir)
+		}
+	}
+	now := time.Now()
+	for _, dir := range dirs {
+		removeStaleTemps(dir, now)
+		for ; dir != d.root && len(dir) > len(d.root); dir = filepath.Dir(dir) {
 			if os.Remove(dir) != nil { // not empty (or gone): stop climbing
 				break
 			}

@@ -1,6 +1,8 @@
-// Package backoff is the doubling delay between retries that the farm's
-// restarters share: the fleet's restarts of a crashed process, a command's
-// waits for its database at start, the supervisor's Chrome boots.
+// Package backoff is the doubling delay after a count of failures in a
+// row, which the farm's restarters share: the fleet's restarts of a
+// crashed process, a command's waits for its database at start, the
+// supervisor's Chrome boots. (Loops that keep their last pause double it
+// in place, capped at each step: min(2*pause, max).)
 package backoff
 
 import "time"
