@@ -28,12 +28,17 @@ type AssignReport struct {
 	Assigned map[string][]int64
 	// FreeSlots is the free capacity of the active nodes before the round.
 	FreeSlots int
-	// Throttled counts hosts that had ready jobs but no budget this round.
+	// Throttled counts hosts that had pending jobs but no budget this
+	// round, of those the round looked at: every host with pending jobs,
+	// or, when the head of the queue filled the free slots, the hosts of
+	// the jobs it read (see pickWindow).
 	Throttled int
 	// NextDueIn is how long until the earliest host held back by its minimum
-	// interval may start again (0 if none): the producer's next wake-up. It
-	// is measured on the database's clock, so producer clock skew cannot
-	// turn it into a busy loop.
+	// interval may start again (0 if none), of the hosts the round looked
+	// at: the producer's next wake-up. A host it did not look at waits
+	// behind jobs that filled every free slot, whose ends wake the producer
+	// anyway. It is measured on the database's clock, so producer clock
+	// skew cannot turn it into a busy loop.
 	NextDueIn time.Duration
 	// CreatedAt holds the creation time of each assigned job, for the
 	// submit-to-assignment latency metric.
@@ -148,52 +153,6 @@ GROUP BY n.id, n.capacity
 HAVING n.capacity > count(h.id)
 ORDER BY n.id`
 
-// politeHostsSQL finds the hosts that have pending jobs by a loose index scan
-// (one probe per host, however many jobs each has), with their farm-wide
-// active and queued counts and the time of their last start. The clock it
-// returns is read after the statement's snapshot (clock_timestamp, not
-// now()), so "the interval since the last start has passed" is judged at a
-// moment no earlier than what the snapshot saw; and a job assigned now can
-// only start (Claim stamps the clock) after this round commits.
-const politeHostsSQL = `
-WITH RECURSIVE ph AS (
-    (SELECT host FROM jobs WHERE state = 'pending' ORDER BY host LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.host FROM jobs j WHERE j.state = 'pending' AND j.host > ph.host ORDER BY j.host LIMIT 1)
-    FROM ph WHERE ph.host IS NOT NULL
-), active AS (
-    SELECT host, count(*)::int AS active, (count(*) FILTER (WHERE state = 'queued'))::int AS queued
-    FROM jobs WHERE state IN ('queued', 'processing') GROUP BY host
-)
-SELECT ph.host, coalesce(a.active, 0), coalesce(a.queued, 0), h.host IS NOT NULL,
-       nullif(h.last_started_at, '-infinity'), coalesce($1::timestamptz, clock_timestamp())
-FROM ph
-LEFT JOIN active a ON a.host = ph.host
-LEFT JOIN hosts h ON h.host = ph.host
-WHERE ph.host IS NOT NULL`
-
-// politePickSQL takes, for every host, its budget of ready pending jobs by
-// priority then age, and keeps the best $4 of them farm-wide. It locks
-// nothing: the nodes are locked first (lockTargetsSQL), then the picked jobs
-// (politeLockSQL), in the order every statement takes nodes and jobs. What
-// the round needs of a job comes from the per-host scan itself: joining the
-// picked ids back to jobs with the state checked again let the planner drive
-// the join from a pending partial index, whose statistics lag a queue that
-// fills between two ANALYZEs of a large table (with 1M finished jobs
-// retained, each round walked every pending job once per picked job: 24 ms
-// a round instead of 0.2).
-const politePickSQL = `
-SELECT c.id, c.created_at
-FROM unnest($1::text[], $2::int[]) AS b(host, n)
-CROSS JOIN LATERAL (
-    SELECT p.id, p.priority, p.created_at FROM jobs p
-    WHERE p.state = 'pending' AND p.host = b.host AND p.run_after <= coalesce($3::timestamptz, now())
-    ORDER BY p.priority DESC, p.id
-    LIMIT b.n
-) c
-ORDER BY c.priority DESC, c.id
-LIMIT $4`
-
 // politeLockSQL locks the picked jobs and returns their state after the
 // lock; the round keeps those still pending. Locking a row writes to it, so
 // only the winners are locked. Rounds are serialized by assignLockKey; SKIP
@@ -278,71 +237,21 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 			return nil
 		}
 
-		rows, err := tx.Query(ctx, politeHostsSQL, q.now())
+		p, ok, err := q.pickWindow(ctx, tx, policy, free)
+		if err == nil && !ok {
+			p, err = q.pickByHost(ctx, tx, policy, free)
+		}
 		if err != nil {
 			return err
 		}
-		var hosts []string
-		var budgets []int32
-		var gated []string
-		var now time.Time
-		for rows.Next() {
-			var h hostState
-			var hasRow bool
-			var last *time.Time
-			if err := rows.Scan(&h.Host, &h.Active, &h.Queued, &hasRow, &last, &now); err != nil {
-				rows.Close()
-				return err
-			}
-			if last != nil {
-				h.LastStarted = *last
-			}
-			pol := policy(h.Host)
-			n, due := hostBudget(pol, h, now, free)
-			if pol.MinInterval > 0 && !hasRow {
-				gated = append(gated, h.Host)
-			}
-			if n == 0 {
-				rep.Throttled++
-				if wait := due.Sub(now); !due.IsZero() && (rep.NextDueIn == 0 || wait < rep.NextDueIn) {
-					rep.NextDueIn = max(wait, time.Millisecond)
-				}
-				continue
-			}
-			hosts = append(hosts, h.Host)
-			budgets = append(budgets, int32(n))
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(gated) > 0 {
+		rep.Throttled, rep.NextDueIn = p.throttled, p.nextDueIn
+		if len(p.gated) > 0 {
 			// Claim keeps last_started_at only for hosts that have a row.
-			if _, err := tx.Exec(ctx, politeHostRowsSQL, gated); err != nil {
+			if _, err := tx.Exec(ctx, politeHostRowsSQL, p.gated); err != nil {
 				return err
 			}
 		}
-		if len(hosts) == 0 {
-			return nil
-		}
-
-		type cand struct {
-			id      int64
-			created time.Time
-		}
-		// In the order they are to be given out: priority, then age.
-		rows, err = tx.Query(ctx, politePickSQL, hosts, budgets, q.now(), free)
-		if err != nil {
-			return err
-		}
-		cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cand, error) {
-			var c cand
-			err := r.Scan(&c.id, &c.created)
-			return c, err
-		})
-		if err != nil {
-			return err
-		}
+		cands := p.cands
 		targets := Distribute(assign, nodes, len(cands))
 		if len(targets) == 0 {
 			return nil
