@@ -198,28 +198,51 @@ var stopSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
 // graceful stop (consumers drain, which can take a while). A second signal
 // exits at once: children then clean up after themselves (consumers drain
 // on their parent-death signal, Chrome is killed with its consumer,
-// PostgreSQL shuts down fast).
+// PostgreSQL shuts down fast). The parent-death signal farm up and
+// --respawn give their children (fleet.ParentGoneSignal) starts the drain
+// too, and never cuts one short; from then on the process's output may be
+// a pipe nobody reads, whose first write would otherwise kill it (SIGPIPE)
+// mid-drain.
 func signalContext(stderr io.Writer) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, stopSignals...)
+	gone := make(chan os.Signal, 1)
+	signal.Notify(gone, fleet.ParentGoneSignal)
 	done := make(chan struct{})
 	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-done:
-			return
-		}
-		select {
-		case <-sigs:
-			fmt.Fprintln(stderr, "farm: second signal; exiting now without waiting for the drain")
-			os.Exit(exitError)
-		case <-done:
+		stopping, orphaned := false, false
+		for {
+			select {
+			case <-gone:
+				// It can come more than once: the kernel sends it as each
+				// thread of the dying parent that the process was handed
+				// to exits.
+				if orphaned {
+					continue
+				}
+				orphaned = true
+				signal.Ignore(syscall.SIGPIPE)
+				if stopping {
+					fmt.Fprintln(stderr, "farm: the parent process is gone; the drain goes on")
+				}
+				stopping = true
+				cancel()
+			case <-sigs:
+				if stopping {
+					fmt.Fprintln(stderr, "farm: second signal; exiting now without waiting for the drain")
+					os.Exit(exitError)
+				}
+				stopping = true
+				cancel()
+			case <-done:
+				return
+			}
 		}
 	}()
 	return ctx, func() {
 		signal.Stop(sigs)
+		signal.Stop(gone)
 		close(done)
 		cancel()
 	}

@@ -31,6 +31,12 @@ import (
 // EC2 user data and the README spell it (a test in cmd/farm checks them).
 const RecycleExitCode = 75
 
+// ParentGoneSignal is what a child gets when the fleet's process dies (its
+// Pdeathsig): farm consumer drains on it. It is not SIGTERM, the fleet's
+// request to stop, so that a child already draining after that request can
+// tell its parent's death from a second request, which ends it at once.
+const ParentGoneSignal = syscall.SIGUSR2
+
 // Config says what to run and how to restart it. Its durations follow the
 // one rule of every config struct: 0 means the default, none can be off,
 // and a negative one is an error naming the field.
@@ -285,7 +291,7 @@ func (f *Fleet) start(slot int, standby bool) (*child, error) {
 	// Own process group: a terminal's Ctrl-C reaches only us, and we drain the
 	// children in order. Pdeathsig: should we die, the kernel asks them to drain.
 	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGTERM
+	cmd.SysProcAttr.Pdeathsig = ParentGoneSignal
 	c := &child{done: make(chan exitResult, 1)}
 	// A HandoffEnv this process inherited is not its children's: they get
 	// it from this fleet's Handoff only.
