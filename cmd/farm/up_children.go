@@ -79,6 +79,18 @@ func (l *wholeLines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Flush passes on a last line that has no newline, ended with one: the
+// fleet calls it once the process has exited (its output copied), so the
+// last words of a process that dies mid-line are not lost.
+func (l *wholeLines) Flush() error {
+	if len(l.buf) == 0 {
+		return nil
+	}
+	_, _ = l.w.Write(append(l.buf, '\n'))
+	l.buf = l.buf[:0]
+	return nil
+}
+
 // consumerSlotEnv is base plus one consumer's node id, in a slice of its
 // own. The fleet starts its slots concurrently: appending to a shared base
 // whose backing array has room would let two children write (and receive)

@@ -159,6 +159,27 @@ func TestWholeLines(t *testing.T) {
 	}
 }
 
+// TestWholeLinesFlush: a process's last line without a newline is passed
+// on, ended with one, when the fleet flushes its output after the exit.
+func TestWholeLinesFlush(t *testing.T) {
+	var file bytes.Buffer
+	w := &wholeLines{w: &file}
+	if _, err := w.Write([]byte("one\nlast words")); err != nil {
+		t.Fatal(err)
+	}
+	if file.String() != "one\n" {
+		t.Fatalf("before the flush: %q, want the whole line only", file.String())
+	}
+	for range 2 {
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if file.String() != "one\nlast words\n" {
+		t.Errorf("after two flushes: %q, want the last words once, ended", file.String())
+	}
+}
+
 // TestWholeLinesOutlivesItsWriter: when farm up's stderr fails (its
 // terminal hung up: EIO), a consumer's output is still taken. An error
 // would end the copy from the consumer's pipe, and its next line would

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -44,7 +45,9 @@ type Config struct {
 	// Count is the number of children kept running. Required (> 0).
 	Count int
 	// Command builds the command for child slot i (0-based). It is called for
-	// every start, so each incarnation gets a fresh *exec.Cmd. Required.
+	// every start, so each incarnation gets a fresh *exec.Cmd. An output
+	// writer of it with a Flush() error method is flushed once the child
+	// has exited and its output is copied. Required.
 	Command func(slot int) *exec.Cmd
 	// MinBackoff is the first delay before restarting a crashed child. 0 means 500 ms.
 	MinBackoff time.Duration
@@ -281,6 +284,17 @@ func (c *child) abandon() {
 	}
 }
 
+// flushOutput lets a Command's output writer that holds back a partial
+// line (one with a Flush method) pass it on: the child has exited and its
+// output has been copied, so nothing more comes.
+func flushOutput(cmd *exec.Cmd) {
+	for _, w := range []io.Writer{cmd.Stdout, cmd.Stderr} {
+		if f, ok := w.(interface{ Flush() error }); ok {
+			_ = f.Flush()
+		}
+	}
+}
+
 // start starts one incarnation of slot. With Handoff it stands by until
 // released.
 func (f *Fleet) start(slot int, standby bool) (*child, error) {
@@ -319,6 +333,7 @@ func (f *Fleet) start(slot int, standby bool) (*child, error) {
 	}
 	// Pdeathsig follows the forking thread: lockedstart keeps it.
 	err := lockedstart.Start(cmd, func(err error) {
+		flushOutput(cmd)
 		code, err := exitCode(err)
 		c.done <- exitResult{code, err}
 	})

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -131,6 +132,52 @@ func TestStopOnUnfixableExit(t *testing.T) {
 	if s := f.Stats(); s.Running != 0 || s.Starts != 2 {
 		t.Errorf("stats = %+v, want 2 starts and nothing running", s)
 	}
+}
+
+// An output writer that holds back a partial line is flushed once the child
+// has exited and all of its output is written.
+func TestFlushesOutputAfterTheExit(t *testing.T) {
+	out := &flushRecorder{}
+	f, err := New(Config{Count: 1, StopOn: func(code int) bool { return code == 2 },
+		Command: func(int) *exec.Cmd {
+			cmd := exec.Command("sh", "-c", "printf 'first\\nlast words'; exit 2")
+			cmd.Stdout, cmd.Stderr = out, out
+			return cmd
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ee *ExitError
+	if err := f.Run(context.Background()); !errors.As(err, &ee) {
+		t.Fatalf("Run = %v, want the child's exit 2", err)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if out.written.String() != "first\nlast words" || out.flushes == 0 || out.writesAfterFlush {
+		t.Errorf("written %q, %d flushes, a write after a flush: %v; want all the output, then a flush",
+			out.written.String(), out.flushes, out.writesAfterFlush)
+	}
+}
+
+type flushRecorder struct {
+	mu               sync.Mutex
+	written          strings.Builder
+	flushes          int
+	writesAfterFlush bool
+}
+
+func (r *flushRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writesAfterFlush = r.writesAfterFlush || r.flushes > 0
+	return r.written.Write(p)
+}
+
+func (r *flushRecorder) Flush() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flushes++
+	return nil
 }
 
 // TestConfigZeroRule: zero durations take their defaults; a negative one is
