@@ -14,8 +14,8 @@ import (
 // The window's pick, whenever it vouches for it, is the host scan's: the
 // same jobs in the same order, over backlogs that mix priorities, jobs not
 // yet due, hosts at their concurrency limit or held back by their interval,
-// and hosts whose jobs come in runs. Each backlog is also one on which the
-// window cannot vouch for some round, so both ways are run.
+// and hosts whose jobs come in runs; and behind a head of jobs the windows
+// cannot fill a round from, which the host scan must.
 func TestPickWindowIsTheHostScansPick(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -81,40 +81,53 @@ func TestPickWindowIsTheHostScansPick(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			vouched, fellBack := 0, 0
-			for _, free := range []int{1, 3, 6, 20, 60, 250, 1000} {
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					w, ok, err := q.pickWindow(ctx, tx, policy, free)
-					if err != nil {
-						return err
-					}
-					all, err := q.pickByHost(ctx, tx, policy, free)
-					if err != nil {
-						return err
-					}
-					if !ok {
-						fellBack++
-						if len(w.cands) >= free {
-							t.Errorf("free %d: the window found %d jobs and did not vouch for them", free, len(w.cands))
+			// rounds compares the two ways for rounds of several sizes, and
+			// counts the rounds the windows vouched for and those they
+			// left to the host scan.
+			rounds := func() (vouched, fellBack int) {
+				for _, free := range []int{1, 3, 6, 20, 60, 250, 1000} {
+					err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+						w, ok, err := q.pickFromHead(ctx, tx, policy, free)
+						if err != nil {
+							return err
+						}
+						all, err := q.pickByHost(ctx, tx, policy, free)
+						if err != nil {
+							return err
+						}
+						if !ok {
+							fellBack++
+							return nil
+						}
+						vouched++
+						if !slices.Equal(w.cands, all.cands) {
+							t.Errorf("free %d: the windows picked %v, the host scan %v", free, candIDs(w.cands), candIDs(all.cands))
+						}
+						// Each statement reads the clock of its own.
+						if d := w.nextDueIn - all.nextDueIn; w.nextDueIn != 0 && (d < -time.Second || d > time.Second) {
+							t.Errorf("free %d: the windows' next due %v, the host scan's %v", free, w.nextDueIn, all.nextDueIn)
 						}
 						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
 					}
-					vouched++
-					if !slices.Equal(w.cands, all.cands) {
-						t.Errorf("free %d: the window picked %v, the host scan %v", free, candIDs(w.cands), candIDs(all.cands))
-					}
-					// Each statement reads the clock of its own.
-					if d := w.nextDueIn - all.nextDueIn; w.nextDueIn != 0 && (d < -time.Second || d > time.Second) {
-						t.Errorf("free %d: the window's next due %v, the host scan's %v", free, w.nextDueIn, all.nextDueIn)
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatal(err)
 				}
+				return vouched, fellBack
 			}
-			if vouched == 0 || fellBack == 0 {
-				t.Errorf("the window vouched for %d rounds and fell back in %d: the backlog does not try both ways", vouched, fellBack)
+			// The small rounds read fewer rows than the backlog holds: the
+			// windows vouch for them by filling them.
+			if vouched, _ := rounds(); vouched < 4 {
+				t.Errorf("the windows vouched for %d rounds of 7, want the 4 smallest at least", vouched)
+			}
+			// A head they cannot fill a round from: a run of one host at
+			// its limit, ahead of everything else.
+			mustEnqueue(t, q, pageSpecs(1200, host(1))...)
+			if _, err := pool.Exec(ctx, `UPDATE jobs SET priority = 3 WHERE host = $1 AND state = 'pending'`, host(1)); err != nil {
+				t.Fatal(err)
+			}
+			if _, fellBack := rounds(); fellBack == 0 {
+				t.Error("the windows vouched for every round behind a throttled head")
 			}
 		})
 	}

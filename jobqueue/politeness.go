@@ -31,7 +31,7 @@ type AssignReport struct {
 	// Throttled counts hosts that had pending jobs but no budget this
 	// round, of those the round looked at: every host with pending jobs,
 	// or, when the head of the queue filled the free slots, the hosts of
-	// the jobs it read (see pickWindow).
+	// the jobs it read (see pickFromHead).
 	Throttled int
 	// NextDueIn is how long until the earliest host held back by its minimum
 	// interval may start again (0 if none), of the hosts the round looked
@@ -237,7 +237,12 @@ func (q *Queue) AssignPolite(ctx context.Context, policy func(host string) HostP
 			return nil
 		}
 
-		p, ok, err := q.pickWindow(ctx, tx, policy, free)
+		var p pick
+		var ok bool
+		var err error
+		if !q.fewPendingHosts(free) {
+			p, ok, err = q.pickFromHead(ctx, tx, policy, free)
+		}
 		if err == nil && !ok {
 			p, err = q.pickByHost(ctx, tx, policy, free)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -106,6 +107,10 @@ type Queue struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	log  *zap.Logger
+	// hostsScanned is how many hosts with pending jobs the last round's
+	// host scan found, plus one (0: no scan yet): a round goes straight
+	// to the scan while they are few (see fewPendingHosts).
+	hostsScanned atomic.Int64
 }
 
 // New returns a Queue on pool. The schema must be in place (Migrate).
