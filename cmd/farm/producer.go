@@ -33,6 +33,11 @@ const defaultHostMaxConcurrent = 4
 const (
 	producerReadTimeout  = time.Minute
 	producerWriteTimeout = 2 * time.Minute
+	// The bounds of --wake-max-wait: a poll held open too briefly has
+	// every node poll again at once, and one held open past the write
+	// timeout is cut.
+	minWakeMaxWait = time.Second
+	maxWakeMaxWait = producerWriteTimeout / 2
 )
 
 // producerOptions are the flags of `farm producer` (and of `farm up`, which
@@ -65,6 +70,7 @@ type producerOptions struct {
 	awsEndpoint     string
 	sampleInterval  time.Duration
 	sampleRetention time.Duration
+	wakeMaxWait     time.Duration
 	blobs           blobOptions
 	// environ is the producer's environment, of which the exec driver's
 	// command gets all but the secrets (scalingEnv).
@@ -98,6 +104,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.awsEndpoint, "aws-endpoint", "", "with --autoscale aws: Auto Scaling API endpoint override")
 	fs.positive(&o.sampleInterval, "sample-interval", web.DefaultSampleInterval, "how often node load and queue samples are recorded for the charts")
 	fs.positive(&o.sampleRetention, "sample-retention", web.DefaultSampleRetention, "how long chart samples are kept")
+	fs.positive(&o.wakeMaxWait, "wake-max-wait", wake.DefaultMaxWait, "longest a node's wake-up long-poll (farm consumer --wake-url) is held open: keep it under the idle timeout of any proxy or load balancer between the nodes and the producer")
 	o.blobs.register(fs)
 }
 
@@ -116,6 +123,10 @@ func (o *producerOptions) check() error {
 		if t.v != "" && len(t.v) < minTokenLength {
 			return usagef("--%s: %d characters; a token needs at least %d (openssl rand -hex 24 makes one)", t.flag, len(t.v), minTokenLength)
 		}
+	}
+	if o.wakeMaxWait < minWakeMaxWait || o.wakeMaxWait > maxWakeMaxWait {
+		return usagef("--wake-max-wait %v: between %v (each node polls again as soon as it is answered) and %v (the producer's answers must be written within %v)",
+			o.wakeMaxWait, minWakeMaxWait, maxWakeMaxWait, producerWriteTimeout)
 	}
 	if o.readToken == "" && o.apiToken == "" && listenBeyondLoopback(o.listen) {
 		return readTokenNeeded(o.listen)
@@ -339,7 +350,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		}
 	}}
 	// The long-polls of nodes started with --wake-url.
-	hub := wake.NewHub(wake.HubConfig{})
+	hub := wake.NewHub(wake.HubConfig{MaxWait: po.wakeMaxWait})
 	producer, err := farm.NewProducer(farm.ProducerConfig{
 		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, PollOnly: po.pollOnly, AssignBatch: po.assignBatch, Assign: assign,
 		Wake:       hub,
@@ -384,7 +395,8 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 		// refused request waits for, as the server drains it) or stops
 		// reading an answer holds its connection and memory for good. The
 		// longest legitimate answer is a node's wake-up long-poll
-		// (wake.DefaultMaxWait, 25 s) or a result with its screenshot.
+		// (--wake-max-wait, 25 s, at most half of it) or a result with
+		// its screenshot.
 		ReadTimeout: producerReadTimeout, WriteTimeout: producerWriteTimeout}
 
 	pctx, stopProducer := context.WithCancel(context.WithoutCancel(ctx))

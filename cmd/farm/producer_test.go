@@ -86,3 +86,31 @@ func TestScalingEnvDropsTheFarmsSecrets(t *testing.T) {
 		t.Errorf("exec driver Env = %q, want HOME alone", dc.Exec.Env)
 	}
 }
+
+// --wake-max-wait is checked before anything waits for the database: too
+// short, every node polls again at once; too long, the producer's write
+// timeout cuts the poll.
+func TestWakeMaxWaitBounds(t *testing.T) {
+	for _, tc := range []struct {
+		value, wantErr string
+	}{
+		{"", ""}, {"1s", ""}, {"1m", ""},
+		{"500ms", "--wake-max-wait 500ms: between 1s"},
+		{"61s", "--wake-max-wait 1m1s: between 1s (each node polls again as soon as it is answered) and 1m0s"},
+	} {
+		fs := newFlagSet("producer", "", &bytes.Buffer{})
+		var po producerOptions
+		po.register(fs)
+		var args []string
+		if tc.value != "" {
+			args = []string{"--wake-max-wait", tc.value}
+		}
+		if err := fs.parse(args, func(string) string { return "" }); err != nil {
+			t.Fatal(err)
+		}
+		err := po.check()
+		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("--wake-max-wait %q: %v, want %q", tc.value, err, tc.wantErr)
+		}
+	}
+}
