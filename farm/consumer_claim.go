@@ -11,6 +11,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -89,8 +90,9 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 			case err != nil:
 				unanswered = true
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
-				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", claimBackoff))
-				if !ctxtime.Sleep(ctx, claimBackoff) {
+				wait := backoff.Jitter(claimBackoff)
+				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", wait))
+				if !ctxtime.Sleep(ctx, wait) {
 					return stopSignal
 				}
 				continue

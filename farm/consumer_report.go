@@ -10,6 +10,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/farm/blobstore"
+	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -154,8 +155,9 @@ func retryReport(base context.Context, log *zap.Logger, f func(ctx context.Conte
 			errors.Is(err, jobqueue.ErrNotFound) || errors.Is(err, jobqueue.ErrFenced) {
 			return err
 		}
-		log.Warn("recording a job outcome failed; retrying", zap.Duration("retry_in", pause), zap.Error(err))
-		if !ctxtime.Sleep(ctx, pause) {
+		wait := backoff.Jitter(pause)
+		log.Warn("recording a job outcome failed; retrying", zap.Duration("retry_in", wait), zap.Error(err))
+		if !ctxtime.Sleep(ctx, wait) {
 			return fmt.Errorf("%w: %w", errReport, err)
 		}
 		pause = min(2*pause, 5*time.Second)

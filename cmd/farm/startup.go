@@ -105,7 +105,7 @@ func (o *startupOptions) retry(ctx context.Context, log *zap.Logger, what, hint 
 				zap.Duration("database_wait", o.wait))
 			lastLog = time.Now()
 		}
-		if !ctxtime.Sleep(ctx, backoff.Doubling(attempt, startupRetryMin, startupRetryMax)) {
+		if !ctxtime.Sleep(ctx, backoff.Jitter(backoff.Doubling(attempt, startupRetryMin, startupRetryMax))) {
 			return &stoppedWaiting{what: what, waited: time.Since(start), stop: ctx.Err(), err: err}
 		}
 	}

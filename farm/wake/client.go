@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -139,18 +140,19 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			var se *statusError
+			retryIn := backoff.Jitter(pause)
 			switch {
 			case errors.As(err, &se) && se.code >= 400 && se.code < 500:
 				// A wrong URL or token does not heal: say so at every
 				// retry, not once (the node works meanwhile, at its
 				// fallback poll's latency).
 				c.log.Error("wake poll refused: check --wake-url and --wake-token", zap.String("url", c.url), zap.Error(err),
-					zap.Duration("retry_in", pause))
+					zap.Duration("retry_in", retryIn))
 			case !failing:
-				c.log.Warn("wake poll failed; retrying", zap.String("url", c.url), zap.Error(err), zap.Duration("in", pause))
+				c.log.Warn("wake poll failed; retrying", zap.String("url", c.url), zap.Error(err), zap.Duration("in", retryIn))
 			}
 			failing, registered = true, false
-			if !ctxtime.Sleep(ctx, pause) {
+			if !ctxtime.Sleep(ctx, retryIn) {
 				return nil
 			}
 			pause = min(2*pause, c.cfg.RetryMax)

@@ -2,10 +2,14 @@
 // row, which the farm's restarters share: the fleet's restarts of a
 // crashed process, a command's waits for its database at start, the
 // supervisor's Chrome boots. (Loops that keep their last pause double it
-// in place, capped at each step: min(2*pause, max).)
+// in place, capped at each step: min(2*pause, max).) Jitter spreads the
+// retries of many processes that failed together.
 package backoff
 
-import "time"
+import (
+	"math/rand/v2"
+	"time"
+)
 
 // Doubling is the delay before the retry that follows `failures` earlier
 // consecutive failures: min, 2·min, 4·min, … capped at max. It doubles
@@ -24,4 +28,15 @@ func Doubling(failures int, min, max time.Duration) time.Duration {
 		d = max
 	}
 	return d
+}
+
+// Jitter is a delay drawn evenly from [d/2, d]: what a process that
+// retries against a server many others use waits, so that a fleet that
+// failed at one moment (the producer restarted, the database failed over)
+// does not come back in lockstep, at every doubling of its pause.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d-d/2+1)
 }

@@ -28,3 +28,20 @@ func TestDoubling(t *testing.T) {
 		}
 	}
 }
+
+// Jitter stays within [d/2, d] and spreads its draws over it.
+func TestJitter(t *testing.T) {
+	for _, d := range []time.Duration{0, 1, 2, 3, 100 * time.Millisecond, 30 * time.Second} {
+		lo, hi := d, time.Duration(0)
+		for range 1000 {
+			j := Jitter(d)
+			if j < d/2 || j > d {
+				t.Fatalf("Jitter(%v) = %v, outside [%v, %v]", d, j, d/2, d)
+			}
+			lo, hi = min(lo, j), max(hi, j)
+		}
+		if d >= 100 && hi-lo < d/4 {
+			t.Errorf("Jitter(%v) drew only within [%v, %v] in 1,000 draws", d, lo, hi)
+		}
+	}
+}
