@@ -8,7 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
+	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -116,13 +118,10 @@ func (l *Listener) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			l.log.Warn("listener: cannot listen; retrying", zap.Error(err), zap.Duration("in", pause))
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			retryIn := backoff.Jitter(pause)
+			l.log.Warn("listener: cannot listen; retrying", zap.Error(err), zap.Duration("in", retryIn))
+			if !ctxtime.Sleep(ctx, retryIn) {
 				return nil
-			case <-t.C:
 			}
 			pause = min(2*pause, l.cfg.RetryMax)
 			continue
