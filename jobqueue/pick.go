@@ -20,10 +20,11 @@ import (
 
 // pickWindows are the sizes of the windows a round with free slots reads,
 // in turn, before it scans the hosts: every slot a job and a few more for
-// jobs not yet due, which fills a round of hosts without a limit; then,
-// for the jobs of hosts whose budget ran out, four times over. A round
-// the windows cannot fill costs their rows (a fraction of a millisecond
-// for a few slots) on top of the host scan.
+// a job not yet due here and there, which fills a round of hosts without a
+// limit; then, for the jobs of hosts whose budget ran out, four times
+// over. A round the windows cannot fill (a throttled host's run, or more
+// retries waiting out their backoff than the windows hold, at the head)
+// costs their rows on top of the host scan.
 func pickWindows(free int) [2]int { return [2]int{free + 32, 4*free + 256} }
 
 // fewPendingHosts reports whether the last host scan found no more hosts

@@ -36,9 +36,10 @@ type AssignReport struct {
 	// NextDueIn is how long until the earliest host held back by its minimum
 	// interval may start again (0 if none), of the hosts the round looked
 	// at: the producer's next wake-up. A host it did not look at waits
-	// behind jobs that filled every free slot, whose ends wake the producer
-	// anyway. It is measured on the database's clock, so producer clock
-	// skew cannot turn it into a busy loop.
+	// behind jobs that filled the round: every free slot, whose ends wake
+	// the producer, or the round's limit, after which the producer goes
+	// again at once. It is measured on the database's clock, so producer
+	// clock skew cannot turn it into a busy loop.
 	NextDueIn time.Duration
 	// CreatedAt holds the creation time of each assigned job, for the
 	// submit-to-assignment latency metric.
