@@ -70,13 +70,22 @@ func (p *pick) hostSeen(h hostState, pol HostPolicy, hasRow bool, now time.Time,
 	return n
 }
 
+// activeByHostSQL counts, per host, the jobs a host's politeness budget
+// counts against it (queued and processing, farm-wide) and the queued
+// ones among them, of the hosts the condition cond (on jobs) admits.
+func activeByHostSQL(cond string) string {
+	return `
+    SELECT host, count(*)::int AS active, (count(*) FILTER (WHERE state = 'queued'))::int AS queued
+    FROM jobs WHERE state IN ('queued', 'processing') ` + cond + ` GROUP BY host`
+}
+
 // pickWindowSQL reads the first $2 pending jobs by priority then age
 // (jobs_pending_idx), each with whether it is due, and its host's
 // farm-wide active and queued counts and the time of its last start (as
 // politeHostsSQL), read once per host. Not-yet-due jobs are read, not
 // skipped, so that the window is $2 rows of the index, however many jobs
 // wait for a retry.
-const pickWindowSQL = `
+var pickWindowSQL = `
 WITH w AS (
     SELECT id, host, priority, created_at, run_after <= coalesce($1::timestamptz, now()) AS due
     FROM jobs WHERE state = 'pending'
@@ -84,9 +93,7 @@ WITH w AS (
     LIMIT $2
 ), hs AS (
     SELECT DISTINCT host FROM w
-), active AS (
-    SELECT host, count(*)::int AS active, (count(*) FILTER (WHERE state = 'queued'))::int AS queued
-    FROM jobs WHERE state IN ('queued', 'processing') AND host IN (SELECT host FROM hs) GROUP BY host
+), active AS (` + activeByHostSQL("AND host IN (SELECT host FROM hs)") + `
 ), info AS (
     SELECT hs.host, coalesce(a.active, 0) AS active, coalesce(a.queued, 0) AS queued, h.host IS NOT NULL AS has_row,
            nullif(h.last_started_at, '-infinity') AS last_started
@@ -158,15 +165,13 @@ func (q *Queue) pickWindow(ctx context.Context, tx pgx.Tx, policy func(string) H
 // now()), so "the interval since the last start has passed" is judged at a
 // moment no earlier than what the snapshot saw; and a job assigned now can
 // only start (Claim stamps the clock) after this round commits.
-const politeHostsSQL = `
+var politeHostsSQL = `
 WITH RECURSIVE ph AS (
     (SELECT host FROM jobs WHERE state = 'pending' ORDER BY host LIMIT 1)
     UNION ALL
     SELECT (SELECT j.host FROM jobs j WHERE j.state = 'pending' AND j.host > ph.host ORDER BY j.host LIMIT 1)
     FROM ph WHERE ph.host IS NOT NULL
-), active AS (
-    SELECT host, count(*)::int AS active, (count(*) FILTER (WHERE state = 'queued'))::int AS queued
-    FROM jobs WHERE state IN ('queued', 'processing') GROUP BY host
+), active AS (` + activeByHostSQL("") + `
 )
 SELECT ph.host, coalesce(a.active, 0), coalesce(a.queued, 0), h.host IS NOT NULL,
        nullif(h.last_started_at, '-infinity'), coalesce($1::timestamptz, clock_timestamp())

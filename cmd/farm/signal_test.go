@@ -61,7 +61,7 @@ func TestParentDeathDoesNotCutTheDrain(t *testing.T) {
 			}
 			// Nobody reads its standard output now: its next write there
 			// fails, and must not kill it.
-			_ = h.stdout.Close()
+			_ = h.childStdout.Close()
 			if _, err := io.WriteString(h.stdin, "finish\n"); err != nil {
 				t.Fatal(err)
 			}
@@ -71,11 +71,12 @@ func TestParentDeathDoesNotCutTheDrain(t *testing.T) {
 }
 
 type signalHelpers struct {
-	t             *testing.T
-	parent        *exec.Cmd
-	child         int
-	stdin, stdout io.WriteCloser
-	lines         chan string
+	t           *testing.T
+	parent      *exec.Cmd
+	child       int
+	stdin       io.Writer // the child's standard input
+	childStdout io.Closer // the read end of its standard output, which the test closes
+	lines       chan string
 }
 
 // startSignalHelpers starts this binary as the parent, which starts it as
@@ -103,9 +104,7 @@ func startSignalHelpers(t *testing.T) *signalHelpers {
 	for _, f := range []*os.File{inR, outW, errW} {
 		_ = f.Close()
 	}
-	h := &signalHelpers{t: t, parent: parent, stdin: inW, lines: make(chan string, 16)}
-	// The read end of the child's standard output: closed by the test.
-	h.stdout = outR
+	h := &signalHelpers{t: t, parent: parent, stdin: inW, childStdout: outR, lines: make(chan string, 16)}
 	go func() {
 		defer close(h.lines)
 		sc := bufio.NewScanner(errR)
