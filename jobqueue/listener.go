@@ -127,12 +127,14 @@ func (l *Listener) Run(ctx context.Context) error {
 			continue
 		}
 		pause = l.cfg.RetryMin
+		// Listening before the reconnection is announced: whoever acts on
+		// the announcement (the producer: hearsAssigned) sees it listen.
+		l.listening.Store(true)
 		if connected {
 			l.deliver(Notification{Payload: PayloadReconnected})
 			l.log.Info("listener: reconnected", zap.Strings("channels", l.cfg.Channels))
 		}
 		connected = true
-		l.listening.Store(true)
 		l.readyOne.Do(func() { close(l.ready) })
 
 		err = l.receive(ctx, conn)
