@@ -12,7 +12,8 @@ import (
 // hosts' jobs are interleaved (a wide crawl: the best pending jobs belong
 // to many hosts) or clustered (each host's jobs submitted together: the
 // best pending jobs all belong to one host), with no per-host limit or
-// with one that lets each host run only a few.
+// with one that lets each host run only a few; or a host's jobs come
+// first, throttled or waiting out a retry's backoff.
 func BenchmarkAssignPending(b *testing.B) {
 	for _, bc := range []struct {
 		name      string
@@ -27,6 +28,7 @@ func BenchmarkAssignPending(b *testing.B) {
 		{"hosts=20k/clustered/limit-2", 20000, 3, true, 2},
 		{"hosts=100k/interleaved/limit-1", 100000, 1, false, 1},
 		{"hosts=100k/one-big-host-first/limit-2", 100000, 1, true, 2},
+		{"hosts=100k/retries-first/limit-2", 100000, 1, true, 2},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
@@ -37,7 +39,7 @@ func BenchmarkAssignPending(b *testing.B) {
 				specs = append(specs, Spec{URL: fmt.Sprintf("http://h%d.test/%d", h, i)})
 			}
 			switch {
-			case bc.name == "hosts=100k/one-big-host-first/limit-2":
+			case bc.name == "hosts=100k/one-big-host-first/limit-2", bc.name == "hosts=100k/retries-first/limit-2":
 				for i := range 20000 {
 					add(0, i)
 				}
@@ -59,6 +61,12 @@ func BenchmarkAssignPending(b *testing.B) {
 			}
 			for i := 0; i < len(specs); i += 10000 {
 				if _, _, err := q.Enqueue(ctx, specs[i:min(i+10000, len(specs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if bc.name == "hosts=100k/retries-first/limit-2" {
+				// Host 0's jobs wait out a retry's backoff, ahead of the rest.
+				if _, err := pool.Exec(ctx, `UPDATE jobs SET priority = 1, run_after = now() + interval '1 hour' WHERE host = 'h0.test'`); err != nil {
 					b.Fatal(err)
 				}
 			}

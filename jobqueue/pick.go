@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,31 +11,62 @@ import (
 // A round's pick is, of the ready pending jobs by priority then age, the
 // first free ones whose host has budget left (hostBudget) — the same set as
 // each host's best jobs up to its budget, merged by priority then age. Two
-// ways reach it. The windows walk the head of the pending queue alone: when
-// the best jobs belong to hosts with budget, they need a few rows more than
-// the free slots, however many hosts have pending jobs. When the head is
-// held back (one host's jobs, throttled, ahead of every other's) they cannot
-// tell the pick from the first rows, and the round falls back to the host
-// scan: one probe per host that has pending jobs, which with 100,000 hosts
-// took 0.65 s a round (BenchmarkAssignPending).
+// ways reach it. The walk reads the pending queue from its head, in chunks,
+// and stops once the free slots are filled: when the best jobs belong to
+// hosts with budget, a few rows more than the free slots, however many
+// hosts have pending jobs. Behind a head held back (one host's jobs,
+// throttled, or retries waiting out their backoff, ahead of every other's)
+// its later chunks leave out, in the server, the rows of hosts whose budget
+// is spent and those not due, so such a head costs a read of its rows, not
+// a row each to the producer. The host scan costs one probe per host that
+// has pending jobs (with 100,000 hosts, 0.65 s a round,
+// BenchmarkAssignPending); a round falls back to it once the walk has read
+// as many rows as the scan would cost (walkAllowance).
 
-// pickWindows are the sizes of the windows a round with free slots reads,
-// in turn, before it scans the hosts: every slot a job and a few more for
-// a job not yet due here and there, which fills a round of hosts without a
-// limit; then, for the jobs of hosts whose budget ran out, four times
-// over. A round the windows cannot fill (a throttled host's run, or more
-// retries waiting out their backoff than the windows hold, at the head)
-// costs their rows on top of the host scan.
-func pickWindows(free int) [2]int { return [2]int{free + 32, 4*free + 256} }
+// firstWalkChunk is how many rows the walk's first chunk reads, and how
+// many a chunk passes on at first: every slot a job and a few more for a
+// job not yet due here and there, which fills a round of hosts without a
+// limit. Each later chunk reads walkGrowth times as many as the last, as
+// most of a long held-back head is left out in the server and costs no
+// more than its read; it passes on four times as many as the last only
+// after a chunk was cut short by them (the jobs of hosts whose budget ran
+// out in it).
+func firstWalkChunk(free int) int { return free + 32 }
+
+// walkGrowth is how much larger each chunk's read is than the last's.
+const walkGrowth = 16
+
+// maxWalkChunk bounds a chunk's read and the rows it passes on, which the
+// server holds in memory and sends.
+const maxWalkChunk = 50_000
+
+// walkRowsPerHost is how many rows of the pending index the walk may read
+// per host that has pending jobs before it gives up for the host scan:
+// about what the scan costs per host against what the walk costs per row
+// (BenchmarkAssignPending, 100,000 hosts: the scan 0.6 s, 6 µs a host; a
+// walk past a held-back head of 20,000 jobs 35 ms, under 2 µs a row), so
+// a round that walks as far as allowed and then scans costs at most about
+// twice the scan.
+const walkRowsPerHost = 4
+
+// walkAllowance is how many rows of the pending index a round's walk may
+// read before it falls back to the host scan: walkRowsPerHost per host the
+// last scan found, and at least its first two chunks (all of it while no
+// scan has run yet, the producer's first rounds).
+func (q *Queue) walkAllowance(free int) int {
+	first := firstWalkChunk(free)
+	return max(first+first*walkGrowth, walkRowsPerHost*int(q.hostsScanned.Load()-1))
+}
 
 // fewPendingHosts reports whether the last host scan found no more hosts
-// than the first window has rows: a scan of so few hosts costs less than
-// the windows that would fail before it (two windows, 318 rows, then a
-// scan of 10 hosts: 2.1 ms a round against 1.5 ms for the scan alone,
-// BenchmarkAssignPending). The next scan tells when they are many again.
+// than the walk's first chunk has rows: a scan of so few hosts costs less
+// than a walk that would fail before it (when the walk was two windows of
+// 318 rows in all, they and then a scan of 10 hosts cost 2.1 ms a round
+// against 1.5 ms for the scan alone, BenchmarkAssignPending). The next
+// scan tells when they are many again.
 func (q *Queue) fewPendingHosts(free int) bool {
 	n := q.hostsScanned.Load()
-	return n > 0 && n-1 <= int64(pickWindows(free)[0])
+	return n > 0 && n-1 <= int64(firstWalkChunk(free))
 }
 
 // candidate is a job the round may assign, with what its report needs.
@@ -79,20 +111,42 @@ func activeByHostSQL(cond string) string {
     FROM jobs WHERE state IN ('queued', 'processing') ` + cond + ` GROUP BY host`
 }
 
-// pickWindowSQL reads the first $2 pending jobs by priority then age
-// (jobs_pending_idx), each with whether it is due, and its host's
-// farm-wide active and queued counts and the time of its last start (as
-// politeHostsSQL), read once per host. Not-yet-due jobs are read, not
-// skipped, so that the window is $2 rows of the index, however many jobs
-// wait for a retry.
-var pickWindowSQL = `
+// pickWalkSQL reads the pending jobs by priority then age
+// (jobs_pending_idx) after the job ($3, $4) — priority $3, id $4; a
+// priority above every job's for the head — up to $2 of them, and returns
+// the first $5 that are due and whose host is not in $6, each with its
+// place among those read and its host's farm-wide active and queued
+// counts and the time of its last start (as politeHostsSQL), read once per
+// host. The $2nd job read comes back too, passed on or not: the end of a
+// chunk that passed fewer than $5 on, where the next one starts. The read
+// stops at the $5th job passed on: a chunk past a held-back head reads
+// little more than the head. The start is two index ranges, the rest of
+// the priority and the priorities below it, merged: a row comparison
+// cannot follow an index of mixed directions. The priority is bounded on
+// both sides, not equal to $3, so that no plan can read the rest of it in
+// id order from the primary key, through every finished job.
+var pickWalkSQL = `
 WITH w AS (
-    SELECT id, host, priority, created_at, run_after <= coalesce($1::timestamptz, now()) AS due
-    FROM jobs WHERE state = 'pending'
+    SELECT id, host, priority, created_at, ord, passes FROM (
+        SELECT id, host, priority, created_at, row_number() OVER (ORDER BY priority DESC, id) AS ord,
+               run_after <= coalesce($1::timestamptz, now()) AND host NOT IN (SELECT unnest($6::text[])) AS passes
+        FROM (
+            (SELECT id, host, priority, created_at, run_after FROM jobs
+             WHERE state = 'pending' AND priority <= $3 AND priority >= $3 AND id > $4
+             ORDER BY priority DESC, id LIMIT $2)
+            UNION ALL
+            (SELECT id, host, priority, created_at, run_after FROM jobs
+             WHERE state = 'pending' AND priority < $3
+             ORDER BY priority DESC, id LIMIT $2)
+            ORDER BY priority DESC, id
+            LIMIT $2
+        ) r
+    ) raw
+    WHERE passes OR ord = $2
     ORDER BY priority DESC, id
-    LIMIT $2
+    LIMIT $5
 ), hs AS (
-    SELECT DISTINCT host FROM w
+    SELECT DISTINCT host FROM w WHERE passes
 ), active AS (` + activeByHostSQL("AND host IN (SELECT host FROM hs)") + `
 ), info AS (
     SELECT hs.host, coalesce(a.active, 0) AS active, coalesce(a.queued, 0) AS queued, h.host IS NOT NULL AS has_row,
@@ -101,61 +155,99 @@ WITH w AS (
     LEFT JOIN active a ON a.host = hs.host
     LEFT JOIN hosts h ON h.host = hs.host
 )
-SELECT w.id, w.host, w.created_at, w.due, i.active, i.queued, i.has_row, i.last_started,
+SELECT w.ord, w.passes, w.priority, w.id, w.host, w.created_at, i.active, i.queued, i.has_row, i.last_started,
        coalesce($1::timestamptz, clock_timestamp())
-FROM w JOIN info i ON i.host = w.host
-ORDER BY w.priority DESC, w.id`
+FROM w LEFT JOIN info i ON i.host = w.host AND w.passes
+ORDER BY w.ord`
 
-// pickFromHead picks from the head of the pending queue, reading the
-// windows of pickWindows in turn. ok is false when none of them could
-// fill the free slots without leaving jobs unread: jobs past them might
-// have been picked, and the caller must scan the hosts.
-func (q *Queue) pickFromHead(ctx context.Context, tx pgx.Tx, policy func(string) HostPolicy, free int) (p pick, ok bool, err error) {
-	for _, limit := range pickWindows(free) {
-		if p, ok, err = q.pickWindow(ctx, tx, policy, free, limit); err != nil || ok {
-			return p, ok, err
+// headWalk is a round's walk of the pending queue: what it picked, each
+// host's budget left, and where its next chunk starts.
+type headWalk struct {
+	free   int
+	policy func(string) HostPolicy
+	p      pick
+	budget map[string]int
+	spent  []string // hosts whose budget is 0, left out of later chunks
+	prio   int32
+	id     int64
+	read   int
+}
+
+// pickFromHead walks the pending queue from its head (pickWalkSQL). ok is
+// false when the walk read walkAllowance rows without filling the free
+// slots or reaching the end of the queue: jobs past them might have been
+// picked, and the caller must scan the hosts.
+func (q *Queue) pickFromHead(ctx context.Context, tx pgx.Tx, policy func(string) HostPolicy, free int) (pick, bool, error) {
+	w := headWalk{free: free, policy: policy, budget: map[string]int{}, prio: math.MaxInt32}
+	allowance := q.walkAllowance(free)
+	pass, read := firstWalkChunk(free), firstWalkChunk(free)
+	for w.read < allowance {
+		done, cut, err := w.chunk(ctx, tx, q.now(), pass, min(read, allowance-w.read))
+		if err != nil || done {
+			return w.p, done, err
 		}
+		if cut {
+			pass = min(pass*4, maxWalkChunk)
+		}
+		read = min(read*walkGrowth, maxWalkChunk)
 	}
 	return pick{}, false, nil
 }
 
-// pickWindow picks from the first limit jobs of the pending queue. ok is
-// false when they were limit and yielded fewer jobs than free slots.
-func (q *Queue) pickWindow(ctx context.Context, tx pgx.Tx, policy func(string) HostPolicy, free, limit int) (p pick, ok bool, err error) {
-	rows, err := tx.Query(ctx, pickWindowSQL, q.now(), limit)
+// chunk reads up to limit rows of the walk, and takes from the first pass
+// of them it is passed on. done is true when the slots are filled or the
+// queue has no more rows; cut when pass rows were passed on, before limit
+// were read.
+func (w *headWalk) chunk(ctx context.Context, tx pgx.Tx, now any, pass, limit int) (done, cut bool, err error) {
+	rows, err := tx.Query(ctx, pickWalkSQL, now, limit, w.prio, w.id, pass, w.spent)
 	if err != nil {
-		return pick{}, false, err
+		return false, false, err
 	}
 	defer rows.Close()
-	budget := map[string]int{}
-	read := 0
+	var n, ord int
+	var passes bool
 	for rows.Next() {
-		read++
 		var c candidate
+		var host string
 		var h hostState
-		var due, hasRow bool
+		var active, queued *int
+		var hasRow *bool
 		var last *time.Time
-		var now time.Time
-		if err := rows.Scan(&c.id, &h.Host, &c.created, &due, &h.Active, &h.Queued, &hasRow, &last, &now); err != nil {
-			return pick{}, false, err
+		var clock time.Time
+		if err := rows.Scan(&ord, &passes, &w.prio, &c.id, &host, &c.created, &active, &queued, &hasRow, &last, &clock); err != nil {
+			return false, false, err
 		}
-		n, known := budget[h.Host]
+		n++
+		w.id = c.id
+		if !passes {
+			continue // the end of the chunk's read
+		}
+		budget, known := w.budget[host]
 		if !known {
+			h = hostState{Host: host, Active: *active, Queued: *queued}
 			if last != nil {
 				h.LastStarted = *last
 			}
-			n = p.hostSeen(h, policy(h.Host), hasRow, now, free)
+			budget = w.p.hostSeen(h, w.policy(host), *hasRow, clock, w.free)
+			if budget == 0 {
+				w.spent = append(w.spent, host)
+			}
 		}
-		if due && n > 0 && len(p.cands) < free {
-			p.cands = append(p.cands, c)
-			n--
+		if budget > 0 && len(w.p.cands) < w.free {
+			w.p.cands = append(w.p.cands, c)
+			budget--
+			if budget == 0 {
+				w.spent = append(w.spent, host)
+			}
 		}
-		budget[h.Host] = n
+		w.budget[host] = budget
 	}
 	if err := rows.Err(); err != nil {
-		return pick{}, false, err
+		return false, false, err
 	}
-	return p, len(p.cands) == free || read < limit, nil
+	w.read += ord
+	// Fewer rows than pass, the last not the limit-th: the queue ended.
+	return len(w.p.cands) == w.free || (n < pass && ord < limit), n == pass, nil
 }
 
 // politeHostsSQL finds the hosts that have pending jobs by a loose index scan
