@@ -363,9 +363,10 @@ func (p *Producer) rescueLoop(ctx context.Context) error {
 		switch {
 		case err != nil && ctx.Err() == nil:
 			p.log.Warn("rescue failed", zap.Error(err))
-		case len(rep.LostNodes) > 0 || rep.Released+rep.Retried+rep.Failed > 0:
-			p.log.Warn("rescued jobs of lost nodes or expired leases", zap.Strings("lost_nodes", rep.LostNodes),
-				zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed))
+		case len(rep.LostNodes) > 0 || rep.Released+rep.Unclaimed+rep.Retried+rep.Failed > 0:
+			p.log.Warn("rescued jobs of lost nodes, expired leases or unclaimed assignments", zap.Strings("lost_nodes", rep.LostNodes),
+				zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed),
+				zap.Int64("unclaimed", rep.Unclaimed), zap.Strings("unclaimed_nodes", rep.UnclaimedNodes))
 		}
 		select {
 		case <-ctx.Done():

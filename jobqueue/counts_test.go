@@ -119,7 +119,9 @@ func checkCounts(t *testing.T, q *Queue, pool *pgxpool.Pool, step string) {
 func TestCountsStayExact(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	q, pool := newTestQueue(t, Config{Now: clock.Now, Lease: 10 * time.Second})
+	// The clock moves minutes between the steps; n1's queued jobs wait for
+	// the release below, not for the claim timeout.
+	q, pool := newTestQueue(t, Config{Now: clock.Now, Lease: 10 * time.Second, ClaimTimeout: time.Hour})
 	ctx := context.Background()
 	checkCounts(t, q, pool, "empty")
 

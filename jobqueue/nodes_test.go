@@ -105,6 +105,64 @@ func TestRescueLostNodesAndExpiredLeases(t *testing.T) {
 	}
 }
 
+// TestRescueReturnsUnclaimedJobs: a node that goes on heartbeating but
+// stops claiming does not keep what it was given: past the claim timeout
+// its queued jobs go back to pending, counted as pending again, for
+// another node; what it claimed is its own, and a claim after the release
+// gets nothing.
+func TestRescueReturnsUnclaimedJobs(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	q, _ := newTestQueue(t, Config{Now: clock.Now, ClaimTimeout: time.Minute, Lease: time.Hour})
+	ctx := context.Background()
+	mustRegister(t, q, "wedged", 3)
+	ids := mustEnqueue(t, q, pageSpecs(3, "u.test")...)
+	if got, err := q.Assign(ctx, "wedged", 3); err != nil || len(got) != 3 {
+		t.Fatalf("assign = %v, %v", got, err)
+	}
+	if got, err := q.Claim(ctx, "wedged", 1); err != nil || len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("claim = %v, %v", got, err)
+	}
+	beat := func() {
+		t.Helper()
+		if st, err := q.Heartbeat(ctx, "wedged", NodeLoad{BusySessions: 1}); err != nil || st != NodeActive {
+			t.Fatalf("heartbeat = %v, %v", st, err)
+		}
+	}
+	clock.Advance(59 * time.Second)
+	beat()
+	if rep, err := q.RescueLost(ctx, 15*time.Second); err != nil || rep.Unclaimed != 0 {
+		t.Fatalf("rescue within the claim timeout: %+v, %v", rep, err)
+	}
+	clock.Advance(2 * time.Second)
+	beat()
+	rep, err := q.RescueLost(ctx, 15*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Unclaimed != 2 || !slices.Equal(rep.UnclaimedNodes, []string{"wedged"}) || len(rep.LostNodes) != 0 || rep.Released+rep.Retried != 0 {
+		t.Fatalf("rescue past the claim timeout: %+v", rep)
+	}
+	for _, id := range ids[1:] {
+		if j := mustGet(t, q, id); j.State != StatePending || j.NodeID != "" || j.QueuedAt != nil || j.Attempts != 0 {
+			t.Errorf("unclaimed job after the rescue: %+v", j)
+		}
+	}
+	if j := mustGet(t, q, ids[0]); j.State != StateProcessing || j.NodeID != "wedged" {
+		t.Errorf("the claimed job after the rescue: %+v", j)
+	}
+	s, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Jobs[StatePending] != 2 || s.Jobs[StateQueued] != 0 {
+		t.Errorf("counts after the rescue: %v", s.Jobs)
+	}
+	if got, err := q.Claim(ctx, "wedged", 2); err != nil || len(got) != 0 {
+		t.Errorf("a claim after the release got %v, %v", got, err)
+	}
+}
+
 func TestRegisterReclaimsOwnAbandonedJobs(t *testing.T) {
 	t.Parallel()
 	q, pool := newTestQueue(t, Config{})

@@ -41,6 +41,12 @@ type Config struct {
 	// renewal (a heartbeat) before RescueLost takes it back.
 	// Default: 2 min.
 	Lease time.Duration
+	// ClaimTimeout is how long a job may stay queued on a node, unclaimed,
+	// before RescueLost returns it free for another node: far past a
+	// node's claim on its wake-up or at its fallback poll (10 s), so that
+	// only a node whose claims stopped while it heartbeats loses them.
+	// Default: 1 min.
+	ClaimTimeout time.Duration
 	// StaleAfter is the heartbeat age past which a node is presumed dead:
 	// the producer declares it lost (RescueLost), and Register lets another
 	// process take its id. Default: DefaultStaleAfter.
@@ -59,11 +65,12 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultBackoffBase = 10 * time.Second
-	DefaultBackoffMax  = 10 * time.Minute
-	DefaultLease       = 2 * time.Minute
-	DefaultStaleAfter  = 15 * time.Second
-	DefaultListWindow  = 50_000
+	DefaultBackoffBase  = 10 * time.Second
+	DefaultBackoffMax   = 10 * time.Minute
+	DefaultLease        = 2 * time.Minute
+	DefaultClaimTimeout = time.Minute
+	DefaultStaleAfter   = 15 * time.Second
+	DefaultListWindow   = 50_000
 	// MaxEnqueue bounds one Enqueue call.
 	MaxEnqueue = 100_000
 	// maxErrorText bounds a stored error message.
@@ -87,6 +94,7 @@ func (c Config) withDefaults() Config {
 		cfgrule.Resolve("BackoffBase", &c.BackoffBase, DefaultBackoffBase, false),
 		cfgrule.Resolve("BackoffMax", &c.BackoffMax, DefaultBackoffMax, false),
 		cfgrule.Resolve("Lease", &c.Lease, DefaultLease, false),
+		cfgrule.Resolve("ClaimTimeout", &c.ClaimTimeout, DefaultClaimTimeout, false),
 		cfgrule.Resolve("StaleAfter", &c.StaleAfter, DefaultStaleAfter, false),
 		cfgrule.Resolve("ListWindow", &c.ListWindow, DefaultListWindow, false),
 	)

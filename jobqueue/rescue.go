@@ -13,8 +13,13 @@ import (
 type RescueReport struct {
 	LostNodes []string // nodes just declared lost
 	Released  int64    // queued jobs of gone nodes returned free
-	Retried   int64    // processing jobs charged an attempt, back to pending
-	Failed    int64    // processing jobs that used their last attempt
+	// Unclaimed counts the queued jobs returned free because their live
+	// node had not claimed them within Config.ClaimTimeout; UnclaimedNodes
+	// names those nodes.
+	Unclaimed      int64
+	UnclaimedNodes []string
+	Retried        int64 // processing jobs charged an attempt, back to pending
+	Failed         int64 // processing jobs that used their last attempt
 }
 
 // markLostSQL locks the stale nodes in id order first, like an assignment
@@ -44,6 +49,25 @@ WITH upd AS (
 )
 SELECT count(*) FROM upd`
 
+// releaseUnclaimedSQL returns free the jobs queued on a node longer than
+// $2 seconds ago, whatever the node's state, and names the nodes. A node
+// claims what it is given as soon as it is woken, or at its next poll: a
+// job it holds queued far longer sits behind a wedged claim loop that the
+// node's heartbeats (another goroutine) hide, and would wait there as long
+// as they go on. A claim racing this finds the job no longer its own.
+var releaseUnclaimedSQL = `
+WITH stuck AS (
+    SELECT id, node_id FROM jobs
+    WHERE state = 'queued' AND queued_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+), upd AS (
+    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
+    FROM stuck
+    WHERE j.id = stuck.id AND j.state = 'queued' AND j.node_id = stuck.node_id
+    RETURNING stuck.node_id
+` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
+)
+SELECT count(*), coalesce(array_agg(DISTINCT node_id ORDER BY node_id), '{}') FROM upd`
+
 var chargeGoneSQL = `
 WITH upd AS (
     UPDATE jobs j SET
@@ -66,7 +90,8 @@ SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state =
 
 // RescueLost declares lost every active or draining node whose last heartbeat
 // is older than staleAfter, then takes back the jobs of gone (lost or exited)
-// nodes — queued ones free, processing ones charged an attempt — and every
+// nodes — queued ones free, processing ones charged an attempt — every job
+// queued on any node longer than Config.ClaimTimeout (free), and every
 // processing job whose lease expired on any node. The producer runs it
 // periodically.
 func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (RescueReport, error) {
@@ -82,6 +107,9 @@ func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (Rescu
 			return err
 		})
 		b.Queue(releaseGoneSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&rep.Released) })
+		b.Queue(releaseUnclaimedSQL, now, q.cfg.ClaimTimeout.Seconds()).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&rep.Unclaimed, &rep.UnclaimedNodes)
+		})
 		b.Queue(chargeGoneSQL, now, q.delays()).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&rep.Retried, &rep.Failed)
 		})
@@ -89,10 +117,11 @@ func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (Rescu
 	if err != nil {
 		return RescueReport{}, fmt.Errorf("rescue lost jobs: %w", err)
 	}
-	if len(rep.LostNodes) > 0 || rep.Released+rep.Retried+rep.Failed > 0 {
+	if len(rep.LostNodes) > 0 || rep.Released+rep.Unclaimed+rep.Retried+rep.Failed > 0 {
 		q.log.Warn("rescued jobs of lost nodes and expired leases", zap.Strings("lost_nodes", rep.LostNodes),
-			zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed))
-		if rep.Released+rep.Retried > 0 {
+			zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed),
+			zap.Int64("unclaimed", rep.Unclaimed), zap.Strings("unclaimed_nodes", rep.UnclaimedNodes))
+		if rep.Released+rep.Unclaimed+rep.Retried > 0 {
 			if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSubmitted); err != nil {
 				return rep, fmt.Errorf("rescue lost jobs: notify: %w", err)
 			}

@@ -134,6 +134,12 @@ func (o *consumerOptions) check() error {
 	if err := checkHeartbeat(o.heartbeat, jobqueue.DefaultStaleAfter, "the producer's default --stale-after"); err != nil {
 		errs = append(errs, err.Error())
 	}
+	// A node that missed its wake-up claims at its next poll; the producer
+	// gives jobs held queued longer than the claim timeout to other nodes.
+	if o.poll > jobqueue.DefaultClaimTimeout/2 {
+		errs = append(errs, fmt.Sprintf("--poll-interval %s: use at most %s, half of %s, how long a job may wait queued on a node before the producer gives it to another",
+			o.poll, jobqueue.DefaultClaimTimeout/2, jobqueue.DefaultClaimTimeout))
+	}
 	// Bytes are MiB << 20 in an int64: past this the ceiling would wrap.
 	if o.memoryCeilingMB > maxMemoryCeilingMB {
 		errs = append(errs, fmt.Sprintf("--chrome-memory-ceiling-mb %d: use at most %d (1 PiB)", o.memoryCeilingMB, maxMemoryCeilingMB))

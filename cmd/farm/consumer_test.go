@@ -60,6 +60,8 @@ func TestConsumerFlags(t *testing.T) {
 		{"zero heartbeat", []string{"--heartbeat-interval", "0s"}, nil, "--heartbeat-interval"},
 		{"heartbeat at the stale age", []string{"--heartbeat-interval", "15s"}, nil, "--heartbeat-interval 15s: must be under 15s"},
 		{"heartbeat under it", []string{"--heartbeat-interval", "5s"}, nil, ""},
+		{"poll past half the claim timeout", []string{"--poll-interval", "31s"}, nil, "--poll-interval 31s: use at most 30s"},
+		{"poll at half the claim timeout", []string{"--poll-interval", "30s"}, nil, ""},
 		{"memory ceiling that would wrap", []string{"--chrome-memory-ceiling-mb", "17592186044417"}, nil, "--chrome-memory-ceiling-mb 17592186044417"},
 		{"memory ceiling of 1 PiB", []string{"--chrome-memory-ceiling-mb", "1073741824"}, nil, ""},
 		{"protection without a group", []string{"--aws-instance-protection"}, nil, "needs --aws-asg-name"},
