@@ -12,6 +12,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 )
@@ -40,6 +41,14 @@ type ListenerConfig struct {
 	// RetryMin and RetryMax bound the pause between reconnection attempts,
 	// which doubles from RetryMin. Defaults: 100 ms and 5 s.
 	RetryMin, RetryMax time.Duration
+	// ProbeIdle is how long the listener waits for a notification before
+	// it asks its connection to answer a query, and ProbeTimeout how long
+	// that answer may take before the connection is given up for a new
+	// one. A connection cut without a word (a NAT or a firewall that forgot
+	// an idle flow, a server host gone) gives a reader no error until TCP's
+	// keepalive, two hours by default, and the node would hear nothing
+	// meanwhile, waking only at its fallback poll. Defaults: 30 s and 10 s.
+	ProbeIdle, ProbeTimeout time.Duration
 }
 
 // Listener owns one dedicated connection, taken out of the pool, that
@@ -69,6 +78,8 @@ func NewListener(pool *pgxpool.Pool, cfg ListenerConfig) *Listener {
 		cfgrule.Resolve("Buffer", &cfg.Buffer, 64, false),
 		cfgrule.Resolve("RetryMin", &cfg.RetryMin, 100*time.Millisecond, false),
 		cfgrule.Resolve("RetryMax", &cfg.RetryMax, max(5*time.Second, cfg.RetryMin), false),
+		cfgrule.Resolve("ProbeIdle", &cfg.ProbeIdle, 30*time.Second, false),
+		cfgrule.Resolve("ProbeTimeout", &cfg.ProbeTimeout, 10*time.Second, false),
 	)
 	// A ceiling under the floor would make the backoff shrink.
 	cfg.RetryMax = max(cfg.RetryMax, cfg.RetryMin)
@@ -167,13 +178,28 @@ func (l *Listener) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
+// receive delivers what conn hears until it fails, and probes it after
+// every ProbeIdle of silence. The wait's deadline leaves the connection
+// usable (pgconn closes it on any read error but a timeout); notifications
+// that arrive during the probe are kept by pgx for the next wait.
 func (l *Listener) receive(ctx context.Context, conn *pgx.Conn) error {
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		wctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeIdle)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err == nil {
+			l.deliver(Notification{Channel: n.Channel, Payload: n.Payload})
+			continue
+		}
+		if ctx.Err() != nil || !pgconn.Timeout(err) {
 			return err
 		}
-		l.deliver(Notification{Channel: n.Channel, Payload: n.Payload})
+		pctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeTimeout)
+		_, err = conn.Exec(pctx, "SELECT 1")
+		cancel()
+		if err != nil {
+			return fmt.Errorf("no answer to a probe after %s without a notification: %w", l.cfg.ProbeIdle, err)
+		}
 	}
 }
 
