@@ -214,3 +214,31 @@ func TestUnclaimGivesBackAClaimNeverAnswered(t *testing.T) {
 		t.Errorf("Unclaim(nil) = %v, %v; want every job processing", back, err)
 	}
 }
+
+// TestUnclaimQueuesAnew: the jobs of a lost claim answer, put back in the
+// node's queue after a long outage, are queued as of then: the rescue does
+// not take them from the node as unclaimed before its next claim.
+func TestUnclaimQueuesAnew(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	q, _ := newTestQueue(t, Config{Now: clock.Now, ClaimTimeout: time.Minute})
+	ctx := context.Background()
+	in := registerIncarnation(t, q, "n1", 2)
+	mustEnqueue(t, q, pageSpecs(2, "u.test")...)
+	if _, err := q.Assign(ctx, "n1", 2); err != nil {
+		t.Fatal(err)
+	}
+	if lost, err := in.Claim(ctx, 2); err != nil || len(lost) != 2 { // its answer never reaches the node
+		t.Fatalf("claim = %v, %v", lost, err)
+	}
+	clock.Advance(70 * time.Second) // the database out of reach; the leases hold
+	if back, err := in.Unclaim(ctx, nil); err != nil || len(back) != 2 {
+		t.Fatalf("unclaim = %v, %v", back, err)
+	}
+	if rep, err := q.RescueLost(ctx, time.Hour); err != nil || rep.Unclaimed != 0 {
+		t.Fatalf("rescue after the unclaim = %+v, %v; want nothing taken", rep, err)
+	}
+	if again, err := in.Claim(ctx, 2); err != nil || len(again) != 2 {
+		t.Fatalf("claim after the unclaim = %v, %v", again, err)
+	}
+}

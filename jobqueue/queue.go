@@ -337,11 +337,15 @@ func (q *Queue) claim(ctx context.Context, nodeID string, inc int64, n int) ([]J
 
 // unclaimSQL puts the jobs processing on node $1 (at incarnation $3) but
 // not in $2 back in its queue, their attempt given back: the jobs of a
-// claim whose answer the node never had. Processing and queued are not
-// counted in job_counts: nothing to count.
+// claim whose answer the node never had. They are queued anew as of now
+// ($4, or the database's clock), the claim that follows being the node's
+// answer to them: their first assignment's time would have them returned
+// free as unclaimed (RescueLost) when the lost answer came after a long
+// outage. Processing and queued are not counted in job_counts: nothing
+// to count.
 var unclaimSQL = `
 UPDATE jobs j SET state = 'queued', attempts = greatest(j.attempts - 1, 0),
-    started_at = NULL, lease_expires_at = NULL
+    started_at = NULL, lease_expires_at = NULL, queued_at = coalesce($4::timestamptz, now())
 WHERE j.node_id = $1 AND j.state = 'processing' AND NOT (j.id = ANY($2::bigint[]))
   AND ` + fence("$1", "$3") + `
 RETURNING j.id`
@@ -356,7 +360,7 @@ func (q *Queue) unclaim(ctx context.Context, nodeID string, inc int64, keep []in
 		// The node row first, as every statement that changes a node's
 		// jobs locks it (heartbeat).
 		b.Queue(heartbeatLockSQL, nodeID, inc)
-		b.Queue(unclaimSQL, nodeID, keep, inc).Query(func(rows pgx.Rows) error {
+		b.Queue(unclaimSQL, nodeID, keep, inc, q.now()).Query(func(rows pgx.Rows) error {
 			var err error
 			ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			return err

@@ -54,7 +54,9 @@ SELECT count(*) FROM upd`
 // claims what it is given as soon as it is woken, or at its next poll: a
 // job it holds queued far longer sits behind a wedged claim loop that the
 // node's heartbeats (another goroutine) hide, and would wait there as long
-// as they go on. A claim racing this finds the job no longer its own.
+// as they go on. A claim racing this finds the job no longer its own. The
+// age is checked again on the row the update waited for: a job released
+// and queued anew meanwhile is young again.
 var releaseUnclaimedSQL = `
 WITH stuck AS (
     SELECT id, node_id FROM jobs
@@ -63,6 +65,7 @@ WITH stuck AS (
     UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
     FROM stuck
     WHERE j.id = stuck.id AND j.state = 'queued' AND j.node_id = stuck.node_id
+      AND j.queued_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
     RETURNING stuck.node_id
 ` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
 )
