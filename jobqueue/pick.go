@@ -14,11 +14,11 @@ import (
 // ways reach it. The walk reads the pending queue from its head, in chunks,
 // and stops once the free slots are filled: when the best jobs belong to
 // hosts with budget, a few rows more than the free slots, however many
-// hosts have pending jobs. Behind a head held back (one host's jobs,
-// throttled, or retries waiting out their backoff, ahead of every other's)
-// its later chunks leave out, in the server, the rows of hosts whose budget
-// is spent and those not due, so such a head costs a read of its rows, not
-// a row each to the producer. The host scan costs one probe per host that
+// hosts have pending jobs. Every chunk leaves out, in the server, the jobs
+// not yet due, and the later ones those of hosts whose budget is spent, so
+// a head held back (one host's jobs, throttled, or retries waiting out
+// their backoff, ahead of every other's) costs a read of its rows, not a
+// row each to the producer. The host scan costs one probe per host that
 // has pending jobs (with 100,000 hosts, 0.65 s a round,
 // BenchmarkAssignPending); a round falls back to it once the walk has read
 // as many rows as the scan would cost (walkAllowance).
