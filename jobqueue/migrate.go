@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/browserfarm/browserfarm/internal/ctxtime"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/tern/v2/migrate"
@@ -78,8 +79,6 @@ const migrateLockPoll = 200 * time.Millisecond
 // index concurrently (018) waits for every older snapshot to go — the
 // waiter's too, which waits for the lock: a deadlock.
 func takeMigrateLock(ctx context.Context, conn *pgxpool.Conn) error {
-	t := time.NewTicker(migrateLockPoll)
-	defer t.Stop()
 	for {
 		var got bool
 		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", migrateLockKey).Scan(&got); err != nil {
@@ -88,10 +87,8 @@ func takeMigrateLock(ctx context.Context, conn *pgxpool.Conn) error {
 		if got {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !ctxtime.Sleep(ctx, migrateLockPoll) {
 			return fmt.Errorf("migrate: waiting for another process's migration: %w", context.Cause(ctx))
-		case <-t.C:
 		}
 	}
 }

@@ -73,17 +73,26 @@ func fence(idExpr, inc string) string {
 		" AND f.incarnation = " + inc + "::bigint))"
 }
 
-// releaseQueuedSQL opens a statement that returns the queued jobs of node
-// $1 to pending, free of charge, if the node is at the incarnation inc (a
-// placeholder): CTE upd (the jobs' ids) and their pending count, left open
-// for the statement's next CTE or its closing parenthesis.
-func releaseQueuedSQL(inc string) string {
+// releaseJobsSQL opens a statement that returns to pending, free of charge,
+// the queued jobs (j) that cond admits, joined to from (a FROM clause, or
+// ""): CTE upd (returning returned) and their pending count, left open for
+// the statement's next CTE or its closing parenthesis. Every release of
+// queued jobs goes through it.
+func releaseJobsSQL(from, cond, returned string) string {
 	return `
 WITH upd AS (
-    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-    WHERE j.node_id = $1 AND j.state = 'queued' AND ` + fence("$1", inc) + `
-    RETURNING j.id
+    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL` + from + `
+    WHERE j.state = 'queued' AND ` + cond + `
+    RETURNING ` + returned + `
 ` + pendingCountSQL("SELECT 1 AS d FROM upd")
+}
+
+// releaseQueuedSQL opens a statement that returns the queued jobs of node
+// $1 to pending, free of charge, if the node is at the incarnation inc (a
+// placeholder): releaseJobsSQL's CTE upd (the jobs' ids) and their pending
+// count.
+func releaseQueuedSQL(inc string) string {
+	return releaseJobsSQL("", "j.node_id = $1 AND "+fence("$1", inc), "j.id")
 }
 
 // releaseNodeSQL returns a node's queued jobs to pending, free of charge.

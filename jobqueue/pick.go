@@ -209,7 +209,6 @@ func (w *headWalk) chunk(ctx context.Context, tx pgx.Tx, now any, pass, limit in
 	for rows.Next() {
 		var c candidate
 		var host string
-		var h hostState
 		var active, queued *int
 		var hasRow *bool
 		var last *time.Time
@@ -224,7 +223,7 @@ func (w *headWalk) chunk(ctx context.Context, tx pgx.Tx, now any, pass, limit in
 		}
 		budget, known := w.budget[host]
 		if !known {
-			h = hostState{Host: host, Active: *active, Queued: *queued}
+			h := hostState{Host: host, Active: *active, Queued: *queued}
 			if last != nil {
 				h.LastStarted = *last
 			}

@@ -39,13 +39,8 @@ RETURNING n.id`
 
 // releaseGoneSQL also catches jobs assigned to a node in the instant it was
 // declared lost or exited, so none stays queued on a node that is gone.
-var releaseGoneSQL = `
-WITH upd AS (
-    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-    FROM nodes n
-    WHERE j.state = 'queued' AND j.node_id = n.id AND n.state IN ('lost', 'exited')
-    RETURNING j.id
-` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
+var releaseGoneSQL = releaseJobsSQL(`
+    FROM nodes n`, "j.node_id = n.id AND n.state IN ('lost', 'exited')", "j.id") + `
 )
 SELECT count(*) FROM upd`
 
@@ -56,20 +51,17 @@ SELECT count(*) FROM upd`
 // node's heartbeats (another goroutine) hide, and would wait there as long
 // as they go on. A claim racing this finds the job no longer its own. The
 // age is checked again on the row the update waited for: a job released
-// and queued anew meanwhile is young again.
-var releaseUnclaimedSQL = `
-WITH stuck AS (
-    SELECT id, node_id FROM jobs
-    WHERE state = 'queued' AND queued_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
-), upd AS (
-    UPDATE jobs j SET state = 'pending', node_id = NULL, queued_at = NULL
-    FROM stuck
-    WHERE j.id = stuck.id AND j.state = 'queued' AND j.node_id = stuck.node_id
-      AND j.queued_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
-    RETURNING stuck.node_id
-` + pendingCountSQL("SELECT 1 AS d FROM upd") + `
+// and queued anew meanwhile is young again. The nodes come from a read
+// before the update, which leaves node_id empty.
+var releaseUnclaimedSQL = releaseJobsSQL(`
+    FROM (SELECT j.id, j.node_id FROM jobs j WHERE j.state = 'queued' AND `+unclaimedSince+`) stuck`,
+	"j.id = stuck.id AND j.node_id = stuck.node_id AND "+unclaimedSince, "stuck.node_id") + `
 )
 SELECT count(*), coalesce(array_agg(DISTINCT node_id ORDER BY node_id), '{}') FROM upd`
+
+// unclaimedSince admits a job queued (j) longer than $2 seconds before the
+// statement's clock ($1, or the database's).
+const unclaimedSince = "j.queued_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)"
 
 var chargeGoneSQL = `
 WITH upd AS (

@@ -43,13 +43,12 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 	}
 	// Go's parser lets through host characters the URL standard forbids in
 	// a domain, which Chrome then refuses: the job would fail every attempt.
-	if h := u.Hostname(); strings.ContainsAny(h, forbiddenDomainChars) {
+	h := u.Hostname()
+	if strings.ContainsAny(h, forbiddenDomainChars) {
 		return nil, specErr("url", "host %q has a character a URL's host may not have (one of %s)", h, forbiddenDomainChars)
 	}
-	if h := u.Hostname(); !strings.Contains(h, ":") {
-		if _, err := CanonicalHost(h); errors.Is(err, errNotIPv4) {
-			return nil, specErr("url", "%v", err)
-		}
+	if _, err := CanonicalHost(h); errors.Is(err, errNotIPv4) {
+		return nil, specErr("url", "%v", err)
 	}
 	if p := u.Port(); p != "" {
 		if len(p) > 5 || portNumber(p) == 0 || portNumber(p) > 65535 {

@@ -332,7 +332,7 @@ func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		okRead := s.cfg.ReadToken != "" && subtle.ConstantTimeCompare(got[:], s.readHash[:]) == 1
-		okAPI := s.cfg.Token != "" && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+		okAPI := s.isAPIToken(got)
 		if !okRead && !okAPI {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm", error="invalid_token"`)
 			writeError(w, http.StatusUnauthorized, "wrong bearer token")
@@ -345,7 +345,12 @@ func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 // bearerIsAPIToken reports whether r carries the API token.
 func (s *server) bearerIsAPIToken(r *http.Request) bool {
 	got, ok := bearerHash(r)
-	return ok && s.cfg.Token != "" && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
+	return ok && s.isAPIToken(got)
+}
+
+// isAPIToken reports whether a bearer token's hash is the API token's.
+func (s *server) isAPIToken(got [sha256.Size]byte) bool {
+	return s.cfg.Token != "" && subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) == 1
 }
 
 // proxyHeaders are the headers a reverse proxy adds to say whom it
@@ -411,7 +416,7 @@ func (s *server) mutating(h http.HandlerFunc) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+		if !s.isAPIToken(got) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="browserfarm", error="invalid_token"`)
 			writeError(w, http.StatusUnauthorized, "wrong bearer token")
 			return
