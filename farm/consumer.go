@@ -51,17 +51,21 @@ type Consumer struct {
 	// loop takes no job until the store answers again (awaitBlobs).
 	blobsDown atomic.Bool
 
-	mu            sync.Mutex
-	ran           bool
-	running       bool
-	runErr        error
-	unacquired    int                // claimed jobs whose goroutine has no slot yet
-	held          int                // claimed jobs not yet recorded
-	live          map[int64]*liveJob // jobs rendering or being reported: the leases heartbeats renew
-	lastBeat      time.Time
-	beatErr       error
-	startedAt     time.Time
-	lastChrome    time.Time // last time a live Chrome was seen
+	mu         sync.Mutex
+	ran        bool
+	running    bool
+	runErr     error
+	unacquired int                // claimed jobs whose goroutine has no slot yet
+	held       int                // claimed jobs not yet recorded
+	live       map[int64]*liveJob // jobs rendering or being reported: the leases heartbeats renew
+	lastBeat   time.Time
+	beatErr    error
+	startedAt  time.Time
+	lastChrome time.Time // last time a live Chrome was seen
+	// claiming is set while the claim loop runs, and lastTurn is when it
+	// last began a turn: Healthy's view of a loop that stopped turning.
+	claiming      bool
+	lastTurn      time.Time
 	stopping      bool
 	jobsCompleted int64
 	jobsFailed    int64
@@ -172,6 +176,21 @@ func (c *Consumer) Healthy() error {
 	st := c.sup.Stats()
 	if st.Chromes == 0 && !st.ExitDue && now.Sub(lastChrome) > healthBootGrace {
 		return fmt.Errorf("no live Chrome for %s (boot failures %d)", now.Sub(lastChrome).Round(time.Second), st.BootFailures)
+	}
+	return c.claimLoopStalled(now)
+}
+
+// claimLoopStalled reports a claim loop that has not begun a turn for
+// longer than its poll interval plus healthLoopGrace. Its heartbeats, on
+// another goroutine, would keep such a node looking alive, and its queued
+// jobs, released after the queue's claim timeout, would be assigned to it
+// again at the next round, a minute's delay each, for as long as it runs.
+func (c *Consumer) claimLoopStalled(now time.Time) error {
+	c.mu.Lock()
+	claiming, last := c.claiming, c.lastTurn
+	c.mu.Unlock()
+	if claiming && now.Sub(last) > c.cfg.PollInterval+healthLoopGrace {
+		return fmt.Errorf("the claim loop has not turned for %s", now.Sub(last).Round(time.Second))
 	}
 	return nil
 }

@@ -20,6 +20,12 @@ import (
 // until ctx ends, every job the process may start has been claimed, or the
 // supervisor fails.
 func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{}, jobsCtx context.Context, jobs *sync.WaitGroup) stopReason {
+	c.turned()
+	defer func() {
+		c.mu.Lock()
+		c.claiming = false
+		c.mu.Unlock()
+	}()
 	// Jobs assigned before the LISTEN took effect are found by the first
 	// claim, made once listening, so none waits for the poll.
 	// A listener that never becomes ready (LISTEN refused, the producer
@@ -40,6 +46,7 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 	// jobs it took are processing on the node, started by nobody.
 	unanswered := false
 	for {
+		c.turned()
 		if c.isFenced() {
 			return stopFenced
 		}
@@ -118,6 +125,14 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 		case <-poll.C:
 		}
 	}
+}
+
+// turned marks the claim loop running, beginning a turn now
+// (claimLoopStalled).
+func (c *Consumer) turned() {
+	c.mu.Lock()
+	c.claiming, c.lastTurn = true, time.Now()
+	c.mu.Unlock()
 }
 
 // claimable is how many jobs may be claimed now (free slots) and how many
@@ -299,7 +314,12 @@ const (
 func (c *Consumer) awaitBlobs(ctx context.Context, supExited <-chan struct{}) (stopReason, bool) {
 	pause := blobProbeFirst
 	for {
-		n, err := c.inc.Release(ctx)
+		c.turned()
+		// Bounded like the loop's claims: an unanswered call must not hold
+		// the loop past healthLoopGrace.
+		rctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+		n, err := c.inc.Release(rctx)
+		cancel()
 		switch {
 		case errors.Is(err, jobqueue.ErrFenced):
 			c.noteFenced(err)
@@ -324,6 +344,7 @@ func (c *Consumer) awaitBlobs(ctx context.Context, supExited <-chan struct{}) (s
 			return stopFenced, true
 		case <-timer.C:
 		}
+		c.turned()
 		err = blobstore.Probe(ctx, c.cfg.Blobs, c.node)
 		if err == nil {
 			c.blobsDown.Store(false)

@@ -246,4 +246,10 @@ const (
 	// node whose heartbeats fail for longer may hold a broken pool a
 	// restart does mend.
 	healthBeatGrace = 5 * time.Minute
+	// healthLoopGrace is how long, past its poll interval, the claim loop
+	// may go without beginning a turn before the node is unhealthy: more
+	// than the longest of its turns' bounded calls and waits (a blob store
+	// probe, a minute; a claim after an unanswered one, two calls of
+	// shutdownTimeout and a backoff).
+	healthLoopGrace = 2 * time.Minute
 )

@@ -35,6 +35,8 @@ type fakeQueue struct {
 	limits       jobqueue.ResultLimits // ResultLimits
 	saveErr      error                 // SaveFailedResult's error
 	gone         map[int64]bool        // jobs HeartbeatLive says are no longer the node's
+	claimEntered chan<- struct{}       // told of every Claim call, when set (never blocks)
+	claimBlock   <-chan struct{}       // Claim waits for it to close, when set, whatever its ctx
 
 	// recorded calls
 	claims     []int
@@ -121,6 +123,15 @@ func (f *fakeQueue) SaveFailedResult(_ context.Context, jobID int64, nodeID stri
 func (f *fakeQueue) Wakeups(string, *zap.Logger) wakeSource { return nil }
 
 func (f *fakeQueue) Claim(_ context.Context, n int) ([]jobqueue.Job, error) {
+	if f.claimEntered != nil {
+		select {
+		case f.claimEntered <- struct{}{}:
+		default:
+		}
+	}
+	if f.claimBlock != nil {
+		<-f.claimBlock
+	}
 	f.mu.Lock()
 	f.claims = append(f.claims, n)
 	var out []jobqueue.Job

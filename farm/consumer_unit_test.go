@@ -450,14 +450,66 @@ func TestUnitRegisterTakesOverOnlyADeadProcessOfThisHost(t *testing.T) {
 // stopped.
 func runLoop(t *testing.T, c *Consumer) stopReason {
 	t.Helper()
+	return runLoopWoken(t.Context(), c, nil)
+}
+
+// runLoopWoken is runLoop until ctx ends, woken by wake.
+func runLoopWoken(ctx context.Context, c *Consumer, wake <-chan jobqueue.Notification) stopReason {
 	ready := make(chan struct{})
 	close(ready)
 	jobsCtx, cancelJobs := context.WithCancelCause(context.Background())
 	var jobs sync.WaitGroup
-	r := c.loop(t.Context(), wakeups{ready: ready}, make(chan struct{}), jobsCtx, &jobs)
+	r := c.loop(ctx, wakeups{ready: ready, c: wake}, make(chan struct{}), jobsCtx, &jobs)
 	cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errors.New("test over")})
 	jobs.Wait()
 	return r
+}
+
+// TestUnitHealthWatchesTheClaimLoop: a claim loop held in a call (a Claim
+// that does not return) makes the node unhealthy once it has not begun a
+// turn for its poll interval plus healthLoopGrace, and not before; a turn
+// clears it, and a loop that has ended is no stall.
+func TestUnitHealthWatchesTheClaimLoop(t *testing.T) {
+	entered, unblock := make(chan struct{}, 1), make(chan struct{})
+	fq := &fakeQueue{claimEntered: entered, claimBlock: unblock}
+	c := fakeConsumer(t, fq, 6, Off)
+	lastTurn := func() time.Time {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.lastTurn
+	}
+	grace := c.cfg.PollInterval + healthLoopGrace
+	if err := c.claimLoopStalled(time.Now().Add(24 * time.Hour)); err != nil {
+		t.Fatalf("no claim loop yet: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	wake := make(chan jobqueue.Notification, 1)
+	stopped := make(chan stopReason)
+	go func() { stopped <- runLoopWoken(ctx, c, wake) }()
+	<-entered
+	held := lastTurn()
+	if err := c.claimLoopStalled(held.Add(grace)); err != nil {
+		t.Errorf("unhealthy at the grace's end: %v", err)
+	}
+	if err := c.claimLoopStalled(held.Add(grace + time.Millisecond)); err == nil || !strings.Contains(err.Error(), "claim loop") {
+		t.Errorf("a loop held past the grace: %v, want the claim loop named", err)
+	}
+	close(unblock)
+	wake <- jobqueue.Notification{Payload: "1"}
+	<-entered // the next turn's claim
+	if turned := lastTurn(); !turned.After(held) {
+		t.Fatalf("the loop's turn was not marked: %v, then %v", held, turned)
+	}
+	if err := c.claimLoopStalled(lastTurn().Add(grace)); err != nil {
+		t.Errorf("unhealthy after a turn: %v", err)
+	}
+	cancel()
+	if r := <-stopped; r != stopSignal {
+		t.Errorf("loop stopped for %v, want the signal", r)
+	}
+	if err := c.claimLoopStalled(time.Now().Add(24 * time.Hour)); err != nil {
+		t.Errorf("a loop that ended: %v", err)
+	}
 }
 
 // TestRegisterReportsThresholds: the node row gets the supervisor's
