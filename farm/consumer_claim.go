@@ -128,7 +128,8 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 }
 
 // turned marks the claim loop running, beginning a turn now
-// (claimLoopStalled).
+// (claimLoopStalled). The loop calls it at each turn and as it leaves
+// awaitBlobs.
 func (c *Consumer) turned() {
 	c.mu.Lock()
 	c.claiming, c.lastTurn = true, time.Now()
@@ -311,12 +312,18 @@ const (
 // after each failed probe, since the producer sees free slots here — and the
 // store is probed until it takes a blob. It returns true with the reason
 // when the loop must stop instead.
+//
+// The wait is no stall of the loop (claimLoopStalled): a restart does not
+// mend the store, and a directory store's probe on a hung network mount is
+// bounded by nothing.
 func (c *Consumer) awaitBlobs(ctx context.Context, supExited <-chan struct{}) (stopReason, bool) {
+	c.mu.Lock()
+	c.claiming = false
+	c.mu.Unlock()
+	defer c.turned()
 	pause := blobProbeFirst
 	for {
-		c.turned()
-		// Bounded like the loop's claims: an unanswered call must not hold
-		// the loop past healthLoopGrace.
+		// Bounded like the loop's claims: not held by an unanswered call.
 		rctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
 		n, err := c.inc.Release(rctx)
 		cancel()
@@ -344,7 +351,6 @@ func (c *Consumer) awaitBlobs(ctx context.Context, supExited <-chan struct{}) (s
 			return stopFenced, true
 		case <-timer.C:
 		}
-		c.turned()
 		err = blobstore.Probe(ctx, c.cfg.Blobs, c.node)
 		if err == nil {
 			c.blobsDown.Store(false)

@@ -247,9 +247,9 @@ const (
 	// restart does mend.
 	healthBeatGrace = 5 * time.Minute
 	// healthLoopGrace is how long, past its poll interval, the claim loop
-	// may go without beginning a turn before the node is unhealthy: more
-	// than the longest of its turns' bounded calls and waits (a blob store
-	// probe, a minute; a claim after an unanswered one, two calls of
-	// shutdownTimeout and a backoff).
+	// may go without beginning a turn before the node is unhealthy: far
+	// more than a turn's calls and waits besides the poll (a claim, with
+	// the Unclaim before it, within shutdownTimeout; a backoff of up to
+	// 5 s). Waiting for a failing blob store is not counted (awaitBlobs).
 	healthLoopGrace = 2 * time.Minute
 )

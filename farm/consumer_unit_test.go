@@ -483,10 +483,19 @@ func TestUnitHealthWatchesTheClaimLoop(t *testing.T) {
 		t.Fatalf("no claim loop yet: %v", err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	wake := make(chan jobqueue.Notification, 1)
-	stopped := make(chan stopReason)
+	stopped := make(chan stopReason, 1)
 	go func() { stopped <- runLoopWoken(ctx, c, wake) }()
-	<-entered
+	claimed := func() {
+		t.Helper()
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no claim within 30 s")
+		}
+	}
+	claimed()
 	held := lastTurn()
 	if err := c.claimLoopStalled(held.Add(grace)); err != nil {
 		t.Errorf("unhealthy at the grace's end: %v", err)
@@ -496,12 +505,13 @@ func TestUnitHealthWatchesTheClaimLoop(t *testing.T) {
 	}
 	close(unblock)
 	wake <- jobqueue.Notification{Payload: "1"}
-	<-entered // the next turn's claim
-	if turned := lastTurn(); !turned.After(held) {
+	claimed() // the next turn's
+	turned := lastTurn()
+	if !turned.After(held) {
 		t.Fatalf("the loop's turn was not marked: %v, then %v", held, turned)
 	}
-	if err := c.claimLoopStalled(lastTurn().Add(grace)); err != nil {
-		t.Errorf("unhealthy after a turn: %v", err)
+	if err := c.claimLoopStalled(turned.Add(grace + time.Millisecond)); err == nil {
+		t.Error("no stall measured from the latest turn")
 	}
 	cancel()
 	if r := <-stopped; r != stopSignal {
@@ -640,6 +650,10 @@ func TestUnitBlobStoreDown(t *testing.T) {
 	<-store.failedProbes
 	if got := fq.snapshot(); len(got.claims) != 0 || got.released < 1 {
 		t.Fatalf("while the store fails: claims %v, releases %d; want none and at least one", got.claims, got.released)
+	}
+	// Waiting for the store is no stall: a restart would not mend it.
+	if err := c.claimLoopStalled(time.Now().Add(24 * time.Hour)); err != nil {
+		t.Errorf("while the store fails: %v", err)
 	}
 	store.down.Store(false)
 	deadline := time.Now().Add(30 * time.Second)
