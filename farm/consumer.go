@@ -181,11 +181,11 @@ func (c *Consumer) Healthy() error {
 }
 
 // claimLoopStalled reports a claim loop that has not begun a turn for
-// longer than its poll interval plus healthLoopGrace, unless it waits for
-// a failing blob store (awaitBlobs). Its heartbeats, on
-// another goroutine, would keep such a node looking alive, and its queued
-// jobs, released after the queue's claim timeout, would be assigned to it
-// again at the next round, a minute's delay each, for as long as it runs.
+// longer than its poll interval plus healthLoopGrace, unless it waits for a
+// failing blob store (awaitBlobs). Its heartbeats, on another goroutine,
+// would keep such a node looking alive, and its queued jobs, released after
+// the queue's claim timeout, would be assigned to it again at the next
+// round, a minute's delay each, for as long as it runs.
 func (c *Consumer) claimLoopStalled(now time.Time) error {
 	c.mu.Lock()
 	claiming, last := c.claiming, c.lastTurn

@@ -21,11 +21,7 @@ import (
 // supervisor fails.
 func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{}, jobsCtx context.Context, jobs *sync.WaitGroup) stopReason {
 	c.turned()
-	defer func() {
-		c.mu.Lock()
-		c.claiming = false
-		c.mu.Unlock()
-	}()
+	defer c.unwatched()
 	// Jobs assigned before the LISTEN took effect are found by the first
 	// claim, made once listening, so none waits for the poll.
 	// A listener that never becomes ready (LISTEN refused, the producer
@@ -133,6 +129,14 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 func (c *Consumer) turned() {
 	c.mu.Lock()
 	c.claiming, c.lastTurn = true, time.Now()
+	c.mu.Unlock()
+}
+
+// unwatched takes the claim loop out of claimLoopStalled's watch: it ended,
+// or it waits on purpose.
+func (c *Consumer) unwatched() {
+	c.mu.Lock()
+	c.claiming = false
 	c.mu.Unlock()
 }
 
@@ -317,9 +321,7 @@ const (
 // mend the store, and a directory store's probe on a hung network mount is
 // bounded by nothing.
 func (c *Consumer) awaitBlobs(ctx context.Context, supExited <-chan struct{}) (stopReason, bool) {
-	c.mu.Lock()
-	c.claiming = false
-	c.mu.Unlock()
+	c.unwatched()
 	defer c.turned()
 	pause := blobProbeFirst
 	for {
