@@ -111,6 +111,19 @@ func activeByHostSQL(cond string) string {
     FROM jobs WHERE state IN ('queued', 'processing') ` + cond + ` GROUP BY host`
 }
 
+// hostInfoSQL selects, for each host of the relation src, what a host's
+// politeness budget needs (hostBudget): its farm-wide active and queued
+// counts (CTE active, activeByHostSQL), whether it has a hosts row, and the
+// time of its last start.
+func hostInfoSQL(src string) string {
+	return `
+    SELECT ` + src + `.host, coalesce(a.active, 0) AS active, coalesce(a.queued, 0) AS queued,
+           h.host IS NOT NULL AS has_row, nullif(h.last_started_at, '-infinity') AS last_started
+    FROM ` + src + `
+    LEFT JOIN active a ON a.host = ` + src + `.host
+    LEFT JOIN hosts h ON h.host = ` + src + `.host`
+}
+
 // pickWalkSQL reads the pending jobs by priority then age
 // (jobs_pending_idx) after the job ($3, $4) — priority $3, id $4; a
 // priority above every job's for the head — up to $2 of them, and returns
@@ -148,12 +161,7 @@ WITH w AS (
 ), hs AS (
     SELECT DISTINCT host FROM w WHERE passes
 ), active AS (` + activeByHostSQL("AND host IN (SELECT host FROM hs)") + `
-), info AS (
-    SELECT hs.host, coalesce(a.active, 0) AS active, coalesce(a.queued, 0) AS queued, h.host IS NOT NULL AS has_row,
-           nullif(h.last_started_at, '-infinity') AS last_started
-    FROM hs
-    LEFT JOIN active a ON a.host = hs.host
-    LEFT JOIN hosts h ON h.host = hs.host
+), info AS (` + hostInfoSQL("hs") + `
 )
 SELECT w.ord, w.passes, w.priority, w.id, w.host, w.created_at, i.active, i.queued, i.has_row, i.last_started,
        coalesce($1::timestamptz, clock_timestamp())
@@ -263,13 +271,11 @@ WITH RECURSIVE ph AS (
     SELECT (SELECT j.host FROM jobs j WHERE j.state = 'pending' AND j.host > ph.host ORDER BY j.host LIMIT 1)
     FROM ph WHERE ph.host IS NOT NULL
 ), active AS (` + activeByHostSQL("") + `
+), info AS (` + hostInfoSQL("ph") + `
+    WHERE ph.host IS NOT NULL
 )
-SELECT ph.host, coalesce(a.active, 0), coalesce(a.queued, 0), h.host IS NOT NULL,
-       nullif(h.last_started_at, '-infinity'), coalesce($1::timestamptz, clock_timestamp())
-FROM ph
-LEFT JOIN active a ON a.host = ph.host
-LEFT JOIN hosts h ON h.host = ph.host
-WHERE ph.host IS NOT NULL`
+SELECT host, active, queued, has_row, last_started, coalesce($1::timestamptz, clock_timestamp())
+FROM info`
 
 // politePickSQL takes, for every host, its budget of ready pending jobs by
 // priority then age, and keeps the best $4 of them farm-wide. It locks

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/zap"
 )
 
 // RescueReport says what RescueLost did.
@@ -112,14 +111,10 @@ func (q *Queue) RescueLost(ctx context.Context, staleAfter time.Duration) (Rescu
 	if err != nil {
 		return RescueReport{}, fmt.Errorf("rescue lost jobs: %w", err)
 	}
-	if len(rep.LostNodes) > 0 || rep.Released+rep.Unclaimed+rep.Retried+rep.Failed > 0 {
-		q.log.Warn("rescued jobs of lost nodes and expired leases", zap.Strings("lost_nodes", rep.LostNodes),
-			zap.Int64("released", rep.Released), zap.Int64("retried", rep.Retried), zap.Int64("failed", rep.Failed),
-			zap.Int64("unclaimed", rep.Unclaimed), zap.Strings("unclaimed_nodes", rep.UnclaimedNodes))
-		if rep.Released+rep.Unclaimed+rep.Retried > 0 {
-			if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSubmitted); err != nil {
-				return rep, fmt.Errorf("rescue lost jobs: notify: %w", err)
-			}
+	// The report is the caller's to log (the producer's rescue loop does).
+	if rep.Released+rep.Unclaimed+rep.Retried > 0 {
+		if _, err := q.pool.Exec(ctx, "SELECT pg_notify($1, $2)", ChannelProducer, PayloadSubmitted); err != nil {
+			return rep, fmt.Errorf("rescue lost jobs: notify: %w", err)
 		}
 	}
 	return rep, nil

@@ -51,7 +51,7 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 		return nil, specErr("url", "%v", err)
 	}
 	if p := u.Port(); p != "" {
-		if len(p) > 5 || portNumber(p) == 0 || portNumber(p) > 65535 {
+		if !portInRange(p) {
 			return nil, specErr("url", "bad port %q", p)
 		}
 		if jobspec.BadPort(portNumber(p)) {
@@ -72,6 +72,12 @@ func portNumber(p string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// portInRange reports whether a port of decimal digits is 1-65535, written
+// in at most 5 of them.
+func portInRange(p string) bool {
+	return len(p) <= 5 && portNumber(p) >= 1 && portNumber(p) <= 65535
 }
 
 // unwrapURLError drops url.Error's "parse <url>:" prefix, which repeats the input.
@@ -291,8 +297,7 @@ func NormalizeHostKey(s string) (string, error) {
 			return "", fmt.Errorf("host %q: an IPv6 address goes in brackets, e.g. [2001:db8::1]", s)
 		}
 	}
-	if hasPort && (port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" ||
-		portNumber(port) == 0 || portNumber(port) > 65535) {
+	if hasPort && (port == "" || strings.Trim(port, "0123456789") != "" || !portInRange(port)) {
 		return "", fmt.Errorf("host %q: bad port %q (want 1-65535)", s, port)
 	}
 	if port = canonicalPort(port); port == "80" || port == "443" {

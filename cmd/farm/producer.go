@@ -187,14 +187,7 @@ func scalingEnv(environ []string) []string {
 	for _, f := range secretFlags {
 		secret[envName(f)] = true
 	}
-	var out []string
-	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		if !secret[k] {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return withoutVars(environ, func(name string) bool { return secret[name] })
 }
 
 // assignPolicy resolves --assign: "auto" packs when this producer drives

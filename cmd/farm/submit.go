@@ -108,7 +108,7 @@ func (f *specFlags) apply(s *jobqueue.Spec, g given) error {
 			}
 		}
 		if !g["wait.network_idle"] {
-			s.Wait.NetworkIdle = s.Wait.NetworkIdle || f.networkIdle
+			s.Wait.NetworkIdle = f.networkIdle
 		}
 	}
 	if !g["extract"] {

@@ -20,17 +20,25 @@ import (
 // Other FARM_* settings (FARM_CHROME_FLAGS, FARM_MAX_EXTRACT_BYTES, …) reach the
 // consumers as they would a `farm consumer` started by hand.
 func consumerEnvironment(base []string, set map[string]string) []string {
-	var out []string
-	for _, kv := range base {
-		name, _, _ := strings.Cut(kv, "=")
-		if _, decided := set[name]; decided || name == "FARM_NODE_ID" || name == "FARM_HEALTH_ADDR" {
-			continue
-		}
-		out = append(out, kv)
-	}
+	out := withoutVars(base, func(name string) bool {
+		_, decided := set[name]
+		return decided || name == "FARM_NODE_ID" || name == "FARM_HEALTH_ADDR"
+	})
 	for k, v := range set {
 		if v != "" {
 			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+// withoutVars is environ (KEY=value entries) less the variables drop names,
+// in a slice of its own.
+func withoutVars(environ []string, drop func(name string) bool) []string {
+	var out []string
+	for _, kv := range environ {
+		if name, _, _ := strings.Cut(kv, "="); !drop(name) {
+			out = append(out, kv)
 		}
 	}
 	return out
