@@ -430,3 +430,26 @@ func TestNoBlockedURLsSendsTheEmptyList(t *testing.T) {
 		t.Fatalf("lifting the block sends %s", b)
 	}
 }
+
+func TestEnviron(t *testing.T) {
+	environ := []string{"PATH=/usr/bin", "FARM_DATABASE_URL=postgres://u:pw@db/farm", "TZ=UTC", "LC_ALL=C",
+		"https_proxy=http://proxy:3128", "NO_PROXY=.internal", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x",
+		"FONTCONFIG_FILE=/etc/f.conf", "FARM_API_TOKEN=t", "PGPASSWORD=pw", "AWS_SECRET_ACCESS_KEY=k",
+		"DATABASE_URL=postgres://x", "tz=lower", "WRAPPER_HOME=/opt/w", "=odd", "NOEQUALS"}
+	tests := []struct {
+		name  string
+		extra []string
+		want  []string
+	}{
+		{"what Chrome reads", nil, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "https_proxy=http://proxy:3128",
+			"NO_PROXY=.internal", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x", "FONTCONFIG_FILE=/etc/f.conf"}},
+		{"and what the caller names", []string{"WRAPPER_HOME", "MISSING"}, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C",
+			"https_proxy=http://proxy:3128", "NO_PROXY=.internal", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x",
+			"FONTCONFIG_FILE=/etc/f.conf", "WRAPPER_HOME=/opt/w"}},
+	}
+	for _, tc := range tests {
+		if got := Environ(environ, tc.extra...); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Environ = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,7 @@ type consumerOptions struct {
 	chrome          string
 	browser         string
 	chromeFlags     string
+	chromeEnv       string
 	profileRoot     string
 	noSandbox       bool
 	healthAddr      string
@@ -80,6 +82,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.chrome, "chrome", "", "browser binary; overrides --browser")
 	fs.StringVar(&o.browser, "browser", "", browserHelp)
 	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
+	fs.StringVar(&o.chromeEnv, "chrome-env", "", "further environment variables Chrome inherits, by name, comma-separated (e.g. for a wrapper script given as --chrome): by default it gets only the locale, time zone, font, library path and proxy variables, XDG_*, CHROME_* and CHROMIUM_*, none of the farm's secrets")
 	fs.StringVar(&o.profileRoot, "chrome-profile-root", "", "directory for Chrome's throw-away profile directories (default: the temp dir)")
 	dl := jobqueue.DefaultResultLimits()
 	fs.count(&o.limits.DataBytes, "max-extract-bytes", dl.DataBytes, 1, "largest extract result (JSON bytes); a larger one fails its job with result_too_large, measured in the page before it is sent")
@@ -157,6 +160,9 @@ func (o *consumerOptions) check() error {
 	if _, err := o.egressPolicy(); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if _, err := o.chromeEnvNames(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if o.wakeURL != "" {
 		if err := wake.CheckURL(o.wakeURL); err != nil {
 			errs = append(errs, "--wake-url: "+err.Error())
@@ -195,6 +201,34 @@ func (o *consumerOptions) egressPolicy() (egress.Policy, error) {
 	}
 	p.Deny = append(p.Deny, publicSelfRules(interfaceAddrs())...)
 	return p, nil
+}
+
+// envVarName is what a --chrome-env name must look like.
+var envVarName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// chromeEnvNames are --chrome-env's names; a farm credential is refused.
+func (o *consumerOptions) chromeEnvNames() ([]string, error) {
+	var names []string
+	for n := range strings.SplitSeq(o.chromeEnv, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+			continue
+		case !envVarName.MatchString(n):
+			return nil, fmt.Errorf("--chrome-env %q: not an environment variable name", n)
+		case farmSecret(n):
+			return nil, fmt.Errorf("--chrome-env %s: a farm credential, which every page Chrome renders could read", n)
+		}
+		names = append(names, n)
+	}
+	return names, nil
+}
+
+// chromeEnviron is Chrome's environment: environ's variables that Chrome
+// reads, and those --chrome-env names.
+func (o *consumerOptions) chromeEnviron(environ []string) []string {
+	extra, _ := o.chromeEnvNames() // checked by check
+	return browser.Environ(environ, extra...)
 }
 
 // interfaceAddrs are the machine's own addresses.
@@ -341,8 +375,9 @@ func (o *consumerOptions) resolveMemoryCeiling(root fs.FS) (limit int64, auto bo
 }
 
 // supervisorConfig is the node's Chrome policy from the flags, once
-// resolveMemoryCeiling has run.
-func (o *consumerOptions) supervisorConfig(log *zap.Logger) supervisor.Config {
+// resolveMemoryCeiling has run; environ is this process's environment,
+// which Chrome gets only what it needs of.
+func (o *consumerOptions) supervisorConfig(log *zap.Logger, environ []string) supervisor.Config {
 	cfg := supervisor.DefaultConfig()
 	cfg.Capacity = o.capacity
 	cfg.ChromeRecycleJobs = o.recycleJobs
@@ -356,17 +391,19 @@ func (o *consumerOptions) supervisorConfig(log *zap.Logger) supervisor.Config {
 	cfg.Browser.ProfileRoot = o.profileRoot
 	cfg.Browser.NoSandbox = o.noSandbox
 	cfg.Browser.ExtraFlags = strings.Fields(o.chromeFlags)
+	cfg.Browser.Env = o.chromeEnviron(environ)
 	cfg.Logger = log.Named("supervisor")
 	return cfg
 }
 
-// consumerConfig is the node's configuration from the flags.
-func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger) farm.ConsumerConfig {
+// consumerConfig is the node's configuration from the flags and the
+// process's environment (environ).
+func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger, environ []string) farm.ConsumerConfig {
 	cfg := farm.DefaultConsumerConfig(q)
 	cfg.NodeID = o.nodeID
 	cfg.Version = version
 	cfg.Capacity = o.capacity
-	cfg.Supervisor = o.supervisorConfig(log)
+	cfg.Supervisor = o.supervisorConfig(log, environ)
 	cfg.HeartbeatInterval = o.heartbeat
 	cfg.PollInterval = o.poll
 	cfg.PollOnly = o.db.pollOnly
@@ -442,7 +479,7 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 	}
 	q := jobqueue.New(pool, jobqueue.Config{Logger: log.Named("queue"), ResultLimits: o.limits})
 
-	cfg := o.consumerConfig(q, log)
+	cfg := o.consumerConfig(q, log, env.variables())
 	cfg.Egress.Deny = append(cfg.Egress.Deny, o.endpointRules(ctx, log)...)
 	if cfg.Blobs, err = o.blobs.open(ctx); err != nil {
 		return stoppedAtStart(ctx, err, log)

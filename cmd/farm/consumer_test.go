@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,6 +70,9 @@ func TestConsumerFlags(t *testing.T) {
 		{"bad wake URL", []string{"--wake-url", "producer:8080"}, nil, "--wake-url"},
 		{"wake token without URL", nil, map[string]string{"FARM_WAKE_TOKEN": "t"}, "--wake-token needs --wake-url"},
 		{"malformed env", nil, map[string]string{"FARM_CAPACITY": "six"}, "FARM_CAPACITY"},
+		{"chrome env", []string{"--chrome-env", "WRAPPER_HOME, MALLOC_ARENA_MAX"}, nil, ""},
+		{"chrome env not a name", []string{"--chrome-env", "A,B=1"}, nil, `--chrome-env "B=1": not an environment variable name`},
+		{"chrome env of a secret", nil, map[string]string{"FARM_CHROME_ENV": "PATH,FARM_DATABASE_URL"}, "--chrome-env FARM_DATABASE_URL: a farm credential"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(tc.args, tc.env)
@@ -90,7 +94,7 @@ func TestConsumerFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop())
+	cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), nil)
 	if cfg.NodeID != "n-1" || cfg.Capacity != 4 || cfg.Supervisor.Capacity != 4 || cfg.Supervisor.ExitAfterJobs != 40 ||
 		cfg.Supervisor.ChromeRecycleJobs != 20 || cfg.Supervisor.MemoryCeilingBytes != 512<<20 {
 		t.Errorf("config = %+v", cfg)
@@ -102,11 +106,32 @@ func TestConsumerFlags(t *testing.T) {
 		t.Error("NoSandbox set without --chrome-no-sandbox")
 	}
 	if o, err := parse(nil, map[string]string{"FARM_CHROME_NO_SANDBOX": "true"}); err != nil ||
-		!o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop()).Supervisor.Browser.NoSandbox {
+		!o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), nil).Supervisor.Browser.NoSandbox {
 		t.Errorf("FARM_CHROME_NO_SANDBOX=true did not reach the browser options (%v)", err)
 	}
 	if !reflect.DeepEqual(cfg.Supervisor.Browser.ExtraFlags, []string{"--a", "--b=1"}) {
 		t.Errorf("ExtraFlags = %q", cfg.Supervisor.Browser.ExtraFlags)
+	}
+}
+
+// Chrome gets what it reads of the environment and what --chrome-env
+// names, in the environment's order; never the farm's credentials or other
+// variables.
+func TestConsumerChromeEnv(t *testing.T) {
+	environ := []string{"PATH=/usr/bin", "FARM_DATABASE_URL=postgres://u:pw@db/farm", "TZ=UTC", "FARM_WAKE_TOKEN=w",
+		"AWS_SECRET_ACCESS_KEY=k", "LC_ALL=C", "WRAPPER_HOME=/opt/w", "PGPASSWORD=pw", "https_proxy=http://proxy:3128", "OTHER=x"}
+	for _, tc := range []struct {
+		flag string
+		want []string
+	}{
+		{"", []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "https_proxy=http://proxy:3128"}},
+		{"WRAPPER_HOME,MISSING", []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "WRAPPER_HOME=/opt/w", "https_proxy=http://proxy:3128"}},
+	} {
+		o := consumerOptions{chromeEnv: tc.flag}
+		cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), environ)
+		if got := cfg.Supervisor.Browser.Env; !slices.Equal(got, tc.want) {
+			t.Errorf("--chrome-env %q: Chrome's environment %q, want %q", tc.flag, got, tc.want)
+		}
 	}
 }
 

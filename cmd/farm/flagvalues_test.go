@@ -91,7 +91,7 @@ func TestOffFlagsReachTheConfigs(t *testing.T) {
 	if _, auto := o.resolveMemoryCeiling(fstest.MapFS{}); auto {
 		t.Error("off read a memory limit")
 	}
-	cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop())
+	cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), nil)
 	if cfg.Supervisor.ChromeRecycleJobs != supervisor.Off || cfg.Supervisor.ExitAfterJobs != supervisor.Off ||
 		cfg.Supervisor.MemoryCeilingBytes != supervisor.Off || cfg.ProtectorIdleAfter != farm.Off || cfg.DrainTimeout != farm.DefaultConsumerDrain {
 		t.Errorf("consumer config = %+v", cfg)

@@ -99,7 +99,7 @@ func TestAutoMemoryCeiling(t *testing.T) {
 	if limit, auto := o.resolveMemoryCeiling(root); limit != 4<<30 || !auto || o.memoryCeilingMB != 2048 {
 		t.Errorf("auto under 4 GiB: limit %d, ceiling %d MiB", limit, o.memoryCeilingMB)
 	}
-	if got := o.supervisorConfig(zap.NewNop()).MemoryCeilingBytes; got != 2048<<20 {
+	if got := o.supervisorConfig(zap.NewNop(), nil).MemoryCeilingBytes; got != 2048<<20 {
 		t.Errorf("MemoryCeilingBytes %d", got)
 	}
 	o = consumerOptions{}

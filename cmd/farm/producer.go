@@ -178,16 +178,25 @@ func (po *producerOptions) driverConfig() (autoscale.DriverConfig, error) {
 // their variables.
 var secretFlags = []string{"database-url", "api-token", "read-token", "wake-token"}
 
-// scalingEnv is environ without the farm's secrets (secretFlags' variables
-// and libpq's PGPASSWORD): what the exec driver's command runs with. It
-// keeps what a scaling script needs (PATH, HOME, KUBECONFIG, AWS_*, the
-// operator's own variables).
-func scalingEnv(environ []string) []string {
-	secret := map[string]bool{"PGPASSWORD": true}
-	for _, f := range secretFlags {
-		secret[envName(f)] = true
+// farmSecret reports whether the variable name holds one of the farm's
+// credentials: secretFlags' variables and libpq's PGPASSWORD.
+func farmSecret(name string) bool {
+	if name == "PGPASSWORD" {
+		return true
 	}
-	return withoutVars(environ, func(name string) bool { return secret[name] })
+	for _, f := range secretFlags {
+		if envName(f) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// scalingEnv is environ without the farm's secrets: what the exec driver's
+// command runs with. It keeps what a scaling script needs (PATH, HOME,
+// KUBECONFIG, AWS_*, the operator's own variables).
+func scalingEnv(environ []string) []string {
+	return withoutVars(environ, farmSecret)
 }
 
 // assignPolicy resolves --assign: "auto" packs when this producer drives
