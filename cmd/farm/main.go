@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/browserfarm/browserfarm/farm/fleet"
 )
 
@@ -87,6 +89,10 @@ func main() {
 }
 
 func realMain(args []string, env *environment) int {
+	if err := undumpable(); err != nil {
+		fmt.Fprintf(env.stderr, "farm: %v\n", err)
+		return exitError
+	}
 	if len(args) < 2 || args[1] == "-h" || args[1] == "--help" || args[1] == "help" {
 		usage(env.stderr)
 		if len(args) < 2 {
@@ -125,6 +131,21 @@ func realMain(args []string, env *environment) int {
 	}
 	fmt.Fprintf(env.stderr, "farm %s: %v\n", name, err)
 	return exitError
+}
+
+// undumpable makes this process non-dumpable: its /proc/PID files, environ
+// and mem among them, become root's, and no process of its user may read
+// them or ptrace it. Chrome runs as the same user (in the container image
+// without its own sandbox), and a page that took over a renderer could
+// otherwise read the database URL and tokens from the environment of the
+// consumer or of its respawn parent. The kernel makes Chrome dumpable again
+// at its exec, so the node still reads its processes' memory use; root
+// still reads everything.
+func undumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+	}
+	return nil
 }
 
 // flagMention is a flag named in an error message.

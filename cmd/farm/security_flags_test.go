@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // TestProducerBeyondLoopbackNeedsAReadToken: a producer that would serve
@@ -132,5 +133,20 @@ func TestEgressRefusesTheFarmsOwnEndpoints(t *testing.T) {
 	sock := consumerOptions{db: dbOptions{url: "postgres:///farm?host=/run/postgresql"}}
 	if rules := sock.endpointRules(context.Background(), zap.NewNop()); len(rules) != 0 {
 		t.Errorf("endpointRules for a Unix socket = %v, want none", rules)
+	}
+}
+
+// TestCommandsLeaveTheProcessUndumpable: a farm process is non-dumpable
+// whatever its command, so that Chrome, which runs as the same user, cannot
+// read its environment (the database URL, tokens) through /proc.
+func TestCommandsLeaveTheProcessUndumpable(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := farmRun(t, "", nil, "version"); code != exitOK {
+		t.Fatalf("farm version: code %d, stderr %q", code, errOut)
+	}
+	if d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); err != nil || d != 0 {
+		t.Errorf("PR_GET_DUMPABLE = %d (%v) after a command; want 0", d, err)
 	}
 }
