@@ -7,21 +7,19 @@ import (
 
 // chromeVars are the environment variables Chrome (or a wrapper script
 // such as google-chrome's) reads: the locale and time zone a page sees,
-// fonts, libraries, the proxy settings Chrome falls back on without
-// --proxy-server, and its own CHROME_*/CHROMIUM_* knobs. Nothing else goes
-// to Chrome: every process of its tree inherits its environment, renderers
-// included, so a page that exploits a renderer reads it from its own memory
-// without escaping any sandbox — a database URL, an API token or cloud
-// credentials there would be its for the taking.
+// fonts, libraries, and its own CHROME_*/CHROMIUM_* knobs. Nothing else
+// goes to Chrome: every process of its tree inherits its environment,
+// renderers included, so a page that exploits a renderer reads it from its
+// own memory without escaping any sandbox — a database URL, an API token or
+// cloud credentials there would be its for the taking. Not the proxy
+// variables either: a farm node's Chrome runs behind its egress proxy
+// (--proxy-server, which makes Chrome ignore them), and they can carry a
+// proxy's password.
 var chromeVars = map[string]bool{
 	"HOME": true, "USER": true, "LOGNAME": true, "PATH": true,
 	"LANG": true, "LANGUAGE": true, "TZ": true, "TZDIR": true,
 	"LD_LIBRARY_PATH": true,
 	"FONTCONFIG_FILE": true, "FONTCONFIG_PATH": true, "FONTCONFIG_SYSROOT": true,
-	"http_proxy": true, "HTTP_PROXY": true, "https_proxy": true, "HTTPS_PROXY": true,
-	"ftp_proxy": true, "FTP_PROXY": true, "all_proxy": true, "ALL_PROXY": true,
-	"socks_proxy": true, "SOCKS_SERVER": true, "auto_proxy": true,
-	"no_proxy": true, "NO_PROXY": true,
 }
 
 // chromeVarPrefixes are families of such variables: LC_* (locale), XDG_*
@@ -48,7 +46,7 @@ func chromeVar(name string) bool {
 // (for a wrapper script given as Options.ExecPath), in environ's order.
 // The rest, a caller's secrets among them, is left out.
 func Environ(environ []string, extra ...string) []string {
-	var out []string
+	out := []string{} // never nil: Options.Env's nil means the default
 	for _, kv := range environ {
 		if name, _, _ := strings.Cut(kv, "="); chromeVar(name) || slices.Contains(extra, name) {
 			out = append(out, kv)

@@ -515,36 +515,57 @@ func TestHelpersInProcessWithoutSandbox(t *testing.T) {
 // TestChromeEnvironment: Chrome's environment is what Options.Env gives
 // it, plus the profile's XDG homes and TMPDIR, and nothing of this
 // process's: a variable set here (as a consumer's database URL is) is not
-// in it. Its helpers inherit it (the page sees Options.Env's time zone),
-// but overwrite the memory /proc shows as their environ with their command
-// lines, so the browser process is the one read.
+// in it; with Env nil, it is what Environ keeps of this process's. Its
+// helpers inherit it (the page sees Options.Env's time zone), but overwrite
+// the memory /proc shows as their environ with their command lines, so the
+// browser process is the one read.
 func TestChromeEnvironment(t *testing.T) {
 	t.Setenv("FARM_TEST_SECRET", "postgres://farm:hunter2@db/farm")
+	t.Setenv("TZ", "America/New_York")
 	site := testutil.StartSite(t, testsite.Options{})
-	b := launch(t, Options{Env: []string{"TZ=Asia/Kolkata", "LANG=C.UTF-8"}})
-	s := openSession(t, b)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := s.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"},
-		Extract: "new Date(0).getTimezoneOffset()"})
-	if err != nil {
-		t.Fatal(err)
+	names := func(environ []string) []string {
+		var out []string
+		for _, kv := range environ {
+			name, _, _ := strings.Cut(kv, "=")
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return slices.Compact(out) // exec keeps one value of a name
 	}
-	// India is 5:30 ahead of UTC.
-	if string(res.Data) != "-330" {
-		t.Errorf("time zone offset %s in the page, want -330 (TZ=Asia/Kolkata)", res.Data)
-	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(b.PID()) + "/environ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, kv := range strings.Split(strings.TrimRight(string(data), "\x00"), "\x00") {
-		name, _, _ := strings.Cut(kv, "=")
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	if want := []string{"LANG", "TMPDIR", "TZ", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"}; !slices.Equal(names, want) {
-		t.Errorf("Chrome's environment has %q, want %q", names, want)
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		offset string // of new Date(0) from UTC, in the page, in minutes
+	}{
+		{"given", []string{"TZ=Asia/Kolkata", "LANG=C.UTF-8"}, "-330"},
+		{"default", nil, "300"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := launch(t, Options{Env: tc.env})
+			s := openSession(t, b)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := s.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"},
+				Extract: "new Date(0).getTimezoneOffset()"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(res.Data) != tc.offset {
+				t.Errorf("time zone offset %s in the page, want %s", res.Data, tc.offset)
+			}
+			data, err := os.ReadFile("/proc/" + strconv.Itoa(b.PID()) + "/environ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := names(strings.Split(strings.TrimRight(string(data), "\x00"), "\x00"))
+			env := tc.env
+			if env == nil {
+				env = Environ(os.Environ())
+			}
+			want := names(append(slices.Clone(env), "TMPDIR=", "XDG_CACHE_HOME=", "XDG_CONFIG_HOME="))
+			if !slices.Equal(got, want) || slices.Contains(got, "FARM_TEST_SECRET") || !slices.Contains(got, "TZ") {
+				t.Errorf("Chrome's environment has %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -433,23 +433,26 @@ func TestNoBlockedURLsSendsTheEmptyList(t *testing.T) {
 
 func TestEnviron(t *testing.T) {
 	environ := []string{"PATH=/usr/bin", "FARM_DATABASE_URL=postgres://u:pw@db/farm", "TZ=UTC", "LC_ALL=C",
-		"https_proxy=http://proxy:3128", "NO_PROXY=.internal", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x",
+		"https_proxy=http://user:pw@proxy:3128", "NO_PROXY=.internal", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x",
 		"FONTCONFIG_FILE=/etc/f.conf", "FARM_API_TOKEN=t", "PGPASSWORD=pw", "AWS_SECRET_ACCESS_KEY=k",
 		"DATABASE_URL=postgres://x", "tz=lower", "WRAPPER_HOME=/opt/w", "=odd", "NOEQUALS"}
+	read := []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x", "FONTCONFIG_FILE=/etc/f.conf"}
 	tests := []struct {
-		name  string
-		extra []string
-		want  []string
+		name    string
+		environ []string
+		extra   []string
+		want    []string
 	}{
-		{"what Chrome reads", nil, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "https_proxy=http://proxy:3128",
-			"NO_PROXY=.internal", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x", "FONTCONFIG_FILE=/etc/f.conf"}},
-		{"and what the caller names", []string{"WRAPPER_HOME", "MISSING"}, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C",
-			"https_proxy=http://proxy:3128", "NO_PROXY=.internal", "XDG_DATA_DIRS=/usr/share", "CHROMIUM_FLAGS=--x",
-			"FONTCONFIG_FILE=/etc/f.conf", "WRAPPER_HOME=/opt/w"}},
+		{"what Chrome reads", environ, nil, read},
+		{"and what the caller names", environ, []string{"WRAPPER_HOME", "MISSING"}, append(slices.Clone(read), "WRAPPER_HOME=/opt/w")},
+		// Empty, not nil: nil would be Options.Env's default.
+		{"nothing Chrome reads", []string{"FARM_API_TOKEN=t"}, nil, []string{}},
+		{"no environment", nil, nil, []string{}},
 	}
 	for _, tc := range tests {
-		if got := Environ(environ, tc.extra...); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: Environ = %q, want %q", tc.name, got, tc.want)
+		got := Environ(tc.environ, tc.extra...)
+		if !slices.Equal(got, tc.want) || got == nil {
+			t.Errorf("%s: Environ = %#v, want %#v", tc.name, got, tc.want)
 		}
 	}
 }

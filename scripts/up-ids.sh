@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Starts `farm up --consumers 3` N times (default 50) on one data dir and
-# checks, each time, that the three consumer processes run under three
-# distinct node ids, and that in the database each id is held by exactly the
-# process that carries it (one live process per id; see issue 12). Prints
+# checks, each time, that the three consumer processes hold three distinct
+# node ids in the database, each id by exactly one of them (one live
+# process per id; see issue 12), and that none met another process on its
+# id. Prints
 # one line per start and a summary; exits 1 on the first violation.
 #
 #   scripts/up-ids.sh [N]
@@ -14,7 +15,10 @@ chmod 755 "$work"
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/farm" ./cmd/farm
 
-env_of() { tr '\0' '\n' <"/proc/$1/environ" | sed -n "s/^$2=//p"; }
+# The consumers are non-dumpable (their /proc/PID/environ is root's), so
+# what each runs as is read from the database: the node id each child's pid
+# holds, with the URL `farm up` records in its data dir.
+db_url() { sed -n 's/^ *"database_url": "\(.*\)",$/\1/p' "$work/data/farm.json" 2>/dev/null; }
 
 total=0
 for run in $(seq 1 "$runs"); do
@@ -24,20 +28,16 @@ for run in $(seq 1 "$runs"); do
   deadline=$((SECONDS + 120))
   while :; do
     idOf=()
-    for p in $(pgrep -P "$up" -f 'farm consumer' || true); do
-      id=$(env_of "$p" FARM_NODE_ID || true)
-      [ -n "$id" ] && idOf[$p]=$id
-    done
+    db=$(db_url || true)
+    children=$(pgrep -P "$up" -f 'farm consumer' | paste -sd, || true)
+    if [ -n "$db" ] && [ -n "$children" ]; then
+      # Each child's id, as the database holds it for that child's pid.
+      while IFS='|' read -r p id; do
+        [ -n "$p" ] && idOf[$p]=$id
+      done < <(psql "$db" -Atc "SELECT pid, id FROM nodes WHERE state = 'active' AND pid IN ($children)" 2>/dev/null || true)
+    fi
     if [ ${#idOf[@]} -eq 3 ]; then
-      first=$(printf '%s\n' "${!idOf[@]}" | head -1)
-      db=$(env_of "$first" FARM_DATABASE_URL)
-      # Each child's id is held, in the database, by that child's pid.
-      held=0
-      for p in "${!idOf[@]}"; do
-        got=$(psql "$db" -Atc "SELECT pid FROM nodes WHERE id = '${idOf[$p]}' AND state = 'active'" 2>/dev/null || true)
-        [ "$got" = "$p" ] && held=$((held + 1))
-      done
-      [ $held -eq 3 ] && break
+      break
     fi
     if [ $SECONDS -ge $deadline ]; then
       echo "run $run: consumers did not all register within 120 s" >&2

@@ -82,7 +82,7 @@ func (o *consumerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.chrome, "chrome", "", "browser binary; overrides --browser")
 	fs.StringVar(&o.browser, "browser", "", browserHelp)
 	fs.StringVar(&o.chromeFlags, "chrome-flags", "", "extra Chrome command-line flags, space-separated")
-	fs.StringVar(&o.chromeEnv, "chrome-env", "", "further environment variables Chrome inherits, by name, comma-separated (e.g. for a wrapper script given as --chrome): by default it gets only the locale, time zone, font, library path and proxy variables, XDG_*, CHROME_* and CHROMIUM_*, none of the farm's secrets")
+	fs.StringVar(&o.chromeEnv, "chrome-env", "", "further environment variables Chrome inherits, by name, comma-separated (e.g. for a wrapper script given as --chrome); by default it gets only HOME, PATH, USER, LOGNAME, the locale, time zone, font and library path variables and those starting XDG_, CHROME_ or CHROMIUM_, none of the farm's credentials (which this flag refuses, AWS_ variables too)")
 	fs.StringVar(&o.profileRoot, "chrome-profile-root", "", "directory for Chrome's throw-away profile directories (default: the temp dir)")
 	dl := jobqueue.DefaultResultLimits()
 	fs.count(&o.limits.DataBytes, "max-extract-bytes", dl.DataBytes, 1, "largest extract result (JSON bytes); a larger one fails its job with result_too_large, measured in the page before it is sent")
@@ -216,7 +216,9 @@ func (o *consumerOptions) chromeEnvNames() ([]string, error) {
 			continue
 		case !envVarName.MatchString(n):
 			return nil, fmt.Errorf("--chrome-env %q: not an environment variable name", n)
-		case farmSecret(n):
+		case farmSecret(n) || strings.HasPrefix(n, "AWS_"):
+			// AWS_*: the blob store's and the instance protection's
+			// credentials come from the SDK's chain, these variables first.
 			return nil, fmt.Errorf("--chrome-env %s: a farm credential, which every page Chrome renders could read", n)
 		}
 		names = append(names, n)

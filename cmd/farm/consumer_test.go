@@ -73,6 +73,7 @@ func TestConsumerFlags(t *testing.T) {
 		{"chrome env", []string{"--chrome-env", "WRAPPER_HOME, MALLOC_ARENA_MAX"}, nil, ""},
 		{"chrome env not a name", []string{"--chrome-env", "A,B=1"}, nil, `--chrome-env "B=1": not an environment variable name`},
 		{"chrome env of a secret", nil, map[string]string{"FARM_CHROME_ENV": "PATH,FARM_DATABASE_URL"}, "--chrome-env FARM_DATABASE_URL: a farm credential"},
+		{"chrome env of AWS credentials", []string{"--chrome-env", "AWS_SECRET_ACCESS_KEY"}, nil, "--chrome-env AWS_SECRET_ACCESS_KEY: a farm credential"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(tc.args, tc.env)
@@ -115,22 +116,38 @@ func TestConsumerFlags(t *testing.T) {
 }
 
 // Chrome gets what it reads of the environment and what --chrome-env
-// names, in the environment's order; never the farm's credentials or other
-// variables.
+// (or FARM_CHROME_ENV) names, in the environment's order; never the farm's
+// credentials or other variables.
 func TestConsumerChromeEnv(t *testing.T) {
 	environ := []string{"PATH=/usr/bin", "FARM_DATABASE_URL=postgres://u:pw@db/farm", "TZ=UTC", "FARM_WAKE_TOKEN=w",
 		"AWS_SECRET_ACCESS_KEY=k", "LC_ALL=C", "WRAPPER_HOME=/opt/w", "PGPASSWORD=pw", "https_proxy=http://proxy:3128", "OTHER=x"}
 	for _, tc := range []struct {
-		flag string
+		args []string
+		env  map[string]string
 		want []string
 	}{
-		{"", []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "https_proxy=http://proxy:3128"}},
-		{"WRAPPER_HOME,MISSING", []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "WRAPPER_HOME=/opt/w", "https_proxy=http://proxy:3128"}},
+		{nil, nil, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C"}},
+		{[]string{"--chrome-env", "WRAPPER_HOME,MISSING"}, nil, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "WRAPPER_HOME=/opt/w"}},
+		{nil, map[string]string{"FARM_CHROME_ENV": "OTHER"}, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "OTHER=x"}},
+		// Nothing Chrome reads: an empty environment, not the default (nil).
+		{nil, nil, []string{}},
 	} {
-		o := consumerOptions{chromeEnv: tc.flag}
-		cfg := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), environ)
-		if got := cfg.Supervisor.Browser.Env; !slices.Equal(got, tc.want) {
-			t.Errorf("--chrome-env %q: Chrome's environment %q, want %q", tc.flag, got, tc.want)
+		fs := newFlagSet("consumer", "", &bytes.Buffer{})
+		var o consumerOptions
+		o.register(fs)
+		if err := fs.parse(tc.args, func(k string) string { return tc.env[k] }); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.check(); err != nil {
+			t.Fatal(err)
+		}
+		e := environ
+		if len(tc.want) == 0 {
+			e = []string{"FARM_API_TOKEN=t"}
+		}
+		got := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), e).Supervisor.Browser.Env
+		if !slices.Equal(got, tc.want) || got == nil {
+			t.Errorf("%q %v: Chrome's environment %#v, want %#v", tc.args, tc.env, got, tc.want)
 		}
 	}
 }
