@@ -107,14 +107,17 @@ func TestStopDrainsThenKills(t *testing.T) {
 }
 
 // A child whose exit code StopOn names is not restarted: every child is
-// stopped and Run says which one exited how.
+// stopped and Run says which one exited how. The failing child exits once
+// the other one runs, so that both have started whatever the order of the
+// starts.
 func TestStopOnUnfixableExit(t *testing.T) {
 	dir := t.TempDir()
+	up := filepath.Join(dir, "up")
 	cmd := func(slot int) *exec.Cmd {
 		if slot == 0 {
-			return exec.Command("sh", "-c", "echo start >> "+filepath.Join(dir, "bad")+"; exit 2")
+			return exec.Command("sh", "-c", "echo start >> "+filepath.Join(dir, "bad")+"; until [ -e "+up+" ]; do sleep 0.01; done; exit 2")
 		}
-		return exec.Command("sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.05; done")
+		return exec.Command("sh", "-c", "trap 'exit 0' TERM; touch "+up+"; while :; do sleep 0.05; done")
 	}
 	f, err := New(Config{Count: 2, Command: cmd, MinBackoff: time.Millisecond,
 		StopOn: func(code int) bool { return code == 2 }})
