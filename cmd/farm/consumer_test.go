@@ -38,16 +38,19 @@ func TestUpRefusesAHeartbeatPastTheStaleAge(t *testing.T) {
 	}
 }
 
-func TestConsumerFlags(t *testing.T) {
-	parse := func(args []string, env map[string]string) (*consumerOptions, error) {
-		fs := newFlagSet("consumer", "", &bytes.Buffer{})
-		var o consumerOptions
-		o.register(fs)
-		if err := fs.parse(args, func(k string) string { return env[k] }); err != nil {
-			return nil, err
-		}
-		return &o, o.check()
+// parseConsumerFlags parses a consumer's flags from args and the
+// environment env, and checks them.
+func parseConsumerFlags(args []string, env map[string]string) (*consumerOptions, error) {
+	fs := newFlagSet("consumer", "", &bytes.Buffer{})
+	var o consumerOptions
+	o.register(fs)
+	if err := fs.parse(args, func(k string) string { return env[k] }); err != nil {
+		return nil, err
 	}
+	return &o, o.check()
+}
+
+func TestConsumerFlags(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -76,7 +79,7 @@ func TestConsumerFlags(t *testing.T) {
 		{"chrome env of AWS credentials", []string{"--chrome-env", "AWS_SECRET_ACCESS_KEY"}, nil, "--chrome-env AWS_SECRET_ACCESS_KEY: a farm credential"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parse(tc.args, tc.env)
+			_, err := parseConsumerFlags(tc.args, tc.env)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error %v", err)
@@ -90,7 +93,7 @@ func TestConsumerFlags(t *testing.T) {
 		})
 	}
 
-	o, err := parse([]string{"--capacity", "4", "--drain-timeout", "0s", "--chrome-flags", "--a  --b=1"},
+	o, err := parseConsumerFlags([]string{"--capacity", "4", "--drain-timeout", "0s", "--chrome-flags", "--a  --b=1"},
 		map[string]string{"FARM_EXIT_AFTER_JOBS": "40", "FARM_CHROME_MEMORY_CEILING_MB": "512", "FARM_NODE_ID": "n-1"})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +109,7 @@ func TestConsumerFlags(t *testing.T) {
 	if cfg.Supervisor.Browser.NoSandbox {
 		t.Error("NoSandbox set without --chrome-no-sandbox")
 	}
-	if o, err := parse(nil, map[string]string{"FARM_CHROME_NO_SANDBOX": "true"}); err != nil ||
+	if o, err := parseConsumerFlags(nil, map[string]string{"FARM_CHROME_NO_SANDBOX": "true"}); err != nil ||
 		!o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), nil).Supervisor.Browser.NoSandbox {
 		t.Errorf("FARM_CHROME_NO_SANDBOX=true did not reach the browser options (%v)", err)
 	}
@@ -122,30 +125,22 @@ func TestConsumerChromeEnv(t *testing.T) {
 	environ := []string{"PATH=/usr/bin", "FARM_DATABASE_URL=postgres://u:pw@db/farm", "TZ=UTC", "FARM_WAKE_TOKEN=w",
 		"AWS_SECRET_ACCESS_KEY=k", "LC_ALL=C", "WRAPPER_HOME=/opt/w", "PGPASSWORD=pw", "https_proxy=http://proxy:3128", "OTHER=x"}
 	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want []string
+		args    []string
+		env     map[string]string
+		environ []string
+		want    []string
 	}{
-		{nil, nil, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C"}},
-		{[]string{"--chrome-env", "WRAPPER_HOME,MISSING"}, nil, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "WRAPPER_HOME=/opt/w"}},
-		{nil, map[string]string{"FARM_CHROME_ENV": "OTHER"}, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "OTHER=x"}},
+		{nil, nil, environ, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C"}},
+		{[]string{"--chrome-env", "WRAPPER_HOME,MISSING"}, nil, environ, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "WRAPPER_HOME=/opt/w"}},
+		{nil, map[string]string{"FARM_CHROME_ENV": "OTHER"}, environ, []string{"PATH=/usr/bin", "TZ=UTC", "LC_ALL=C", "OTHER=x"}},
 		// Nothing Chrome reads: an empty environment, not the default (nil).
-		{nil, nil, []string{}},
+		{nil, nil, []string{"FARM_API_TOKEN=t"}, []string{}},
 	} {
-		fs := newFlagSet("consumer", "", &bytes.Buffer{})
-		var o consumerOptions
-		o.register(fs)
-		if err := fs.parse(tc.args, func(k string) string { return tc.env[k] }); err != nil {
+		o, err := parseConsumerFlags(tc.args, tc.env)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := o.check(); err != nil {
-			t.Fatal(err)
-		}
-		e := environ
-		if len(tc.want) == 0 {
-			e = []string{"FARM_API_TOKEN=t"}
-		}
-		got := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), e).Supervisor.Browser.Env
+		got := o.consumerConfig(jobqueue.New(nil, jobqueue.Config{}), zap.NewNop(), tc.environ).Supervisor.Browser.Env
 		if !slices.Equal(got, tc.want) || got == nil {
 			t.Errorf("%q %v: Chrome's environment %#v, want %#v", tc.args, tc.env, got, tc.want)
 		}
