@@ -43,15 +43,19 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 FROM debian:bookworm-slim
 ARG FULL_CHROMIUM=true
 # chromium-headless-shell (and chromium): the browsers; fonts: pages render text the way
-# users see it; tini: PID 1 that reaps the zombies Chrome's helper processes
-# leave behind and forwards SIGTERM so the consumer drains.
+# users see it.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       chromium-headless-shell $([ "$FULL_CHROMIUM" = true ] && echo chromium) \
-      fonts-liberation fonts-noto-color-emoji fonts-noto-cjk ca-certificates tini \
+      fonts-liberation fonts-noto-color-emoji fonts-noto-cjk ca-certificates \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --create-home --home-dir /home/farm --uid 10001 farm
-COPY --from=build /out/farm /usr/local/bin/farm
+# Executable but not readable by the farm user: the kernel then makes every
+# farm process non-dumpable from its exec on, so Chrome (same user, and
+# without its own sandbox here) can neither read a farm process's
+# environment (the database URL, tokens) through /proc nor ptrace it, not
+# even in the moment before the process would make itself non-dumpable.
+COPY --from=build --chmod=0711 /out/farm /usr/local/bin/farm
 USER farm
 WORKDIR /home/farm
 # Chrome's own sandbox needs unprivileged user namespaces, which Docker's
@@ -69,5 +73,10 @@ ENV FARM_RESPAWN=true \
 HEALTHCHECK --interval=30s --timeout=5s --start-period=150s --retries=3 \
     CMD ["farm", "health"]
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["/usr/bin/tini", "--", "farm"]
+# PID 1 is `farm init` (in place of tini): it passes SIGTERM on so the
+# consumer drains, reaps the zombies Chrome's helper processes leave, and
+# exits with the command's status. Being farm, it is non-dumpable: the
+# environment the runtime gave the container, which PID 1 holds, is not
+# readable from /proc/1/environ by Chrome.
+ENTRYPOINT ["/usr/local/bin/farm", "init", "--", "/usr/local/bin/farm"]
 CMD ["consumer"]

@@ -31,9 +31,13 @@ apt-get install -y --no-install-recommends chromium-headless-shell chromium font
 
 if [ -n "$FARM_BINARY_URL" ]; then
   curl -fsSL "$FARM_BINARY_URL" -o /usr/local/bin/farm
-  chmod 0755 /usr/local/bin/farm
 fi
 test -x /usr/local/bin/farm
+# Executable but not readable by the farm user: the kernel makes every farm
+# process non-dumpable from its exec on, so Chrome (the same user) cannot
+# read a farm process's environment (the database URL, tokens) through /proc.
+chown root:root /usr/local/bin/farm
+chmod 0711 /usr/local/bin/farm
 
 id farm >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/farm farm
 

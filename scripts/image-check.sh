@@ -11,7 +11,8 @@
 # machine's Go toolchain -> golang:1.26-bookworm), `podman build` with vfs
 # storage, chroot isolation, host network and --pull=never; export the image's
 # filesystem and, under chroot (podman run needs cgroups this machine lacks):
-# `farm version`, the browser's --version, the non-root user and tini, and five
+# `farm version`, the browser's --version, the non-root user and `farm init` as
+# the entrypoint (the binary executable but not readable by that user), and five
 # real jobs rendered by the image's entrypoint (a fresh process every two) against a PostgreSQL and
 # internal/testsite on 127.0.0.1 (internal/imagecheck); then the image size.
 # Needs root (chroot, mounts), podman and mmdebstrap (installed if missing).
@@ -91,9 +92,12 @@ inspect '{{range .Config.Env}}{{println .}}{{end}}' > "$work/image.env"
 uid=$(chroot "$rootfs" id -u "$user"); gid=$(chroot "$rootfs" id -g "$user")
 printf 'entrypoint: %s\ncmd: %s\nuser: %s (uid %s, gid %s)\n' "$entry" "$(inspect '{{.Config.Cmd}}')" "$user" "$uid" "$gid"
 [ "$uid" != 0 ] || { echo "image-check: the image runs as root" >&2; exit 1; }
-case "$entry" in /usr/bin/tini\ --\ farm*) ;; *) echo "image-check: entrypoint is not tini -- farm" >&2; exit 1;; esac
+case "$entry" in "/usr/local/bin/farm init -- /usr/local/bin/farm "*) ;; *) echo "image-check: entrypoint is not farm init -- farm" >&2; exit 1;; esac
 printf 'farm version: '; chroot --userspec="$uid:$gid" "$rootfs" /usr/local/bin/farm version
-printf 'tini: '; chroot --userspec="$uid:$gid" "$rootfs" /usr/bin/tini --version
+printf 'farm binary: %s\n' "$(stat -c '%A %U:%G' "$rootfs/usr/local/bin/farm")"
+if chroot --userspec="$uid:$gid" "$rootfs" cat /usr/local/bin/farm >/dev/null 2>&1; then
+  echo "image-check: the image's user can read /usr/local/bin/farm; farm processes would be dumpable at their start" >&2; exit 1
+fi
 for b in /usr/lib/chromium/chromium-headless-shell /usr/lib/chromium/chromium; do
   if [ -x "$rootfs$b" ]; then
     printf '%s --version: ' "$b"; chroot --userspec="$uid:$gid" "$rootfs" env HOME=/home/farm "$b" --version 2>/dev/null
@@ -103,7 +107,7 @@ for b in /usr/lib/chromium/chromium-headless-shell /usr/lib/chromium/chromium; d
 done
 printf 'respawn by default: %s\n' "$(grep '^FARM_RESPAWN=' "$work/image.env")"
 
-printf '\n== jobs rendered by the image across process recycles (tini -- farm consumer, under chroot)\n'
+printf '\n== jobs rendered by the image across process recycles (farm init -- farm consumer, under chroot)\n'
 FARM_IMAGE_ROOTFS="$rootfs" FARM_IMAGE_ENV_FILE="$work/image.env" FARM_IMAGE_USER="$uid:$gid" FARM_IMAGE_ENTRYPOINT="$entry" \
   go test -tags imagecheck -count=1 -v -run TestImageRendersJob ./internal/imagecheck 2>&1 | grep -v '^=== RUN'
 

@@ -41,6 +41,9 @@ type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, env *environment, args []string) error
+	// ownSignals: the command handles every signal itself, so realMain
+	// gives it no stop context (whose second signal exits at once).
+	ownSignals bool
 }
 
 // environment is what every subcommand gets from main: streams and the
@@ -68,17 +71,18 @@ func (e *environment) variables() []string {
 
 func commands() []command {
 	return []command{
-		{"up", "run a whole farm on this machine (private PostgreSQL, producer, dashboard, consumers)", runUp},
-		{"producer", "assign queued jobs to nodes, rescue lost nodes, serve the dashboard and API", runProducer},
-		{"consumer", "run a consumer node: up to --capacity Chrome sessions, recycled every N jobs", runConsumer},
-		{"submit", "submit jobs: URLs as arguments, from a file or stdin, or JSON-lines specs", runSubmit},
-		{"status", "show nodes and queue counts", runStatus},
-		{"results", "export results as JSON lines or CSV", runResults},
-		{"cancel", "cancel jobs by id or batch", runCancel},
-		{"retry", "retry failed or canceled jobs by id or batch", runRetry},
-		{"migrate", "apply the database schema migrations", runMigrate},
-		{"health", "check a consumer's /healthz (for container health checks)", runHealth},
-		{"version", "print the version", runVersion},
+		{"up", "run a whole farm on this machine (private PostgreSQL, producer, dashboard, consumers)", runUp, false},
+		{"producer", "assign queued jobs to nodes, rescue lost nodes, serve the dashboard and API", runProducer, false},
+		{"consumer", "run a consumer node: up to --capacity Chrome sessions, recycled every N jobs", runConsumer, false},
+		{"submit", "submit jobs: URLs as arguments, from a file or stdin, or JSON-lines specs", runSubmit, false},
+		{"status", "show nodes and queue counts", runStatus, false},
+		{"results", "export results as JSON lines or CSV", runResults, false},
+		{"cancel", "cancel jobs by id or batch", runCancel, false},
+		{"retry", "retry failed or canceled jobs by id or batch", runRetry, false},
+		{"migrate", "apply the database schema migrations", runMigrate, false},
+		{"health", "check a consumer's /healthz (for container health checks)", runHealth, false},
+		{"version", "print the version", runVersion, false},
+		{"init", "run a command as a container's PID 1 (the image's entrypoint, in place of tini)", runInit, true},
 	}
 }
 
@@ -113,9 +117,14 @@ func realMain(args []string, env *environment) int {
 		usage(env.stderr)
 		return exitUsage
 	}
-	ctx, stop := signalContext(env.stderr)
-	defer stop()
+	ctx := context.Background()
+	if !cmd.ownSignals {
+		var stop func()
+		ctx, stop = signalContext(env.stderr)
+		defer stop()
+	}
 	err := cmd.run(ctx, env, args[2:])
+	var status exitStatus
 	switch {
 	case err == nil:
 		return exitOK
@@ -123,6 +132,8 @@ func realMain(args []string, env *environment) int {
 		return exitOK
 	case errors.Is(err, errRecycle):
 		return exitRecycle
+	case errors.As(err, &status):
+		return int(status)
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,13 +33,15 @@ const (
 	entryEnv    = "FARM_IMAGE_ENTRYPOINT"
 )
 
-// TestImageRendersJob runs the image's entrypoint (tini -- farm consumer,
-// with the image's environment: respawn mode, headless shell) from its
-// filesystem under chroot as the image's user, submits jobs of the test
+// TestImageRendersJob runs the image's entrypoint (farm init -- farm
+// consumer, with the image's environment: respawn mode, headless shell) from
+// its filesystem under chroot as the image's user, submits jobs of the test
 // site, waits for them to complete, then stops the container's main process
 // with SIGTERM and wants exit 0. The consumer exits for a fresh process
 // every exitAfter jobs, so the jobs cross process recycles, each successor
 // booted ahead and standing by (the handoff the image's respawn mode gives).
+// Meanwhile no farm process's environment, the container's main process's
+// included, is readable by the image's user, which Chrome runs as.
 func TestImageRendersJob(t *testing.T) {
 	rootfs := os.Getenv(rootfsEnv)
 	if rootfs == "" {
@@ -146,6 +150,8 @@ func TestImageRendersJob(t *testing.T) {
 		t.Logf("browser: %s", strings.TrimPrefix(exes[0], rootfs))
 	}
 
+	checkEnvironsHidden(t, rootfs, os.Getenv(userEnv), cmd.Process.Pid)
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +209,47 @@ func startDB(ctx context.Context, t *testing.T) (string, *pgxpool.Pool) {
 	}
 	t.Cleanup(pool.Close)
 	return dbURL, pool
+}
+
+// checkEnvironsHidden wants the environment of every farm process running
+// from rootfs, the container's main process (main, chroot having exec'd) among
+// them, unreadable by user, and a browser process's readable (so that the
+// read itself works).
+func checkEnvironsHidden(t *testing.T, rootfs, user string, main int) {
+	t.Helper()
+	farm := filepath.Join(rootfs, "usr/local/bin/farm")
+	if fi, err := os.Stat(farm); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Errorf("%s: %v (%v); want mode 0711, so that every farm process is non-dumpable from its exec on", farm, fi.Mode(), err)
+	}
+	readable := func(pid int) bool {
+		return exec.Command("chroot", "--userspec="+user, rootfs, "cat", fmt.Sprintf("/proc/%d/environ", pid)).Run() == nil
+	}
+	var farms, browsers []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		switch exe, _ := os.Readlink(filepath.Join("/proc", d.Name(), "exe")); {
+		case exe == farm:
+			farms = append(farms, pid)
+		case strings.HasPrefix(exe, filepath.Join(rootfs, "usr/lib/chromium")+"/"):
+			browsers = append(browsers, pid)
+		}
+	}
+	if !slices.Contains(farms, main) {
+		t.Errorf("the container's main process %d does not run %s (farm processes: %v)", main, farm, farms)
+	}
+	if len(browsers) == 0 || !readable(browsers[0]) {
+		t.Fatalf("no browser process whose environment %s can read (%v): the check cannot tell", user, browsers)
+	}
+	for _, pid := range farms {
+		if readable(pid) {
+			t.Errorf("%s reads the environment of farm process %d", user, pid)
+		}
+	}
+	t.Logf("the environments of %d farm processes (main %d) hidden from %s; a browser process's readable", len(farms), main, user)
 }
 
 // browserExes lists the distinct executables under rootfs/usr/lib/chromium
