@@ -55,10 +55,14 @@ type Supervisor struct {
 	busy     int // slots held
 	starts   int // job starts handed out (unused slots given back)
 	finished int // jobs finished
-	exited   bool
-	pace     pacer
-	counts   counters
-	pss      pssAccumulator
+	// forfeited counts starts given back after the last one was handed out
+	// and no Chrome serves any more: they end the process's count as if
+	// finished, rather than boot a Chrome for them.
+	forfeited int
+	exited    bool
+	pace      pacer
+	counts    counters
+	pss       pssAccumulator
 }
 
 // counters are the lifetime event counts reported by Stats.
@@ -164,31 +168,41 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 
 // release ends a slot. A slot that never rendered gives its start back, so
 // a consumer may acquire first and hand back slots it found no job for.
+// Once the process has handed out its last start and retired its current
+// Chrome, a start given back (its slot on an older Chrome) is forfeited
+// instead: handing it back would boot a whole Chrome to run one job before
+// the exit.
 func (s *Supervisor) release(c *chrome, used bool) {
 	s.mu.Lock()
 	c.inflight--
 	s.busy--
-	if used {
+	switch {
+	case used:
 		c.finished++
 		s.finished++
-	} else {
+	case s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs && s.current == nil:
+		c.starts--
+		s.forfeited++
+	default:
 		c.starts--
 		s.starts--
 	}
-	if s.cfg.ExitAfterJobs > 0 && s.finished >= s.cfg.ExitAfterJobs && !s.exited {
-		// starts never exceed ExitAfterJobs, so all of them have finished:
+	if s.cfg.ExitAfterJobs > 0 && s.finished+s.forfeited >= s.cfg.ExitAfterJobs && !s.exited {
+		// starts never exceed ExitAfterJobs, so all of them have ended:
 		// nothing is in flight.
 		s.exited = true
 		close(s.exitDue)
-		s.log.Info("exit due", zap.Int("jobs", s.finished), zap.Int("chrome_starts", s.counts.chromeStarts))
+		s.log.Info("exit due", zap.Int("jobs", s.finished), zap.Int("starts_forfeited", s.forfeited),
+			zap.Int("chrome_starts", s.counts.chromeStarts))
 	}
 	s.broadcastLocked()
 	s.mu.Unlock()
 	s.poke()
 }
 
-// ExitDue is closed once ExitAfterJobs jobs have finished and nothing is in
-// flight: the process should exit (code 75 in farm consumer) to be restarted.
+// ExitDue is closed once ExitAfterJobs jobs have finished (or had their
+// starts forfeited, see release) and nothing is in flight: the process
+// should exit (code 75 in farm consumer) to be restarted.
 func (s *Supervisor) ExitDue() <-chan struct{} { return s.exitDue }
 
 // ExitNear is closed once the process has ReplacementLead or fewer job

@@ -588,6 +588,45 @@ func TestUnusedSlotGivesStartBack(t *testing.T) {
 	}
 }
 
+// TestUnusedStartForfeitedAfterTheLastChrome: a start given back once the
+// process has handed out its last one and retired its Chrome (the slot held
+// on an older Chrome) is forfeited; handing it back would boot a Chrome to
+// run one job before the exit.
+func TestUnusedStartForfeitedAfterTheLastChrome(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, 3, 1
+	h := start(t, cfg, fleet)
+
+	unused := h.acquire() // Chrome 0's first start, never rendered
+	used := h.acquire()   // its second and last: Chrome 1 takes over
+	last := h.acquire()   // the process's last start, on Chrome 1
+	if used.ChromePID() != unused.ChromePID() || last.ChromePID() == unused.ChromePID() {
+		t.Fatalf("slots on Chromes %d, %d, %d; want the first two on one, the last on another",
+			unused.ChromePID(), used.ChromePID(), last.ChromePID())
+	}
+	for _, errc := range []<-chan error{renderAsync(used), renderAsync(last)} {
+		if err := recv(t, errc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Chrome 1, idle with the process's starts all handed out, is retired.
+	select {
+	case <-h.chrome(1).done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Chrome 1 not retired after the process's last job")
+	}
+	unused.Release()
+	select {
+	case <-h.s.ExitDue():
+	case <-time.After(10 * time.Second):
+		t.Fatal("ExitDue not closed after the last start was given back")
+	}
+	if st := h.s.Stats(); st.JobsSinceProcessStart != 2 || st.ChromeStarts != 2 || st.Remaining != 0 {
+		t.Errorf("stats: %+v; want 2 jobs, 2 Chrome starts, none remaining", st)
+	}
+}
+
 func TestSlotMisuse(t *testing.T) {
 	fleet := &fakeFleet{}
 	h := start(t, testConfig(), fleet)
