@@ -50,11 +50,8 @@ RUN apt-get update \
       fonts-liberation fonts-noto-color-emoji fonts-noto-cjk ca-certificates \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --create-home --home-dir /home/farm --uid 10001 farm
-# Executable but not readable by the farm user: the kernel then makes every
-# farm process non-dumpable from its exec on, so Chrome (same user, and
-# without its own sandbox here) can neither read a farm process's
-# environment (the database URL, tokens) through /proc nor ptrace it, not
-# even in the moment before the process would make itself non-dumpable.
+# Executable but not readable by the farm user, so every farm process is
+# non-dumpable from its exec on (README: What Chrome can read of the farm).
 COPY --from=build --chmod=0711 /out/farm /usr/local/bin/farm
 USER farm
 WORKDIR /home/farm
@@ -73,10 +70,7 @@ ENV FARM_RESPAWN=true \
 HEALTHCHECK --interval=30s --timeout=5s --start-period=150s --retries=3 \
     CMD ["farm", "health"]
 STOPSIGNAL SIGTERM
-# PID 1 is `farm init` (in place of tini): it passes SIGTERM on so the
-# consumer drains, reaps the zombies Chrome's helper processes leave, and
-# exits with the command's status. Being farm, it is non-dumpable: the
-# environment the runtime gave the container, which PID 1 holds, is not
-# readable from /proc/1/environ by Chrome.
+# PID 1 is `farm init`: tini's work (signals passed on, zombies reaped, the
+# command's exit status), but non-dumpable (README: Docker).
 ENTRYPOINT ["/usr/local/bin/farm", "init", "--", "/usr/local/bin/farm"]
 CMD ["consumer"]

@@ -33,9 +33,8 @@ if [ -n "$FARM_BINARY_URL" ]; then
   curl -fsSL "$FARM_BINARY_URL" -o /usr/local/bin/farm
 fi
 test -x /usr/local/bin/farm
-# Executable but not readable by the farm user: the kernel makes every farm
-# process non-dumpable from its exec on, so Chrome (the same user) cannot
-# read a farm process's environment (the database URL, tokens) through /proc.
+# Executable but not readable by the farm user, so every farm process is
+# non-dumpable from its exec on (README: What Chrome can read of the farm).
 chown root:root /usr/local/bin/farm
 chmod 0711 /usr/local/bin/farm
 

@@ -53,11 +53,10 @@ type Supervisor struct {
 	near     bool // exitNear is closed
 	seq      int
 	busy     int // slots held
-	starts   int // job starts handed out (unused slots given back)
+	starts   int // job starts handed out (unused slots given back, unless forfeited)
 	finished int // jobs finished
-	// forfeited counts starts given back after the last one was handed out
-	// and no Chrome serves any more: they end the process's count as if
-	// finished, rather than boot a Chrome for them.
+	// forfeited counts starts given back (see release) that no Chrome
+	// serving could take: they end the process's count as if finished.
 	forfeited int
 	exited    bool
 	pace      pacer
@@ -168,10 +167,10 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 
 // release ends a slot. A slot that never rendered gives its start back, so
 // a consumer may acquire first and hand back slots it found no job for.
-// Once the process has handed out its last start and retired its current
-// Chrome, a start given back (its slot on an older Chrome) is forfeited
-// instead: handing it back would boot a whole Chrome to run one job before
-// the exit.
+// Once the process has handed out its last start, a start given back on an
+// older Chrome is forfeited when the current one has none left to give (it
+// is retired, or spent on its own recycle count): handing it back would boot
+// a whole Chrome to run one job before the exit.
 func (s *Supervisor) release(c *chrome, used bool) {
 	s.mu.Lock()
 	c.inflight--
@@ -180,7 +179,7 @@ func (s *Supervisor) release(c *chrome, used bool) {
 	case used:
 		c.finished++
 		s.finished++
-	case s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs && s.current == nil:
+	case s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs && c != s.current && s.viewLocked().currentLeft() == 0:
 		c.starts--
 		s.forfeited++
 	default:
@@ -295,7 +294,7 @@ type Stats struct {
 	Chromes          int    // live Chrome processes (current, standby, retiring)
 	ChromePID        int    // the current Chrome's pid, 0 if none
 	ChromePSSBytes   uint64 // last sampled PSS summed over every live Chrome tree
-	ExitDue          bool   // ExitAfterJobs jobs finished
+	ExitDue          bool   // ExitAfterJobs jobs finished (or their starts forfeited)
 	Stopping         bool   // Drain was called or Run ended
 	// Contexts counts what became of the wiped contexts of every Chrome
 	// this process ran: reused for the next job, or replaced (why: a

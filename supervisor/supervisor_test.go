@@ -588,42 +588,68 @@ func TestUnusedSlotGivesStartBack(t *testing.T) {
 	}
 }
 
-// TestUnusedStartForfeitedAfterTheLastChrome: a start given back once the
-// process has handed out its last one and retired its Chrome (the slot held
-// on an older Chrome) is forfeited; handing it back would boot a Chrome to
-// run one job before the exit.
-func TestUnusedStartForfeitedAfterTheLastChrome(t *testing.T) {
-	fleet := &fakeFleet{}
-	cfg := testConfig()
-	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, 3, 1
-	h := start(t, cfg, fleet)
+// TestUnusedStartForfeitedAfterTheLastStart: a start given back on an older
+// Chrome once the process has handed out its last one, while the current
+// Chrome has none left to give, is forfeited; handing it back would boot a
+// Chrome to run one job before the exit.
+func TestUnusedStartForfeitedAfterTheLastStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// last is the process's last start count; the current Chrome
+		// (Chrome 1) gets the starts from 3 to last.
+		last int
+		// retired: the current Chrome has finished its jobs and been
+		// retired before the start is given back; else it is busy with
+		// them, its recycle count spent.
+		retired bool
+	}{
+		{"current retired", 3, true},
+		{"current busy and spent", 4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fleet := &fakeFleet{}
+			cfg := testConfig()
+			cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 2, tc.last, 1
+			h := start(t, cfg, fleet)
 
-	unused := h.acquire() // Chrome 0's first start, never rendered
-	used := h.acquire()   // its second and last: Chrome 1 takes over
-	last := h.acquire()   // the process's last start, on Chrome 1
-	if used.ChromePID() != unused.ChromePID() || last.ChromePID() == unused.ChromePID() {
-		t.Fatalf("slots on Chromes %d, %d, %d; want the first two on one, the last on another",
-			unused.ChromePID(), used.ChromePID(), last.ChromePID())
-	}
-	for _, errc := range []<-chan error{renderAsync(used), renderAsync(last)} {
-		if err := recv(t, errc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Chrome 1, idle with the process's starts all handed out, is retired.
-	select {
-	case <-h.chrome(1).done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Chrome 1 not retired after the process's last job")
-	}
-	unused.Release()
-	select {
-	case <-h.s.ExitDue():
-	case <-time.After(10 * time.Second):
-		t.Fatal("ExitDue not closed after the last start was given back")
-	}
-	if st := h.s.Stats(); st.JobsSinceProcessStart != 2 || st.ChromeStarts != 2 || st.Remaining != 0 {
-		t.Errorf("stats: %+v; want 2 jobs, 2 Chrome starts, none remaining", st)
+			unused := h.acquire()        // Chrome 0's first start, never rendered
+			used := []*Slot{h.acquire()} // its second and last: Chrome 1 takes over
+			for range tc.last - 2 {      // the process's last starts, on Chrome 1
+				used = append(used, h.acquire())
+			}
+			if used[0].ChromePID() != unused.ChromePID() || used[1].ChromePID() == unused.ChromePID() {
+				t.Fatalf("the first slots on Chromes %d, %d, %d; want two on one, then another",
+					unused.ChromePID(), used[0].ChromePID(), used[1].ChromePID())
+			}
+			render := func(slots []*Slot) {
+				t.Helper()
+				for _, sl := range slots {
+					if err := recv(t, renderAsync(sl)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if tc.retired {
+				render(used)
+				select {
+				case <-h.chrome(1).done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("Chrome 1 not retired after the process's last job")
+				}
+			}
+			unused.Release()
+			if !tc.retired {
+				render(used)
+			}
+			select {
+			case <-h.s.ExitDue():
+			case <-time.After(10 * time.Second):
+				t.Fatal("ExitDue not closed after the last start was given back")
+			}
+			if st := h.s.Stats(); st.JobsSinceProcessStart != tc.last-1 || st.ChromeStarts != 2 || st.Remaining != 0 {
+				t.Errorf("stats: %+v; want %d jobs, 2 Chrome starts, none remaining", st, tc.last-1)
+			}
+		})
 	}
 }
 

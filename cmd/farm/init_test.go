@@ -1,24 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/browserfarm/browserfarm/internal/pgtest"
 )
 
-// initScriptEnv makes this test binary run `farm init -- sh -c SCRIPT` as
-// its process (an init reaps every child of its process, so not in the
-// test's own).
+// initScriptEnv makes this test binary run `farm init -- sh -c SCRIPT`.
 const initScriptEnv = "FARM_TEST_INIT_SCRIPT"
 
-// TestInitCommand: `farm init` exits with its command's status, and passes
-// the stop signals on rather than stopping on them itself: a SIGTERM and
-// then a SIGHUP both reach the command, where the other commands would
-// exit at once on the second.
+// TestInitCommand: `farm init` exits with its command's status.
 func TestInitCommand(t *testing.T) {
 	if script := os.Getenv(initScriptEnv); script != "" {
 		os.Exit(realMain([]string{"farm", "init", "--", "sh", "-c", script}, &environment{
@@ -32,31 +31,78 @@ func TestInitCommand(t *testing.T) {
 		{"success", "exit 0", exitOK},
 		{"recycle", "exit 75", exitRecycle},
 		{"killed", "kill -KILL $$", 128 + 9},
-		{"two stop signals", `
-			sleep 60 >/dev/null & s=$!
-			trap 't=1' TERM
-			trap 'kill $s; [ "$t" = 1 ] && exit 7; exit 8' HUP
-			kill -TERM $PPID; wait $s
-			kill -HUP $PPID; wait $s; exit 9`, 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestInitCommand$")
-			// The stand-in URL keeps the child from starting a PostgreSQL
-			// of its own (pgtest.Main).
-			cmd.Env = append(os.Environ(), initScriptEnv+"="+tc.script, pgtest.EnvURL+"=postgres://unused")
-			out, err := cmd.CombinedOutput()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tc.want {
+			out, err := initHelper(tc.script).CombinedOutput()
+			if code := exitCode(t, err); code != tc.want {
 				t.Errorf("exit code %d, want %d\n%s", code, tc.want, out)
 			}
 		})
 	}
+}
+
+// TestInitPassesStopSignalsOn: `farm init` passes a SIGTERM and then a
+// SIGHUP on to its command rather than stopping on them itself, where the
+// other commands exit at once on a second stop signal.
+func TestInitPassesStopSignalsOn(t *testing.T) {
+	cmd := initHelper(`
+		sleep 60 >/dev/null 2>&1 & s=$!
+		trap 't=1; echo TERM' TERM
+		trap 'kill $s; wait $s; [ "$t" = 1 ] && exit 7; exit 8' HUP
+		echo ready
+		while kill -0 $s 2>/dev/null; do wait $s; done
+		exit 9`)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// A test whose signal is not passed on ends here: the script ends.
+	watchdog := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill(); _ = out.Close() })
+	defer watchdog.Stop()
+	lines := bufio.NewScanner(out)
+	for _, step := range []struct {
+		want string
+		then syscall.Signal
+	}{{"ready", syscall.SIGTERM}, {"TERM", syscall.SIGHUP}} {
+		if !lines.Scan() || lines.Text() != step.want {
+			t.Fatalf("the command wrote %q (%v), want %q", lines.Text(), lines.Err(), step.want)
+		}
+		if err := cmd.Process.Signal(step.then); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = io.Copy(io.Discard, out)
+	if code := exitCode(t, cmd.Wait()); code != 7 {
+		t.Errorf("exit code %d, want the command's 7 (it got both signals)", code)
+	}
+}
+
+// initHelper is this test binary set to run `farm init -- sh -c script`
+// (an init reaps every child of its process, so not in the test's own).
+func initHelper(script string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestInitCommand$")
+	// The stand-in URL keeps the child from starting a PostgreSQL of its
+	// own (pgtest.Main).
+	cmd.Env = append(os.Environ(), initScriptEnv+"="+script, pgtest.EnvURL+"=postgres://unused")
+	return cmd
+}
+
+// exitCode is a finished process's exit code.
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee) && ee.Exited():
+		return ee.ExitCode()
+	}
+	t.Fatalf("the process ended with %v", err)
+	return -1
 }
 
 func TestInitUsage(t *testing.T) {

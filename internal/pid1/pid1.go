@@ -23,9 +23,10 @@ import (
 )
 
 // Forwarded are the signals the init passes on to its command: the stop
-// signals runtimes and terminals send, and the user signals. Others are
-// either the kernel's own (SIGCHLD, SIGURG, which Go's scheduler uses) or
-// cannot be caught.
+// signals runtimes and terminals send, and the user signals. The rest are
+// not: the kernel's own (SIGCHLD; SIGURG, which Go's scheduler sends itself),
+// job control and timers, which no runtime sends a container's main
+// process, and those that cannot be caught.
 var Forwarded = []os.Signal{
 	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
@@ -38,10 +39,11 @@ type Command struct {
 	Args []string
 	// Env is the command's environment, KEY=value.
 	Env []string
-	// Stdin, Stdout and Stderr are given to the command as they are. When
-	// Stdin is a terminal the command's process group becomes the
-	// terminal's foreground group, so Ctrl-C reaches it once, from the
-	// terminal, instead of from the terminal and again from the init.
+	// Stdin, Stdout and Stderr are given to the command as they are; nil is
+	// the null device. When Stdin is the init's controlling terminal and the
+	// init is in its foreground, the command's process group takes the
+	// foreground, so Ctrl-C reaches it once, from the terminal, instead of
+	// from the terminal and again from the init.
 	Stdin, Stdout, Stderr *os.File
 }
 
@@ -61,20 +63,32 @@ func Run(ctx context.Context, c Command) (int, error) {
 		return 0, fmt.Errorf("pid1: prctl(PR_SET_CHILD_SUBREAPER): %w", err)
 	}
 	// Registered before the command starts: a signal from then on is
-	// passed on, and an exit from then on is noticed.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, append([]os.Signal{syscall.SIGCHLD}, Forwarded...)...)
+	// passed on, and an exit from then on is noticed. SIGCHLD has a channel
+	// of its own: os/signal drops what a full channel cannot take, and a
+	// burst of exits (a Chrome tree ending) must not crowd out a SIGTERM.
+	sigs, exits := make(chan os.Signal, 8), make(chan os.Signal, 1)
+	signal.Notify(sigs, Forwarded...)
+	signal.Notify(exits, syscall.SIGCHLD)
 	defer signal.Stop(sigs)
+	defer signal.Stop(exits)
 
+	files := make([]uintptr, 3)
+	for i, f := range []*os.File{c.Stdin, c.Stdout, c.Stderr} {
+		if f == nil {
+			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+			if err != nil {
+				return 0, fmt.Errorf("pid1: %w", err)
+			}
+			defer null.Close()
+			f = null
+		}
+		files[i] = f.Fd()
+	}
 	sys := &syscall.SysProcAttr{Setpgid: true}
-	if isTerminal(c.Stdin) {
+	if inForeground(c.Stdin) {
 		sys.Foreground, sys.Ctty = true, int(c.Stdin.Fd())
 	}
-	pid, err := syscall.ForkExec(c.Path, c.Args, &syscall.ProcAttr{
-		Env:   c.Env,
-		Files: []uintptr{fd(c.Stdin), fd(c.Stdout), fd(c.Stderr)},
-		Sys:   sys,
-	})
+	pid, err := syscall.ForkExec(c.Path, c.Args, &syscall.ProcAttr{Env: c.Env, Files: files, Sys: sys})
 	if err != nil {
 		return 0, fmt.Errorf("pid1: starting %s: %w", c.Path, err)
 	}
@@ -88,11 +102,10 @@ func Run(ctx context.Context, c Command) (int, error) {
 			return status, nil
 		}
 		select {
+		case <-exits:
 		case s := <-sigs:
-			if s == syscall.SIGCHLD {
-				continue
-			}
-			// ESRCH: the command is gone and its SIGCHLD is on the way.
+			// ESRCH: the command is gone and its SIGCHLD is on the way. It
+			// stays a zombie until reap, so its pid is not reused before.
 			_ = syscall.Kill(pid, s.(syscall.Signal))
 		case <-done:
 			done = nil
@@ -130,17 +143,14 @@ func reap(command int) (status int, exited bool, err error) {
 	}
 }
 
-func fd(f *os.File) uintptr {
-	if f == nil {
-		return ^uintptr(0) // closed in the child
-	}
-	return f.Fd()
-}
-
-func isTerminal(f *os.File) bool {
+// inForeground reports whether f is this process's controlling terminal
+// and this process is in its foreground group: only then may the command's
+// group take the foreground (elsewhere the ioctl fails, and a background
+// init would take the terminal from its shell).
+func inForeground(f *os.File) bool {
 	if f == nil {
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
 }

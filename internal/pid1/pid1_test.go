@@ -130,11 +130,11 @@ func TestExitStatus(t *testing.T) {
 // init's exit code is the command's.
 func TestForwardsSignals(t *testing.T) {
 	r := startInit(t, `
-		sleep 600 >/dev/null 2>&1 & s=$!
+		sleep 60 >/dev/null 2>&1 & s=$!
 		trap 'echo USR1' USR1
-		trap 'kill $s; echo TERM; exit 7' TERM
+		trap 'kill $s; wait $s; echo TERM; exit 7' TERM
 		echo ready
-		while :; do wait $s; done`)
+		while kill -0 $s 2>/dev/null; do wait $s; done`)
 	if got := r.line(t); got != "ready" {
 		t.Fatalf("first line %q", got)
 	}
@@ -155,7 +155,7 @@ func TestForwardsSignals(t *testing.T) {
 // when it is not PID 1) and reaped when it ends: it does not stay a zombie.
 func TestReapsOrphans(t *testing.T) {
 	r := startInit(t, `
-		pid=$( (sleep 600 >/dev/null 2>&1 & echo $!) )
+		pid=$( (sleep 60 >/dev/null 2>&1 & echo $!) )
 		echo $pid
 		read done || :`)
 	pid, err := strconv.Atoi(r.line(t))
@@ -202,6 +202,19 @@ func TestTerminalForeground(t *testing.T) {
 	}
 }
 
+// A terminal on stdin that is not the init's controlling terminal is left
+// alone: the command starts, its group not put in the foreground (the
+// ioctl would fail there and the start with it).
+func TestTerminalNotControlling(t *testing.T) {
+	tty := openTerminal(t)
+	cmd := helper(`echo started`)
+	cmd.Stdin, cmd.Stderr = tty, os.Stderr
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != "started" {
+		t.Fatalf("init with a terminal not its own on stdin: %v, output %q; want the command run", err, out)
+	}
+}
+
 // openTerminal opens a new pseudo-terminal and returns its terminal side.
 func openTerminal(t *testing.T) *os.File {
 	t.Helper()
@@ -226,7 +239,9 @@ func openTerminal(t *testing.T) *os.File {
 }
 
 // Canceling Run's context stops the command as a container stop does.
-// In this process: nothing else here has children while it runs.
+// In this process, which Run makes a subreaper for good: safe only while no
+// test of this package runs in parallel with it (none calls t.Parallel), as
+// Run reaps every child of its process.
 func TestCancelSendsTERM(t *testing.T) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -242,7 +257,7 @@ func TestCancelSendsTERM(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		status, err := Run(ctx, Command{
-			Path: "/bin/sh", Args: []string{"sh", "-c", `sleep 600 >/dev/null 2>&1 & s=$!; trap 'kill $s; exit 9' TERM; echo ready; while :; do wait $s; done`},
+			Path: "/bin/sh", Args: []string{"sh", "-c", `sleep 60 >/dev/null 2>&1 & s=$!; trap 'kill $s; wait $s; exit 9' TERM; echo ready; while kill -0 $s 2>/dev/null; do wait $s; done`},
 			Stdout: pw, Stderr: os.Stderr,
 		})
 		pw.Close()
