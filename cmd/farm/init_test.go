@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/pgtest"
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // initScriptEnv makes this test binary run `farm init -- sh -c SCRIPT`.
@@ -34,7 +34,7 @@ func TestInitCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := initHelper(tc.script).CombinedOutput()
-			if code := exitCode(t, err); code != tc.want {
+			if code := testutil.ExitCode(t, err); code != tc.want {
 				t.Errorf("exit code %d, want %d\n%s", code, tc.want, out)
 			}
 		})
@@ -76,7 +76,7 @@ func TestInitPassesStopSignalsOn(t *testing.T) {
 		}
 	}
 	_, _ = io.Copy(io.Discard, out)
-	if code := exitCode(t, cmd.Wait()); code != 7 {
+	if code := testutil.ExitCode(t, cmd.Wait()); code != 7 {
 		t.Errorf("exit code %d, want the command's 7 (it got both signals)", code)
 	}
 }
@@ -89,20 +89,6 @@ func initHelper(script string) *exec.Cmd {
 	// own (pgtest.Main).
 	cmd.Env = append(os.Environ(), initScriptEnv+"="+script, pgtest.EnvURL+"=postgres://unused")
 	return cmd
-}
-
-// exitCode is a finished process's exit code.
-func exitCode(t *testing.T, err error) int {
-	t.Helper()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee) && ee.Exited():
-		return ee.ExitCode()
-	}
-	t.Fatalf("the process ended with %v", err)
-	return -1
 }
 
 func TestInitUsage(t *testing.T) {

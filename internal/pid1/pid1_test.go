@@ -94,16 +94,7 @@ func (r *initRunning) line(t *testing.T) string {
 func (r *initRunning) exitCode(t *testing.T) int {
 	t.Helper()
 	_, _ = io.Copy(io.Discard, r.out)
-	err := r.cmd.Wait()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee) && ee.Exited():
-		return ee.ExitCode()
-	}
-	t.Fatalf("the init ended with %v", err)
-	return -1
+	return testutil.ExitCode(t, r.cmd.Wait())
 }
 
 func TestExitStatus(t *testing.T) {

@@ -6,6 +6,8 @@ package testutil
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -28,6 +30,22 @@ func Eventually(tb testing.TB, within time.Duration, what string, cond func() bo
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// ExitCode is the exit code of a process that err (from exec.Cmd's Wait,
+// Run or Output) reports ended; it fails the test when the process did not
+// exit by itself (killed by a signal) or never ran.
+func ExitCode(tb testing.TB, err error) int {
+	tb.Helper()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee) && ee.Exited():
+		return ee.ExitCode()
+	}
+	tb.Fatalf("the process ended with %v", err)
+	return -1
 }
 
 // StartSite serves internal/testsite for one test and closes it when the
