@@ -77,7 +77,8 @@ func portNumber(p string) int {
 // portInRange reports whether a port of decimal digits is 1-65535, written
 // in at most 5 of them.
 func portInRange(p string) bool {
-	return len(p) <= 5 && portNumber(p) >= 1 && portNumber(p) <= 65535
+	n := portNumber(p)
+	return len(p) <= 5 && n >= 1 && n <= 65535
 }
 
 // unwrapURLError drops url.Error's "parse <url>:" prefix, which repeats the input.

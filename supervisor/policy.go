@@ -97,6 +97,16 @@ func admit(v view) admission {
 	return admitNow
 }
 
+// forfeit reports whether a start given back unused, on the current Chrome
+// or not (onCurrent), is dropped rather than returned to the process: it
+// has handed out its last start, and no Chrome serving has a start left to
+// take it (the slot is on an older Chrome, and the current one is retired
+// or spent on its own recycle count). Returned, it would boot a whole
+// Chrome to run one job before the exit.
+func forfeit(v view, onCurrent bool) bool {
+	return !onCurrent && v.processLeft() == 0 && v.currentLeft() == 0
+}
+
 // actionKind is one step the actor takes on the Chrome set.
 type actionKind int
 

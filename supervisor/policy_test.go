@@ -39,6 +39,31 @@ func TestAdmit(t *testing.T) {
 	}
 }
 
+func TestForfeit(t *testing.T) {
+	tests := []struct {
+		name      string
+		mod       func(*view)
+		onCurrent bool
+		want      bool
+	}{
+		{"process has starts left", func(v *view) { v.processStarts = 79; v.hasCurrent = false }, false, false},
+		{"last start out, current retired", func(v *view) { v.processStarts = 80; v.hasCurrent = false }, false, true},
+		{"last start out, current spent", func(v *view) { v.processStarts = 80; v.currentStarts = 20 }, false, true},
+		{"last start out, current can take it", func(v *view) { v.processStarts = 80; v.currentStarts = 19 }, false, false},
+		{"on the current Chrome, which takes it back", func(v *view) { v.processStarts = 80; v.currentStarts = 20 }, true, false},
+		{"exit disabled", func(v *view) { v.exitAfter = 0; v.processStarts = 1 << 30; v.hasCurrent = false }, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := base()
+			tt.mod(&v)
+			if got := forfeit(v, tt.onCurrent); got != tt.want {
+				t.Fatalf("forfeit(%+v, %v) = %v, want %v", v, tt.onCurrent, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestDecide(t *testing.T) {
 	tests := []struct {
 		name string

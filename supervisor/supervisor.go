@@ -55,8 +55,8 @@ type Supervisor struct {
 	busy     int // slots held
 	starts   int // job starts handed out (unused slots given back, unless forfeited)
 	finished int // jobs finished
-	// forfeited counts starts given back (see release) that no Chrome
-	// serving could take: they end the process's count as if finished.
+	// forfeited counts starts given back unused that no Chrome serving
+	// could take (forfeit): they end the process's count as if finished.
 	forfeited int
 	exited    bool
 	pace      pacer
@@ -167,10 +167,8 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 
 // release ends a slot. A slot that never rendered gives its start back, so
 // a consumer may acquire first and hand back slots it found no job for.
-// Once the process has handed out its last start, a start given back on an
-// older Chrome is forfeited when the current one has none left to give (it
-// is retired, or spent on its own recycle count): handing it back would boot
-// a whole Chrome to run one job before the exit.
+// After the process's last start, such a start may be forfeited instead
+// (forfeit).
 func (s *Supervisor) release(c *chrome, used bool) {
 	s.mu.Lock()
 	c.inflight--
@@ -179,7 +177,7 @@ func (s *Supervisor) release(c *chrome, used bool) {
 	case used:
 		c.finished++
 		s.finished++
-	case s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs && c != s.current && s.viewLocked().currentLeft() == 0:
+	case forfeit(s.viewLocked(), c == s.current):
 		c.starts--
 		s.forfeited++
 	default:

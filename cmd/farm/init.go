@@ -44,7 +44,7 @@ func runInit(ctx context.Context, env *environment, args []string) error {
 }
 
 // osFile is the file behind one of the environment's streams; nil (the
-// stream closed for the command) when it is not a file.
+// null device for the command, pid1.Command) when it is not a file.
 func osFile(v any) *os.File {
 	f, _ := v.(*os.File)
 	return f
