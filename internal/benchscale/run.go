@@ -60,6 +60,14 @@ type sizeRun struct {
 	// each then logged whole (full_page_writes): rows spread over a large
 	// table rather than on a few hot pages.
 	LifecycleWALPerJob []float64 `json:"lifecycle_rounds_wal_bytes_per_job"`
+	// LifecycleServerCPUPerJob is, per round, the CPU the PostgreSQL
+	// server's processes spent during it, in µs per job: the backends',
+	// and autovacuum's and the checkpointer's, whichever database they
+	// worked on. It says where a slow round's time went (a vacuum beside
+	// it shows as CPU, a busy machine as time); it grows on a busy machine
+	// too (on 2 cores one run's rounds went from 191 to 380 µs a job as
+	// their jobs/s halved), so it is compared round by round, as jobs/s are.
+	LifecycleServerCPUPerJob []float64 `json:"lifecycle_rounds_server_cpu_us_per_job"`
 	// Purged and PurgeDeletesPerS: the retention purge on the oldest jobs.
 	Purged           int64   `json:"purged"`
 	PurgeDeletesPerS float64 `json:"purge_deletes_per_s,omitempty"`
@@ -158,7 +166,7 @@ func runAll(ctx context.Context, o options, progress func(string, ...any)) (runs
 	}
 	for i := range o.lifecycleRounds {
 		for _, k := range roundOrder(len(sizes), i) {
-			if err := lifecycleRound(ctx, sizes, k, o, i, progress); err != nil {
+			if err := lifecycleRound(ctx, sizes, k, o, i, cluster.PID(), progress); err != nil {
 				return nil, fmt.Errorf("%s: %w", sizes[k].label(), err)
 			}
 		}
@@ -434,7 +442,7 @@ func measureBacklogReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Qu
 // autovacuums of another size's jobs (a 10M history's takes seconds of CPU)
 // run beside this round and slow it, and pg_stat_user_tables shows each
 // database only its own.
-func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i int, progress func(string, ...any)) error {
+func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i int, server int, progress func(string, ...any)) error {
 	sz := sizes[k]
 	r := &sz.run
 	progress("%s: lifecycle of %d jobs, round %d of %d", sz.label(), o.lifecycleJobs, i+1, o.lifecycleRounds)
@@ -453,10 +461,22 @@ func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i int,
 	if err != nil {
 		return err
 	}
+	// The server's processes, the postmaster's descendants, sampled: an
+	// autovacuum worker that ends within the round keeps its CPU.
+	meter := &procstat.Meter{Root: server}
+	mctx, stopMeter := context.WithCancel(ctx)
+	metered := make(chan struct{})
+	go func() {
+		defer close(metered)
+		meter.Run(mctx)
+	}()
 	perS, err := lifecycle(ctx, sz.pool, sz.q, sz.nodes, o.lifecycleJobs)
+	stopMeter()
+	<-metered
 	if err != nil {
 		return err
 	}
+	serverCPU := float64(meter.Total().Microseconds()) / float64(o.lifecycleJobs)
 	after, err := marks()
 	if err != nil {
 		return err
@@ -473,8 +493,9 @@ func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i int,
 	r.LifecycleRounds = append(r.LifecycleRounds, round(perS))
 	r.LifecycleMaintenance = append(r.LifecycleMaintenance, m)
 	r.LifecycleWALPerJob = append(r.LifecycleWALPerJob, wal)
-	progress("%s: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d (other sizes' databases: %d), autoanalyzes: %d; WAL per job: %.0f bytes; load %s",
-		sz.label(), i+1, perS, m.Vacuums, m.OtherVacuums, m.Analyzes, wal, procstat.LoadAvg())
+	r.LifecycleServerCPUPerJob = append(r.LifecycleServerCPUPerJob, round(serverCPU))
+	progress("%s: round %d: %.0f jobs/s; autovacuums of jobs ended in it: %d (other sizes' databases: %d), autoanalyzes: %d; WAL per job: %.0f bytes; server CPU per job: %.0f µs; load %s",
+		sz.label(), i+1, perS, m.Vacuums, m.OtherVacuums, m.Analyzes, wal, serverCPU, procstat.LoadAvg())
 	return nil
 }
 
