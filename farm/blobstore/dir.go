@@ -146,14 +146,29 @@ func (d *Dir) Delete(_ context.Context, keys []string) error {
 	}
 	now := time.Now()
 	for _, dir := range dirs {
-		removeStaleTemps(dir, now)
-		for ; dir != d.root && len(dir) > len(d.root); dir = filepath.Dir(dir) {
-			if os.Remove(dir) != nil { // not empty (or gone): stop climbing
-				break
-			}
-		}
+		d.removeEmpty(dir, now)
 	}
 	return errors.Join(errs...)
+}
+
+// removeEmpty removes dir and then its parents below the root, each only
+// if empty, stopping at the first that is not. Only a directory that is not
+// empty is listed, for the stale temporary files that may be all it holds:
+// the retention purge empties most job directories whole, and a removal
+// costs one system call where a listing costs three.
+func (d *Dir) removeEmpty(dir string, now time.Time) {
+	for first := true; dir != d.root && len(dir) > len(d.root); dir, first = filepath.Dir(dir), false {
+		if os.Remove(dir) == nil {
+			continue
+		}
+		if !first {
+			return // not empty (or gone): stop climbing
+		}
+		removeStaleTemps(dir, now)
+		if os.Remove(dir) != nil {
+			return
+		}
+	}
 }
 
 // removeStaleTemps removes the temporary files in dir older than
