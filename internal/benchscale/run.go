@@ -441,8 +441,9 @@ func measureBacklogReads(ctx context.Context, pool *pgxpool.Pool, q *jobqueue.Qu
 // server's counters are read on every size's database around it: the
 // autovacuums of another size's jobs (a 10M history's takes seconds of CPU)
 // run beside this round and slow it, and pg_stat_user_tables shows each
-// database only its own.
-func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i int, server int, progress func(string, ...any)) error {
+// database only its own. server is the postmaster's pid, whose
+// descendants' CPU the round meters.
+func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i, server int, progress func(string, ...any)) error {
 	sz := sizes[k]
 	r := &sz.run
 	progress("%s: lifecycle of %d jobs, round %d of %d", sz.label(), o.lifecycleJobs, i+1, o.lifecycleRounds)
