@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,11 +47,10 @@ func benchLifecycle(b *testing.B, sharedListener bool, nodes, capacity int) {
 	// (Against FARM_TEST_DATABASE_URL the server is not a child: server-us
 	// then reads 0.)
 	meter := &procstat.Meter{Root: os.Getpid(), Interval: 100 * time.Millisecond}
-	meterCtx, stopMeter := context.WithCancel(ctx)
-	var metering sync.WaitGroup
+	stopMeter := func() {} // until the run starts
 	var self0 time.Duration
 	cfg := queuesim.Config{Capacity: capacity, Jobs: b.N * lifecycleOpJobs, SharedListener: sharedListener, OnStart: func() {
-		metering.Go(func() { meter.Run(meterCtx) })
+		stopMeter = meter.Start(ctx)
 		self0 = procstat.SelfCPU()
 		b.ResetTimer()
 	}}
@@ -66,7 +64,6 @@ func benchLifecycle(b *testing.B, sharedListener bool, nodes, capacity int) {
 	elapsed, err := queuesim.Run(ctx, pool, q, cfg)
 	self := procstat.SelfCPU() - self0
 	stopMeter()
-	metering.Wait()
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)

@@ -20,9 +20,7 @@ const initScriptEnv = "FARM_TEST_INIT_SCRIPT"
 // TestInitCommand: `farm init` exits with its command's status.
 func TestInitCommand(t *testing.T) {
 	if script := os.Getenv(initScriptEnv); script != "" {
-		os.Exit(realMain([]string{"farm", "init", "--", "sh", "-c", script}, &environment{
-			stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ,
-		}))
+		os.Exit(realMain([]string{"farm", "init", "--", "sh", "-c", script}, processEnvironment()))
 	}
 	for _, tc := range []struct {
 		name, script string

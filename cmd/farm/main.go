@@ -87,9 +87,15 @@ func commands() []command {
 }
 
 func main() {
-	os.Exit(realMain(os.Args, &environment{
+	os.Exit(realMain(os.Args, processEnvironment()))
+}
+
+// processEnvironment is this process's own streams, variables, binary and
+// file system.
+func processEnvironment() *environment {
+	return &environment{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ, args0: os.Args[0], root: os.DirFS("/"),
-	}))
+	}
 }
 
 func realMain(args []string, env *environment) int {

@@ -157,15 +157,18 @@ func (d *Dir) Delete(_ context.Context, keys []string) error {
 // the retention purge empties most job directories whole, and a removal
 // costs one system call where a listing costs three.
 func (d *Dir) removeEmpty(dir string, now time.Time) {
-	for first := true; dir != d.root && len(dir) > len(d.root); dir, first = filepath.Dir(dir), false {
-		if os.Remove(dir) == nil {
-			continue
-		}
-		if !first {
-			return // not empty (or gone): stop climbing
-		}
+	below := func(p string) bool { return p != d.root && len(p) > len(d.root) }
+	if !below(dir) {
+		return
+	}
+	if os.Remove(dir) != nil {
 		removeStaleTemps(dir, now)
 		if os.Remove(dir) != nil {
+			return
+		}
+	}
+	for dir = filepath.Dir(dir); below(dir); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil { // not empty (or gone): stop climbing
 			return
 		}
 	}

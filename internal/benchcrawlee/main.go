@@ -460,16 +460,8 @@ func (b *bench) converse(ctx context.Context, pid int, profile string, lines <-c
 		fmt.Fprintf(b.stderr, "worker: %s\n", l)
 	}
 	meter := &procstat.Meter{Root: pid, Marker: procstat.ProfileMarker(profile)}
-	mctx, stopMeter := context.WithCancel(ctx)
-	metered := make(chan struct{})
-	go func() {
-		defer close(metered)
-		meter.Run(mctx)
-	}()
-	defer func() {
-		stopMeter()
-		<-metered
-	}()
+	stopMeter := meter.Start(ctx)
+	defer stopMeter()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return workerResult{}, 0, fmt.Errorf("telling the worker to go: %w", err)
 	}
@@ -483,7 +475,6 @@ func (b *bench) converse(ctx context.Context, pid int, profile string, lines <-c
 			continue
 		}
 		stopMeter()
-		<-metered
 		cpu := meter.Total()
 		var res workerResult
 		if err := json.Unmarshal([]byte(l), &res); err != nil {

@@ -150,10 +150,8 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	wg.Go(func() { runErr <- node.Run(runCtx) })
 	wg.Go(func() { assign(runCtx, q, cfg.NodeID, cfg.Capacity, e.log) })
 	cpu := &procstat.Meter{Marker: procstat.ProfileMarker(profiles), Interval: 100 * time.Millisecond}
-	cpuCtx, stopCPU := context.WithCancel(ctx)
+	stopCPU := cpu.Start(ctx)
 	defer stopCPU()
-	var cpuWG sync.WaitGroup
-	cpuWG.Go(func() { cpu.Run(cpuCtx) })
 	if r.sample != nil {
 		wg.Go(func() {
 			t := time.NewTicker(r.sampleEvery)
@@ -207,7 +205,6 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 		return runResult{}, fmt.Errorf("%s: node: %w", r.name, err)
 	}
 	stopCPU()
-	cpuWG.Wait()
 	rate, err := completionRate(ctx, q, batch)
 	if err != nil {
 		return runResult{}, err

@@ -311,20 +311,19 @@ func runFleet(ctx context.Context, o options, n int) (res result, err error) {
 	}
 	st.measuring.Store(true)
 	self0 := procstat.SelfCPU()
-	mctx, stopMeter := context.WithCancel(runCtx)
-	meterDone := make(chan struct{})
-	go func() { meter.Run(mctx); close(meterDone) }()
+	mctx, stopConns := context.WithCancel(runCtx)
+	stopMeter := meter.Start(mctx)
 	conns := sampleConns(mctx, admin)
 	windowStart := time.Now()
 	select {
 	case <-time.After(time.Until(measureTo)):
 	case err := <-errc:
+		stopConns()
 		stopMeter()
-		<-meterDone
 		return res, err
 	}
+	stopConns()
 	stopMeter()
-	<-meterDone
 	c := <-conns
 	elapsed := time.Since(windowStart)
 	self1 := procstat.SelfCPU()

@@ -465,15 +465,9 @@ func lifecycleRound(ctx context.Context, sizes []*size, k int, o options, i, ser
 	// The server's processes, the postmaster's descendants, sampled: an
 	// autovacuum worker that ends within the round keeps its CPU.
 	meter := &procstat.Meter{Root: server}
-	mctx, stopMeter := context.WithCancel(ctx)
-	metered := make(chan struct{})
-	go func() {
-		defer close(metered)
-		meter.Run(mctx)
-	}()
+	stopMeter := meter.Start(ctx)
 	perS, err := lifecycle(ctx, sz.pool, sz.q, sz.nodes, o.lifecycleJobs)
 	stopMeter()
-	<-metered
 	if err != nil {
 		return err
 	}

@@ -285,6 +285,19 @@ func (m *Meter) sample(first bool) {
 	}
 }
 
+// Start runs the meter in a goroutine of its own until ctx ends or the
+// returned stop is called. stop returns once the last sample is taken, so
+// Total after it counts the whole span; calling it again does nothing.
+func (m *Meter) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { m.Run(ctx) })
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
 // Total is the CPU time counted so far.
 func (m *Meter) Total() time.Duration {
 	m.mu.Lock()

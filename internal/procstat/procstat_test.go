@@ -1,6 +1,7 @@
 package procstat
 
 import (
+	"context"
 	"os"
 	"slices"
 	"testing"
@@ -155,5 +156,21 @@ func TestParseMachine(t *testing.T) {
 	}
 	if d := b.Sub(a); d.User > b.User || d.Kernel > b.Kernel || b.User+b.Kernel+b.Idle == 0 {
 		t.Fatalf("ReadMachine went back or read nothing: %+v then %+v", a, b)
+	}
+}
+
+// TestMeterStart: a started meter counts the CPU its process spends until
+// stop, and stop returns only once the last sample is in: with an interval
+// of an hour, the first and the last are the only ones.
+func TestMeterStart(t *testing.T) {
+	m := &Meter{Root: os.Getpid(), Interval: time.Hour}
+	stop := m.Start(context.Background())
+	spent := SelfCPU()
+	for SelfCPU()-spent < 200*time.Millisecond {
+	}
+	stop()
+	stop() // again: nothing more to do
+	if got := m.Total(); got < 100*time.Millisecond {
+		t.Errorf("Total %v after 200 ms of this process's CPU", got)
 	}
 }
