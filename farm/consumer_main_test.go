@@ -54,6 +54,7 @@ const (
 type childReport struct {
 	MaxBusy       int    `json:"max_busy"`
 	Jobs          int    `json:"jobs"`
+	Forfeited     int    `json:"forfeited"` // starts forfeited (supervisor.Stats)
 	ChromeStarts  int    `json:"chrome_starts"`
 	ChromeKills   int    `json:"chrome_kills"`
 	ChromeCrashes int    `json:"chrome_crashes"`
@@ -135,7 +136,7 @@ func consumerChild() int {
 
 	st := c.SupervisorStats()
 	cs := c.Stats()
-	rep.Jobs, rep.ChromeStarts, rep.ChromeKills, rep.ChromeCrashes = st.JobsSinceProcessStart, st.ChromeStarts, st.ChromeKills, st.ChromeCrashes
+	rep.Jobs, rep.Forfeited, rep.ChromeStarts, rep.ChromeKills, rep.ChromeCrashes = st.JobsSinceProcessStart, st.StartsForfeited, st.ChromeStarts, st.ChromeKills, st.ChromeCrashes
 	rep.Completed, rep.Failed = cs.Completed, cs.Failed
 	code := childExitOK
 	switch {

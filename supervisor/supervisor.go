@@ -293,7 +293,12 @@ type Stats struct {
 	ChromePID        int    // the current Chrome's pid, 0 if none
 	ChromePSSBytes   uint64 // last sampled PSS summed over every live Chrome tree
 	ExitDue          bool   // ExitAfterJobs jobs finished (or their starts forfeited)
-	Stopping         bool   // Drain was called or Run ended
+	// StartsForfeited are starts given back unused after the process's
+	// last one that no serving Chrome could take (see release): they count
+	// toward ExitAfterJobs, so the process exits after that many fewer
+	// jobs rather than boot a Chrome for them.
+	StartsForfeited int
+	Stopping        bool // Drain was called or Run ended
 	// Contexts counts what became of the wiped contexts of every Chrome
 	// this process ran: reused for the next job, or replaced (why: a
 	// worker, a popup, HTTP auth, a fetch in flight...), each replacement
@@ -320,6 +325,7 @@ func (s *Supervisor) Stats() Stats {
 		DrainTimeouts:         s.counts.drainTimeouts,
 		OrphanedCPUTicks:      s.counts.orphanedTicks,
 		ExitDue:               s.exited,
+		StartsForfeited:       s.forfeited,
 		Stopping:              s.stopping,
 	}
 	if s.current != nil {

@@ -646,8 +646,8 @@ func TestUnusedStartForfeitedAfterTheLastStart(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("ExitDue not closed after the last start was given back")
 			}
-			if st := h.s.Stats(); st.JobsSinceProcessStart != tc.last-1 || st.ChromeStarts != 2 || st.Remaining != 0 {
-				t.Errorf("stats: %+v; want %d jobs, 2 Chrome starts, none remaining", st, tc.last-1)
+			if st := h.s.Stats(); st.JobsSinceProcessStart != tc.last-1 || st.StartsForfeited != 1 || st.ChromeStarts != 2 || st.Remaining != 0 {
+				t.Errorf("stats: %+v; want %d jobs, 1 start forfeited, 2 Chrome starts, none remaining", st, tc.last-1)
 			}
 		})
 	}
