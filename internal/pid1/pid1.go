@@ -22,14 +22,29 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Forwarded are the signals the init passes on to its command: the stop
-// signals runtimes and terminals send, and the user signals. The rest are
-// not: the kernel's own (SIGCHLD; SIGURG, which Go's scheduler sends itself),
-// job control and timers, which no runtime sends a container's main
-// process, and those that cannot be caught.
-var Forwarded = []os.Signal{
-	syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+// Forwarded are the signals the init passes on to its command: every
+// signal a process can catch (the real-time ones too: a systemd in a
+// container stops on SIGRTMIN+3), as tini does, but for those this process
+// may get from its own kernel or runtime rather than from whoever stops the
+// container — SIGCHLD (the init's own), SIGURG (Go's scheduler preempts
+// with it), SIGPROF (Go's profiler), SIGPIPE, SIGTTIN and SIGTTOU, and the
+// faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) — and
+// signals 32 and 33, which glibc and Go's runtime keep for themselves.
+var Forwarded = forwarded()
+
+func forwarded() []os.Signal {
+	var out []os.Signal
+	for s := syscall.Signal(1); s <= 64; s++ {
+		switch s {
+		case syscall.SIGKILL, syscall.SIGSTOP,
+			syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPROF, syscall.SIGPIPE, syscall.SIGTTIN, syscall.SIGTTOU,
+			syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGABRT,
+			32, 33:
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // Command is what the init runs.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,27 +119,73 @@ func TestExitStatus(t *testing.T) {
 }
 
 // The signals a container gets reach the command, each once, and the
-// init's exit code is the command's.
+// init's exit code is the command's: the user signals, SIGALRM and SIGPWR,
+// which the first list of forwarded signals left out, and SIGRTMIN+3, which
+// stops a systemd running in a container.
 func TestForwardsSignals(t *testing.T) {
-	r := startInit(t, `
+	sent := []syscall.Signal{syscall.SIGUSR1, syscall.SIGALRM, syscall.SIGPWR, sigRTMIN + 3, syscall.SIGTERM}
+	var traps strings.Builder
+	for _, s := range sent[:len(sent)-1] {
+		fmt.Fprintf(&traps, "trap 'echo %d' %d\n", s, s)
+	}
+	r := startInit(t, traps.String()+`
 		sleep 60 >/dev/null 2>&1 & s=$!
-		trap 'echo USR1' USR1
-		trap 'kill $s; wait $s; echo TERM; exit 7' TERM
+		trap 'kill $s; wait $s; echo 15; exit 7' TERM
 		echo ready
 		while kill -0 $s 2>/dev/null; do wait $s; done`)
 	if got := r.line(t); got != "ready" {
 		t.Fatalf("first line %q", got)
 	}
-	for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGTERM} {
+	for _, s := range sent {
 		if err := r.cmd.Process.Signal(s); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := r.line(t), strings.TrimPrefix(unix.SignalName(s), "SIG"); got != want {
-			t.Fatalf("after %v the command wrote %q, want %q", s, got, want)
+		if got, want := r.line(t), strconv.Itoa(int(s)); got != want {
+			t.Fatalf("after signal %d the command wrote %q, want %q", s, got, want)
 		}
 	}
 	if got := r.exitCode(t); got != 7 {
 		t.Errorf("exit code %d, want the command's 7", got)
+	}
+}
+
+// sigRTMIN is the first real-time signal as glibc and the shell number it
+// (the kernel's first two are glibc's own).
+const sigRTMIN = syscall.Signal(34)
+
+// What the init passes on: what whoever stops the container may send, not
+// what this process gets from its own kernel or runtime.
+func TestForwarded(t *testing.T) {
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		want bool
+	}{
+		{syscall.SIGTERM, true},
+		{syscall.SIGINT, true},
+		{syscall.SIGHUP, true},
+		{syscall.SIGQUIT, true},
+		{syscall.SIGUSR2, true},
+		{syscall.SIGWINCH, true},
+		{syscall.SIGTSTP, true},
+		{syscall.SIGCONT, true},
+		{syscall.SIGXCPU, true},
+		{sigRTMIN, true},
+		{64, true},
+		{syscall.SIGCHLD, false},
+		{syscall.SIGURG, false},
+		{syscall.SIGPROF, false},
+		{syscall.SIGPIPE, false},
+		{syscall.SIGTTIN, false},
+		{syscall.SIGSEGV, false},
+		{syscall.SIGABRT, false},
+		{syscall.SIGKILL, false},
+		{syscall.SIGSTOP, false},
+		{32, false},
+		{33, false},
+	} {
+		if got := slices.Contains(Forwarded, os.Signal(tc.sig)); got != tc.want {
+			t.Errorf("signal %d (%s) forwarded: %v, want %v", tc.sig, unix.SignalName(tc.sig), got, tc.want)
+		}
 	}
 }
 
