@@ -242,3 +242,22 @@ func TestUnclaimQueuesAnew(t *testing.T) {
 		t.Fatalf("claim after the unclaim = %v, %v", again, err)
 	}
 }
+
+// Only a later registration supersedes: a row gone or at an earlier
+// incarnation leaves the id to no process.
+func TestFencedErrorSuperseded(t *testing.T) {
+	for _, tc := range []struct {
+		inc, cur int64
+		want     bool
+	}{
+		{5, 6, true},
+		{5, 900, true},
+		{5, 0, false}, // the row is gone
+		{5, 3, false}, // the database went back past the caller's registration
+	} {
+		e := &FencedError{NodeID: "n", Incarnation: tc.inc, Current: tc.cur}
+		if got := e.Superseded(); got != tc.want {
+			t.Errorf("incarnation %d, current %d: Superseded() = %v, want %v", tc.inc, tc.cur, got, tc.want)
+		}
+	}
+}

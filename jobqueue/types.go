@@ -105,6 +105,14 @@ func (e *FencedError) Error() string {
 // Is makes errors.Is(err, ErrFenced) true.
 func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 
+// Superseded reports whether a later registration of the id fenced the
+// caller: another process holds it. Otherwise the node's row is gone (the
+// producer deleted a node it had long declared lost) or holds an earlier
+// incarnation (a database restored or failed over to a point before the
+// caller registered): no process holds the id, and registering again is
+// safe.
+func (e *FencedError) Superseded() bool { return e.Current > e.Incarnation }
+
 // NodeInUseError says which live process holds a node id. It matches
 // ErrNodeIDInUse under errors.Is.
 type NodeInUseError struct {

@@ -516,6 +516,12 @@ func runConsumer(ctx context.Context, env *environment, args []string) error {
 		log.Info("consumer stopped while standing by: its predecessor did not hand over")
 		return nil
 	}
+	var fenced *jobqueue.FencedError
+	if errors.As(err, &fenced) && !fenced.Superseded() {
+		// Nobody holds the id: a restart registers the node again.
+		log.Error("consumer stopped: the node's registration is gone; exiting so that a restart registers it again", zap.Error(err))
+		return fmt.Errorf("the node's registration is gone (the producer removed a node it had declared lost, or the database lost the registration); a restart registers it again: %w", err)
+	}
 	if errors.Is(err, farm.ErrFenced) {
 		// Another process owns the node id now: two consumers share it (or
 		// this one was replaced). A restart would register it again and

@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/farm"
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
@@ -302,30 +304,60 @@ func (l *lockedBuffer) String() string {
 // TestConsumerFencedIsAUsageError: a consumer whose node id another
 // process took stops with exit 64, which the respawn parent, farm up and
 // systemd do not restart. It exited 0, which the respawn parent restarts,
-// to be refused the id or to take it back from the other process.
+// to be refused the id or to take it back from the other process. A
+// consumer whose node row is gone (the producer deletes a node it declared
+// lost a day before, which a process cut off from the database for that
+// long outlives) is fenced too, but nobody holds the id: it stops with an
+// error that is restarted, to register again, where it exited 64 and
+// stayed down.
 func TestConsumerFencedIsAUsageError(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	url, q := migratedDB(t)
-	stop, logs := runNode(t, url, "dup-node")
-	var node jobqueue.Node
-	testutil.Eventually(t, time.Minute, "the consumer registered", func() bool {
-		n, err := q.GetNode(t.Context(), "dup-node")
-		node = n
-		return err == nil && n.State == jobqueue.NodeActive
-	})
-	// Another process takes the id, as one that proved the holder dead.
-	if _, _, err := q.Register(t.Context(), jobqueue.NodeInfo{ID: "dup-node", Hostname: "elsewhere", Capacity: 1,
-		Replaces: node.Incarnation}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, time.Minute, "the fenced consumer stopped", func() bool {
-		return strings.Contains(logs.String(), "another process registered this node id")
-	})
-	err := stop()
-	var ue *usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--node-id") {
-		t.Fatalf("runConsumer = %v, want a usage error naming --node-id", err)
+	for _, tc := range []struct {
+		name, log string
+		fence     func(t *testing.T, url string, q *jobqueue.Queue, node jobqueue.Node)
+		usage     bool
+	}{
+		{"superseded", "another process registered this node id", func(t *testing.T, _ string, q *jobqueue.Queue, node jobqueue.Node) {
+			// Another process takes the id, as one that proved the holder dead.
+			if _, _, err := q.Register(t.Context(), jobqueue.NodeInfo{ID: node.ID, Hostname: "elsewhere", Capacity: 1,
+				Replaces: node.Incarnation}); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"removed", "the node's registration is gone", func(t *testing.T, url string, _ *jobqueue.Queue, node jobqueue.Node) {
+			conn, err := pgx.Connect(t.Context(), url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			if _, err := conn.Exec(t.Context(), "DELETE FROM nodes WHERE id = $1", node.ID); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, q := migratedDB(t)
+			stop, logs := runNode(t, url, "dup-node")
+			var node jobqueue.Node
+			testutil.Eventually(t, time.Minute, "the consumer registered", func() bool {
+				n, err := q.GetNode(t.Context(), "dup-node")
+				node = n
+				return err == nil && n.State == jobqueue.NodeActive
+			})
+			tc.fence(t, url, q, node)
+			testutil.Eventually(t, time.Minute, "the fenced consumer stopped", func() bool {
+				return strings.Contains(logs.String(), tc.log)
+			})
+			err := stop()
+			var ue *usageError
+			switch {
+			case tc.usage && (!errors.As(err, &ue) || !strings.Contains(err.Error(), "--node-id")):
+				t.Fatalf("runConsumer = %v, want a usage error naming --node-id", err)
+			case !tc.usage && (err == nil || errors.As(err, &ue) || !errors.Is(err, farm.ErrFenced) || !strings.Contains(err.Error(), "a restart registers it again")):
+				t.Fatalf("runConsumer = %v, want an error, not a usage error, saying a restart registers the node again", err)
+			}
+		})
 	}
 }
