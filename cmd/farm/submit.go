@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -69,8 +70,30 @@ func (f *specFlags) register(fs *flagSet) {
 
 // given is the set of fields a JSON spec line names, top-level ("priority")
 // and within wait ("wait.network_idle"): the line's own value wins over a
-// flag's even when it is the empty one (priority 0, html false).
+// flag's even when it is the empty one (priority 0, html false). Keys are
+// kept folded: DecodeSpec, through encoding/json, takes "HTML" or "Priority"
+// for the field as strings.EqualFold does, so the line names it that way
+// too.
 type given map[string]bool
+
+// has reports whether the line names the field (in any case).
+func (g given) has(field string) bool { return g[foldKey(field)] }
+
+// foldKey is key with every letter replaced by the least of its case
+// folding orbit (unicode.SimpleFold), as encoding/json folds the keys it
+// matches to fields: two keys strings.EqualFold matches fold alike (the
+// Kelvin sign and k, the long s and s too).
+func foldKey(key string) string {
+	return strings.Map(func(r rune) rune {
+		for {
+			next := unicode.SimpleFold(r)
+			if next <= r {
+				return next
+			}
+			r = next
+		}
+	}, key)
+}
 
 // fieldsGiven lists the fields a decoded JSON spec line names.
 func fieldsGiven(line []byte) (given, error) {
@@ -79,13 +102,13 @@ func fieldsGiven(line []byte) (given, error) {
 		return nil, err
 	}
 	g := given{}
-	for k := range top {
-		g[k] = true
-	}
-	var wait map[string]json.RawMessage
-	if raw, ok := top["wait"]; ok && json.Unmarshal(raw, &wait) == nil {
-		for k := range wait {
-			g["wait."+k] = true
+	for k, raw := range top {
+		g[foldKey(k)] = true
+		var wait map[string]json.RawMessage
+		if foldKey(k) == foldKey("wait") && json.Unmarshal(raw, &wait) == nil {
+			for w := range wait {
+				g[foldKey("wait."+w)] = true
+			}
 		}
 	}
 	return g, nil
@@ -97,39 +120,39 @@ func (f *specFlags) apply(s *jobqueue.Spec, g given) error {
 	if f.waitVisible && f.waitFor == "" {
 		return usagef("--wait-visible needs --wait-for")
 	}
-	if (f.waitFor != "" && !g["wait.selector"]) || (f.networkIdle && !g["wait.network_idle"]) {
+	if (f.waitFor != "" && !g.has("wait.selector")) || (f.networkIdle && !g.has("wait.network_idle")) {
 		if s.Wait == nil {
 			s.Wait = &jobqueue.Wait{}
 		}
-		if !g["wait.selector"] && f.waitFor != "" {
+		if !g.has("wait.selector") && f.waitFor != "" {
 			s.Wait.Selector = f.waitFor
-			if !g["wait.visible"] {
+			if !g.has("wait.visible") {
 				s.Wait.Visible = f.waitVisible
 			}
 		}
-		if !g["wait.network_idle"] {
+		if !g.has("wait.network_idle") {
 			s.Wait.NetworkIdle = f.networkIdle
 		}
 	}
-	if !g["extract"] {
+	if !g.has("extract") {
 		s.Extract = f.extract
 	}
-	if !g["html"] {
+	if !g.has("html") {
 		s.HTML = f.html
 	}
-	if !g["screenshot"] {
+	if !g.has("screenshot") {
 		s.Screenshot = f.screenshot
 	}
-	if !g["priority"] {
+	if !g.has("priority") {
 		s.Priority = f.priority
 	}
-	if !g["max_attempts"] {
+	if !g.has("max_attempts") {
 		s.MaxAttempts = f.maxAttempts
 	}
-	if !g["timeout_ms"] {
+	if !g.has("timeout_ms") {
 		s.TimeoutMS = int(f.timeout / time.Millisecond)
 	}
-	if !g["block"] && f.block != "" {
+	if !g.has("block") && f.block != "" {
 		for _, b := range strings.Split(f.block, ",") {
 			if b = strings.TrimSpace(b); b != "" {
 				s.Block = append(s.Block, b)
@@ -149,17 +172,17 @@ func (f *specFlags) apply(s *jobqueue.Spec, g given) error {
 			s.Headers[strings.TrimSpace(name)] = strings.TrimSpace(value)
 		}
 	}
-	if !g["user_agent"] {
+	if !g.has("user_agent") {
 		s.UserAgent = f.userAgent
 	}
-	if !g["proxy"] {
+	if !g.has("proxy") {
 		s.Proxy = f.proxy
 	}
 	// Its values are the spec's, checked with the spec (naming the field).
-	if !g["cache"] {
+	if !g.has("cache") {
 		s.Cache = f.cache
 	}
-	if !g["follow"] && f.follow != "" {
+	if !g.has("follow") && f.follow != "" {
 		s.Follow = &jobqueue.Follow{Selector: f.follow, MaxDepth: f.followDepth, AnyHost: f.anyHost, MaxLinks: f.followMax}
 	}
 	return nil
