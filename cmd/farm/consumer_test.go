@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/farm"
@@ -316,23 +315,18 @@ func TestConsumerFencedIsAUsageError(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, log string
-		fence     func(t *testing.T, url string, q *jobqueue.Queue, node jobqueue.Node)
+		fence     func(t *testing.T, q *jobqueue.Queue, node jobqueue.Node)
 		usage     bool
 	}{
-		{"superseded", "another process registered this node id", func(t *testing.T, _ string, q *jobqueue.Queue, node jobqueue.Node) {
+		{"superseded", "another process registered this node id", func(t *testing.T, q *jobqueue.Queue, node jobqueue.Node) {
 			// Another process takes the id, as one that proved the holder dead.
 			if _, _, err := q.Register(t.Context(), jobqueue.NodeInfo{ID: node.ID, Hostname: "elsewhere", Capacity: 1,
 				Replaces: node.Incarnation}); err != nil {
 				t.Fatal(err)
 			}
 		}, true},
-		{"removed", "the node's registration is gone", func(t *testing.T, url string, _ *jobqueue.Queue, node jobqueue.Node) {
-			conn, err := pgx.Connect(t.Context(), url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(context.Background())
-			if _, err := conn.Exec(t.Context(), "DELETE FROM nodes WHERE id = $1", node.ID); err != nil {
+		{"removed", "the node's registration is gone", func(t *testing.T, q *jobqueue.Queue, node jobqueue.Node) {
+			if _, err := q.Pool().Exec(t.Context(), "DELETE FROM nodes WHERE id = $1", node.ID); err != nil {
 				t.Fatal(err)
 			}
 		}, false},
@@ -346,7 +340,7 @@ func TestConsumerFencedIsAUsageError(t *testing.T) {
 				node = n
 				return err == nil && n.State == jobqueue.NodeActive
 			})
-			tc.fence(t, url, q, node)
+			tc.fence(t, q, node)
 			testutil.Eventually(t, time.Minute, "the fenced consumer stopped", func() bool {
 				return strings.Contains(logs.String(), tc.log)
 			})

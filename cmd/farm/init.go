@@ -15,7 +15,7 @@ import (
 // (package pid1). It takes no flags of its own, so that everything after it
 // is the command's; its exit status is the command's.
 func runInit(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet("init", "[--] PROGRAM [ARGS...]\n\nRun PROGRAM as a container's init: pass it the stop and user signals, reap\norphaned processes, exit with its status (128+n if signal n ended it).", env.stderr)
+	fs := newFlagSet("init", "[--] PROGRAM [ARGS...]\n\nRun PROGRAM as a container's init: pass it the signals the container gets, reap\norphaned processes, exit with its status (128+n if signal n ended it).", env.stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp

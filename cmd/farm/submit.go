@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -70,29 +69,19 @@ func (f *specFlags) register(fs *flagSet) {
 
 // given is the set of fields a JSON spec line names, top-level ("priority")
 // and within wait ("wait.network_idle"): the line's own value wins over a
-// flag's even when it is the empty one (priority 0, html false). Keys are
-// kept folded: DecodeSpec, through encoding/json, takes "HTML" or "Priority"
-// for the field as strings.EqualFold does, so the line names it that way
-// too.
+// flag's even when it is the empty one (priority 0, html false).
 type given map[string]bool
 
-// has reports whether the line names the field (in any case).
-func (g given) has(field string) bool { return g[foldKey(field)] }
-
-// foldKey is key with every letter replaced by the least of its case
-// folding orbit (unicode.SimpleFold), as encoding/json folds the keys it
-// matches to fields: two keys strings.EqualFold matches fold alike (the
-// Kelvin sign and k, the long s and s too).
-func foldKey(key string) string {
-	return strings.Map(func(r rune) rune {
-		for {
-			next := unicode.SimpleFold(r)
-			if next <= r {
-				return next
-			}
-			r = next
+// has reports whether the line names the field. In any case: DecodeSpec,
+// through encoding/json, takes "HTML" or "Priority" for the field as
+// strings.EqualFold matches them.
+func (g given) has(field string) bool {
+	for k := range g {
+		if strings.EqualFold(k, field) {
+			return true
 		}
-	}, key)
+	}
+	return false
 }
 
 // fieldsGiven lists the fields a decoded JSON spec line names.
@@ -103,11 +92,11 @@ func fieldsGiven(line []byte) (given, error) {
 	}
 	g := given{}
 	for k, raw := range top {
-		g[foldKey(k)] = true
+		g[k] = true
 		var wait map[string]json.RawMessage
-		if foldKey(k) == foldKey("wait") && json.Unmarshal(raw, &wait) == nil {
+		if strings.EqualFold(k, "wait") && json.Unmarshal(raw, &wait) == nil {
 			for w := range wait {
-				g[foldKey("wait."+w)] = true
+				g["wait."+w] = true
 			}
 		}
 	}
