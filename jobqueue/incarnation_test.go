@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -249,15 +250,19 @@ func TestFencedErrorSuperseded(t *testing.T) {
 	for _, tc := range []struct {
 		inc, cur int64
 		want     bool
+		msg      string
 	}{
-		{5, 6, true},
-		{5, 900, true},
-		{5, 0, false}, // the row is gone
-		{5, 3, false}, // the database went back past the caller's registration
+		{5, 6, true, "superseded by incarnation 6"},
+		{5, 900, true, "superseded by incarnation 900"},
+		{5, 0, false, "no longer registered"},                    // the row is gone
+		{5, 3, false, "registered at an earlier incarnation, 3"}, // the database went back past the caller's registration
 	} {
 		e := &FencedError{NodeID: "n", Incarnation: tc.inc, Current: tc.cur}
 		if got := e.Superseded(); got != tc.want {
 			t.Errorf("incarnation %d, current %d: Superseded() = %v, want %v", tc.inc, tc.cur, got, tc.want)
+		}
+		if !strings.Contains(e.Error(), tc.msg) {
+			t.Errorf("incarnation %d, current %d: %q, want it to say %q", tc.inc, tc.cur, e.Error(), tc.msg)
 		}
 	}
 }

@@ -98,6 +98,10 @@ func (e *FencedError) Error() string {
 	if e.Current == 0 {
 		return fmt.Sprintf("node %q incarnation %d: the node is no longer registered", e.NodeID, e.Incarnation)
 	}
+	if !e.Superseded() {
+		return fmt.Sprintf("node %q incarnation %d: the node is registered at an earlier incarnation, %d (the database lost this registration)",
+			e.NodeID, e.Incarnation, e.Current)
+	}
 	return fmt.Sprintf("node %q incarnation %d was superseded by incarnation %d (another process registered the id)",
 		e.NodeID, e.Incarnation, e.Current)
 }
