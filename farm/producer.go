@@ -151,6 +151,11 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 // IsLeader reports whether this producer assigns now.
 func (p *Producer) IsLeader() bool { return p.elector.IsLeader() }
 
+// ConfirmLeader asks the database whether this producer still leads (see
+// jobqueue.Elector.Confirm): for a leader actor about to act outside the
+// database, where losing the lock does not stop it.
+func (p *Producer) ConfirmLeader(ctx context.Context) error { return p.elector.Confirm(ctx) }
+
 // Run campaigns for leadership until ctx ends, leading whenever it wins.
 // Unless PollOnly, it LISTENs throughout, leader or not: for the leader's
 // rounds (ChannelProducer) and, with Wake, for every producer's nodes

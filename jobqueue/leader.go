@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,19 @@ type Elector struct {
 	cfg    ElectorConfig
 	log    *zap.Logger
 	leader atomic.Bool
+	// term is the lock session of the current term, nil while not leading.
+	term atomic.Pointer[lockSession]
 }
+
+// lockSession names the server session holding the lock: its process id
+// and start time (a later session may reuse the id).
+type lockSession struct {
+	pid     uint32
+	started time.Time
+}
+
+// ErrNotLeader is Confirm's answer for a process that does not lead.
+var ErrNotLeader = errors.New("not the leader")
 
 // NewElector returns an Elector campaigning on pool. A negative interval
 // is a programming error: it panics naming the field.
@@ -59,6 +72,38 @@ func NewElector(pool *pgxpool.Pool, cfg ElectorConfig) *Elector {
 
 // IsLeader reports whether this process leads now.
 func (e *Elector) IsLeader() bool { return e.leader.Load() }
+
+// Confirm asks the database whether this process's lock session still
+// holds the leader lock. IsLeader learns of a lost lock only at the next
+// check of the lock connection (CheckInterval, then the ping's timeout),
+// and a standby may lead before that: after a failover to a replica, or
+// once the server ended the lock session. An action that two leaders must
+// not take at once (the autoscaler's call to the orchestrator) confirms
+// first; what is left is the window of the action itself. It asks on a
+// pooled connection: the lock's belongs to the leader's check. The error
+// wraps ErrNotLeader when the lock is not held.
+func (e *Elector) Confirm(ctx context.Context) error {
+	t := e.term.Load()
+	if t == nil {
+		return ErrNotLeader
+	}
+	var held bool
+	if err := e.pool.QueryRow(ctx, confirmSQL, int64(t.pid), t.started, e.cfg.Key).Scan(&held); err != nil {
+		return fmt.Errorf("confirm leadership: %w", err)
+	}
+	if !held {
+		return fmt.Errorf("%w: the lock session (server process %d) no longer holds the leader lock", ErrNotLeader, t.pid)
+	}
+	return nil
+}
+
+// confirmSQL: a bigint advisory lock is listed with its key's high half in
+// classid, its low half in objid, and objsubid 1.
+const confirmSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.pid = $1 AND a.backend_start = $2
+      AND ((l.classid::int8 << 32) | l.objid::int8) = $3)`
 
 // Run campaigns until ctx ends. Each time it wins, it runs lead with a
 // context canceled when leadership is lost or ctx ends, and waits for lead to
@@ -134,6 +179,7 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, started time.Time, l
 	// if this one stops answering (see below).
 	pid := conn.PgConn().PID()
 	lost := false
+	e.term.Store(&lockSession{pid: pid, started: started})
 	e.leader.Store(true)
 	e.log.Info("became leader")
 	go func() {
@@ -162,6 +208,7 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, started time.Time, l
 		}
 	}
 	e.leader.Store(false)
+	e.term.Store(nil)
 	stop()
 	<-leadDone
 	// Closing the session releases the lock; an explicit unlock first makes

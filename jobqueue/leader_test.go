@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -126,5 +127,43 @@ func TestElectorStepsDownWhenLeadReturns(t *testing.T) {
 	case <-bLeads:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the standby never took over from a leader whose work had ended")
+	}
+}
+
+// Confirm asks the database, not the elector's own view: right after the
+// server ends the lock session, before the leader's check notices (here it
+// never does: the check runs once an hour), Confirm says it does not lead.
+// The key is negative, so that its high half has the sign bit pg_locks
+// shows as an unsigned classid.
+func TestElectorConfirm(t *testing.T) {
+	_, pool := newTestQueue(t, Config{})
+	const key = -0x0123456789abcdef
+	a := NewElector(pool, ElectorConfig{Key: key, RetryInterval: time.Hour, CheckInterval: time.Hour})
+	ctx := t.Context()
+	if err := a.Confirm(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("Confirm before leading: %v, want ErrNotLeader", err)
+	}
+	leading := make(chan struct{})
+	go a.Run(ctx, func(lctx context.Context) { close(leading); <-lctx.Done() })
+	<-leading
+	if err := a.Confirm(ctx); err != nil {
+		t.Fatalf("Confirm while leading: %v", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objid = ($1::int8 & 4294967295)::oid`, int64(key)).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("ending the lock session: %d ended, %v", n, err)
+	}
+	// pg_terminate_backend only signals: the session is gone once the
+	// server no longer lists it.
+	testutil.Eventually(t, 10*time.Second, "the lock session to end", func() bool {
+		err := a.Confirm(ctx)
+		if err != nil && !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("Confirm after the session ended: %v", err)
+		}
+		return err != nil
+	})
+	if !a.IsLeader() {
+		t.Fatal("the elector noticed the lost lock on its own: the test no longer shows that Confirm asks the database")
 	}
 }

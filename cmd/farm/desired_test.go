@@ -4,8 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // TestDashboardDesiredNodesOnlyWithDriver: the dashboard shows "desired
@@ -66,5 +72,35 @@ func TestDashboardDesiredNodesOnlyWithDriver(t *testing.T) {
 					stats["desired_nodes"], tt.wantDesired)
 			}
 		})
+	}
+}
+
+// TestLeaderAppliesTheDesiredCount: the leader's scaler asks, before each
+// call of its driver, whether the producer still leads (the fence wired in
+// addProducer); a leading producer is answered yes and its exec command
+// runs with the count.
+func TestLeaderAppliesTheDesiredCount(t *testing.T) {
+	url, _ := migratedDB(t)
+	out := filepath.Join(t.TempDir(), "desired")
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := newLogBuffer()
+	done := make(chan error, 1)
+	go func() {
+		done <- runProducer(ctx, testEnv(logs), []string{"--database-url", url, "--listen", "127.0.0.1:0",
+			"--autoscale-interval", "100ms", "--autoscale", "exec", "--autoscale-exec", `echo "$1" > ` + out})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("producer: %v", err)
+		}
+	})
+	waitForLog(t, logs, "became leader", done)
+	testutil.Eventually(t, time.Minute, "the exec driver to run", func() bool {
+		b, err := os.ReadFile(out)
+		return err == nil && strings.TrimSpace(string(b)) == "0"
+	})
+	if strings.Contains(logs.String(), "driver could not apply") {
+		t.Fatalf("the driver call failed:\n%s", logs.String())
 	}
 }

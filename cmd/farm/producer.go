@@ -326,7 +326,10 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := web.NewMetrics(reg)
 
-	scaler, err := newScaler(ctx, po, q, log)
+	// The scaler runs only while the producer leads, so producer is set
+	// by the time the fence is asked.
+	var producer *farm.Producer
+	scaler, err := newScaler(ctx, po, q, func(ctx context.Context) error { return producer.ConfirmLeader(ctx) }, log)
 	if err != nil {
 		return err
 	}
@@ -353,7 +356,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 	}}
 	// The long-polls of nodes started with --wake-url.
 	hub := wake.NewHub(wake.HubConfig{MaxWait: po.wakeMaxWait})
-	producer, err := farm.NewProducer(farm.ProducerConfig{
+	producer, err = farm.NewProducer(farm.ProducerConfig{
 		Queue: q, Pool: pool, Politeness: pol, Tick: po.tick, PollOnly: po.pollOnly, AssignBatch: po.assignBatch, Assign: assign,
 		Wake:       hub,
 		StaleAfter: po.staleAfter, RescueInterval: po.rescueInterval, Retention: po.retention, NodeRetention: po.nodeRetention, Blobs: blobs,
@@ -420,7 +423,7 @@ func addProducer(ctx context.Context, g *run.Group, pool *pgxpool.Pool, ln net.L
 
 // newScaler builds the autoscaler with the chosen driver. With "none" it
 // still computes and reports the desired count (for HPA/KEDA users).
-func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log *zap.Logger) (*autoscale.Reconciler, error) {
+func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, fence func(context.Context) error, log *zap.Logger) (*autoscale.Reconciler, error) {
 	dc, err := po.driverConfig()
 	if err != nil {
 		return nil, err
@@ -434,7 +437,7 @@ func newScaler(ctx context.Context, po *producerOptions, q *jobqueue.Queue, log 
 	if err != nil {
 		return nil, err
 	}
-	return autoscale.NewReconciler(autoscale.ReconcilerConfig{Scaling: scaling, Interval: po.scaleInterval},
+	return autoscale.NewReconciler(autoscale.ReconcilerConfig{Scaling: scaling, Interval: po.scaleInterval, Fence: fence},
 		farm.ScaleSource(q), drv, log)
 }
 

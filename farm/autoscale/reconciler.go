@@ -48,6 +48,12 @@ type ReconcilerConfig struct {
 	ApplyTimeout time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Fence, if set, is asked right before each call that sets the
+	// orchestrator's count; an error skips the call, as a failed one. A
+	// producer confirms with the database that it still leads
+	// (jobqueue.Elector.Confirm): one that lost its lock a moment ago, and
+	// has not noticed yet, must not size the fleet over its successor.
+	Fence func(ctx context.Context) error
 }
 
 // notApplied is Status.Applied before the driver's first success of a
@@ -225,7 +231,10 @@ func (r *Reconciler) Tick(ctx context.Context) (Decision, error) {
 		return d, nil
 	}
 	actx, cancel := context.WithTimeout(ctx, r.cfg.ApplyTimeout)
-	err = r.drv.SetDesired(actx, d.Desired)
+	err = r.fence(actx)
+	if err == nil {
+		err = r.drv.SetDesired(actx, d.Desired)
+	}
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -242,6 +251,17 @@ func (r *Reconciler) Tick(ctx context.Context) (Decision, error) {
 	r.status.LastErrorAt = time.Time{}
 	r.mu.Unlock()
 	return d, nil
+}
+
+// fence asks cfg.Fence, if any.
+func (r *Reconciler) fence(ctx context.Context) error {
+	if r.cfg.Fence == nil {
+		return nil
+	}
+	if err := r.cfg.Fence(ctx); err != nil {
+		return fmt.Errorf("autoscale: not applying the desired count: %w", err)
+	}
+	return nil
 }
 
 // seed reads, once a term, the count the orchestrator holds into the state

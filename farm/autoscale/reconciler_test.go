@@ -442,3 +442,57 @@ func TestReconcilerLeavingNodesAreNotReplaced(t *testing.T) {
 		t.Fatalf("driver calls %v, want [5]", got)
 	}
 }
+
+// A fence that fails skips the driver call, as a failed call would: the
+// count is not applied and the next tick asks again.
+func TestReconcilerFence(t *testing.T) {
+	clock := &fakeClock{t: t0}
+	src := &loadBox{}
+	drv := &recordingDriver{}
+	var mu sync.Mutex
+	var fenceErr error
+	fences := 0
+	r, err := NewReconciler(ReconcilerConfig{Now: clock.Now, Fence: func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		fences++
+		return fenceErr
+	}}, src, drv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	lost := errors.New("lock lost")
+	mu.Lock()
+	fenceErr = lost
+	mu.Unlock()
+	src.set(Load{Pending: 10}, nil)
+	if _, err := r.Tick(ctx); !errors.Is(err, lost) {
+		t.Fatalf("tick behind a failing fence: %v, want the fence's error", err)
+	}
+	if got := drv.calls(); len(got) != 0 {
+		t.Fatalf("driver called behind a failing fence: %v", got)
+	}
+	if st := r.Status(); st.Applied != notApplied || st.Errors != 1 || !strings.Contains(st.LastError, "lock lost") {
+		t.Fatalf("status behind a failing fence: %+v", st)
+	}
+	clock.Advance(15 * time.Second)
+	mu.Lock()
+	fenceErr = nil
+	mu.Unlock()
+	if _, err := r.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := drv.calls(); !slices.Equal(got, []int{3}) {
+		t.Fatalf("driver calls %v, want [3]", got)
+	}
+	clock.Advance(15 * time.Second)
+	if _, err := r.Tick(ctx); err != nil { // unchanged: no call, no fence
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fences != 2 {
+		t.Fatalf("fence asked %d times, want 2 (once per driver call)", fences)
+	}
+}
