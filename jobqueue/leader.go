@@ -35,10 +35,9 @@ type ElectorConfig struct {
 // takes it on its next try. A leader that loses its connection stops leading
 // at once (its context is canceled) and campaigns again.
 type Elector struct {
-	pool   *pgxpool.Pool
-	cfg    ElectorConfig
-	log    *zap.Logger
-	leader atomic.Bool
+	pool *pgxpool.Pool
+	cfg  ElectorConfig
+	log  *zap.Logger
 	// term is the lock session of the current term, nil while not leading.
 	term atomic.Pointer[lockSession]
 }
@@ -71,7 +70,7 @@ func NewElector(pool *pgxpool.Pool, cfg ElectorConfig) *Elector {
 }
 
 // IsLeader reports whether this process leads now.
-func (e *Elector) IsLeader() bool { return e.leader.Load() }
+func (e *Elector) IsLeader() bool { return e.term.Load() != nil }
 
 // Confirm asks the database whether this process's lock session still
 // holds the leader lock. IsLeader learns of a lost lock only at the next
@@ -175,12 +174,11 @@ WHERE pid = pg_backend_pid()`
 func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, started time.Time, lead func(context.Context)) {
 	leadCtx, stop := context.WithCancel(ctx)
 	leadDone := make(chan struct{})
-	// The lock session's server process, to end from another connection
-	// if this one stops answering (see below).
-	pid := conn.PgConn().PID()
+	// The lock session, for Confirm and to end from another connection if
+	// this one stops answering (see below).
+	sess := &lockSession{pid: conn.PgConn().PID(), started: started}
 	lost := false
-	e.term.Store(&lockSession{pid: pid, started: started})
-	e.leader.Store(true)
+	e.term.Store(sess)
 	e.log.Info("became leader")
 	go func() {
 		defer close(leadDone)
@@ -207,7 +205,6 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, started time.Time, l
 			}
 		}
 	}
-	e.leader.Store(false)
 	e.term.Store(nil)
 	stop()
 	<-leadDone
@@ -224,8 +221,8 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, started time.Time, l
 		// By process id and start time: the id may belong to another
 		// session by now (a standby's, now leading).
 		if _, err := e.pool.Exec(cctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-            WHERE pid = $1 AND backend_start = $2`, pid, started); err != nil {
-			e.log.Warn("could not end the lost leader lock session; the server's keepalives will", zap.Uint32("pid", pid), zap.Error(err))
+            WHERE pid = $1 AND backend_start = $2`, sess.pid, sess.started); err != nil {
+			e.log.Warn("could not end the lost leader lock session; the server's keepalives will", zap.Uint32("pid", sess.pid), zap.Error(err))
 		}
 	}
 	e.log.Info("stopped leading")
