@@ -205,6 +205,63 @@ func TestRealRecycleAndExit(t *testing.T) {
 	}
 }
 
+// TestRealChromeWorkerFlood: a page that starts Web Workers without end
+// (testsite /hostile/workers) wedges Chrome's browser process, not just its
+// own tab: the health check catches it, the job fails as retriable
+// unresponsive instead of running out its own minute, and the next job runs
+// on a fresh Chrome. Nothing of the hung Chrome is left behind.
+func TestRealChromeWorkerFlood(t *testing.T) {
+	srv := httptest.NewServer(testsite.New(testsite.Options{Items: 20}))
+	defer srv.Close()
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, Off, Off
+	// Fast checks with a generous timeout: a loaded box is slow, not hung.
+	cfg.HealthInterval, cfg.HealthTimeout = 200*time.Millisecond, 2*time.Second
+	h := startReal(t, cfg)
+
+	sl, err := h.s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := sl.ChromePID()
+	const timeout = 2 * time.Minute
+	start := time.Now()
+	// The job waits for an element the page never makes, so that the page
+	// lives until the job ends.
+	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + "/hostile/workers", Wait: browser.Wait{Selector: "#never"}, Timeout: timeout})
+	sl.Release()
+	took := time.Since(start)
+	if !browser.IsRetriable(err) || browser.ClassOf(err) != browser.ClassUnresponsive {
+		t.Fatalf("job on the flooding page: %v (class %q) after %v, want retriable %q", err, browser.ClassOf(err), took, browser.ClassUnresponsive)
+	}
+	if took >= timeout {
+		t.Fatalf("the job ran out its own timeout (%v): the hung Chrome was not caught", took)
+	}
+	t.Logf("flooding job failed after %v", took)
+
+	sl2, err := h.s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sl2.ChromePID() == pid {
+		t.Fatal("next job went to the hung chrome")
+	}
+	res, err := sl2.Render(context.Background(), pageRequest(srv.URL+"/page/1"))
+	sl2.Release()
+	if err != nil || string(res.Data) != "20" {
+		t.Fatalf("job on the fresh chrome: %v, %v", res, err)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.s.Stats(); st.ChromeCrashes != 1 || st.ChromeStarts != 2 {
+		t.Errorf("stats: %+v, want 1 crash (the hang), 2 starts", st)
+	}
+	if pids, dirs := h.leftovers(t); len(pids) > 0 || len(dirs) > 0 {
+		t.Errorf("left behind: processes %v, profile dirs %v", pids, dirs)
+	}
+}
+
 // TestRealChromeLostMidJob: kill -9 of Chrome, or SIGSTOP (a hang the
 // health check must catch), while a job waits on a slow page fails that job
 // as retriable, counts the loss, and the next job runs on a fresh Chrome.

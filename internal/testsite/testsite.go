@@ -117,6 +117,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /hostile/leave-loop", s.hostileLeaveLoop)
 	m.HandleFunc("GET /hostile/dom", s.hostileDOM)
 	m.HandleFunc("GET /hostile/crash", s.hostileCrash)
+	m.HandleFunc("GET /hostile/workers", s.hostileWorkers)
 	m.HandleFunc("GET /file.pdf", s.pdf)
 	m.HandleFunc("GET /egress/redirect", s.egressRedirect)
 	m.HandleFunc("GET /egress/page", s.egressPage)
@@ -161,6 +162,7 @@ var paths = [][2]string{
 	{"/hostile/leave-loop", "an infinite JavaScript loop in its pagehide handler, as it is left"},
 	{"/hostile/dom?n=N", "a DOM of N elements (default 100000)"},
 	{"/hostile/crash", "allocates until the renderer runs out of memory"},
+	{"/hostile/workers", "starts Web Workers without end, until Chrome's browser process stops answering"},
 	{"/file.pdf", "a one-page PDF, served inline"},
 	{"/egress/redirect?to=URL", "redirects (302) to URL"},
 	{"/egress/page?fetch=URL&frame=URL", "fetches and frames the URLs (repeatable); #out says what each fetch got, then #ready"},
@@ -691,6 +693,24 @@ setTimeout(function () {
   var keep = [];
   for (var i = 0; ; i++) { keep.push(new Array(1 << 24).fill(i)); }
 }, 0);
+</script></body></html>`)
+}
+
+// hostileWorkers starts 50 dedicated workers every 10 ms for as long as it
+// lives. Chrome sets no limit on a page's workers, and each one costs the
+// browser process (not the page's renderer) work on its main thread: within
+// seconds that thread falls behind and Chrome stops answering CDP, for every
+// tab, until it is killed. Killing the page's renderer alone did not bring
+// it back within 20 s here.
+func (s *site) hostileWorkers(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Workers</title></head><body>
+<div id="before">before</div>
+<script>
+const src = URL.createObjectURL(new Blob(['setInterval(() => {}, 1000)'], {type: 'text/javascript'}));
+const workers = [];
+setInterval(() => {
+  for (let i = 0; i < 50; i++) { try { workers.push(new Worker(src)); } catch (e) {} }
+}, 10);
 </script></body></html>`)
 }
 
