@@ -206,18 +206,17 @@ func TestRealRecycleAndExit(t *testing.T) {
 }
 
 // TestRealChromeWorkerFlood: a page that starts Web Workers without end
-// (testsite /hostile/workers) wedges Chrome's browser process, not just its
-// own tab: the health check catches it, the job fails as retriable
-// unresponsive instead of running out its own minute, and the next job runs
-// on a fresh Chrome. Nothing of the hung Chrome is left behind.
+// (testsite /hostile/workers) most often wedges Chrome's browser process,
+// not just its own tab: the health check catches it, the job fails as
+// retriable unresponsive instead of running out its own timeout, and the
+// next job runs on a fresh Chrome. Nothing of the hung Chrome is left
+// behind. In about one run in ten here the page's renderer died first (at
+// 26 s, the browser process answering every check until then): the job then
+// fails as retriable crashed, and the next job may run on the same Chrome.
 func TestRealChromeWorkerFlood(t *testing.T) {
 	srv := httptest.NewServer(testsite.New(testsite.Options{Items: 20}))
 	defer srv.Close()
-	cfg := DefaultConfig()
-	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, Off, Off
-	// Fast checks with a generous timeout: a loaded box is slow, not hung.
-	cfg.HealthInterval, cfg.HealthTimeout = 200*time.Millisecond, 2*time.Second
-	h := startReal(t, cfg)
+	h := startReal(t, lossConfig(true))
 
 	sl, err := h.s.Acquire(context.Background())
 	if err != nil {
@@ -231,32 +230,79 @@ func TestRealChromeWorkerFlood(t *testing.T) {
 	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + "/hostile/workers", Wait: browser.Wait{Selector: "#never"}, Timeout: timeout})
 	sl.Release()
 	took := time.Since(start)
-	if !browser.IsRetriable(err) || browser.ClassOf(err) != browser.ClassUnresponsive {
-		t.Fatalf("job on the flooding page: %v (class %q) after %v, want retriable %q", err, browser.ClassOf(err), took, browser.ClassUnresponsive)
-	}
 	if took >= timeout {
-		t.Fatalf("the job ran out its own timeout (%v): the hung Chrome was not caught", took)
+		t.Fatalf("the job ran out its own timeout (%v, %v): the hung Chrome was not caught", took, err)
 	}
-	t.Logf("flooding job failed after %v", took)
+	t.Logf("flooding job failed after %v: %v", took, err)
+	switch class := browser.ClassOf(err); {
+	case !browser.IsRetriable(err):
+		t.Fatalf("job on the flooding page: %v (class %q), want retriable", err, class)
+	case class == browser.ClassUnresponsive:
+		// Killed twice: the hung Chrome, then its replacement at the stop.
+		h.nextJobOnFreshChrome(t, srv.URL, pid, 2)
+	case class == browser.ClassCrashed:
+		h.renderPage1(t, srv.URL)
+		if err := h.stop(); err != nil {
+			t.Fatal(err)
+		}
+		h.noLeftovers(t)
+	default:
+		t.Fatalf("job on the flooding page: %v (class %q), want %q or %q", err, class, browser.ClassUnresponsive, browser.ClassCrashed)
+	}
+}
 
-	sl2, err := h.s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
+// lossConfig is the supervisor of the tests that lose a Chrome: two slots,
+// no recycling, and with fastHealth fast health checks (with a generous
+// timeout: a loaded box is slow, not hung).
+func lossConfig(fastHealth bool) Config {
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, Off, Off
+	if fastHealth {
+		cfg.HealthInterval, cfg.HealthTimeout = 200*time.Millisecond, 2*time.Second
 	}
-	if sl2.ChromePID() == pid {
-		t.Fatal("next job went to the hung chrome")
-	}
-	res, err := sl2.Render(context.Background(), pageRequest(srv.URL+"/page/1"))
-	sl2.Release()
-	if err != nil || string(res.Data) != "20" {
-		t.Fatalf("job on the fresh chrome: %v, %v", res, err)
+	return cfg
+}
+
+// nextJobOnFreshChrome checks what follows the loss of Chrome lost (its
+// crash or hang already counted): the next job renders /page/1 of the test
+// site at siteURL (20 items) on another Chrome; after the stop the stats
+// hold one crash, two starts and wantKills kills, and nothing is left
+// behind.
+func (h *realHarness) nextJobOnFreshChrome(t *testing.T, siteURL string, lost, wantKills int) {
+	t.Helper()
+	if h.renderPage1(t, siteURL) == lost {
+		t.Fatal("next job went to the lost chrome")
 	}
 	if err := h.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if st := h.s.Stats(); st.ChromeCrashes != 1 || st.ChromeStarts != 2 {
-		t.Errorf("stats: %+v, want 1 crash (the hang), 2 starts", st)
+	if st := h.s.Stats(); st.ChromeCrashes != 1 || st.ChromeStarts != 2 || st.ChromeKills != wantKills {
+		t.Errorf("stats: %+v, want 1 crash, 2 starts, %d kills", st, wantKills)
 	}
+	h.noLeftovers(t)
+}
+
+// renderPage1 renders /page/1 of the test site at siteURL (20 items) in a
+// slot of its own and returns the pid of the Chrome it ran on.
+func (h *realHarness) renderPage1(t *testing.T, siteURL string) int {
+	t.Helper()
+	sl, err := h.s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := sl.ChromePID()
+	res, err := sl.Render(context.Background(), pageRequest(siteURL+"/page/1"))
+	sl.Release()
+	if err != nil || string(res.Data) != "20" {
+		t.Fatalf("job on chrome %d: %v, %v", pid, res, err)
+	}
+	return pid
+}
+
+// noLeftovers fails t if a process or profile directory of the stopped
+// supervisor's Chromes is left.
+func (h *realHarness) noLeftovers(t *testing.T) {
+	t.Helper()
 	if pids, dirs := h.leftovers(t); len(pids) > 0 || len(dirs) > 0 {
 		t.Errorf("left behind: processes %v, profile dirs %v", pids, dirs)
 	}
@@ -291,12 +337,7 @@ func TestRealChromeLostMidJob(t *testing.T) {
 			}))
 			defer srv.Close()
 
-			cfg := DefaultConfig()
-			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, Off, Off
-			if tt.health {
-				cfg.HealthInterval, cfg.HealthTimeout = 200*time.Millisecond, 2*time.Second
-			}
-			h := startReal(t, cfg)
+			h := startReal(t, lossConfig(tt.health))
 
 			sl, err := h.s.Acquire(context.Background())
 			if err != nil {
@@ -325,29 +366,7 @@ func TestRealChromeLostMidJob(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("job on the lost chrome did not return")
 			}
-
-			sl2, err := h.s.Acquire(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sl2.ChromePID() == pid {
-				t.Fatal("next job went to the lost chrome")
-			}
-			res, err := sl2.Render(context.Background(), pageRequest(srv.URL+"/page/1"))
-			sl2.Release()
-			if err != nil || string(res.Data) != "20" {
-				t.Fatalf("job on the fresh chrome: %v, %v", res, err)
-			}
-			if err := h.stop(); err != nil {
-				t.Fatal(err)
-			}
-			st := h.s.Stats()
-			if st.ChromeCrashes != 1 || st.ChromeStarts != 2 || st.ChromeKills != tt.wantKills {
-				t.Errorf("stats: %+v, want 1 crash, 2 starts, %d kills", st, tt.wantKills)
-			}
-			if pids, dirs := h.leftovers(t); len(pids) > 0 || len(dirs) > 0 {
-				t.Errorf("left behind: processes %v, profile dirs %v", pids, dirs)
-			}
+			h.nextJobOnFreshChrome(t, srv.URL, pid, tt.wantKills)
 		})
 	}
 }
