@@ -157,7 +157,7 @@ func (d *Dir) Delete(_ context.Context, keys []string) error {
 // the retention purge empties most job directories whole, and a removal
 // costs one system call where a listing costs three.
 func (d *Dir) removeEmpty(dir string, now time.Time) {
-	below := func(p string) bool { return p != d.root && len(p) > len(d.root) }
+	below := func(p string) bool { return len(p) > len(d.root) }
 	if !below(dir) {
 		return
 	}
