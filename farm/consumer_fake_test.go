@@ -33,7 +33,6 @@ type fakeQueue struct {
 	stateErr     error                 // SetState's error
 	register     []registerAnswer      // Register's answers, one per call
 	limits       jobqueue.ResultLimits // ResultLimits
-	saveErr      error                 // SaveFailedResult's error
 	gone         map[int64]bool        // jobs HeartbeatLive says are no longer the node's
 	claimEntered chan<- struct{}       // told of every Claim call, when set (never blocks)
 	claimBlock   <-chan struct{}       // Claim waits for it to close, when set, whatever its ctx
@@ -44,7 +43,6 @@ type fakeQueue struct {
 	manyCalls  int
 	completed  []int64
 	fails      []fakeFail
-	saved      []fakeSave
 	beats      [][]int64
 	released   int
 	states     []jobqueue.NodeState
@@ -67,12 +65,7 @@ type fakeFail struct {
 	retriable bool
 	text      string
 	givenBack bool
-}
-
-type fakeSave struct {
-	id   int64
-	node string
-	res  jobqueue.Result
+	answer    *jobqueue.Result // FailKeeping's
 }
 
 func (f *fakeQueue) Register(_ context.Context, info jobqueue.NodeInfo) (jobqueue.Node, jobqueue.Reclaimed, error) {
@@ -110,13 +103,6 @@ func (f *fakeQueue) CompleteMany(_ context.Context, items []jobqueue.Completion)
 		}
 	}
 	return out, nil
-}
-
-func (f *fakeQueue) SaveFailedResult(_ context.Context, jobID int64, nodeID string, res jobqueue.Result) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.saved = append(f.saved, fakeSave{id: jobID, node: nodeID, res: res})
-	return f.saveErr
 }
 
 // Wakeups is not reached: the unit tests drive the claim loop themselves.
@@ -162,6 +148,13 @@ func (f *fakeQueue) Fail(_ context.Context, jobID int64, errText, class string, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fails = append(f.fails, fakeFail{id: jobID, class: class, retriable: retriable, text: errText})
+	return f.failState, f.failErr
+}
+
+func (f *fakeQueue) FailKeeping(_ context.Context, jobID int64, errText, class string, retriable bool, answer jobqueue.Result) (jobqueue.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails = append(f.fails, fakeFail{id: jobID, class: class, retriable: retriable, text: errText, answer: &answer})
 	return f.failState, f.failErr
 }
 
@@ -212,7 +205,7 @@ func (f *fakeQueue) snapshot() fakeQueue {
 	defer f.mu.Unlock()
 	return fakeQueue{claims: append([]int(nil), f.claims...), manyCalls: f.manyCalls,
 		completed: append([]int64(nil), f.completed...), fails: append([]fakeFail(nil), f.fails...),
-		saved: append([]fakeSave(nil), f.saved...), beats: append([][]int64(nil), f.beats...),
+		beats:    append([][]int64(nil), f.beats...),
 		released: f.released, states: append([]jobqueue.NodeState(nil), f.states...),
 		registered: append([]jobqueue.NodeInfo(nil), f.registered...), unclaims: append([]fakeUnclaim(nil), f.unclaims...)}
 }

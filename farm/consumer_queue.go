@@ -19,7 +19,6 @@ type consumerQueue interface {
 	Incarnation(node jobqueue.Node) nodeIncarnation
 	ResultLimits() jobqueue.ResultLimits
 	CompleteMany(ctx context.Context, items []jobqueue.Completion) ([]jobqueue.CompleteOutcome, error)
-	SaveFailedResult(ctx context.Context, jobID int64, nodeID string, res jobqueue.Result) error
 	Wakeups(nodeID string, log *zap.Logger) wakeSource
 }
 
@@ -30,6 +29,7 @@ type nodeIncarnation interface {
 	Claim(ctx context.Context, n int) ([]jobqueue.Job, error)
 	Unclaim(ctx context.Context, keep []int64) ([]int64, error)
 	Fail(ctx context.Context, jobID int64, errText, class string, retriable bool) (jobqueue.State, error)
+	FailKeeping(ctx context.Context, jobID int64, errText, class string, retriable bool, answer jobqueue.Result) (jobqueue.State, error)
 	GiveBack(ctx context.Context, jobID int64, errText, class string) (jobqueue.State, error)
 	Completion(jobID int64, res jobqueue.Result) jobqueue.Completion
 	Release(ctx context.Context) (int64, error)

@@ -95,12 +95,21 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 	// The error may quote the job's URL or proxy; what is stored and
 	// logged must not show their credentials.
 	text := jobqueue.RedactText(rerr.Error(), j.Spec.Secrets()...)
+	var answer *jobqueue.Result
+	if res != nil && !giveBack {
+		rec := ResultRecord(res)
+		rec.FinalURL = jobqueue.RedactText(rec.FinalURL, j.Spec.Secrets()...)
+		answer = &rec
+	}
 	var st jobqueue.State
 	err := retryReport(c.reports, c.log, func(ctx context.Context) error {
 		var err error
-		if giveBack {
+		switch {
+		case giveBack:
 			st, err = c.inc.GiveBack(ctx, j.ID, text, class)
-		} else {
+		case answer != nil:
+			st, err = c.inc.FailKeeping(ctx, j.ID, text, class, retriable, *answer)
+		default:
 			st, err = c.inc.Fail(ctx, j.ID, text, class, retriable)
 		}
 		return err
@@ -108,15 +117,6 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 	c.mu.Lock()
 	c.jobsFailed++
 	c.mu.Unlock()
-	if err == nil && st == jobqueue.StateFailed && res != nil {
-		rec := ResultRecord(res)
-		rec.FinalURL = jobqueue.RedactText(rec.FinalURL, j.Spec.Secrets()...)
-		if serr := retryReport(c.reports, c.log, func(ctx context.Context) error {
-			return c.q.SaveFailedResult(ctx, j.ID, c.node, rec)
-		}); serr != nil {
-			log.Warn("cannot keep the failed job's answer", zap.Error(serr))
-		}
-	}
 	switch {
 	case err == nil:
 		log.Warn("job attempt failed", zap.String("class", class), zap.Bool("retriable", retriable),

@@ -121,44 +121,51 @@ func TestUnitCompleterAnswersEachJobItsOwnOutcome(t *testing.T) {
 	}
 }
 
-func TestUnitFailKeepsTheAnswerOfAFinalFailure(t *testing.T) {
+// TestUnitFailKeepsTheAnswer: a failed attempt that came with what the page
+// answered hands it to the queue with the failure (FailKeeping, which keeps
+// it if the job fails for good), its credentials redacted; an attempt given
+// back hands none.
+func TestUnitFailKeepsTheAnswer(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		err       error
-		state     jobqueue.State
-		res       *browser.Result
-		wantClass string
-		wantRetry bool
-		wantSaved bool
+		name       string
+		err        error
+		res        *browser.Result
+		wantClass  string
+		wantRetry  bool
+		wantBack   bool
+		wantAnswer bool
 	}{
-		{name: "http error, final, answer kept", err: &browser.Error{Class: browser.ClassHTTP, Err: errors.New("status 404")},
-			state: jobqueue.StateFailed, res: &browser.Result{Status: 404, FinalURL: "https://u:secret@example.com/x"},
-			wantClass: browser.ClassHTTP, wantSaved: true},
-		{name: "retried: nothing kept", err: &browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errors.New("drain")},
-			state: jobqueue.StateQueued, res: &browser.Result{Status: 200},
-			wantClass: browser.ClassCanceled, wantRetry: true},
-		{name: "final without an answer", err: &browser.Error{Class: browser.ClassHTTP, Err: errors.New("status 500")},
-			state: jobqueue.StateFailed, wantClass: browser.ClassHTTP},
+		{name: "http error with an answer", err: &browser.Error{Class: browser.ClassHTTP, Err: errors.New("status 404")},
+			res: &browser.Result{Status: 404, FinalURL: "https://u:secret@example.com/x"}, wantClass: browser.ClassHTTP, wantAnswer: true},
+		{name: "retriable with an answer", err: &browser.Error{Class: browser.ClassHTTP, Retriable: true, Err: errors.New("status 503")},
+			res: &browser.Result{Status: 503, FinalURL: "https://u:secret@example.com/x"}, wantClass: browser.ClassHTTP, wantRetry: true, wantAnswer: true},
+		{name: "without an answer", err: &browser.Error{Class: browser.ClassHTTP, Err: errors.New("status 500")},
+			wantClass: browser.ClassHTTP},
+		{name: "given back", err: nodeFault{&browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errors.New("drain")}},
+			res: &browser.Result{Status: 200}, wantClass: browser.ClassCanceled, wantRetry: true, wantBack: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fq := &fakeQueue{failState: tc.state}
+			fq := &fakeQueue{failState: jobqueue.StateFailed}
 			c := fakeConsumer(t, fq, 6, Off)
 			j := jobqueue.Job{ID: 7, Spec: jobqueue.Spec{URL: "https://u:secret@example.com/x"}}
 			c.failWithResult(j, zap.NewNop(), tc.err, 0, tc.res)
 			got := fq.snapshot()
-			if len(got.fails) != 1 || got.fails[0].id != 7 || got.fails[0].class != tc.wantClass || got.fails[0].retriable != tc.wantRetry {
-				t.Fatalf("fails %+v, want one of job 7 class %q retriable %v", got.fails, tc.wantClass, tc.wantRetry)
+			if len(got.fails) != 1 {
+				t.Fatalf("fails %+v, want one", got.fails)
 			}
-			if len(got.saved) != map[bool]int{true: 1}[tc.wantSaved] {
-				t.Fatalf("saved %+v, want saved=%v", got.saved, tc.wantSaved)
+			f := got.fails[0]
+			if f.id != 7 || f.class != tc.wantClass || f.retriable != tc.wantRetry || f.givenBack != tc.wantBack {
+				t.Fatalf("fail %+v, want job 7 class %q retriable %v given back %v", f, tc.wantClass, tc.wantRetry, tc.wantBack)
 			}
-			if tc.wantSaved {
-				s := got.saved[0]
-				if s.id != 7 || s.node != c.node || s.res.Status != tc.res.Status {
-					t.Errorf("saved %+v", s)
+			if (f.answer != nil) != tc.wantAnswer {
+				t.Fatalf("answer %+v, want one: %v", f.answer, tc.wantAnswer)
+			}
+			if tc.wantAnswer {
+				if f.answer.Status != tc.res.Status {
+					t.Errorf("answer %+v, want status %d", f.answer, tc.res.Status)
 				}
-				if s.res.FinalURL == tc.res.FinalURL {
-					t.Errorf("saved final URL %q keeps the credentials", s.res.FinalURL)
+				if f.answer.FinalURL == tc.res.FinalURL || strings.Contains(f.answer.FinalURL, "secret") {
+					t.Errorf("answer's final URL %q keeps the credentials", f.answer.FinalURL)
 				}
 			}
 		})

@@ -153,7 +153,7 @@ func completeSavedSQL(linksOver string) string {
            i.console_errors::jsonb, i.timings::jsonb, i.links::jsonb, ` + linksOver + `,
            i.blobs::jsonb, coalesce($12::timestamptz, now())
     FROM input i JOIN done d ON d.id = i.job_id
-    -- A job that failed before (its answer kept by SaveFailedResult) and was
+    -- A job that failed before (its answer kept by FailKeeping) and was
     -- retried: the completion's result replaces it.
     ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
         status = EXCLUDED.status, title = EXCLUDED.title, data = EXCLUDED.data, html = EXCLUDED.html,
@@ -511,35 +511,4 @@ func jsonbSafe(b []byte) []byte {
 		out = append(out, b[i])
 	}
 	return out
-}
-
-// SaveFailedResult keeps what the page answered for a job that failed for
-// good — its HTTP status, final URL, title, console errors and timings, not
-// its data, HTML or screenshot — as the job's result, so that a failed job
-// still says what the site answered. It does nothing unless the job is
-// failed, and failed on nodeID; a later completion (after Retry) replaces it.
-func (q *Queue) SaveFailedResult(ctx context.Context, jobID int64, nodeID string, r Result) error {
-	r = Result{FinalURL: r.FinalURL, Status: r.Status, Title: r.Title, ConsoleErrors: r.ConsoleErrors, Timings: r.Timings}
-	var a completeArgs
-	if err := a.add(Completion{JobID: jobID, NodeID: nodeID, Result: r}, q.cfg.ResultLimits); err != nil {
-		return fmt.Errorf("failed result of job %d: %w", jobID, err)
-	}
-	_, err := q.pool.Exec(ctx, `
-        INSERT INTO results (job_id, node_id, final_url, status, title, console_errors, timings, created_at)
-        SELECT j.id, $2, $3, $4, $5, $6::jsonb, $7::jsonb, coalesce($8::timestamptz, now())
-        -- Only the node that failed it: a late call of another node's (one
-        -- that ran an earlier attempt) must not replace its answer.
-        FROM jobs j WHERE j.id = $1 AND j.state = 'failed' AND j.node_id = $2
-        -- Held until the result is in: retention cannot delete the job
-        -- under it (results has no foreign key to do it).
-        FOR KEY SHARE OF j
-        ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
-            status = EXCLUDED.status, title = EXCLUDED.title, data = NULL, html = NULL, html_truncated = false, screenshot = NULL,
-            console_errors = EXCLUDED.console_errors, timings = EXCLUDED.timings, links = '[]',
-            links_over_limit = 0, created_at = EXCLUDED.created_at`,
-		jobID, a.nodeIDs[0], a.finalURLs[0], a.statuses[0], a.titles[0], a.consoleErrors[0], a.timings[0], q.now())
-	if err != nil {
-		return fmt.Errorf("failed result of job %d: %w", jobID, err)
-	}
-	return nil
 }

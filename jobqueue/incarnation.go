@@ -62,7 +62,17 @@ func (in *Incarnation) Unclaim(ctx context.Context, keep []int64) ([]int64, erro
 // A job no longer processing on this node is left alone: a *FinishedError
 // (ErrAlreadyFinished) when it is final, ErrNotHeld when it was taken back.
 func (in *Incarnation) Fail(ctx context.Context, jobID int64, errText, class string, retriable bool) (State, error) {
-	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, retriable, false)
+	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, retriable, false, nil)
+}
+
+// FailKeeping is Fail for an attempt whose page answered (an HTTP error
+// status, say): if the job fails for good, what the page answered — its
+// final URL, status, title, console errors and timings, not its data, HTML
+// or screenshot — becomes the job's result in the same statement, so that a
+// failed job still says what the site answered. A later completion (after
+// Retry) replaces it.
+func (in *Incarnation) FailKeeping(ctx context.Context, jobID int64, errText, class string, retriable bool, answer Result) (State, error) {
+	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, retriable, false, &answer)
 }
 
 // GiveBack ends the attempt of a job processing on the node through no
@@ -73,7 +83,7 @@ func (in *Incarnation) Fail(ctx context.Context, jobID int64, errText, class str
 // that could be the job's must go through Fail, or the job could run for
 // ever. Refusals as Fail.
 func (in *Incarnation) GiveBack(ctx context.Context, jobID int64, errText, class string) (State, error) {
-	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, true, true)
+	return in.q.fail(ctx, jobID, in.NodeID, in.N, errText, class, true, true, nil)
 }
 
 // Completion is the Completion of a job this incarnation rendered.

@@ -170,35 +170,49 @@ func TestHeartbeatTellsJobsGone(t *testing.T) {
 	}
 }
 
-// TestSaveFailedResult: a job that failed for good keeps what the page
-// answered; a completion after Retry replaces it; a live job gets none.
-func TestSaveFailedResult(t *testing.T) {
+// TestFailKeeping: a job that fails for good keeps what the page answered,
+// in the statement that fails it; one that goes back to pending keeps
+// nothing; a late failure from another node changes nothing; a second
+// final failure (after Retry) replaces the answer, and a completion
+// replaces that.
+func TestFailKeeping(t *testing.T) {
 	t.Parallel()
 	q, pool := newTestQueue(t, Config{})
 	ctx := context.Background()
 	mustRegister(t, q, "n1", 6)
-	ids := mustEnqueue(t, q, Spec{URL: "http://fr.test/a", MaxAttempts: 1}, Spec{URL: "http://fr.test/b", MaxAttempts: 1})
+	mustRegister(t, q, "n2", 6)
+	n1 := q.Incarnation(Node{ID: "n1"})
+	ids := mustEnqueue(t, q, Spec{URL: "http://fr.test/a", MaxAttempts: 1}, Spec{URL: "http://fr.test/b", MaxAttempts: 2})
 	assignClaim(t, q, "n1", 2)
-	if err := q.SaveFailedResult(ctx, ids[1], "n1", Result{Status: 500}); err != nil {
-		t.Fatal(err)
+	if st, err := n1.FailKeeping(ctx, ids[1], "HTTP 500", "http", true, Result{Status: 500}); err != nil || st != StatePending {
+		t.Fatalf("FailKeeping with attempts left = %s, %v; want pending", st, err)
 	}
 	if n := countRows(t, pool, "SELECT count(*) FROM results"); n != 0 {
-		t.Fatalf("a live job got a result row")
+		t.Fatalf("a job going back to pending got a result row")
 	}
-	if st, err := q.Fail(ctx, ids[0], "n1", "HTTP 404", "http", false); err != nil || st != StateFailed {
-		t.Fatalf("Fail = %s, %v", st, err)
+	if st, err := n1.FailKeeping(ctx, ids[0], "HTTP 404", "http", false, Result{Status: 404, FinalURL: "http://fr.test/a",
+		Title: "Not Found", ConsoleErrors: []string{"e"}, Data: json.RawMessage(`{"x":1}`)}); err != nil || st != StateFailed {
+		t.Fatalf("FailKeeping = %s, %v; want failed", st, err)
 	}
-	if err := q.SaveFailedResult(ctx, ids[0], "n1", Result{Status: 404, FinalURL: "http://fr.test/a", Title: "Not Found",
-		Data: json.RawMessage(`{"x":1}`)}); err != nil {
-		t.Fatal(err)
-	}
-	// A late call from a node that did not fail it changes nothing.
-	if err := q.SaveFailedResult(ctx, ids[0], "n2", Result{Status: 503, Title: "late"}); err != nil {
-		t.Fatal(err)
+	// A late call from a node that does not hold it changes nothing.
+	if _, err := q.Incarnation(Node{ID: "n2"}).FailKeeping(ctx, ids[0], "late", "http", false,
+		Result{Status: 503, Title: "late"}); !errors.Is(err, ErrAlreadyFinished) {
+		t.Fatalf("a late failure from another node: %v, want ErrAlreadyFinished", err)
 	}
 	r, err := q.GetResult(ctx, ids[0])
-	if err != nil || r.Status != 404 || r.Title != "Not Found" || r.Data != nil {
-		t.Fatalf("failed job's result %+v, %v; want status 404 without data", r, err)
+	if err != nil || r.Status != 404 || r.Title != "Not Found" || r.FinalURL != "http://fr.test/a" ||
+		!slices.Equal(r.ConsoleErrors, []string{"e"}) || r.Data != nil {
+		t.Fatalf("failed job's result %+v, %v; want status 404 with its console errors, without data", r, err)
+	}
+	if _, err := q.Retry(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	assignClaim(t, q, "n1", 6)
+	if st, err := n1.FailKeeping(ctx, ids[0], "HTTP 410", "http", false, Result{Status: 410, Title: "Gone"}); err != nil || st != StateFailed {
+		t.Fatalf("FailKeeping after Retry = %s, %v; want failed", st, err)
+	}
+	if r, _ := q.GetResult(ctx, ids[0]); r.Status != 410 || r.Title != "Gone" || len(r.ConsoleErrors) != 0 {
+		t.Fatalf("result after the second failure %+v, want status 410's", r)
 	}
 	if _, err := q.Retry(ctx, ids[0]); err != nil {
 		t.Fatal(err)

@@ -401,7 +401,29 @@ RETURNING j.id`
 // failed. $5 holds the delay per attempt number. With $11 the attempt is
 // given back (the node's fault, not the job's): pending again whatever its
 // count, which goes down by one.
-var failSQL = `
+var failSQL = failCTEs + failSelect
+
+// failKeepingSQL is failSQL that also stores, in the same statement, what
+// the page answered ($12-$16: final URL, status, title, console errors,
+// timings) as the result of a job it fails for good: a job is never final
+// without the answer it failed with, and retention, which deletes a failed
+// job with its result, cannot come between the two (the UPDATE holds the
+// job's row). A result left by an earlier failure (before a Retry) is
+// replaced; no data, HTML or screenshot is kept.
+var failKeepingSQL = failCTEs + `, kept AS (
+    INSERT INTO results (job_id, node_id, final_url, status, title, console_errors, timings, created_at)
+    SELECT $1, $2, $12, $13, $14, $15::jsonb, $16::jsonb, coalesce($4::timestamptz, now())
+    FROM upd WHERE upd.state = 'failed'
+    ON CONFLICT (job_id) DO UPDATE SET node_id = EXCLUDED.node_id, final_url = EXCLUDED.final_url,
+        status = EXCLUDED.status, title = EXCLUDED.title, data = NULL, html = NULL, html_truncated = false, screenshot = NULL,
+        console_errors = EXCLUDED.console_errors, timings = EXCLUDED.timings, links = '[]',
+        links_over_limit = 0, created_at = EXCLUDED.created_at
+)` + failSelect
+
+const failSelect = `
+SELECT u.state, (SELECT count(*) FROM woken) FROM upd u`
+
+var failCTEs = `
 WITH upd AS (
     UPDATE jobs j SET
         state       = CASE WHEN ` + failRetries + ` THEN 'pending' ELSE 'failed' END,
@@ -423,18 +445,33 @@ WITH upd AS (
 	stateCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") + `
 ), woken AS (
     SELECT pg_notify($8, $9) FROM upd HAVING count(*) > 0
-)
-SELECT u.state, (SELECT count(*) FROM woken) FROM upd u`
+)`
 
 // failRetries is failSQL's rule for a job going back to pending.
 const failRetries = `$3 AND ($11 OR j.attempts < j.max_attempts)`
 
-func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable, giveBack bool) (State, error) {
+// fail is Incarnation.Fail, GiveBack and FailKeeping: answer, when not nil,
+// is kept as the result if the job fails for good.
+func (q *Queue) fail(ctx context.Context, jobID int64, nodeID string, inc int64, errText, class string, retriable, giveBack bool, answer *Result) (State, error) {
 	var st State
 	var notified int64
 	var held bool
-	b, failed := nodeBatch(failSQL, jobID, nodeID, retriable, q.now(), q.delays(),
-		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots, inc, giveBack)
+	sql, args := failSQL, []any{jobID, nodeID, retriable, q.now(), q.delays(),
+		cleanText(errText, maxErrorText), cleanText(class, 64), ChannelProducer, PayloadSlots, inc, giveBack}
+	if answer != nil {
+		r := Result{FinalURL: answer.FinalURL, Status: answer.Status, Title: answer.Title,
+			ConsoleErrors: answer.ConsoleErrors, Timings: answer.Timings}
+		var a completeArgs
+		if err := a.add(Completion{JobID: jobID, NodeID: nodeID, Result: r}, q.cfg.ResultLimits); err != nil {
+			// What is left of an answer (no data, HTML or screenshot)
+			// is within every limit; the failure itself must be kept.
+			q.log.Warn("the failed job's answer cannot be kept", zap.Int64("job", jobID), zap.Error(err))
+		} else {
+			sql = failKeepingSQL
+			args = append(args, a.finalURLs[0], a.statuses[0], a.titles[0], a.consoleErrors[0], a.timings[0])
+		}
+	}
+	b, failed := nodeBatch(sql, args...)
 	// No row is an answer, not an error: an error would make pgx drop the
 	// connection's prepared statements of the batch.
 	failed.Query(func(rows pgx.Rows) error {

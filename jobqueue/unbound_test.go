@@ -19,7 +19,7 @@ func (q *Queue) Complete(ctx context.Context, jobID int64, nodeID string, res Re
 // Fail records a failed attempt of a job processing on nodeID (see
 // Incarnation.Fail).
 func (q *Queue) Fail(ctx context.Context, jobID int64, nodeID, errText, class string, retriable bool) (State, error) {
-	return q.fail(ctx, jobID, nodeID, 0, errText, class, retriable, false)
+	return q.fail(ctx, jobID, nodeID, 0, errText, class, retriable, false, nil)
 }
 
 // Heartbeat sends nodeID's heartbeat (see Incarnation.Heartbeat).
