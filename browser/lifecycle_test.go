@@ -212,6 +212,11 @@ func TestChromeDies(t *testing.T) {
 	_, err, took := render(t, s, Request{URL: e.url("/page/1"), Timeout: time.Second})
 	wantClass(t, err, ClassUnresponsive, true)
 	wantDuration(t, took, time.Second, time.Second+healthProbe+slack)
+	// A job on a new session: its browser context is never made, and the
+	// bounded call's end is Chrome's failure, not an internal one.
+	_, err, took = render(t, e.session(t), Request{URL: e.url("/page/1"), Timeout: time.Minute})
+	wantClass(t, err, ClassUnresponsive, true)
+	wantDuration(t, took, closeWait, closeWait+healthProbe+slack)
 	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

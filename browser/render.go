@@ -184,15 +184,32 @@ func (s *Session) classify(parent, jctx context.Context, err error) error {
 		}
 		// The job ran out of time: a slow or hostile page, or a Chrome that
 		// stopped answering altogether.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(parent), healthProbe)
-		herr := s.b.Healthy(pctx)
-		cancel()
-		if herr != nil {
-			return &Error{Class: ClassUnresponsive, Retriable: true, Err: fmt.Errorf("%w (and chrome did not answer: %v)", err, herr)}
+		if uerr := s.unresponsive(parent, err); uerr != nil {
+			return uerr
 		}
 		return &Error{Class: ClassTimeout, Retriable: true, Err: err}
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// A call bounded on its own (closeWait: making the job's browser
+		// context, say) ran out: on a Chrome that stopped answering that
+		// is the Chrome's failure, not an unexplained one.
+		if uerr := s.unresponsive(parent, err); uerr != nil {
+			return uerr
+		}
+	}
 	return &Error{Class: ClassInternal, Retriable: true, Err: err}
+}
+
+// unresponsive returns err as ClassUnresponsive if Chrome does not answer
+// a health check within healthProbe, nil if it does.
+func (s *Session) unresponsive(parent context.Context, err error) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(parent), healthProbe)
+	herr := s.b.Healthy(pctx)
+	cancel()
+	if herr == nil {
+		return nil
+	}
+	return &Error{Class: ClassUnresponsive, Retriable: true, Err: fmt.Errorf("%w (and chrome did not answer: %v)", err, herr)}
 }
 
 // run does the render on tab t. Every call is bounded by ctx.
