@@ -2,7 +2,7 @@ package browser
 
 // The scripts below run in the farm's isolated world of the page
 // (world.go) with Runtime.evaluate, each as one round trip; they are
-// function expressions called with JSON-quoted arguments. jsConsoleGuard
+// function expressions called with JSON-quoted arguments. jsPageGuard
 // alone runs in the page's own world.
 
 // jsWhyHidden says why an element is not visible (empty when it is): hidden
@@ -157,7 +157,7 @@ const jsMeta = `function (wantHTML, cap, follow, max, maxText, maxURL) {
   return out;
 }`
 
-// jsConsoleGuard runs in every frame of a tab before the page's scripts
+// jsPageGuard runs in every frame of a tab before the page's scripts
 // (Page.addScriptToEvaluateOnNewDocument). Chrome sends a console call's
 // string arguments and an uncaught exception's text over CDP whole, and the
 // description of an object argument too (an Error's stack, a function's
@@ -176,8 +176,10 @@ const jsMeta = `function (wantHTML, cap, follow, max, maxText, maxURL) {
 // connection (TestConsoleLogFloodStopsNoOtherSession). A page that finds a
 // console the guard never saw (a frame's before its first script) can still
 // get past it: the cap in Go still bounds what is kept, not what crosses.
-const jsConsoleGuard = `(() => {
-  const max = %d, marker = %q, budget = %d;
+// The guard also bounds the dedicated workers a document may start
+// (MaxPageWorkers).
+const jsPageGuard = `(() => {
+  const max = %d, marker = %q, budget = %d, maxWorkers = %d;
   const cutText = s => s.length > max ? s.slice(0, max) + '…' : s;
   const text = v => {
     try {
@@ -192,6 +194,16 @@ const jsConsoleGuard = `(() => {
     if (v === null || t === 'undefined' || t === 'number' || t === 'boolean' || t === 'bigint') return v;
     return cutText(t === 'string' ? v : text(v));
   };
+  const W = globalThis.Worker;
+  if (typeof W === 'function') {
+    let workers = 0;
+    globalThis.Worker = new Proxy(W, {construct(target, args, newTarget) {
+      if (++workers > maxWorkers) {
+        throw new DOMException('browserfarm: this document may start at most ' + maxWorkers + ' workers', 'QuotaExceededError');
+      }
+      return Reflect.construct(target, args, newTarget);
+    }});
+  }
   const c = globalThis.console;
   if (!c) return;
   let left = budget;
@@ -221,6 +233,19 @@ const jsConsoleGuard = `(() => {
   }, true);
 })()`
 
-// uncaughtMarker starts a console.error of jsConsoleGuard that reports an
+// MaxPageWorkers bounds the dedicated workers one document may start: the
+// next construction throws QuotaExceededError, as a browser out of a
+// resource would. Chrome sets no limit, and each start is work on the
+// browser process's main thread: a page starting them in a loop (the test
+// site's /hostile/workers, 5,000 a second) held that thread until Chrome
+// stopped answering CDP for every tab, and the health check then replaced
+// the Chrome with every job on it; with the bound its job ends at its own
+// timeout, its Chrome unhurt (TestRealChromeWorkerFlood). Not bounded:
+// workers started by workers, where no script of the farm's runs
+// (TestRealChromeNestedWorkerFlood), and a frame's Worker taken before the
+// guard ran in it (as for the console).
+const MaxPageWorkers = 256
+
+// uncaughtMarker starts a console.error of jsPageGuard that reports an
 // uncaught exception.
 const uncaughtMarker = "\u2063browserfarm-uncaught\u2063"

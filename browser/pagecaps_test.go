@@ -273,3 +273,41 @@ func TestFarmWorldAfterCrossSiteSelfNavigation(t *testing.T) {
 		}
 	}
 }
+
+// TestPageWorkersAreBounded: a document may start MaxPageWorkers dedicated
+// workers; the next construction throws QuotaExceededError, and the
+// workers made are real ones (TestRealChromeWorkerFlood in the supervisor
+// is why). Every job's document has the whole budget again.
+func TestPageWorkersAreBounded(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	page := jsPage(t)
+	js := fmt.Sprintf(`
+const src = URL.createObjectURL(new Blob([''], {type: 'text/javascript'}));
+const made = [];
+let error = '';
+try { for (let i = 0; i < %d; i++) made.push(new Worker(src)); } catch (e) { error = e.name; }
+const real = made.length > 0 && made[0] instanceof Worker && Object.getPrototypeOf(made[0]) === Worker.prototype &&
+  typeof made[0].postMessage === 'function';
+made.forEach(w => w.terminate());
+document.documentElement.dataset.r = JSON.stringify({started: made.length, error, real});
+`, MaxPageWorkers+10)
+	type outcome struct {
+		Started int    `json:"started"`
+		Error   string `json:"error"`
+		Real    bool   `json:"real"`
+	}
+	want := outcome{Started: MaxPageWorkers, Error: "QuotaExceededError", Real: true}
+	for i := range 2 {
+		res, err := s.Render(context.Background(), Request{URL: page(js, ""), Wait: Wait{Selector: "#ready"},
+			Extract: `JSON.parse(document.documentElement.dataset.r)`})
+		if err != nil {
+			t.Fatalf("job %d: %v", i, err)
+		}
+		var got outcome
+		unmarshal(t, res.Data, &got)
+		if got != want {
+			t.Fatalf("job %d: %+v, want %+v", i, got, want)
+		}
+	}
+}

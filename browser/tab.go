@@ -184,7 +184,7 @@ func uncanceled(ctx context.Context) (context.Context, context.CancelFunc) {
 // get every target's events); and it sets the default viewport and user
 // agent.
 func (t *tab) slim(ctx context.Context) error {
-	guard := fmt.Sprintf(jsConsoleGuard, maxConsoleLen, uncaughtMarker, jobspec.MaxConsoleErrors)
+	guard := fmt.Sprintf(jsPageGuard, maxConsoleLen, uncaughtMarker, jobspec.MaxConsoleErrors, MaxPageWorkers)
 	if _, err := cdp.Call(ctx, t.t, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: guard}); err != nil {
 		return fmt.Errorf("Page.addScriptToEvaluateOnNewDocument: %w", err)
 	}

@@ -204,14 +204,54 @@ func TestRealRecycleAndExit(t *testing.T) {
 }
 
 // TestRealChromeWorkerFlood: a page that starts Web Workers without end
-// (testsite /hostile/workers) most often wedges Chrome's browser process,
-// not just its own tab: the health check catches it, the job fails as
-// retriable unresponsive instead of running out its own timeout, and the
-// next job runs on a fresh Chrome. Nothing of the hung Chrome is left
-// behind. In one of 14 runs here the page's renderer died first (at 26 s,
+// (testsite /hostile/workers) costs its own tab, not its Chrome: the
+// farm's guard lets a document start browser.MaxPageWorkers of them. Under
+// health checks every 200 ms that give up after 2 s the flooding job ends
+// at its own timeout with its Chrome never found hung, and the next job
+// renders on that same Chrome. (Without the guard Chrome stopped answering
+// within seconds: TestRealChromeNestedWorkerFlood.)
+func TestRealChromeWorkerFlood(t *testing.T) {
+	srv := httptest.NewServer(testsite.New(testsite.Options{Items: 20}))
+	defer srv.Close()
+	h := startReal(t, lossConfig(true))
+	sl, err := h.s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := sl.ChromePID()
+	// The job waits for an element the page never makes, so that the page
+	// floods until the job's timeout.
+	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + "/hostile/workers",
+		Wait: browser.Wait{Selector: "#never"}, Timeout: 10 * time.Second})
+	sl.Release()
+	if class := browser.ClassOf(err); class != browser.ClassTimeout {
+		t.Fatalf("job on the flooding page: %v (class %q), want %q", err, class, browser.ClassTimeout)
+	}
+	if st := h.s.Stats(); st.ChromeCrashes != 0 {
+		t.Fatalf("the flood took its Chrome down: %+v", st)
+	}
+	if got := h.renderPage1(t, srv.URL); got != pid {
+		t.Errorf("the next job ran on chrome %d, want the flooded one, %d", got, pid)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.s.Stats(); st.ChromeCrashes != 0 || st.ChromeStarts != 1 || st.ChromeKills != 1 {
+		t.Errorf("stats: %+v, want no crash, 1 start, 1 kill", st)
+	}
+	h.noLeftovers(t)
+}
+
+// TestRealChromeNestedWorkerFlood: the same flood started from a worker
+// (testsite /hostile/nested-workers), where the farm's guard does not run,
+// most often wedges Chrome's browser process, not just its own tab: the
+// health check catches it, the job fails as retriable unresponsive instead
+// of running out its own timeout, and the next job runs on a fresh Chrome.
+// Nothing of the hung Chrome is left behind. In one of 14 runs of the
+// page's own flood (before the guard) its renderer died first (at 26 s,
 // the browser process answering every check until then): the job then
 // fails as retriable crashed, and the next job may run on the same Chrome.
-func TestRealChromeWorkerFlood(t *testing.T) {
+func TestRealChromeNestedWorkerFlood(t *testing.T) {
 	srv := httptest.NewServer(testsite.New(testsite.Options{Items: 20}))
 	defer srv.Close()
 	h := startReal(t, lossConfig(true))
@@ -223,9 +263,8 @@ func TestRealChromeWorkerFlood(t *testing.T) {
 	pid := sl.ChromePID()
 	const timeout = 2 * time.Minute
 	start := time.Now()
-	// The job waits for an element the page never makes, so that the page
-	// lives until the job ends.
-	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + "/hostile/workers", Wait: browser.Wait{Selector: "#never"}, Timeout: timeout})
+	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + "/hostile/nested-workers",
+		Wait: browser.Wait{Selector: "#never"}, Timeout: timeout})
 	sl.Release()
 	took := time.Since(start)
 	if took >= timeout {

@@ -118,6 +118,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /hostile/dom", s.hostileDOM)
 	m.HandleFunc("GET /hostile/crash", s.hostileCrash)
 	m.HandleFunc("GET /hostile/workers", s.hostileWorkers)
+	m.HandleFunc("GET /hostile/nested-workers", s.hostileNestedWorkers)
 	m.HandleFunc("GET /file.pdf", s.pdf)
 	m.HandleFunc("GET /egress/redirect", s.egressRedirect)
 	m.HandleFunc("GET /egress/page", s.egressPage)
@@ -162,7 +163,8 @@ var paths = [][2]string{
 	{"/hostile/leave-loop", "an infinite JavaScript loop in its pagehide handler, as it is left"},
 	{"/hostile/dom?n=N", "a DOM of N elements (default 100000)"},
 	{"/hostile/crash", "allocates until the renderer runs out of memory"},
-	{"/hostile/workers", "starts Web Workers without end, until Chrome's browser process stops answering"},
+	{"/hostile/workers", "starts Web Workers without end (the farm lets a document start 256)"},
+	{"/hostile/nested-workers", "a Web Worker that starts Web Workers without end, until Chrome's browser process stops answering"},
 	{"/file.pdf", "a one-page PDF, served inline"},
 	{"/egress/redirect?to=URL", "redirects (302) to URL"},
 	{"/egress/page?fetch=URL&frame=URL", "fetches and frames the URLs (repeatable); #out says what each fetch got, then #ready"},
@@ -696,21 +698,35 @@ setTimeout(function () {
 </script></body></html>`)
 }
 
-// hostileWorkers starts 50 dedicated workers every 10 ms for as long as it
-// lives. Chrome sets no limit on a page's workers, and each one costs the
-// browser process (not the page's renderer) work on its main thread: within
-// seconds that thread falls behind and Chrome stops answering CDP, for every
-// tab, until it is killed. Killing the page's renderer alone did not bring
-// it back within 20 s here.
+// workerFlood is a script that starts 50 dedicated workers every 10 ms,
+// for as long as it lives. Chrome sets no limit on them, and each one costs
+// the browser process (not only the page's renderer) work on its main
+// thread: within seconds that thread falls behind and Chrome stops
+// answering CDP, for every tab, until it is killed. Killing the page's
+// renderer alone did not bring it back within 20 s here.
+const workerFlood = `const src = URL.createObjectURL(new Blob(['setInterval(() => {}, 1000)'], {type: 'text/javascript'}));
+const workers = [];
+setInterval(() => {
+  for (let i = 0; i < 50; i++) { try { workers.push(new Worker(src)); } catch (e) {} }
+}, 10);`
+
+// hostileWorkers runs workerFlood in the page.
 func (s *site) hostileWorkers(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Workers</title></head><body>
 <div id="before">before</div>
 <script>
-const src = URL.createObjectURL(new Blob(['setInterval(() => {}, 1000)'], {type: 'text/javascript'}));
-const workers = [];
-setInterval(() => {
-  for (let i = 0; i < 50; i++) { try { workers.push(new Worker(src)); } catch (e) {} }
-}, 10);
+`+workerFlood+`
+</script></body></html>`)
+}
+
+// hostileNestedWorkers runs workerFlood in a worker of the page: no script
+// a page's documents get (the farm's guard that bounds their workers) runs
+// there.
+func (s *site) hostileNestedWorkers(w http.ResponseWriter, r *http.Request) {
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Nested workers</title></head><body>
+<div id="before">before</div>
+<script>
+new Worker(URL.createObjectURL(new Blob([`+strconv.Quote(workerFlood)+`], {type: 'text/javascript'})));
 </script></body></html>`)
 }
 
