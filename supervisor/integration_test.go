@@ -211,26 +211,14 @@ func TestRealRecycleAndExit(t *testing.T) {
 // renders on that same Chrome. (Without the guard Chrome stopped answering
 // within seconds: TestRealChromeNestedWorkerFlood.)
 func TestRealChromeWorkerFlood(t *testing.T) {
-	srv := httptest.NewServer(testsite.New(testsite.Options{Items: 20}))
-	defer srv.Close()
-	h := startReal(t, lossConfig(true))
-	sl, err := h.s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := sl.ChromePID()
-	// The job waits for an element the page never makes, so that the page
-	// floods until the job's timeout.
-	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + "/hostile/workers",
-		Wait: browser.Wait{Selector: "#never"}, Timeout: 10 * time.Second})
-	sl.Release()
+	h, site, pid, _, err := floodJob(t, "/hostile/workers", 10*time.Second)
 	if class := browser.ClassOf(err); class != browser.ClassTimeout {
 		t.Fatalf("job on the flooding page: %v (class %q), want %q", err, class, browser.ClassTimeout)
 	}
 	if st := h.s.Stats(); st.ChromeCrashes != 0 {
 		t.Fatalf("the flood took its Chrome down: %+v", st)
 	}
-	if got := h.renderPage1(t, srv.URL); got != pid {
+	if got := h.renderPage1(t, site); got != pid {
 		t.Errorf("the next job ran on chrome %d, want the flooded one, %d", got, pid)
 	}
 	if err := h.stop(); err != nil {
@@ -252,21 +240,8 @@ func TestRealChromeWorkerFlood(t *testing.T) {
 // the browser process answering every check until then): the job then
 // fails as retriable crashed, and the next job may run on the same Chrome.
 func TestRealChromeNestedWorkerFlood(t *testing.T) {
-	srv := httptest.NewServer(testsite.New(testsite.Options{Items: 20}))
-	defer srv.Close()
-	h := startReal(t, lossConfig(true))
-
-	sl, err := h.s.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := sl.ChromePID()
 	const timeout = 2 * time.Minute
-	start := time.Now()
-	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + "/hostile/nested-workers",
-		Wait: browser.Wait{Selector: "#never"}, Timeout: timeout})
-	sl.Release()
-	took := time.Since(start)
+	h, site, pid, took, err := floodJob(t, "/hostile/nested-workers", timeout)
 	if took >= timeout {
 		t.Fatalf("the job ran out its own timeout (%v, %v): the hung Chrome was not caught", took, err)
 	}
@@ -276,9 +251,9 @@ func TestRealChromeNestedWorkerFlood(t *testing.T) {
 		t.Fatalf("job on the flooding page: %v (class %q), want retriable", err, class)
 	case class == browser.ClassUnresponsive:
 		// Killed twice: the hung Chrome, then its replacement at the stop.
-		h.nextJobOnFreshChrome(t, srv.URL, pid, 2)
+		h.nextJobOnFreshChrome(t, site, pid, 2)
 	case class == browser.ClassCrashed:
-		h.renderPage1(t, srv.URL)
+		h.renderPage1(t, site)
 		if err := h.stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -286,6 +261,27 @@ func TestRealChromeNestedWorkerFlood(t *testing.T) {
 	default:
 		t.Fatalf("job on the flooding page: %v (class %q), want %q or %q", err, class, browser.ClassUnresponsive, browser.ClassCrashed)
 	}
+}
+
+// floodJob starts a supervisor of lossConfig(true) and renders the page at
+// path of a test site in one of its slots, waiting for an element the page
+// never makes so that the page floods until the job ends. It returns the
+// harness, the site's URL, the pid of the Chrome the job ran on, how long
+// the job took and its error.
+func floodJob(t *testing.T, path string, timeout time.Duration) (h *realHarness, site string, pid int, took time.Duration, err error) {
+	t.Helper()
+	srv := httptest.NewServer(testsite.New(testsite.Options{Items: 20}))
+	t.Cleanup(srv.Close)
+	h = startReal(t, lossConfig(true))
+	sl, err := h.s.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid = sl.ChromePID()
+	start := time.Now()
+	_, err = sl.Render(context.Background(), browser.Request{URL: srv.URL + path, Wait: browser.Wait{Selector: "#never"}, Timeout: timeout})
+	sl.Release()
+	return h, srv.URL, pid, time.Since(start), err
 }
 
 // lossConfig is the supervisor of the tests that lose a Chrome: two slots,
