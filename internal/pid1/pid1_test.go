@@ -156,35 +156,15 @@ const sigRTMIN = syscall.Signal(34)
 // What the init passes on: what whoever stops the container may send, not
 // what this process gets from its own kernel or runtime.
 func TestForwarded(t *testing.T) {
-	for _, tc := range []struct {
-		sig  syscall.Signal
-		want bool
-	}{
-		{syscall.SIGTERM, true},
-		{syscall.SIGINT, true},
-		{syscall.SIGHUP, true},
-		{syscall.SIGQUIT, true},
-		{syscall.SIGUSR2, true},
-		{syscall.SIGWINCH, true},
-		{syscall.SIGTSTP, true},
-		{syscall.SIGCONT, true},
-		{syscall.SIGXCPU, true},
-		{sigRTMIN, true},
-		{64, true},
-		{syscall.SIGCHLD, false},
-		{syscall.SIGURG, false},
-		{syscall.SIGPROF, false},
-		{syscall.SIGPIPE, false},
-		{syscall.SIGTTIN, false},
-		{syscall.SIGSEGV, false},
-		{syscall.SIGABRT, false},
-		{syscall.SIGKILL, false},
-		{syscall.SIGSTOP, false},
-		{32, false},
-		{33, false},
-	} {
-		if got := slices.Contains(Forwarded, os.Signal(tc.sig)); got != tc.want {
-			t.Errorf("signal %d (%s) forwarded: %v, want %v", tc.sig, unix.SignalName(tc.sig), got, tc.want)
+	forwarded := []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR2,
+		syscall.SIGWINCH, syscall.SIGTSTP, syscall.SIGCONT, syscall.SIGXCPU, sigRTMIN, 64}
+	kept := []syscall.Signal{syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPROF, syscall.SIGPIPE, syscall.SIGTTIN,
+		syscall.SIGSEGV, syscall.SIGABRT, syscall.SIGKILL, syscall.SIGSTOP, 32, 33}
+	for want, sigs := range map[bool][]syscall.Signal{true: forwarded, false: kept} {
+		for _, sig := range sigs {
+			if got := slices.Contains(Forwarded, os.Signal(sig)); got != want {
+				t.Errorf("signal %d (%s) forwarded: %v, want %v", sig, unix.SignalName(sig), got, want)
+			}
 		}
 	}
 }
