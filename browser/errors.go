@@ -61,6 +61,11 @@ type Error struct {
 	Retriable bool
 	// Err is the underlying cause.
 	Err error
+	// BeforePage reports that the render failed before the job's page was
+	// asked for (while getting or setting up its tab): nothing the page
+	// does can have caused it. Set on the classes of a lost Chrome
+	// (crashed, unresponsive) only.
+	BeforePage bool
 }
 
 func (e *Error) Error() string {
@@ -101,6 +106,28 @@ func ClassOf(err error) string {
 		return e.Class
 	}
 	return ClassInternal
+}
+
+// FailedBeforePage reports whether err is a render's failure from Chrome
+// (crashed or unresponsive) that came before the job's page was asked for:
+// the failure of the Chrome the job was given, not the job's.
+func FailedBeforePage(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.BeforePage
+}
+
+// MarkBeforePage returns err marked BeforePage when it is the failure of a
+// lost Chrome (crashed, unresponsive) that came before the job's page was
+// asked for, else err itself. The *Error is copied: a lost Chrome's error
+// is shared by every job that was on it.
+func MarkBeforePage(err error) error {
+	var e *Error
+	if !errors.As(err, &e) || (e.Class != ClassCrashed && e.Class != ClassUnresponsive) {
+		return err
+	}
+	marked := *e
+	marked.BeforePage = true
+	return &marked
 }
 
 func newErr(class string, retriable bool, format string, args ...any) *Error {

@@ -209,14 +209,22 @@ func TestChromeDies(t *testing.T) {
 	cancel()
 	wantClass(t, err, ClassUnresponsive, true)
 	wantDuration(t, time.Since(start), 500*time.Millisecond, 500*time.Millisecond+slack)
+	// Neither job's page was asked for: their failures are the Chrome's
+	// (FailedBeforePage), whatever the jobs are.
 	_, err, took := render(t, s, Request{URL: e.url("/page/1"), Timeout: time.Second})
 	wantClass(t, err, ClassUnresponsive, true)
 	wantDuration(t, took, time.Second, time.Second+healthProbe+slack)
+	if !FailedBeforePage(err) {
+		t.Errorf("job on a stopped Chrome: %v, want it failed before its page", err)
+	}
 	// A job on a new session: its browser context is never made, and the
 	// bounded call's end is Chrome's failure, not an internal one.
 	_, err, took = render(t, e.session(t), Request{URL: e.url("/page/1"), Timeout: time.Minute})
 	wantClass(t, err, ClassUnresponsive, true)
 	wantDuration(t, took, closeWait, closeWait+healthProbe+slack)
+	if !FailedBeforePage(err) {
+		t.Errorf("job on a new session of a stopped Chrome: %v, want it failed before its page", err)
+	}
 	if err := syscall.Kill(-pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +246,9 @@ func TestChromeDies(t *testing.T) {
 	wantClass(t, o.err, ClassCrashed, true)
 	if o.took >= timeout {
 		t.Fatalf("render ended at its timeout (%v), not when chrome died", o.took)
+	}
+	if FailedBeforePage(o.err) {
+		t.Errorf("job whose page Chrome had asked for: %v, want it not failed before its page", o.err)
 	}
 	// Done closes a moment after the render saw Chrome gone; the guard
 	// is far above that moment.

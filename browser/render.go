@@ -112,7 +112,7 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 
 	t, err := s.acquire(jctx, j)
 	if err != nil {
-		return nil, s.classify(ctx, jctx, fmt.Errorf("getting a tab: %w", err))
+		return nil, MarkBeforePage(s.classify(ctx, jctx, fmt.Errorf("getting a tab: %w", err)))
 	}
 	st := newJobState(j, abort)
 	t.beginJob(st)
@@ -121,11 +121,18 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 		t.taint(ReplacedAuth)
 	}
 	res := &Result{}
+	err = t.setup(jctx, j)
 	res.Timings.Setup = time.Since(start)
-	err = s.run(jctx, t, j, st, res)
+	early := err != nil
+	if !early {
+		err = s.run(jctx, t, j, st, res)
+	}
 	res.ConsoleErrors, res.Dialogs = st.consoleAndDialogs()
 	if err != nil {
 		err = s.classify(ctx, jctx, err)
+		if early {
+			err = MarkBeforePage(err)
+		}
 		var e *Error
 		if errors.As(err, &e) && !tabSurvives(e.Class) {
 			t.markBroken()
@@ -213,13 +220,9 @@ func (s *Session) unresponsive(parent context.Context, err error) error {
 }
 
 // run does the render on tab t. Every call is bounded by ctx.
+// The tab is set up for the job already (tab.setup).
 func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Result) error {
 	mark := time.Now()
-	if err := t.setup(ctx, j); err != nil {
-		return err
-	}
-	res.Timings.Setup += time.Since(mark)
-	mark = time.Now()
 	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: j.URL})
 	if err != nil {
 		return fmt.Errorf("navigating: %w", err)

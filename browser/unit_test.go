@@ -204,6 +204,42 @@ func TestErrorHelpers(t *testing.T) {
 	}
 }
 
+// TestMarkBeforePage: only a lost Chrome's failure is marked, on a copy
+// (a lost Chrome's error is shared by all its jobs), keeping its class,
+// retriability and cause.
+func TestMarkBeforePage(t *testing.T) {
+	base := errors.New("boom")
+	for _, tc := range []struct {
+		name   string
+		err    error
+		marked bool
+	}{
+		{"nil", nil, false},
+		{"plain", base, false},
+		{"crashed", &Error{Class: ClassCrashed, Retriable: true, Err: base}, true},
+		{"unresponsive, wrapped", fmt.Errorf("new session: %w", &Error{Class: ClassUnresponsive, Retriable: true, Err: base}), true},
+		{"timeout", &Error{Class: ClassTimeout, Retriable: true, Err: base}, false},
+		{"canceled", &Error{Class: ClassCanceled, Retriable: true, Err: base}, false},
+		{"invalid", &Error{Class: ClassInvalid, Err: base}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := MarkBeforePage(tc.err)
+			if FailedBeforePage(got) != tc.marked {
+				t.Fatalf("FailedBeforePage(MarkBeforePage(%v)) = %v, want %v", tc.err, !tc.marked, tc.marked)
+			}
+			if FailedBeforePage(tc.err) {
+				t.Errorf("the error given was marked itself: %v", tc.err)
+			}
+			if ClassOf(got) != ClassOf(tc.err) || IsRetriable(got) != IsRetriable(tc.err) {
+				t.Errorf("marked %v: class %q retriable %v, want %q %v", got, ClassOf(got), IsRetriable(got), ClassOf(tc.err), IsRetriable(tc.err))
+			}
+			if tc.err != nil && !errors.Is(got, base) {
+				t.Errorf("marked %v lost its cause", got)
+			}
+		})
+	}
+}
+
 func TestParseStat(t *testing.T) {
 	tests := []struct {
 		in   string

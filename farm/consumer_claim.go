@@ -265,7 +265,7 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 		if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%w)", cause, err)
 		}
-		c.failWithResult(j, log.With(zap.Int("chrome_pid", pid)), err, took, res)
+		c.failWithResult(j, log.With(zap.Int("chrome_pid", pid)), renderFailure(j, err), took, res)
 		return
 	}
 	res.Links = c.followable(res.Links)

@@ -29,14 +29,9 @@ func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger
 		// kept (c.reports).
 		if err := blobstore.Offload(c.reports, c.cfg.Blobs, j.ID, j.Attempts, &rec); err != nil {
 			c.blobsDown.Store(true)
-			var berr error = &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}
-			if j.ErrorClass != ClassBlobStore {
-				// The store's fault, not the job's: its attempt is given
-				// back. Not twice in a row, so that a job whose blobs no
-				// store takes cannot run for ever.
-				berr = nodeFault{berr}
-			}
-			c.fail(j, log, berr, took)
+			// The store's fault, not the job's (once: a job whose blobs
+			// no store takes cannot run for ever).
+			c.fail(j, log, givenBack(j, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}), took)
 			return
 		}
 	}
@@ -140,6 +135,30 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 type nodeFault struct{ error }
 
 func (e nodeFault) Unwrap() error { return e.error }
+
+// renderFailure is what a failed render is recorded as: when the Chrome
+// the job was given crashed or hung before the job's page was asked for
+// (browser.FailedBeforePage), the failure is the node's (givenBack) — the
+// jobs a hostile page's Chrome takes down with it are charged only for
+// the part they had begun.
+func renderFailure(j jobqueue.Job, err error) error {
+	if browser.FailedBeforePage(err) {
+		return givenBack(j, err)
+	}
+	return err
+}
+
+// givenBack makes err, a failure the node caused, a nodeFault — unless the
+// job's last attempt failed with the same class: then it is charged, so
+// that a job that always meets that failure (whatever it does to cause it)
+// cannot run for ever, and a job that only met it by chance loses at most
+// every other attempt to it.
+func givenBack(j jobqueue.Job, err error) error {
+	if j.ErrorClass == browser.ClassOf(err) {
+		return err
+	}
+	return nodeFault{err}
+}
 
 // retryReport runs a database write until it succeeds, fails for a reason
 // that retrying cannot change, reportTimeout passes or base ends. base is

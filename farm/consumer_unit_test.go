@@ -172,6 +172,47 @@ func TestUnitFailKeepsTheAnswer(t *testing.T) {
 	}
 }
 
+// TestUnitRenderFailure: a failure of the Chrome before the job's page was
+// asked for gives the attempt back, once in a row; every other render
+// failure is charged.
+func TestUnitRenderFailure(t *testing.T) {
+	lost := func(class string, before bool) error {
+		err := fmt.Errorf("render: %w", &browser.Error{Class: class, Retriable: true, Err: errors.New("chrome 41")})
+		if before {
+			err = browser.MarkBeforePage(err)
+		}
+		return err
+	}
+	for _, tc := range []struct {
+		name      string
+		err       error
+		lastClass string // the class of the job's previous attempt
+		wantBack  bool
+	}{
+		{"hung before the page", lost(browser.ClassUnresponsive, true), "", true},
+		{"crashed before the page", lost(browser.ClassCrashed, true), browser.ClassTimeout, true},
+		{"hung before the page again", lost(browser.ClassUnresponsive, true), browser.ClassUnresponsive, false},
+		{"hung before the page after a crash", lost(browser.ClassUnresponsive, true), browser.ClassCrashed, true},
+		{"hung with the page", lost(browser.ClassUnresponsive, false), "", false},
+		{"crashed with the page", lost(browser.ClassCrashed, false), "", false},
+		{"timeout", &browser.Error{Class: browser.ClassTimeout, Retriable: true, Err: errors.New("slow")}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{failState: jobqueue.StatePending}
+			c := fakeConsumer(t, fq, 6, Off)
+			j := jobqueue.Job{ID: 7, Attempts: 2, ErrorClass: tc.lastClass, Spec: jobqueue.Spec{URL: "https://example.com/"}}
+			c.failWithResult(j, zap.NewNop(), renderFailure(j, tc.err), 0, nil)
+			got := fq.snapshot()
+			if len(got.fails) != 1 {
+				t.Fatalf("fails %+v, want one", got.fails)
+			}
+			if f := got.fails[0]; f.givenBack != tc.wantBack || f.class != browser.ClassOf(tc.err) || !f.retriable {
+				t.Fatalf("fail %+v, want class %q, retriable, given back %v", f, browser.ClassOf(tc.err), tc.wantBack)
+			}
+		})
+	}
+}
+
 func TestUnitHeartbeatRenewsOnlyLiveJobs(t *testing.T) {
 	fq := &fakeQueue{}
 	c := fakeConsumer(t, fq, 6, Off)

@@ -421,7 +421,8 @@ func (sl *Slot) Render(ctx context.Context, req browser.Request) (*browser.Resul
 	sl.rendered = true
 	c := sl.c
 	if be := c.lost(); be != nil {
-		return nil, be
+		// Lost before the job began: its page was never asked for.
+		return nil, browser.MarkBeforePage(be)
 	}
 	if due, ok := ctx.Deadline(); ok {
 		sl.s.mu.Lock()
@@ -437,7 +438,7 @@ func (sl *Slot) Render(ctx context.Context, req browser.Request) (*browser.Resul
 
 	sess, err := sl.session(rctx)
 	if err != nil {
-		return nil, sl.wrap(fmt.Errorf("new session on chrome %d: %w", c.pid, err))
+		return nil, browser.MarkBeforePage(sl.wrap(fmt.Errorf("new session on chrome %d: %w", c.pid, err)))
 	}
 	res, err := sess.Render(rctx, req)
 	sl.putSession(sess, err == nil)

@@ -269,13 +269,26 @@ func TestChromeLoss(t *testing.T) {
 
 			errc := renderAsync(h.acquire())
 			c1 := g.waitStarted(t)
+			held := h.acquire() // its job not begun when the Chrome is lost
+			if held.ChromePID() != c1.pid {
+				t.Fatalf("second slot on chrome %d, want %d", held.ChromePID(), c1.pid)
+			}
 			tt.lose(c1)
 			err := recv(t, errc)
 			var be *browser.Error
 			if !errors.As(err, &be) || !be.Retriable || be.Class != tt.class {
 				t.Fatalf("render error = %v, want retriable %q", err, tt.class)
 			}
+			if browser.FailedBeforePage(err) {
+				t.Errorf("the job under way: %v, want it not failed before its page", err)
+			}
 			testutil.Eventually(t, time.Minute, "crash counted", func() bool { return h.s.Stats().ChromeCrashes == 1 })
+			testutil.Eventually(t, time.Minute, "lost chrome killed", c1.killed)
+			_, err = held.Render(context.Background(), browser.Request{})
+			if !errors.As(err, &be) || !be.Retriable || be.Class != tt.class || !browser.FailedBeforePage(err) {
+				t.Fatalf("render begun on the lost chrome: %v, want retriable %q, failed before its page", err, tt.class)
+			}
+			held.Release()
 
 			fleet.setRender(nil)
 			sl := h.acquire()
@@ -293,7 +306,7 @@ func TestChromeLoss(t *testing.T) {
 				t.Errorf("lost chrome Kill called %d times, want 1 (reap and profile cleanup)", reaped)
 			}
 			st := h.s.Stats()
-			if st.ChromeStarts != 2 || st.ChromeKills != tt.wantKills || st.JobsSinceProcessStart != 2 {
+			if st.ChromeStarts != 2 || st.ChromeKills != tt.wantKills || st.JobsSinceProcessStart != 3 {
 				t.Errorf("stats: %+v", st)
 			}
 			if n := h.logs.FilterMessage("chrome " + tt.class).Len(); n != 1 {
