@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,7 +32,7 @@ func (c *Consumer) complete(ctx context.Context, j jobqueue.Job, log *zap.Logger
 			c.blobsDown.Store(true)
 			// The store's fault, not the job's (once: a job whose blobs
 			// no store takes cannot run for ever).
-			c.fail(j, log, givenBack(j, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}), took)
+			c.fail(j, log, givenBack(j, &browser.Error{Class: ClassBlobStore, Retriable: true, Err: err}, ClassBlobStore), took)
 			return
 		}
 	}
@@ -138,23 +139,23 @@ func (e nodeFault) Unwrap() error { return e.error }
 
 // renderFailure is what a failed render is recorded as: when the Chrome
 // the job was given crashed or hung before the job's page was asked for
-// (browser.FailedBeforePage), the failure is the node's (givenBack) — the
-// jobs a hostile page's Chrome takes down with it are charged only for
-// the part they had begun.
+// (browser.FailedBeforePage), the failure is the node's (givenBack): of the
+// jobs a hostile page's Chrome takes down with it, only those whose page
+// had been asked for are charged.
 func renderFailure(j jobqueue.Job, err error) error {
 	if browser.FailedBeforePage(err) {
-		return givenBack(j, err)
+		return givenBack(j, err, browser.ClassCrashed, browser.ClassUnresponsive)
 	}
 	return err
 }
 
 // givenBack makes err, a failure the node caused, a nodeFault — unless the
-// job's last attempt failed with the same class: then it is charged, so
-// that a job that always meets that failure (whatever it does to cause it)
-// cannot run for ever, and a job that only met it by chance loses at most
-// every other attempt to it.
-func givenBack(j jobqueue.Job, err error) error {
-	if j.ErrorClass == browser.ClassOf(err) {
+// job's last attempt failed with one of the classes of that cause
+// (classes): then it is charged, so that a job that always meets that
+// failure (whatever it does to cause it) cannot run for ever, and a job
+// that only met it by chance loses at most every other attempt to it.
+func givenBack(j jobqueue.Job, err error, classes ...string) error {
+	if slices.Contains(classes, j.ErrorClass) {
 		return err
 	}
 	return nodeFault{err}

@@ -173,8 +173,8 @@ func TestUnitFailKeepsTheAnswer(t *testing.T) {
 }
 
 // TestUnitRenderFailure: a failure of the Chrome before the job's page was
-// asked for gives the attempt back, once in a row; every other render
-// failure is charged.
+// asked for gives the attempt back, unless the job's last attempt ended
+// with a lost Chrome too; every other render failure is charged.
 func TestUnitRenderFailure(t *testing.T) {
 	lost := func(class string, before bool) error {
 		err := fmt.Errorf("render: %w", &browser.Error{Class: class, Retriable: true, Err: errors.New("chrome 41")})
@@ -192,7 +192,8 @@ func TestUnitRenderFailure(t *testing.T) {
 		{"hung before the page", lost(browser.ClassUnresponsive, true), "", true},
 		{"crashed before the page", lost(browser.ClassCrashed, true), browser.ClassTimeout, true},
 		{"hung before the page again", lost(browser.ClassUnresponsive, true), browser.ClassUnresponsive, false},
-		{"hung before the page after a crash", lost(browser.ClassUnresponsive, true), browser.ClassCrashed, true},
+		{"hung before the page after a crash", lost(browser.ClassUnresponsive, true), browser.ClassCrashed, false},
+		{"crashed before the page after a blob store failure", lost(browser.ClassCrashed, true), ClassBlobStore, true},
 		{"hung with the page", lost(browser.ClassUnresponsive, false), "", false},
 		{"crashed with the page", lost(browser.ClassCrashed, false), "", false},
 		{"timeout", &browser.Error{Class: browser.ClassTimeout, Retriable: true, Err: errors.New("slow")}, "", false},
