@@ -3,6 +3,7 @@ package browser
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -64,7 +65,7 @@ type Error struct {
 	// BeforePage reports that the render failed before the job's page was
 	// asked for (while getting or setting up its tab): nothing the page
 	// does can have caused it. Set on the classes of a lost Chrome
-	// (crashed, unresponsive) only.
+	// (ChromeLossClasses) only.
 	BeforePage bool
 }
 
@@ -108,21 +109,25 @@ func ClassOf(err error) string {
 	return ClassInternal
 }
 
-// FailedBeforePage reports whether err is a render's failure from Chrome
-// (crashed or unresponsive) that came before the job's page was asked for:
+// FailedBeforePage reports whether err is a render's failure from a lost
+// Chrome (ChromeLossClasses) that came before the job's page was asked for:
 // the failure of the Chrome the job was given, not the job's.
 func FailedBeforePage(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.BeforePage
 }
 
+// ChromeLossClasses are the classes of a render's failure when the Chrome
+// under it was lost: it crashed or stopped answering.
+func ChromeLossClasses() []string { return []string{ClassCrashed, ClassUnresponsive} }
+
 // MarkBeforePage returns err marked BeforePage when it is the failure of a
-// lost Chrome (crashed, unresponsive) that came before the job's page was
-// asked for, else err itself. The *Error is copied: a lost Chrome's error
-// is shared by every job that was on it.
+// lost Chrome (ChromeLossClasses) that came before the job's page was asked
+// for, else err itself. The *Error is copied: a lost Chrome's error is
+// shared by every job that was on it.
 func MarkBeforePage(err error) error {
 	var e *Error
-	if !errors.As(err, &e) || (e.Class != ClassCrashed && e.Class != ClassUnresponsive) {
+	if !errors.As(err, &e) || !slices.Contains(ChromeLossClasses(), e.Class) {
 		return err
 	}
 	marked := *e

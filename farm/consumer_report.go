@@ -144,7 +144,7 @@ func (e nodeFault) Unwrap() error { return e.error }
 // had been asked for are charged.
 func renderFailure(j jobqueue.Job, err error) error {
 	if browser.FailedBeforePage(err) {
-		return givenBack(j, err, browser.ClassCrashed, browser.ClassUnresponsive)
+		return givenBack(j, err, browser.ChromeLossClasses()...)
 	}
 	return err
 }
