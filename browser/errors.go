@@ -62,11 +62,6 @@ type Error struct {
 	Retriable bool
 	// Err is the underlying cause.
 	Err error
-	// BeforePage reports that the render failed before the job's page was
-	// asked for (while getting or setting up its tab): nothing the page
-	// does can have caused it. Set on the classes of a lost Chrome
-	// (ChromeLossClasses) only.
-	BeforePage bool
 }
 
 func (e *Error) Error() string {
@@ -110,30 +105,31 @@ func ClassOf(err error) string {
 }
 
 // FailedBeforePage reports whether err is a render's failure from a lost
-// Chrome (ChromeLossClasses) that came before the job's page was asked for:
-// the failure of the Chrome the job was given, not the job's.
-func FailedBeforePage(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.BeforePage
-}
+// Chrome (ChromeLossClasses) that came before the job's page was asked for
+// (while getting or setting up its tab): the failure of the Chrome the job
+// was given, which nothing the page does can have caused.
+func FailedBeforePage(err error) bool { return errors.As(err, new(beforePage)) }
 
 // ChromeLossClasses are the classes of a render's failure when the Chrome
 // under it was lost: it crashed or stopped answering.
 func ChromeLossClasses() []string { return []string{ClassCrashed, ClassUnresponsive} }
 
-// MarkBeforePage returns err marked BeforePage when it is the failure of a
-// lost Chrome (ChromeLossClasses) that came before the job's page was asked
-// for, else err itself. The *Error is copied: a lost Chrome's error is
-// shared by every job that was on it.
+// MarkBeforePage returns err marked for FailedBeforePage when it is the
+// failure of a lost Chrome (ChromeLossClasses) that came before the job's
+// page was asked for, else err itself. The mark wraps err: its text, class
+// and cause are unchanged, and a lost Chrome's error, which every job that
+// was on it shares, is not touched.
 func MarkBeforePage(err error) error {
-	var e *Error
-	if !errors.As(err, &e) || !slices.Contains(ChromeLossClasses(), e.Class) {
+	if !slices.Contains(ChromeLossClasses(), ClassOf(err)) {
 		return err
 	}
-	marked := *e
-	marked.BeforePage = true
-	return &marked
+	return beforePage{err}
 }
+
+// beforePage is MarkBeforePage's mark.
+type beforePage struct{ error }
+
+func (e beforePage) Unwrap() error { return e.error }
 
 func newErr(class string, retriable bool, format string, args ...any) *Error {
 	return &Error{Class: class, Retriable: retriable, Err: fmt.Errorf(format, args...)}

@@ -204,9 +204,9 @@ func TestErrorHelpers(t *testing.T) {
 	}
 }
 
-// TestMarkBeforePage: only a lost Chrome's failure is marked, on a copy
-// (a lost Chrome's error is shared by all its jobs), keeping its class,
-// retriability and cause.
+// TestMarkBeforePage: only a lost Chrome's failure is marked, the error
+// given left as it was (a lost Chrome's error is shared by all its jobs),
+// keeping its class, retriability and cause.
 func TestMarkBeforePage(t *testing.T) {
 	base := errors.New("boom")
 	for _, tc := range []struct {
