@@ -400,8 +400,16 @@ func (a *actor) handle(ev event) {
 		return
 	case evHealth:
 		if ev.err == nil {
+			fails := c.healthFails
 			c.healthFails = 0
+			if fails > 0 {
+				s.broadcastLocked() // Acquire waits while the current Chrome is suspect
+			}
 			s.mu.Unlock()
+			if fails > 0 {
+				s.log.Info("chrome healthy again", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
+					zap.Int("failed_checks", fails))
+			}
 			return
 		}
 		c.healthFails++

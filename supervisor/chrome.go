@@ -101,7 +101,7 @@ type chrome struct {
 	inflight     int // slots held on this Chrome
 	pss          uint64
 	overMemory   bool
-	healthFails  int
+	healthFails  int // consecutive failed health checks
 	retiredAt    time.Time
 	retireReason string
 	// foreground: Foreground was called; the standby may be promoted.

@@ -88,7 +88,8 @@ type Config struct {
 	HealthTimeout time.Duration
 
 	// HealthFailures is how many consecutive failed health checks declare a
-	// Chrome hung; it is then killed and replaced like a crashed one.
+	// Chrome hung; it is then killed and replaced like a crashed one. From
+	// the first failed check until one passes, the Chrome gets no new job.
 	// 0: the default, 2. It cannot be off.
 	HealthFailures int
 

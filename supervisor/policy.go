@@ -22,6 +22,7 @@ type view struct {
 	currentStarts int  // job starts handed out on the current Chrome
 	currentBusy   int  // slots held on the current Chrome
 	overMemory    bool // the current Chrome's tree passed the PSS ceiling
+	suspect       bool // the current Chrome failed its latest health check (fewer than Config.HealthFailures in a row)
 	standbyReady  bool // a replacement has booted and waits to take over
 	booting       bool // a boot is running or waits out its retry backoff
 	held          bool // Config.Hold: the first Chrome may not serve before Release
@@ -92,6 +93,11 @@ func admit(v view) admission {
 	case v.busy >= v.capacity:
 		return waitSlot
 	case v.currentLeft() == 0:
+		return waitChrome
+	case v.suspect:
+		// Most likely hung: a job started now would wait out its tab's
+		// time and fail. It waits instead for the next check's verdict,
+		// the Chrome passing it or being replaced.
 		return waitChrome
 	}
 	return admitNow

@@ -362,6 +362,7 @@ func (s *Supervisor) viewLocked() view {
 		v.currentStarts = c.starts
 		v.currentBusy = c.inflight
 		v.overMemory = c.overMemory
+		v.suspect = c.healthFails > 0
 	}
 	return v
 }

@@ -316,6 +316,68 @@ func TestChromeLoss(t *testing.T) {
 	}
 }
 
+// TestSuspectChromeTakesNoNewJob: a Chrome that failed its latest health
+// check, but not enough of them in a row to be declared hung, gets no new
+// session until it passes one — a job started on a hung Chrome waits out
+// its tab's time and fails — and then serves again, not replaced.
+func TestSuspectChromeTakesNoNewJob(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.HealthInterval = 2 * time.Millisecond
+	cfg.HealthFailures = 1 << 20 // never declared hung here
+	cfg.BurstSpacing = Off       // a start waits for nothing but the Chrome
+	h := start(t, cfg, fleet)
+	sl := h.acquire() // the first Chrome serves
+	c1 := h.chrome(0)
+	sl.Release()
+	failures := func() int { return h.s.Stats().HealthFailures }
+	c1.set(func(c *fakeChrome) { c.unhealthy = true })
+	testutil.Eventually(t, time.Minute, "a failed health check", func() bool { return failures() >= 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan *Slot, 1)
+	go func() {
+		sl, err := h.s.Acquire(ctx)
+		if err != nil {
+			sl = nil
+		}
+		got <- sl
+	}()
+	n := failures()
+	testutil.Eventually(t, time.Minute, "more failed health checks", func() bool { return failures() >= n+5 })
+	select {
+	case sl := <-got:
+		t.Fatalf("a slot (%v) was handed out on a Chrome that failed its latest health check", sl != nil)
+	default:
+	}
+
+	c1.set(func(c *fakeChrome) { c.unhealthy = false })
+	var waited *Slot
+	select {
+	case waited = <-got:
+	case <-time.After(time.Minute):
+		t.Fatal("no slot once the Chrome passed a health check")
+	}
+	if waited == nil {
+		t.Fatal("Acquire failed")
+	}
+	if waited.ChromePID() != c1.pid {
+		t.Errorf("slot on chrome %d, want the same chrome %d", waited.ChromePID(), c1.pid)
+	}
+	if _, err := waited.Render(context.Background(), browser.Request{}); err != nil {
+		t.Errorf("render: %v", err)
+	}
+	waited.Release()
+	if st := h.s.Stats(); st.ChromeStarts != 1 || st.ChromeCrashes != 0 {
+		t.Errorf("stats: %+v, want one chrome, none lost", st)
+	}
+	// Logged after the Chrome is back in service: perhaps after the slot.
+	testutil.Eventually(t, time.Minute, "the recovery logged", func() bool {
+		return h.logs.FilterMessage("chrome healthy again").Len() == 1
+	})
+}
+
 // TestMemoryCeiling retires a Chrome whose tree passed the PSS ceiling once
 // its replacement is up, before its job quota.
 func TestMemoryCeiling(t *testing.T) {
