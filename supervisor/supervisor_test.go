@@ -336,32 +336,34 @@ func TestSuspectChromeTakesNoNewJob(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	got := make(chan *Slot, 1)
+	type acquired struct {
+		sl  *Slot
+		err error
+	}
+	got := make(chan acquired, 1)
 	go func() {
 		sl, err := h.s.Acquire(ctx)
-		if err != nil {
-			sl = nil
-		}
-		got <- sl
+		got <- acquired{sl, err}
 	}()
 	n := failures()
 	testutil.Eventually(t, time.Minute, "more failed health checks", func() bool { return failures() >= n+5 })
 	select {
-	case sl := <-got:
-		t.Fatalf("a slot (%v) was handed out on a Chrome that failed its latest health check", sl != nil)
+	case a := <-got:
+		t.Fatalf("Acquire returned (%v, %v) on a Chrome that failed its latest health check", a.sl != nil, a.err)
 	default:
 	}
 
 	c1.set(func(c *fakeChrome) { c.unhealthy = false })
-	var waited *Slot
+	var a acquired
 	select {
-	case waited = <-got:
+	case a = <-got:
 	case <-time.After(time.Minute):
 		t.Fatal("no slot once the Chrome passed a health check")
 	}
-	if waited == nil {
-		t.Fatal("Acquire failed")
+	if a.err != nil {
+		t.Fatalf("Acquire: %v", a.err)
 	}
+	waited := a.sl
 	if waited.ChromePID() != c1.pid {
 		t.Errorf("slot on chrome %d, want the same chrome %d", waited.ChromePID(), c1.pid)
 	}
