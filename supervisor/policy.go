@@ -22,6 +22,7 @@ type view struct {
 	currentStarts int  // job starts handed out on the current Chrome
 	currentBusy   int  // slots held on the current Chrome
 	overMemory    bool // the current Chrome's tree passed the PSS ceiling
+	currentGone   bool // the current Chrome exited or lost CDP, and its monitor has not told the actor yet
 	suspect       bool // the current Chrome failed its latest health check (fewer than Config.HealthFailures in a row)
 	standbyReady  bool // a replacement has booted and waits to take over
 	booting       bool // a boot is running or waits out its retry backoff
@@ -93,6 +94,10 @@ func admit(v view) admission {
 	case v.busy >= v.capacity:
 		return waitSlot
 	case v.currentLeft() == 0:
+		return waitChrome
+	case v.currentGone:
+		// Its replacement is moments away: wait rather than hand out a
+		// slot that can only fail.
 		return waitChrome
 	case v.suspect:
 		// Most likely hung: a job started now would wait out its tab's

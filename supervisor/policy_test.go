@@ -27,6 +27,8 @@ func TestAdmit(t *testing.T) {
 		{"recycle disabled never exhausts", func(v *view) { v.recycleJobs = 0; v.currentStarts = 1000 }, admitNow},
 		{"exit disabled never refuses", func(v *view) { v.exitAfter = 0; v.processStarts = 1 << 30 }, admitNow},
 		{"capacity one", func(v *view) { v.capacity = 1; v.busy = 1 }, waitSlot},
+		{"chrome gone, not yet known to the actor", func(v *view) { v.currentGone = true }, waitChrome},
+		{"chrome gone, all slots busy", func(v *view) { v.currentGone = true; v.busy = 6 }, waitSlot},
 		{"chrome failed its latest health check", func(v *view) { v.suspect = true }, waitChrome},
 		{"suspect chrome, all slots busy", func(v *view) { v.suspect = true; v.busy = 6 }, waitSlot},
 	}

@@ -114,10 +114,6 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 		s.mu.Lock()
 		now := time.Now()
 		switch adm := admit(s.viewLocked()); {
-		case adm == admitNow && s.current.gone():
-			// Crashed, and its monitor has not told the actor yet; the
-			// replacement is moments away, so wait rather than hand out
-			// a slot that can only fail.
 		case adm == admitNow:
 			if paced = s.pace.wait(s.starts, s.cfg.Capacity-s.busy, s.cfg.Capacity, now); paced > 0 {
 				break // a burst's start: after the spacing, or a change
@@ -362,6 +358,7 @@ func (s *Supervisor) viewLocked() view {
 		v.currentStarts = c.starts
 		v.currentBusy = c.inflight
 		v.overMemory = c.overMemory
+		v.currentGone = c.gone()
 		v.suspect = c.healthFails > 0
 	}
 	return v
