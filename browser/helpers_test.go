@@ -132,6 +132,26 @@ func (e *env) usable(t *testing.T, s *Session) {
 	}
 }
 
+// waitPrepared waits until the session's own tab is ready for the next
+// job: the wipe that follows a job runs in the background.
+func waitPrepared(t *testing.T, s *Session) {
+	t.Helper()
+	s.mu.Lock()
+	p := s.own
+	s.mu.Unlock()
+	if p == nil {
+		t.Fatal("the session prepares no tab")
+	}
+	select {
+	case <-p.done:
+	case <-time.After(tabTimeout):
+		t.Fatalf("the session's tab not ready after %v", tabTimeout)
+	}
+	if p.err != nil || p.t == nil {
+		t.Fatalf("preparing the session's tab: %v", p.err)
+	}
+}
+
 // render runs one request and returns its result, error and duration.
 func render(t *testing.T, s *Session, req Request) (*Result, error, time.Duration) {
 	t.Helper()

@@ -196,6 +196,9 @@ func TestChromeDies(t *testing.T) {
 	s := e.session(t)
 	ctx := context.Background()
 	e.usable(t, s)
+	// The session's tab is wiped and ready: the next job gets it without a
+	// call to Chrome, and meets the stopped Chrome in its setup.
+	waitPrepared(t, s)
 	pid := e.b.PID()
 
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
@@ -209,9 +212,17 @@ func TestChromeDies(t *testing.T) {
 	cancel()
 	wantClass(t, err, ClassUnresponsive, true)
 	wantDuration(t, time.Since(start), 500*time.Millisecond, 500*time.Millisecond+slack)
-	// Neither job's page was asked for: their failures are the Chrome's
-	// (FailedBeforePage), whatever the jobs are.
-	_, err, took := render(t, s, Request{URL: e.url("/page/1"), Timeout: time.Second})
+	// None of these jobs' pages was asked for: their failures are the
+	// Chrome's (FailedBeforePage), whatever the jobs are. The first fails
+	// in its tab's setup (its headers), the second getting a tab (the
+	// first's was given up, and its replacement is not made).
+	_, err, took := render(t, s, Request{URL: e.url("/page/1"), Headers: map[string]string{"X-Job": "1"}, Timeout: time.Second})
+	wantClass(t, err, ClassUnresponsive, true)
+	wantDuration(t, took, time.Second, time.Second+healthProbe+slack)
+	if !FailedBeforePage(err) {
+		t.Errorf("job whose setup met a stopped Chrome: %v, want it failed before its page", err)
+	}
+	_, err, took = render(t, s, Request{URL: e.url("/page/1"), Timeout: time.Second})
 	wantClass(t, err, ClassUnresponsive, true)
 	wantDuration(t, took, time.Second, time.Second+healthProbe+slack)
 	if !FailedBeforePage(err) {
