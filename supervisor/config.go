@@ -89,7 +89,8 @@ type Config struct {
 
 	// HealthFailures is how many consecutive failed health checks declare a
 	// Chrome hung; it is then killed and replaced like a crashed one. From
-	// the first failed check until one passes, the Chrome gets no new job.
+	// the first failed check until one passes, the Chrome gets no new job;
+	// a replacement already booted takes over from it at once.
 	// 0: the default, 2. It cannot be off.
 	HealthFailures int
 

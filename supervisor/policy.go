@@ -155,6 +155,7 @@ const (
 	reasonStop    = "stopping"     // Drain or Run ending
 	reasonCrash   = "crashed"      // Chrome exited or lost its CDP connection on its own
 	reasonHang    = "unresponsive" // Chrome failed consecutive health checks
+	reasonSuspect = "suspect"      // Chrome failed a health check, and a replacement was ready
 	reasonDrain   = "drain-timeout"
 )
 
@@ -193,6 +194,10 @@ func decide(v view) action {
 		return action{actRetireCurrent, reasonJobs}
 	case v.hasCurrent && v.overMemory && v.standbyReady:
 		return action{actRetireCurrent, reasonMemory}
+	case v.hasCurrent && v.suspect && v.standbyReady:
+		// admit gives a suspect Chrome no new job; one that is ready
+		// takes them instead of their waiting for the next check.
+		return action{actRetireCurrent, reasonSuspect}
 	case !v.hasCurrent && v.standbyReady && v.held:
 		return action{actNone, ""}
 	case !v.hasCurrent && v.standbyReady:

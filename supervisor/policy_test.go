@@ -107,6 +107,10 @@ func TestDecide(t *testing.T) {
 		{"memory over, replacement booting: wait", func(v *view) { v.overMemory = true; v.booting = true }, action{actNone, ""}},
 		{"memory over, replacement ready: retire", func(v *view) { v.overMemory = true; v.standbyReady = true }, action{actRetireCurrent, reasonMemory}},
 		{"memory over on the last chrome near exit: no new chrome", func(v *view) { v.overMemory = true; v.processStarts = 80 }, action{actRetireCurrent, reasonExit}},
+		{"suspect, replacement ready: retire", func(v *view) { v.suspect = true; v.currentStarts = 15; v.processStarts = 15; v.standbyReady = true }, action{actRetireCurrent, reasonSuspect}},
+		{"suspect, replacement booting: wait", func(v *view) { v.suspect = true; v.currentStarts = 15; v.processStarts = 15; v.booting = true }, action{actNone, ""}},
+		{"suspect, no replacement: no boot for it", func(v *view) { v.suspect = true; v.currentStarts = 3; v.processStarts = 3 }, action{actNone, ""}},
+		{"suspect on the last chrome near exit: no new chrome", func(v *view) { v.suspect = true; v.currentStarts = 20; v.processStarts = 80 }, action{actRetireCurrent, reasonExit}},
 		{"memory over with recycling off", func(v *view) { v.recycleJobs = 0; v.overMemory = true; v.currentStarts = 500 }, action{actBoot, reasonMemory}},
 
 		{"recycle off, exit off: never act", func(v *view) {

@@ -380,6 +380,54 @@ func TestSuspectChromeTakesNoNewJob(t *testing.T) {
 	})
 }
 
+// TestSuspectChromeHandsOverToReadyStandby: a Chrome that fails a health
+// check while its replacement is booted and ready is retired at once, not
+// after its remaining starts: the next job runs on the replacement instead
+// of waiting for the next check's verdict, and the jobs in flight on the
+// suspect Chrome finish there before it is killed.
+func TestSuspectChromeHandsOverToReadyStandby(t *testing.T) {
+	fleet := &fakeFleet{}
+	cfg := testConfig()
+	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = 10, Off, 5
+	cfg.HealthInterval = 2 * time.Millisecond
+	cfg.HealthFailures = 1 << 20 // never declared hung here
+	h := start(t, cfg, fleet)
+	var held []*Slot
+	for range 5 { // 5 starts left: the replacement boots
+		held = append(held, h.acquire())
+	}
+	c1 := h.chrome(0)
+	c2 := h.chrome(1)
+	testutil.Eventually(t, time.Minute, "replacement booted", func() bool { return h.s.Stats().ChromeStarts == 2 })
+	if pid := h.s.Stats().ChromePID; pid != c1.pid {
+		t.Fatalf("current chrome %d, want %d still serving", pid, c1.pid)
+	}
+
+	c1.set(func(c *fakeChrome) { c.unhealthy = true })
+	testutil.Eventually(t, time.Minute, "the replacement serving", func() bool { return h.s.Stats().ChromePID == c2.pid })
+	if c1.killed() {
+		t.Fatal("the suspect chrome killed with jobs on it")
+	}
+	next := h.acquire()
+	if next.ChromePID() != c2.pid {
+		t.Fatalf("next job on chrome %d, want the replacement %d", next.ChromePID(), c2.pid)
+	}
+	for _, sl := range append(held, next) {
+		if _, err := sl.Render(context.Background(), browser.Request{}); err != nil {
+			t.Errorf("render on chrome %d: %v", sl.ChromePID(), err)
+		}
+		sl.Release()
+	}
+	testutil.Eventually(t, time.Minute, "the suspect chrome killed", func() bool { return c1.killed() && h.s.Stats().ChromeKills == 1 })
+	if st := h.s.Stats(); st.ChromeStarts != 2 || st.ChromeCrashes != 0 || st.Recycles != 0 {
+		t.Errorf("stats: %+v, want two chromes, none lost, no recycle", st)
+	}
+	retired := h.logs.FilterMessage("chrome retired").All()
+	if len(retired) != 1 || retired[0].ContextMap()["reason"] != reasonSuspect {
+		t.Errorf("retire log lines: %v, want one, reason %q", retired, reasonSuspect)
+	}
+}
+
 // TestMemoryCeiling retires a Chrome whose tree passed the PSS ceiling once
 // its replacement is up, before its job quota.
 func TestMemoryCeiling(t *testing.T) {
