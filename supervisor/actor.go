@@ -301,6 +301,7 @@ func (a *actor) adopt(r bootResult) *chrome {
 		bootReason: r.reason,
 		ctx:        cctx,
 		cancel:     cancel,
+		checkNow:   make(chan struct{}, 1),
 		state:      stateStandby,
 	}
 	s.mu.Lock()
@@ -349,6 +350,12 @@ func (s *Supervisor) monitor(ctx context.Context, c *chrome) {
 		cancel()
 		return send(event{c: c, kind: evMemory, mem: m, err: err})
 	}
+	checkHealth := func() bool {
+		hctx, cancel := context.WithTimeout(c.ctx, s.cfg.HealthTimeout)
+		err := c.proc.Healthy(hctx)
+		cancel()
+		return send(event{c: c, kind: evHealth, err: err})
+	}
 	// A first sample at once, so Stats shows a new Chrome's footprint
 	// without waiting a whole interval.
 	if memC != nil && !sampleMemory() {
@@ -364,10 +371,11 @@ func (s *Supervisor) monitor(ctx context.Context, c *chrome) {
 			send(event{c: c, kind: evExited})
 			return
 		case <-healthC:
-			hctx, cancel := context.WithTimeout(c.ctx, s.cfg.HealthTimeout)
-			err := c.proc.Healthy(hctx)
-			cancel()
-			if !send(event{c: c, kind: evHealth, err: err}) {
+			if !checkHealth() {
+				return
+			}
+		case <-c.checkNow:
+			if !checkHealth() {
 				return
 			}
 		case <-memC:
@@ -400,15 +408,16 @@ func (a *actor) handle(ev event) {
 		return
 	case evHealth:
 		if ev.err == nil {
-			fails := c.healthFails
-			c.healthFails = 0
-			if fails > 0 {
+			fails, probe := c.healthFails, c.probeFailed
+			c.healthFails, c.probeFailed = 0, false
+			suspected := fails > 0 || probe
+			if suspected {
 				s.broadcastLocked() // Acquire waits while the current Chrome is suspect
 			}
 			s.mu.Unlock()
-			if fails > 0 {
+			if suspected {
 				s.log.Info("chrome healthy again", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
-					zap.Int("failed_checks", fails))
+					zap.Int("failed_checks", fails), zap.Bool("job_probe_failed", probe))
 			}
 			return
 		}

@@ -93,6 +93,9 @@ type chrome struct {
 	// that error and its monitor stops.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// checkNow asks its monitor for a health check before the next tick;
+	// capacity 1.
+	checkNow chan struct{}
 
 	// Guarded by Supervisor.mu.
 	state        chromeState
@@ -101,7 +104,8 @@ type chrome struct {
 	inflight     int // slots held on this Chrome
 	pss          uint64
 	overMemory   bool
-	healthFails  int // consecutive failed health checks
+	healthFails  int  // consecutive failed health checks
+	probeFailed  bool // a job's probe found it not answering since the last passed check
 	retiredAt    time.Time
 	retireReason string
 	// foreground: Foreground was called; the standby may be promoted.

@@ -90,7 +90,9 @@ type Config struct {
 	// HealthFailures is how many consecutive failed health checks declare a
 	// Chrome hung; it is then killed and replaced like a crashed one. From
 	// the first failed check until one passes, the Chrome gets no new job;
-	// a replacement already booted takes over from it at once.
+	// a replacement already booted takes over from it at once. A job that
+	// found the Chrome not answering (its render failed unresponsive) has
+	// the same effect, and has it checked at once.
 	// 0: the default, 2. It cannot be off.
 	HealthFailures int
 

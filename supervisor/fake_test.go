@@ -34,6 +34,9 @@ type fakeFleet struct {
 
 	// foreground, if set, runs inside every Foreground call.
 	foreground func(c *fakeChrome)
+	// health, if set, answers every health check in place of the
+	// Chrome's unhealthy field.
+	health func(ctx context.Context, c *fakeChrome) error
 }
 
 func (f *fakeFleet) launch(ctx context.Context) (chromeProc, error) {
@@ -101,6 +104,12 @@ func (c *fakeChrome) Gone() bool {
 func (c *fakeChrome) set(fn func(*fakeChrome)) { c.mu.Lock(); fn(c); c.mu.Unlock() }
 
 func (c *fakeChrome) Healthy(ctx context.Context) error {
+	c.fleet.mu.Lock()
+	hook := c.fleet.health
+	c.fleet.mu.Unlock()
+	if hook != nil {
+		return hook(ctx, c)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.unhealthy {

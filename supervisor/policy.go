@@ -23,7 +23,7 @@ type view struct {
 	currentBusy   int  // slots held on the current Chrome
 	overMemory    bool // the current Chrome's tree passed the PSS ceiling
 	currentGone   bool // the current Chrome exited or lost CDP, and its monitor has not told the actor yet
-	suspect       bool // the current Chrome failed its latest health check (fewer than Config.HealthFailures in a row)
+	suspect       bool // the current Chrome failed its latest health check (fewer than Config.HealthFailures in a row), or a job's probe found it not answering since the last one passed
 	standbyReady  bool // a replacement has booted and waits to take over
 	booting       bool // a boot is running or waits out its retry backoff
 	held          bool // Config.Hold: the first Chrome may not serve before Release

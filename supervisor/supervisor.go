@@ -359,7 +359,7 @@ func (s *Supervisor) viewLocked() view {
 		v.currentBusy = c.inflight
 		v.overMemory = c.overMemory
 		v.currentGone = c.gone()
-		v.suspect = c.healthFails > 0
+		v.suspect = c.healthFails > 0 || c.probeFailed
 	}
 	return v
 }
@@ -380,6 +380,34 @@ func (s *Supervisor) liveLocked() []*chrome {
 func (s *Supervisor) broadcastLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
+}
+
+// jobFoundUnresponsive takes in that a job's own probe found c not
+// answering (the session classified its failure unresponsive): evidence
+// before a health check has failed. c is suspect from now on, as after a
+// failed check, so it gets no new job, and its monitor checks it at once
+// instead of at the next tick; the check's verdict clears the suspicion or
+// counts as the first failure towards Config.HealthFailures. With health
+// checks off nothing would clear it, so nothing is recorded.
+func (s *Supervisor) jobFoundUnresponsive(c *chrome) {
+	if s.cfg.HealthInterval <= 0 {
+		return
+	}
+	s.mu.Lock()
+	first := !c.probeFailed && c.state != stateDead
+	if first {
+		c.probeFailed = true
+	}
+	s.mu.Unlock()
+	if !first {
+		return
+	}
+	s.log.Warn("chrome did not answer a job's probe", zap.Int("pid", c.pid), zap.Int("chrome", c.seq))
+	select {
+	case c.checkNow <- struct{}{}:
+	default:
+	}
+	s.poke() // the policy may hand over to a ready replacement
 }
 
 // poke wakes the actor without blocking; one pending wake is enough since
@@ -514,7 +542,8 @@ func (sl *Slot) putSession(sess renderSession, ok bool) {
 }
 
 // wrap turns any error of a session on a lost Chrome into a retriable one:
-// the job did nothing wrong, its Chrome went away under it.
+// the job did nothing wrong, its Chrome went away under it. A session's own
+// verdict that the Chrome does not answer makes it suspect.
 func (sl *Slot) wrap(err error) error {
 	c := sl.c
 	if be := c.lost(); be != nil {
@@ -522,6 +551,9 @@ func (sl *Slot) wrap(err error) error {
 	}
 	if c.gone() {
 		return &browser.Error{Class: browser.ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome %d exited: %w", c.pid, err)}
+	}
+	if browser.ClassOf(err) == browser.ClassUnresponsive {
+		sl.s.jobFoundUnresponsive(c)
 	}
 	return err
 }

@@ -7,8 +7,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/browser"
 	"github.com/browserfarm/browserfarm/internal/testutil"
@@ -377,6 +380,84 @@ func TestSuspectChromeTakesNoNewJob(t *testing.T) {
 	// Logged after the Chrome is back in service: perhaps after the slot.
 	testutil.Eventually(t, time.Minute, "the recovery logged", func() bool {
 		return h.logs.FilterMessage("chrome healthy again").Len() == 1
+	})
+}
+
+// TestJobProbeMakesChromeSuspect: a job whose own probe found its Chrome
+// not answering (the render failed unresponsive) makes that Chrome suspect
+// before any health check has failed: no job starts on it, and its monitor
+// checks it at once rather than at the next tick (an hour away here). Once
+// the check passes, the next job gets a slot on the same Chrome.
+func TestJobProbeMakesChromeSuspect(t *testing.T) {
+	checking := make(chan struct{}, 1) // a health check began
+	pass := make(chan struct{})        // closed: health checks pass
+	var renders atomic.Int32
+	fleet := &fakeFleet{
+		render: func(ctx context.Context, c *fakeChrome) error {
+			if renders.Add(1) == 1 {
+				return &browser.Error{Class: browser.ClassUnresponsive, Retriable: true, Err: errors.New("fake: chrome did not answer the job's probe")}
+			}
+			return nil
+		},
+		health: func(ctx context.Context, c *fakeChrome) error {
+			select {
+			case checking <- struct{}{}:
+			default:
+			}
+			select {
+			case <-pass:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	}
+	cfg := testConfig()
+	cfg.HealthInterval = time.Hour // no check but the one the job asks for
+	cfg.BurstSpacing = Off         // a start waits for nothing but the Chrome
+	h := start(t, cfg, fleet)
+	sl := h.acquire()
+	c1 := h.chrome(0)
+	_, err := sl.Render(context.Background(), browser.Request{})
+	sl.Release()
+	if browser.ClassOf(err) != browser.ClassUnresponsive {
+		t.Fatalf("render: %v, want class %q", err, browser.ClassUnresponsive)
+	}
+	select {
+	case <-checking:
+	case <-time.After(time.Minute):
+		t.Fatal("no health check after a job found the Chrome not answering")
+	}
+	// The check is under way and has not passed: a start must wait for
+	// it. Acquire gets its ctx's error, not a slot.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	early, err := h.s.Acquire(ctx)
+	cancel()
+	if err == nil {
+		early.Release()
+		t.Fatalf("Acquire gave a slot on chrome %d while a job's probe had found it not answering", early.ChromePID())
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire: %v, want its ctx's deadline", err)
+	}
+
+	close(pass)
+	next := h.acquire()
+	if next.ChromePID() != c1.pid {
+		t.Errorf("slot on chrome %d, want the same chrome %d", next.ChromePID(), c1.pid)
+	}
+	if _, err := next.Render(context.Background(), browser.Request{}); err != nil {
+		t.Errorf("render: %v", err)
+	}
+	next.Release()
+	if st := h.s.Stats(); st.ChromeStarts != 1 || st.ChromeCrashes != 0 || st.HealthFailures != 0 {
+		t.Errorf("stats: %+v, want one chrome, none lost, no failed check", st)
+	}
+	if n := h.logs.FilterMessage("chrome did not answer a job's probe").Len(); n != 1 {
+		t.Errorf("%d probe log lines, want 1", n)
+	}
+	testutil.Eventually(t, time.Minute, "the recovery logged", func() bool {
+		return h.logs.FilterMessage("chrome healthy again").FilterField(zap.Bool("job_probe_failed", true)).Len() == 1
 	})
 }
 
