@@ -155,7 +155,7 @@ const (
 	reasonStop    = "stopping"     // Drain or Run ending
 	reasonCrash   = "crashed"      // Chrome exited or lost its CDP connection on its own
 	reasonHang    = "unresponsive" // Chrome failed consecutive health checks
-	reasonSuspect = "suspect"      // Chrome failed a health check, and a replacement was ready
+	reasonSuspect = "suspect"      // Chrome was suspect (view.suspect), and a replacement was ready
 	reasonDrain   = "drain-timeout"
 )
 

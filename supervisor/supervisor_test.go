@@ -414,6 +414,7 @@ func TestJobProbeMakesChromeSuspect(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.HealthInterval = time.Hour // no check but the one the job asks for
+	cfg.HealthTimeout = time.Hour  // which passes only when the test says so
 	cfg.BurstSpacing = Off         // a start waits for nothing but the Chrome
 	h := start(t, cfg, fleet)
 	sl := h.acquire()
