@@ -37,6 +37,8 @@ type fakeFleet struct {
 	// health, if set, answers every health check in place of the
 	// Chrome's unhealthy field.
 	health func(ctx context.Context, c *fakeChrome) error
+	// close, if set, runs inside every session's Close.
+	close func(c *fakeChrome)
 }
 
 func (f *fakeFleet) launch(ctx context.Context) (chromeProc, error) {
@@ -238,6 +240,12 @@ func (s *fakeSession) Render(ctx context.Context, req browser.Request) (*browser
 }
 
 func (s *fakeSession) Close() error {
+	s.c.fleet.mu.Lock()
+	hook := s.c.fleet.close
+	s.c.fleet.mu.Unlock()
+	if hook != nil {
+		hook(s.c)
+	}
 	s.c.mu.Lock()
 	s.c.closes++
 	s.c.mu.Unlock()

@@ -464,9 +464,13 @@ func (sl *Slot) Render(ctx context.Context, req browser.Request) (*browser.Resul
 
 	sess, err := sl.session(rctx)
 	if err != nil {
+		sl.noteUnresponsive(err)
 		return nil, browser.MarkBeforePage(sl.wrap(fmt.Errorf("new session on chrome %d: %w", c.pid, err)))
 	}
 	res, err := sess.Render(rctx, req)
+	// Before putSession: closing a failed session waits on Chrome, for
+	// seconds when it hangs.
+	sl.noteUnresponsive(err)
 	sl.putSession(sess, err == nil)
 	if err != nil {
 		// Some failures come with a result (an HTTP error status); keep it.
@@ -541,9 +545,18 @@ func (sl *Slot) putSession(sess renderSession, ok bool) {
 	}
 }
 
+// noteUnresponsive makes the slot's Chrome suspect when err is a session's
+// own verdict that it does not answer, and the supervisor has not given up
+// on it yet.
+func (sl *Slot) noteUnresponsive(err error) {
+	c := sl.c
+	if browser.ClassOf(err) == browser.ClassUnresponsive && c.lost() == nil && !c.gone() {
+		sl.s.jobFoundUnresponsive(c)
+	}
+}
+
 // wrap turns any error of a session on a lost Chrome into a retriable one:
-// the job did nothing wrong, its Chrome went away under it. A session's own
-// verdict that the Chrome does not answer makes it suspect.
+// the job did nothing wrong, its Chrome went away under it.
 func (sl *Slot) wrap(err error) error {
 	c := sl.c
 	if be := c.lost(); be != nil {
@@ -551,9 +564,6 @@ func (sl *Slot) wrap(err error) error {
 	}
 	if c.gone() {
 		return &browser.Error{Class: browser.ClassCrashed, Retriable: true, Err: fmt.Errorf("chrome %d exited: %w", c.pid, err)}
-	}
-	if browser.ClassOf(err) == browser.ClassUnresponsive {
-		sl.s.jobFoundUnresponsive(c)
 	}
 	return err
 }

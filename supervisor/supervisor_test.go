@@ -386,11 +386,13 @@ func TestSuspectChromeTakesNoNewJob(t *testing.T) {
 // TestJobProbeMakesChromeSuspect: a job whose own probe found its Chrome
 // not answering (the render failed unresponsive) makes that Chrome suspect
 // before any health check has failed: no job starts on it, and its monitor
-// checks it at once rather than at the next tick (an hour away here). Once
-// the check passes, the next job gets a slot on the same Chrome.
+// checks it at once rather than at the next tick (an hour away here), not
+// after the failed session's close, which a hung Chrome holds up. Once the
+// check passes, the next job gets a slot on the same Chrome.
 func TestJobProbeMakesChromeSuspect(t *testing.T) {
 	checking := make(chan struct{}, 1) // a health check began
 	pass := make(chan struct{})        // closed: health checks pass
+	release := sync.OnceFunc(func() { close(pass) })
 	var renders atomic.Int32
 	fleet := &fakeFleet{
 		render: func(ctx context.Context, c *fakeChrome) error {
@@ -411,19 +413,22 @@ func TestJobProbeMakesChromeSuspect(t *testing.T) {
 				return ctx.Err()
 			}
 		},
+		close: func(*fakeChrome) { <-pass }, // as on a Chrome that does not answer
 	}
 	cfg := testConfig()
 	cfg.HealthInterval = time.Hour // no check but the one the job asks for
 	cfg.HealthTimeout = time.Hour  // which passes only when the test says so
 	cfg.BurstSpacing = Off         // a start waits for nothing but the Chrome
 	h := start(t, cfg, fleet)
+	t.Cleanup(release) // before the harness stops, should the test end early
 	sl := h.acquire()
 	c1 := h.chrome(0)
-	_, err := sl.Render(context.Background(), browser.Request{})
-	sl.Release()
-	if browser.ClassOf(err) != browser.ClassUnresponsive {
-		t.Fatalf("render: %v, want class %q", err, browser.ClassUnresponsive)
-	}
+	rendered := make(chan error, 1)
+	go func() {
+		_, err := sl.Render(context.Background(), browser.Request{})
+		sl.Release()
+		rendered <- err
+	}()
 	select {
 	case <-checking:
 	case <-time.After(time.Minute):
@@ -442,7 +447,10 @@ func TestJobProbeMakesChromeSuspect(t *testing.T) {
 		t.Fatalf("Acquire: %v, want its ctx's deadline", err)
 	}
 
-	close(pass)
+	release()
+	if err := <-rendered; browser.ClassOf(err) != browser.ClassUnresponsive {
+		t.Fatalf("render: %v, want class %q", err, browser.ClassUnresponsive)
+	}
 	next := h.acquire()
 	if next.ChromePID() != c1.pid {
 		t.Errorf("slot on chrome %d, want the same chrome %d", next.ChromePID(), c1.pid)
