@@ -464,7 +464,6 @@ func (sl *Slot) Render(ctx context.Context, req browser.Request) (*browser.Resul
 
 	sess, err := sl.session(rctx)
 	if err != nil {
-		sl.noteUnresponsive(err)
 		return nil, browser.MarkBeforePage(sl.wrap(fmt.Errorf("new session on chrome %d: %w", c.pid, err)))
 	}
 	res, err := sess.Render(rctx, req)
