@@ -385,10 +385,11 @@ func (s *Supervisor) broadcastLocked() {
 // jobFoundUnresponsive takes in that a job's own probe found c not
 // answering (the session classified its failure unresponsive): evidence
 // before a health check has failed. c is suspect from now on, as after a
-// failed check, so it gets no new job, and its monitor checks it at once
-// instead of at the next tick; the check's verdict clears the suspicion or
-// counts as the first failure towards Config.HealthFailures. With health
-// checks off nothing would clear it, so nothing is recorded.
+// failed check, so it gets no new job, and its monitor checks it next
+// (after a check already under way) instead of at the next tick; the
+// check's verdict clears the suspicion or counts as the first failure
+// towards Config.HealthFailures. With health checks off nothing would
+// clear it, so nothing is recorded.
 func (s *Supervisor) jobFoundUnresponsive(c *chrome) {
 	if s.cfg.HealthInterval <= 0 {
 		return
