@@ -6,7 +6,7 @@ import "time"
 // their scripts at the same time, competing for the cores, then all wait on
 // the network while the cores idle, and they drift apart only over many
 // jobs. A process starting with six free slots showed it: its renders were
-// 5–15% slower for its first seconds (README, Benchmarks). So the process's
+// 5–15% slower for its first seconds (bench/HISTORY.md). So the process's
 // first burst is spread: each of its first Capacity starts, while two or
 // more slots are free, comes at least a spacing after the one before.
 // Spreading every burst (a node going from idle to busy, or claims that
