@@ -21,6 +21,7 @@ const (
 	evExited eventKind = iota // Done closed: process gone or CDP connection lost
 	evHealth                  // a health check finished (err nil = healthy)
 	evMemory                  // a memory sample
+	evProbe                   // a job's own probe found the Chrome not answering
 )
 
 type event struct {
@@ -423,20 +424,35 @@ func (a *actor) handle(ev event) {
 		}
 		c.healthFails++
 		s.counts.healthFailures++
-		fails := c.healthFails
-		hung := fails >= s.cfg.HealthFailures
-		if hung {
-			a.detachLocked(c)
-			s.counts.chromeCrashes++
-		}
+		fails, probe := c.healthFails, c.probeFailed
+		hung := a.hungLocked(c)
 		jobs, inflight := c.starts, c.inflight
 		s.mu.Unlock()
 		s.log.Warn("chrome health check failed", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
-			zap.Int("consecutive", fails), zap.Error(ev.err))
+			zap.Int("consecutive", fails), zap.Bool("job_probe_failed", probe), zap.Error(ev.err))
 		if hung {
-			s.log.Error("chrome unresponsive", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
-				zap.Int("jobs", jobs), zap.Int("in_flight", inflight))
-			a.kill(killOrder{c, reasonHang, browser.ClassUnresponsive}, true)
+			a.killHung(c, jobs, inflight)
+		}
+		return
+	case evProbe:
+		if c.probeFailed {
+			s.mu.Unlock()
+			return // counted once until a check passes
+		}
+		c.probeFailed = true
+		fails := c.healthFails
+		hung := a.hungLocked(c)
+		jobs, inflight := c.starts, c.inflight
+		s.mu.Unlock()
+		s.log.Warn("chrome did not answer a job's probe", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
+			zap.Int("failed_checks", fails))
+		if hung {
+			a.killHung(c, jobs, inflight)
+			return
+		}
+		select {
+		case c.checkNow <- struct{}{}:
+		default:
 		}
 		return
 	case evMemory:
@@ -459,6 +475,35 @@ func (a *actor) handle(ev event) {
 				zap.Int("processes", ev.mem.Processes))
 		}
 	}
+}
+
+// hungLocked reports whether c's evidence declares it hung, and if so
+// takes it out of service: Config.HealthFailures failures in a row, where
+// a job's probe that found c not answering since its last passed check
+// counts as one, but never alone — a 2 s probe on a busy node is weaker
+// evidence than a check's HealthTimeout, so one failed check must back it.
+func (a *actor) hungLocked(c *chrome) bool {
+	fails := c.healthFails
+	if fails == 0 {
+		return false
+	}
+	if c.probeFailed {
+		fails++
+	}
+	if fails < a.s.cfg.HealthFailures {
+		return false
+	}
+	a.detachLocked(c)
+	a.s.counts.chromeCrashes++
+	return true
+}
+
+// killHung logs c declared hung and kills it; jobs and inflight are its
+// counts when it was.
+func (a *actor) killHung(c *chrome, jobs, inflight int) {
+	a.s.log.Error("chrome unresponsive", zap.Int("pid", c.pid), zap.Int("chrome", c.seq),
+		zap.Int("jobs", jobs), zap.Int("in_flight", inflight))
+	a.kill(killOrder{c, reasonHang, browser.ClassUnresponsive}, true)
 }
 
 // detachLocked takes a lost Chrome out of service wherever it was, so the

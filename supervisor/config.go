@@ -92,8 +92,9 @@ type Config struct {
 	// the first failed check until one passes, the Chrome gets no new job;
 	// a replacement already booted takes over from it at once. A job that
 	// found the Chrome not answering (its render failed unresponsive) has
-	// the same effect, and has it checked next rather than at the next tick.
-	// 0: the default, 2. It cannot be off.
+	// the same effect, and has it checked next rather than at the next tick;
+	// its finding counts as one of the failures, but only beside a failed
+	// check, never alone. 0: the default, 2. It cannot be off.
 	HealthFailures int
 
 	// DrainTimeout bounds how long a retiring Chrome waits for its in-flight

@@ -36,7 +36,7 @@ type Supervisor struct {
 	launch launchFunc
 
 	kick     chan struct{} // wakes the actor after Acquire/Release; capacity 1
-	events   chan event    // from the per-Chrome monitors to the actor
+	events   chan event    // from the per-Chrome monitors and the jobs' probes to the actor
 	exitDue  chan struct{}
 	exitNear chan struct{}
 
@@ -382,33 +382,22 @@ func (s *Supervisor) broadcastLocked() {
 	s.changed = make(chan struct{})
 }
 
-// jobFoundUnresponsive takes in that a job's own probe found c not
-// answering (the session classified its failure unresponsive): evidence
-// before a health check has failed. c is suspect from now on, as after a
-// failed check, so it gets no new job, and its monitor checks it next
-// (after a check already under way) instead of at the next tick; the
-// check's verdict clears the suspicion or counts as the first failure
-// towards Config.HealthFailures. With health checks off nothing would
-// clear it, so nothing is recorded.
+// jobFoundUnresponsive hands the actor a job's own finding that c does
+// not answer (the session classified its failure unresponsive): evidence
+// before, or beside, a failed health check. The actor makes c suspect, so
+// it gets no new job, and has its monitor check it next (after a check
+// already under way) instead of at the next tick; with a failed check
+// beside it, it counts towards Config.HealthFailures. With health checks
+// off nothing would clear the suspicion, so nothing is sent. It waits for
+// the actor, which never waits for a job, or for c to be given up on.
 func (s *Supervisor) jobFoundUnresponsive(c *chrome) {
 	if s.cfg.HealthInterval <= 0 {
 		return
 	}
-	s.mu.Lock()
-	first := !c.probeFailed && c.state != stateDead
-	if first {
-		c.probeFailed = true
-	}
-	s.mu.Unlock()
-	if !first {
-		return
-	}
-	s.log.Warn("chrome did not answer a job's probe", zap.Int("pid", c.pid), zap.Int("chrome", c.seq))
 	select {
-	case c.checkNow <- struct{}{}:
-	default:
+	case s.events <- event{c: c, kind: evProbe}:
+	case <-c.ctx.Done():
 	}
-	s.poke() // the policy may hand over to a ready replacement
 }
 
 // poke wakes the actor without blocking; one pending wake is enough since

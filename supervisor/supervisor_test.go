@@ -470,6 +470,87 @@ func TestJobProbeMakesChromeSuspect(t *testing.T) {
 	})
 }
 
+// TestJobProbeBesideFailedCheckDeclaresHung: a job's own finding that its
+// Chrome does not answer counts as one failed health check beside a failed
+// check, in either order, so with HealthFailures 2 the Chrome is replaced
+// after one check's timeout rather than two; the next job runs on its
+// replacement. Alone the finding declares nothing
+// (TestJobProbeMakesChromeSuspect).
+func TestJobProbeBesideFailedCheckDeclaresHung(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		interval   time.Duration // health checks; an hour: only the one the job asks for
+		checkFirst bool          // the check fails before the job's probe
+	}{
+		{name: "probe then check", interval: time.Hour},
+		{name: "check then probe", interval: time.Millisecond, checkFirst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verdict := make(chan error) // each check returns what the test sends
+			var renders atomic.Int32
+			fleet := &fakeFleet{
+				render: func(ctx context.Context, c *fakeChrome) error {
+					if renders.Add(1) == 1 {
+						return &browser.Error{Class: browser.ClassUnresponsive, Retriable: true, Err: errors.New("fake: chrome did not answer the job's probe")}
+					}
+					return nil
+				},
+				health: func(ctx context.Context, c *fakeChrome) error {
+					select {
+					case err := <-verdict:
+						return err
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				},
+			}
+			cfg := testConfig()
+			cfg.HealthInterval, cfg.HealthTimeout, cfg.HealthFailures = tc.interval, time.Hour, 2
+			cfg.BurstSpacing = Off
+			h := start(t, cfg, fleet)
+			sl := h.acquire() // before any check fails: a suspect Chrome starts no job
+			c1 := h.chrome(0)
+			failCheck := func() {
+				t.Helper()
+				select {
+				case verdict <- errors.New("fake: no CDP answer"):
+				case <-time.After(time.Minute):
+					t.Fatal("no health check under way")
+				}
+			}
+			if tc.checkFirst {
+				failCheck()
+				testutil.Eventually(t, time.Minute, "the failed check counted", func() bool { return h.s.Stats().HealthFailures == 1 })
+				if c1.killed() {
+					t.Fatal("chrome killed after one failed check")
+				}
+			}
+			if _, err := sl.Render(context.Background(), browser.Request{}); browser.ClassOf(err) != browser.ClassUnresponsive {
+				t.Fatalf("render: %v, want class %q", err, browser.ClassUnresponsive)
+			}
+			sl.Release()
+			if !tc.checkFirst {
+				failCheck() // the check the job asked for
+			}
+			testutil.Eventually(t, time.Minute, "the chrome declared hung and killed", c1.killed)
+			next := h.acquire()
+			if next.ChromePID() == c1.pid {
+				t.Errorf("next job on the hung chrome %d", c1.pid)
+			}
+			if _, err := next.Render(context.Background(), browser.Request{}); err != nil {
+				t.Errorf("render: %v", err)
+			}
+			next.Release()
+			if st := h.s.Stats(); st.ChromeStarts != 2 || st.ChromeCrashes != 1 || st.HealthFailures != 1 {
+				t.Errorf("stats: %+v, want two chromes, one lost, one failed check", st)
+			}
+			if n := h.logs.FilterMessage("chrome unresponsive").Len(); n != 1 {
+				t.Errorf("%d chrome unresponsive log lines, want 1", n)
+			}
+		})
+	}
+}
+
 // TestSuspectChromeHandsOverToReadyStandby: a Chrome that fails a health
 // check while its replacement is booted and ready is retired at once, not
 // after its remaining starts: the next job runs on the replacement instead
