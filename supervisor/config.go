@@ -94,7 +94,9 @@ type Config struct {
 	// found the Chrome not answering (its render failed unresponsive) has
 	// the same effect, and has it checked next rather than at the next tick;
 	// its finding counts as one of the failures, but only beside a failed
-	// check, never alone. 0: the default, 2. It cannot be off.
+	// check, never alone, and however many jobs find it, once until a check
+	// passes. With HealthInterval off, jobs' findings are ignored. 0: the
+	// default, 2. It cannot be off.
 	HealthFailures int
 
 	// DrainTimeout bounds how long a retiring Chrome waits for its in-flight

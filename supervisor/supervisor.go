@@ -389,7 +389,8 @@ func (s *Supervisor) broadcastLocked() {
 // already under way) instead of at the next tick; with a failed check
 // beside it, it counts towards Config.HealthFailures. With health checks
 // off nothing would clear the suspicion, so nothing is sent. It waits for
-// the actor, which never waits for a job, or for c to be given up on.
+// the actor, which never waits for a job, or for c to be given up on: for
+// seconds at most, while the actor kills another Chrome.
 func (s *Supervisor) jobFoundUnresponsive(c *chrome) {
 	if s.cfg.HealthInterval <= 0 {
 		return

@@ -419,6 +419,9 @@ func TestJobProbeMakesChromeSuspect(t *testing.T) {
 	cfg.HealthInterval = time.Hour // no check but the one the job asks for
 	cfg.HealthTimeout = time.Hour  // which passes only when the test says so
 	cfg.BurstSpacing = Off         // a start waits for nothing but the Chrome
+	// One failure declares a Chrome hung: the probe alone must not, which
+	// the default, 2, would not show.
+	cfg.HealthFailures = 1
 	h := start(t, cfg, fleet)
 	t.Cleanup(release) // before the harness stops, should the test end early
 	sl := h.acquire()
