@@ -393,14 +393,8 @@ func TestJobProbeMakesChromeSuspect(t *testing.T) {
 	checking := make(chan struct{}, 1) // a health check began
 	pass := make(chan struct{})        // closed: health checks pass
 	release := sync.OnceFunc(func() { close(pass) })
-	var renders atomic.Int32
 	fleet := &fakeFleet{
-		render: func(ctx context.Context, c *fakeChrome) error {
-			if renders.Add(1) == 1 {
-				return &browser.Error{Class: browser.ClassUnresponsive, Retriable: true, Err: errors.New("fake: chrome did not answer the job's probe")}
-			}
-			return nil
-		},
+		render: unresponsiveFirst(),
 		health: func(ctx context.Context, c *fakeChrome) error {
 			select {
 			case checking <- struct{}{}:
@@ -490,14 +484,8 @@ func TestJobProbeBesideFailedCheckDeclaresHung(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			verdict := make(chan error) // each check returns what the test sends
-			var renders atomic.Int32
 			fleet := &fakeFleet{
-				render: func(ctx context.Context, c *fakeChrome) error {
-					if renders.Add(1) == 1 {
-						return &browser.Error{Class: browser.ClassUnresponsive, Retriable: true, Err: errors.New("fake: chrome did not answer the job's probe")}
-					}
-					return nil
-				},
+				render: unresponsiveFirst(),
 				health: func(ctx context.Context, c *fakeChrome) error {
 					select {
 					case err := <-verdict:
@@ -551,6 +539,18 @@ func TestJobProbeBesideFailedCheckDeclaresHung(t *testing.T) {
 				t.Errorf("%d chrome unresponsive log lines, want 1", n)
 			}
 		})
+	}
+}
+
+// unresponsiveFirst is a fake render whose first job fails as a session
+// does whose own probe found its Chrome not answering; the later ones pass.
+func unresponsiveFirst() func(ctx context.Context, c *fakeChrome) error {
+	var renders atomic.Int32
+	return func(ctx context.Context, c *fakeChrome) error {
+		if renders.Add(1) == 1 {
+			return &browser.Error{Class: browser.ClassUnresponsive, Retriable: true, Err: errors.New("fake: chrome did not answer the job's probe")}
+		}
+		return nil
 	}
 }
 
