@@ -154,7 +154,7 @@ const (
 	reasonExit    = "exit-due"     // the process has started its ExitAfterJobs jobs
 	reasonStop    = "stopping"     // Drain or Run ending
 	reasonCrash   = "crashed"      // Chrome exited or lost its CDP connection on its own
-	reasonHang    = "unresponsive" // Chrome failed consecutive health checks
+	reasonHang    = "unresponsive" // Chrome failed Config.HealthFailures health checks in a row (a job's probe counting as one beside them)
 	reasonSuspect = "suspect"      // Chrome was suspect (view.suspect), and a replacement was ready
 	reasonDrain   = "drain-timeout"
 )

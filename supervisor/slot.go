@@ -136,13 +136,24 @@ func (sl *Slot) putSession(sess renderSession, ok bool) {
 	}
 }
 
-// noteUnresponsive makes the slot's Chrome suspect when err is a session's
-// own verdict that it does not answer, and the supervisor has not given up
-// on it yet.
+// noteUnresponsive hands the actor a session's own verdict, in err, that
+// the slot's Chrome does not answer (its probe failed), unless the
+// supervisor has given up on that Chrome already: evidence before, or
+// beside, a failed health check. The actor makes the Chrome suspect, so it
+// gets no new job, and has its monitor check it next (after a check
+// already under way) instead of at the next tick; beside a failed check it
+// counts towards Config.HealthFailures. With health checks off nothing
+// would clear the suspicion, so nothing is sent. It waits for the actor,
+// which never waits for a job, or for the Chrome to be given up on: for
+// seconds at most, while the actor kills another Chrome.
 func (sl *Slot) noteUnresponsive(err error) {
-	c := sl.c
-	if browser.ClassOf(err) == browser.ClassUnresponsive && c.lost() == nil && !c.gone() {
-		sl.s.jobFoundUnresponsive(c)
+	s, c := sl.s, sl.c
+	if s.cfg.HealthInterval <= 0 || browser.ClassOf(err) != browser.ClassUnresponsive || c.lost() != nil || c.gone() {
+		return
+	}
+	select {
+	case s.events <- event{c: c, kind: evProbe}:
+	case <-c.ctx.Done():
 	}
 }
 

@@ -382,25 +382,6 @@ func (s *Supervisor) broadcastLocked() {
 	s.changed = make(chan struct{})
 }
 
-// jobFoundUnresponsive hands the actor a job's own finding that c does
-// not answer (the session classified its failure unresponsive): evidence
-// before, or beside, a failed health check. The actor makes c suspect, so
-// it gets no new job, and has its monitor check it next (after a check
-// already under way) instead of at the next tick; with a failed check
-// beside it, it counts towards Config.HealthFailures. With health checks
-// off nothing would clear the suspicion, so nothing is sent. It waits for
-// the actor, which never waits for a job, or for c to be given up on: for
-// seconds at most, while the actor kills another Chrome.
-func (s *Supervisor) jobFoundUnresponsive(c *chrome) {
-	if s.cfg.HealthInterval <= 0 {
-		return
-	}
-	select {
-	case s.events <- event{c: c, kind: evProbe}:
-	case <-c.ctx.Done():
-	}
-}
-
 // poke wakes the actor without blocking; one pending wake is enough since
 // the actor rereads all state.
 func (s *Supervisor) poke() {
