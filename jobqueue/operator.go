@@ -238,3 +238,103 @@ func (q *Queue) RetryBatch(ctx context.Context, batchID string) (int64, error) {
 	}
 	return q.Retry(ctx, ids...)
 }
+
+var cancelSQL = `
+WITH old AS (
+    -- What the jobs were, to take the pending ones out of their count: an
+    -- UPDATE returns only the new row.
+    SELECT j.id, j.state FROM jobs j
+    WHERE %s AND j.state IN ('pending', 'queued', 'processing')
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+), upd AS (
+    UPDATE jobs j SET state = 'canceled', finished_at = coalesce($2::timestamptz, now()), lease_expires_at = NULL
+    FROM old o
+    WHERE j.id = o.id
+    RETURNING j.id, j.node_id, j.state, j.finished_at, j.error_class
+` + stateCountsSQL("SELECT state, finished_at, error_class, 1 AS d FROM upd") +
+	pendingCountSQL("SELECT -1 AS d FROM old o JOIN upd u ON u.id = o.id WHERE o.state = 'pending'") + `
+), woken AS (
+    SELECT pg_notify($3, $4) FROM upd WHERE node_id IS NOT NULL HAVING count(*) > 0
+)
+SELECT count(*), (SELECT count(*) FROM woken) FROM upd`
+
+// Cancel cancels the live jobs among ids and returns how many it canceled.
+// A node still running one finds out when its Complete or Fail reports the
+// job already finished.
+func (q *Queue) Cancel(ctx context.Context, ids ...int64) (int64, error) {
+	var n, notified int64
+	err := q.retryDeadlocks(ctx, "cancel", func() error {
+		return q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.id = ANY($1::bigint[])"), ids, q.now(), ChannelProducer, PayloadSlots).
+			Scan(&n, &notified)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cancel %d jobs: %w", len(ids), err)
+	}
+	return n, nil
+}
+
+// maxCancelPasses bounds CancelBatch's passes.
+const maxCancelPasses = 10
+
+// CancelBatch cancels every live job of a batch (its followed children too).
+//
+// One statement sees the jobs committed before it began. A completion that
+// held one of the batch's jobs inserted that job's followed children, and
+// committed while the cancel waited for the job: the cancel does not see
+// those children. They are committed once it ends, so another pass cancels
+// them; a canceled job completes no more, so the passes end with one that
+// finds nothing.
+func (q *Queue) CancelBatch(ctx context.Context, batchID string) (int64, error) {
+	if err := ValidateBatchID(batchID); err != nil {
+		return 0, err
+	}
+	var total int64
+	for range maxCancelPasses {
+		var n, notified int64
+		err := q.retryDeadlocks(ctx, "cancel batch", func() error {
+			return q.pool.QueryRow(ctx, fmt.Sprintf(cancelSQL, "j.batch_id = $1::uuid"), batchID, q.now(), ChannelProducer, PayloadSlots).
+				Scan(&n, &notified)
+		})
+		if err != nil {
+			return total, fmt.Errorf("cancel batch %s: %w", batchID, err)
+		}
+		total += n
+		if n == 0 {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Retry sends failed and canceled jobs among ids back to pending with their
+// attempt count reset, and returns how many.
+func (q *Queue) Retry(ctx context.Context, ids ...int64) (int64, error) {
+	var n, notified int64
+	err := q.retryDeadlocks(ctx, "retry", func() error {
+		return q.pool.QueryRow(ctx, `
+        WITH old AS (
+            -- What the jobs were, to take them out of their final counts.
+            SELECT j.id, j.state, j.finished_at, j.error_class FROM jobs j
+            WHERE j.id = ANY($1::bigint[]) AND j.state IN ('failed', 'canceled')
+            ORDER BY j.id
+            FOR UPDATE
+        ), upd AS (
+            UPDATE jobs j SET state = 'pending', attempts = 0, node_id = NULL, queued_at = NULL,
+                started_at = NULL, finished_at = NULL, lease_expires_at = NULL,
+                run_after = coalesce($2::timestamptz, now())
+            FROM old o
+            WHERE j.id = o.id
+            RETURNING j.id
+        `+stateCountsSQL("SELECT o.state, o.finished_at, o.error_class, -1 AS d FROM old o JOIN upd u ON u.id = o.id")+
+			pendingCountSQL("SELECT 1 AS d FROM upd")+`
+        ), woken AS (
+            SELECT pg_notify($3, $4) FROM upd HAVING count(*) > 0
+        )
+        SELECT count(*), (SELECT count(*) FROM woken) FROM upd`, ids, q.now(), ChannelProducer, PayloadSubmitted).Scan(&n, &notified)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("retry %d jobs: %w", len(ids), err)
+	}
+	return n, nil
+}
