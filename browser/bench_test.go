@@ -364,7 +364,7 @@ func benchChromeLife(b *testing.B, site *testsite.Server, proxy *egress.Proxy) {
 		lives++
 		opts := Options{Kind: testKind(b), ProfileRoot: root, ExtraFlags: testFlags}
 		if proxy != nil {
-			opts.EgressProxy, opts.EgressRefused = proxy.URL(), proxy.Refused
+			opts.EgressProxy, opts.EgressFailure = proxy.URL(), proxy.Failure
 		}
 		br, err := Launch(ctx, opts)
 		if err != nil {
@@ -434,7 +434,7 @@ func BenchmarkEgress(b *testing.B) {
 	launch := func(name string, proxy *egress.Proxy) *side {
 		opts := Options{Kind: testKind(b), ProfileRoot: b.TempDir(), ExtraFlags: testFlags}
 		if proxy != nil {
-			opts.EgressProxy, opts.EgressRefused = proxy.URL(), proxy.Refused
+			opts.EgressProxy, opts.EgressFailure = proxy.URL(), proxy.Failure
 		}
 		br, err := Launch(ctx, opts)
 		if err != nil {

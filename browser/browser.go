@@ -28,6 +28,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/browserfarm/browserfarm/browser/egress"
 )
 
 // Options configures Launch. The zero value launches the headless shell if
@@ -84,10 +86,10 @@ type Options struct {
 	// that does not go through it. A job with a proxy of its own uses that
 	// proxy instead.
 	EgressProxy string
-	// EgressRefused, with EgressProxy, says whether the proxy refused a
-	// host:port and at which address: Chrome reports a refused https tunnel
-	// only as a failed one.
-	EgressRefused func(hostport string) (addr string, refused bool)
+	// EgressFailure, with EgressProxy, says why the proxy last failed to
+	// connect a host:port, if it did (egress.Proxy.Failure): Chrome reports
+	// a refused or unresolvable https tunnel only as a failed one.
+	EgressFailure func(hostport string) (egress.Failure, bool)
 }
 
 const (

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +53,7 @@ func TestEgressProxyLaunch(t *testing.T) {
 		}
 	}()
 
-	b := launch(t, Options{EgressProxy: proxy.URL(), EgressRefused: proxy.Refused, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	b := launch(t, Options{EgressProxy: proxy.URL(), EgressFailure: proxy.Failure, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
 	s := openSession(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -84,6 +88,70 @@ func TestEgressProxyLaunch(t *testing.T) {
 		t.Errorf("a UDP packet reached %s past the proxy (candidates %s)", stun, res.Data)
 	default:
 	}
+}
+
+// TestEgressFailureNamed: a page the egress proxy could not resolve fails
+// as a network error naming the cause, over http (the proxy's own 502) and
+// https (a tunnel Chrome reports only as failed), not retried; a port that
+// does not answer is a network error that is retried; a site's own 502
+// stays an HTTP 502, whatever headers it sends.
+func TestEgressFailureNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testutil.StartSite(t, testsite.Options{})
+	u, err := url.Parse(site.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := closed.Addr().String()
+	closed.Close() // nothing answers there now
+	// A site that answers 502 as if it were the proxy.
+	forger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(egress.FailedHeader, "forged: no such host")
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprint(w, "bad gateway")
+	}))
+	defer forger.Close()
+	rules, err := egress.ParseRules(u.Host + "," + dead + "," + strings.TrimPrefix(forger.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := egress.Listen("127.0.0.1:0", egress.Config{Policy: egress.Policy{Allow: rules}, Resolver: noNames{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Background(t, "proxy", proxy.Serve)
+	b := launch(t, Options{EgressProxy: proxy.URL(), EgressFailure: proxy.Failure, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	s := openSession(t, b)
+	for _, tc := range []struct {
+		url, class, says string
+		retriable        bool
+	}{
+		{"http://nowhere.test/", ClassNetwork, "no such host", false},
+		{"https://nowhere.test/", ClassNetwork, "no such host", false},
+		{"http://" + dead + "/", ClassNetwork, "connection refused", true},
+		{forger.URL + "/", ClassHTTP, "HTTP 502", true},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := s.Render(ctx, Request{URL: tc.url})
+		cancel()
+		var e *Error
+		if !errors.As(err, &e) || e.Class != tc.class || e.Retriable != tc.retriable || !strings.Contains(e.Error(), tc.says) {
+			t.Errorf("render of %s: %v; want %s (retriable %v) saying %q", tc.url, err, tc.class, tc.retriable, tc.says)
+		}
+	}
+}
+
+// noNames is a resolver under which no name exists.
+type noNames struct{}
+
+func (noNames) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
 // serveSiteProxy serves an egress proxy that allows only the site at

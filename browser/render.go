@@ -250,7 +250,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.FinalURL = j.shown
 			return newErr(ClassHTTP, false, "HTTP 401: %s asks for credentials", j.shown)
 		}
-		if err := s.refusedTunnel(j, st, nav.ErrorText); err != nil {
+		if err := s.egressTunnel(j, st, nav.ErrorText); err != nil {
 			return err
 		}
 		class, retriable := classifyNetError(nav.ErrorText)
@@ -258,7 +258,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	}
 	if resp := st.doc(nav.LoaderID); resp != nil {
 		res.Status = int(resp.Status)
-		if err := refusedResponse(resp); err != nil {
+		if err := s.egressAnswer(j, resp); err != nil {
 			return err
 		}
 		if err := notHTML(j, resp); err != nil {
@@ -287,7 +287,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		if resp := st.doc(nav.LoaderID); res.Status == 0 && resp != nil {
 			// The response event came after Page.navigate's answer.
 			res.Status = int(resp.Status)
-			if err := refusedResponse(resp); err != nil {
+			if err := s.egressAnswer(j, resp); err != nil {
 				return err
 			}
 			if res.Status >= 400 {
@@ -352,29 +352,46 @@ func notHTML(j *job, resp *network.Response) error {
 	return newErr(ClassNotHTML, false, "the page is %s, not HTML: %q cannot appear in it (HTTP %d)", mt, j.Wait.Selector, resp.Status)
 }
 
-// egressRefusedHeader is egress.RefusedHeader: the egress proxy's mark on
-// its answer to a refused plain-HTTP request (a test checks they agree).
-const egressRefusedHeader = "X-Browserfarm-Egress-Refused"
+// The egress proxy's marks on its own answers to plain-HTTP requests
+// (egress.RefusedHeader, egress.FailedHeader; a test checks they agree).
+const (
+	egressRefusedHeader = "X-Browserfarm-Egress-Refused"
+	egressFailedHeader  = "X-Browserfarm-Egress-Failed"
+)
 
-// refusedResponse is the error of a main document the egress proxy refused
-// (the page's URL or where it redirected), or nil.
-func refusedResponse(resp *network.Response) error {
-	if resp.Status != 403 {
+// egressAnswer is the error of a main document the egress proxy answered
+// itself instead of the site — it refused the page's URL or where it
+// redirected, or could not resolve or connect it — or nil. Only a plain
+// http:// request of a job without a proxy of its own reaches the egress
+// proxy as a request: any other response came from the site (through a
+// tunnel) or from the job's proxy, which cannot speak for the farm's.
+func (s *Session) egressAnswer(j *job, resp *network.Response) error {
+	if s.b.opts.EgressProxy == "" || j.proxy != nil || (resp.Status != 403 && resp.Status != 502) {
+		return nil
+	}
+	u, err := url.Parse(resp.URL)
+	if err != nil || u.Scheme != "http" {
 		return nil
 	}
 	for k, v := range resp.Headers {
-		if strings.EqualFold(k, egressRefusedHeader) {
+		switch {
+		case resp.Status == 403 && strings.EqualFold(k, egressRefusedHeader):
 			return newErr(ClassDestinationRefused, false, "destination %v refused by the egress policy (%s)", v, resp.URL)
+		case resp.Status == 502 && strings.EqualFold(k, egressFailedHeader):
+			if f, ok := s.egressFailure(u); ok && !f.Refused {
+				return egressFailureErr(f, resp.URL)
+			}
+			return newErr(ClassNetwork, true, "loading %s: %v", resp.URL, v)
 		}
 	}
 	return nil
 }
 
-// refusedTunnel is the error of an https page whose tunnel the egress proxy
-// refused — the job's URL or where it redirected: Chrome reports only that
-// the tunnel failed, the proxy says why.
-func (s *Session) refusedTunnel(j *job, st *jobState, errText string) error {
-	if s.b.opts.EgressRefused == nil || j.proxy != nil || !strings.Contains(errText, "ERR_TUNNEL_CONNECTION_FAILED") {
+// egressTunnel is the error of an https page whose tunnel the egress proxy
+// refused or could not connect — the job's URL or where it redirected:
+// Chrome reports only that the tunnel failed, the proxy says why.
+func (s *Session) egressTunnel(j *job, st *jobState, errText string) error {
+	if j.proxy != nil || !strings.Contains(errText, "ERR_TUNNEL_CONNECTION_FAILED") {
 		return nil
 	}
 	target := j.URL
@@ -385,11 +402,31 @@ func (s *Session) refusedTunnel(j *job, st *jobState, errText string) error {
 	if err != nil {
 		return nil
 	}
-	port, _ := egress.URLPort(u)
-	if addr, ok := s.b.opts.EgressRefused(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port)))); ok {
-		return newErr(ClassDestinationRefused, false, "destination %s refused by the egress policy (%s)", addr, j.shown)
+	f, ok := s.egressFailure(u)
+	if !ok {
+		return nil
 	}
-	return nil
+	if f.Refused {
+		return newErr(ClassDestinationRefused, false, "destination %s refused by the egress policy (%s)", f.Addr, j.shown)
+	}
+	return egressFailureErr(f, j.shown)
+}
+
+// egressFailure is what the egress proxy recorded of u's host and port.
+func (s *Session) egressFailure(u *url.URL) (egress.Failure, bool) {
+	if s.b.opts.EgressFailure == nil {
+		return egress.Failure{}, false
+	}
+	port, _ := egress.URLPort(u)
+	return s.b.opts.EgressFailure(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))))
+}
+
+// egressFailureErr is the error of a page the egress proxy could not
+// resolve or connect: a network error, as Chrome's own would be without
+// the proxy, with the proxy's cause; a name that does not exist is not
+// retried.
+func egressFailureErr(f egress.Failure, shown string) error {
+	return newErr(ClassNetwork, !f.NoSuchHost, "loading %s: %s", shown, f.Err)
 }
 
 // setup applies the job's settings to the tab before navigation; on a shared

@@ -382,9 +382,12 @@ func TestMergeFeatureFlags(t *testing.T) {
 	}
 }
 
-func TestEgressRefusedHeaderAgrees(t *testing.T) {
+func TestEgressHeadersAgree(t *testing.T) {
 	if egressRefusedHeader != egress.RefusedHeader {
-		t.Fatalf("browser looks for %q, the egress proxy sets %q", egressRefusedHeader, egress.RefusedHeader)
+		t.Errorf("browser looks for %q, the egress proxy sets %q", egressRefusedHeader, egress.RefusedHeader)
+	}
+	if egressFailedHeader != egress.FailedHeader {
+		t.Errorf("browser looks for %q, the egress proxy sets %q", egressFailedHeader, egress.FailedHeader)
 	}
 }
 

@@ -84,7 +84,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, fmt.Errorf("farm: consumer: %w", err)
 	}
 	cfg.Supervisor.Browser.EgressProxy = proxy.URL()
-	cfg.Supervisor.Browser.EgressRefused = proxy.Refused
+	cfg.Supervisor.Browser.EgressFailure = proxy.Failure
 	cfg.Supervisor.Browser.MaxMessageBytes = messageBound(cfg.Queue.ResultLimits())
 	sup, err := supervisor.New(cfg.Supervisor)
 	if err != nil {

@@ -128,7 +128,7 @@ func TestConsumerEgressPolicy(t *testing.T) {
 			t.Errorf("the allowed fetch did not succeed: %q", out)
 		}
 		for _, hp := range []string{other, samePort, "[fe80::1]:" + otherPort} {
-			if _, refused := rc.c.egress.Refused(hp); !refused {
+			if f, ok := rc.c.egress.Failure(hp); !ok || !f.Refused {
 				t.Errorf("the proxy has no refusal of %s on record", hp)
 			}
 		}

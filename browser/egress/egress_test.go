@@ -119,6 +119,24 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
+// lockedResolver is a fakeResolver a test may change while the proxy runs.
+type lockedResolver struct {
+	mu    sync.Mutex
+	names fakeResolver
+}
+
+func (l *lockedResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.names.LookupNetIP(ctx, network, host)
+}
+
+func (l *lockedResolver) set(host string, addrs ...netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.names[host] = addrs
+}
+
 // startSite serves "hello from <addr>" on ip:0 and returns its address.
 func startSite(t *testing.T, ip string) (addr string, hits func() int) {
 	t.Helper()
@@ -252,11 +270,11 @@ func TestProxy(t *testing.T) {
 			t.Errorf("CONNECT %s: %q, want 403", hp, got)
 		}
 	}
-	if addr, ok := p.Refused("169.254.169.254:443"); !ok || addr != "169.254.169.254:443" {
-		t.Errorf("Refused(metadata) = %q, %v", addr, ok)
+	if f, ok := p.Failure("169.254.169.254:443"); !ok || !f.Refused || f.Addr != "169.254.169.254:443" {
+		t.Errorf("Failure(metadata) = %+v, %v; want refused at 169.254.169.254:443", f, ok)
 	}
-	if _, ok := p.Refused(allowed); ok {
-		t.Error("the allowed site is remembered as refused")
+	if f, ok := p.Failure(allowed); ok {
+		t.Errorf("the allowed site is remembered as failed: %+v", f)
 	}
 	if otherHits() != 0 {
 		t.Errorf("the refused site on 127.0.0.2 got %d requests", otherHits())
@@ -270,6 +288,117 @@ func TestProxy(t *testing.T) {
 		if a != allowed {
 			t.Errorf("dialed %s", a)
 		}
+	}
+}
+
+// TestProxyNamesWhatFailed: a name that does not resolve and a port that
+// does not answer are the proxy's own 502s, marked with FailedHeader and
+// the cause on plain HTTP (where a site's 502 is not), and remembered for
+// tunnels, whose failure Chrome reports without a cause; a later
+// connection to the destination forgets its failure.
+func TestProxyNamesWhatFailed(t *testing.T) {
+	site, _ := startSite(t, "127.0.0.1")
+	port := strings.Split(site, ":")[1]
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPort := strings.Split(closed.Addr().String(), ":")[1]
+	closed.Close() // nothing answers there now
+	bad := http.NewServeMux()
+	bad.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// A site cannot pass for the proxy.
+		w.Header().Set(FailedHeader, "forged")
+		w.Header().Set(RefusedHeader, "forged")
+		w.WriteHeader(http.StatusBadGateway)
+	})
+	badLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	badSrv := &http.Server{Handler: bad}
+	go badSrv.Serve(badLn)
+	t.Cleanup(func() { badSrv.Close() })
+	rules, err := ParseRules("127.0.0.1/32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &lockedResolver{names: fakeResolver{"site.test": {netip.MustParseAddr("127.0.0.1")}}}
+	p, err := Listen("127.0.0.1:0", Config{Policy: Policy{Allow: rules}, Resolver: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- p.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	proxyURL, _ := url.Parse(p.URL())
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	for _, tc := range []struct {
+		target, failed string // FailedHeader's substring; "" for none
+		noSuchHost     bool
+	}{
+		{"http://nowhere.test:" + port + "/", "no such host", true},
+		{"http://127.0.0.1:" + deadPort + "/", "connection refused", false},
+		{"http://" + badLn.Addr().String() + "/", "", false},
+	} {
+		resp, err := client.Get(tc.target)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tc.target, err)
+		}
+		resp.Body.Close()
+		got := resp.Header.Get(FailedHeader)
+		if resp.StatusCode != http.StatusBadGateway || (tc.failed == "") != (got == "") || !strings.Contains(got, tc.failed) ||
+			resp.Header.Get(RefusedHeader) != "" {
+			t.Errorf("GET %s: %s, %s %q, %s %q; want 502 with %s %q", tc.target, resp.Status,
+				FailedHeader, got, RefusedHeader, resp.Header.Get(RefusedHeader), FailedHeader, tc.failed)
+		}
+		u, _ := url.Parse(tc.target)
+		f, ok := p.Failure(u.Host)
+		if tc.failed == "" {
+			if ok {
+				t.Errorf("Failure(%s) = %+v for a site's own 502", u.Host, f)
+			}
+			continue
+		}
+		if !ok || f.Refused || !strings.Contains(f.Err, tc.failed) || f.NoSuchHost != tc.noSuchHost {
+			t.Errorf("Failure(%s) = %+v, %v; want %q, NoSuchHost %v", u.Host, f, ok, tc.failed, tc.noSuchHost)
+		}
+	}
+
+	// CONNECT, as Chrome tunnels https: the failure is remembered, and
+	// forgotten once the name resolves and connects.
+	connect := func(hostport string) int {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", hostport, hostport)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatalf("CONNECT %s: %v", hostport, err)
+		}
+		return resp.StatusCode
+	}
+	later := "later.test:" + port
+	if code := connect(later); code != http.StatusBadGateway {
+		t.Fatalf("CONNECT %s before it resolves: %d, want 502", later, code)
+	}
+	if f, ok := p.Failure(later); !ok || !f.NoSuchHost {
+		t.Fatalf("Failure(%s) = %+v, %v; want no such host", later, f, ok)
+	}
+	res.set("later.test", netip.MustParseAddr("127.0.0.1"))
+	if code := connect(later); code != http.StatusOK {
+		t.Fatalf("CONNECT %s once it resolves: %d, want 200", later, code)
+	}
+	if f, ok := p.Failure(later); ok {
+		t.Errorf("Failure(%s) = %+v after it connected, want none", later, f)
 	}
 }
 

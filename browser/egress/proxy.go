@@ -23,12 +23,17 @@ import (
 // address from it.
 const RefusedHeader = "X-Browserfarm-Egress-Refused"
 
+// FailedHeader is set on the proxy's own 502 answer to a plain-HTTP request
+// it could not connect (the name did not resolve, the dial failed), with
+// the cause: the browser tells it from a site's own 502 by it.
+const FailedHeader = "X-Browserfarm-Egress-Failed"
+
 // Timeouts of the proxy's own work; the job's timeout bounds the rest.
 const (
 	resolveTimeout = 10 * time.Second
 	dialTimeout    = 15 * time.Second
-	// maxRefusals bounds the memory of recent refusals (see Refused).
-	maxRefusals = 1024
+	// maxFailures bounds the memory of recent failures (see Failure).
+	maxFailures = 1024
 )
 
 // Config configures a Proxy.
@@ -68,16 +73,33 @@ type Proxy struct {
 	tr *http.Transport
 
 	mu       sync.Mutex
-	refusals map[string]refusal // host:port as asked → the refused address
+	failures map[string]Failure // host:port as asked → why it was not connected
 	order    []string
 	tunnels  map[net.Conn]struct{} // both ends of every open tunnel
 	closed   bool
 	wg       sync.WaitGroup // tunnels' copy goroutines
 }
 
-type refusal struct {
-	addr netip.AddrPort
-	at   time.Time
+// Failure is why the proxy did not connect a destination: the policy
+// refused it, or resolving or dialing it failed.
+type Failure struct {
+	Refused bool   // by the policy, at Addr; else Err says what failed
+	Addr    string // the refused address
+	Err     string
+	// NoSuchHost: the name does not exist (the resolver's answer, not a
+	// timeout or a server failure); trying again will not help.
+	NoSuchHost bool
+}
+
+// failureOf is the Failure of a dial error: a refusal, or a resolve or dial
+// failure.
+func failureOf(err error) Failure {
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return Failure{Refused: true, Addr: re.Addr.String()}
+	}
+	var de *net.DNSError
+	return Failure{Err: err.Error(), NoSuchHost: errors.As(err, &de) && de.IsNotFound}
 }
 
 // Listen opens the proxy's listener on addr (e.g. 127.0.0.1:0). Nothing is
@@ -105,7 +127,7 @@ func Listen(addr string, cfg Config) (*Proxy, error) {
 	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
 		cfg.Policy.Deny = append(slices.Clip(cfg.Policy.Deny), HostRule(ap.Addr(), ap.Port()))
 	}
-	p := &Proxy{cfg: cfg, ln: ln, log: cfg.Logger, refusals: map[string]refusal{}, tunnels: map[net.Conn]struct{}{}}
+	p := &Proxy{cfg: cfg, ln: ln, log: cfg.Logger, failures: map[string]Failure{}, tunnels: map[net.Conn]struct{}{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: zap.NewStdLog(cfg.Logger)}
 	p.tr = &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -181,32 +203,42 @@ func (p *Proxy) Close() error {
 	return p.srv.Close()
 }
 
-// Refused returns the address a recent request for hostport (host:port as
-// the browser asked for it) was refused at, if it was. The browser uses it to
-// tell a refused tunnel (Chrome reports only that the tunnel failed) from
-// an unreachable site.
-func (p *Proxy) Refused(hostport string) (string, bool) {
+// Failure returns why the last request for hostport (host:port as the
+// browser asked for it) was not connected, if it was not; a later
+// connection to it forgets that. The browser uses it to tell a refused or
+// unresolvable tunnel (Chrome reports only that the tunnel failed) from
+// an unreachable site, and to name the cause.
+func (p *Proxy) Failure(hostport string) (Failure, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r, ok := p.refusals[strings.ToLower(hostport)]
-	if !ok {
-		return "", false
-	}
-	return r.addr.String(), true
+	f, ok := p.failures[strings.ToLower(hostport)]
+	return f, ok
 }
 
-func (p *Proxy) remember(hostport string, addr netip.AddrPort) {
+func (p *Proxy) remember(hostport string, f Failure) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	key := strings.ToLower(hostport)
-	if _, ok := p.refusals[key]; !ok {
+	if _, ok := p.failures[key]; !ok {
 		p.order = append(p.order, key)
-		if len(p.order) > maxRefusals {
-			delete(p.refusals, p.order[0])
+		if len(p.order) > maxFailures {
+			delete(p.failures, p.order[0])
 			p.order = p.order[1:]
 		}
 	}
-	p.refusals[key] = refusal{addr: addr, at: time.Now()}
+	p.failures[key] = f
+}
+
+// forget drops hostport's failure once it was connected.
+func (p *Proxy) forget(hostport string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	key := strings.ToLower(hostport)
+	if _, ok := p.failures[key]; !ok {
+		return
+	}
+	delete(p.failures, key)
+	p.order = slices.DeleteFunc(p.order, func(k string) bool { return k == key })
 }
 
 // Check resolves host and checks every address against the policy. It
@@ -267,16 +299,24 @@ func (p *Proxy) dialChecked(ctx context.Context, hostport, defaultPort string) (
 	if err != nil || port == 0 {
 		return nil, fmt.Errorf("bad port in %q", hostport)
 	}
+	key := net.JoinHostPort(host, portStr)
 	ap, err := p.Check(ctx, host, uint16(port))
-	if err != nil {
-		var re *RefusedError
-		if errors.As(err, &re) {
-			p.remember(net.JoinHostPort(host, portStr), re.Addr)
-			p.log.Debug("egress refused", zap.String("host", host), zap.String("addr", re.Addr.String()))
+	if err == nil {
+		var conn net.Conn
+		if conn, err = p.cfg.Dial(ctx, "tcp", ap.String()); err == nil {
+			p.forget(key)
+			return conn, nil
 		}
-		return nil, err
 	}
-	return p.cfg.Dial(ctx, "tcp", ap.String())
+	// A request the page gave up on is no finding about its destination.
+	if ctx.Err() == nil {
+		f := failureOf(err)
+		p.remember(key, f)
+		if f.Refused {
+			p.log.Debug("egress refused", zap.String("host", host), zap.String("addr", f.Addr))
+		}
+	}
+	return nil, err
 }
 
 func (p *Proxy) refuse(w http.ResponseWriter, err error) bool {
@@ -364,6 +404,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
 		if !p.refuse(w, err) {
+			w.Header().Set(FailedHeader, headerSafe(err.Error()))
 			http.Error(w, err.Error(), http.StatusBadGateway)
 		}
 		return
@@ -372,7 +413,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
-	resp.Header.Del(RefusedHeader) // only the proxy says what it refused
+	// Only the proxy says what it refused or could not connect.
+	resp.Header.Del(RefusedHeader)
+	resp.Header.Del(FailedHeader)
 	for k, vs := range resp.Header {
 		for _, v := range vs {
 			w.Header().Add(k, v)
@@ -380,4 +423,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// headerSafe is s as a header value: one line of printable ASCII.
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r > '~' {
+			return ' '
+		}
+		return r
+	}, s)
 }

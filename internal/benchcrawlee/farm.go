@@ -146,7 +146,7 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 			stop()
 			err = errors.Join(err, <-served)
 		}()
-		scfg.Browser.EgressProxy, scfg.Browser.EgressRefused = proxy.URL(), proxy.Refused
+		scfg.Browser.EgressProxy, scfg.Browser.EgressFailure = proxy.URL(), proxy.Failure
 	}
 	nodes, err := startNodes(ctx, scfg)
 	if err != nil {
