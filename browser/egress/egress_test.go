@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -172,7 +173,7 @@ func TestProxy(t *testing.T) {
 	var dmu sync.Mutex
 	var dialed []string
 	d := &net.Dialer{}
-	p, err := Listen("127.0.0.1:0", Config{
+	p := serveProxy(t, Config{
 		Policy: Policy{Allow: []Rule{rule}},
 		Resolver: fakeResolver{
 			"site.test":     {netip.MustParseAddr("127.0.0.1")},
@@ -190,20 +191,7 @@ func TestProxy(t *testing.T) {
 			return d.DialContext(ctx, network, addr)
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	proxyURL, _ := url.Parse(p.URL())
-	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	client := clientThrough(p)
 
 	get := func(target string) (int, string, string) {
 		t.Helper()
@@ -305,47 +293,27 @@ func TestProxyNamesWhatFailed(t *testing.T) {
 	}
 	deadPort := strings.Split(closed.Addr().String(), ":")[1]
 	closed.Close() // nothing answers there now
-	bad := http.NewServeMux()
-	bad.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		// A site cannot pass for the proxy.
+	// A site cannot pass for the proxy.
+	forger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(FailedHeader, "forged")
 		w.Header().Set(RefusedHeader, "forged")
 		w.WriteHeader(http.StatusBadGateway)
-	})
-	badLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	badSrv := &http.Server{Handler: bad}
-	go badSrv.Serve(badLn)
-	t.Cleanup(func() { badSrv.Close() })
+	}))
+	t.Cleanup(forger.Close)
 	rules, err := ParseRules("127.0.0.1/32")
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := &lockedResolver{names: fakeResolver{"site.test": {netip.MustParseAddr("127.0.0.1")}}}
-	p, err := Listen("127.0.0.1:0", Config{Policy: Policy{Allow: rules}, Resolver: res})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- p.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	proxyURL, _ := url.Parse(p.URL())
-	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	p := serveProxy(t, Config{Policy: Policy{Allow: rules}, Resolver: res})
+	client := clientThrough(p)
 	for _, tc := range []struct {
 		target, failed string // FailedHeader's substring; "" for none
 		noSuchHost     bool
 	}{
 		{"http://nowhere.test:" + port + "/", "no such host", true},
 		{"http://127.0.0.1:" + deadPort + "/", "connection refused", false},
-		{"http://" + badLn.Addr().String() + "/", "", false},
+		{forger.URL + "/", "", false},
 	} {
 		resp, err := client.Get(tc.target)
 		if err != nil {
@@ -374,16 +342,8 @@ func TestProxyNamesWhatFailed(t *testing.T) {
 	// CONNECT, as Chrome tunnels https: the failure is remembered, and
 	// forgotten once the name resolves and connects.
 	connect := func(hostport string) int {
-		c, err := net.Dial("tcp", p.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", hostport, hostport)
-		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
-		if err != nil {
-			t.Fatalf("CONNECT %s: %v", hostport, err)
-		}
+		c, resp := connectThrough(t, p, hostport)
+		c.Close()
 		return resp.StatusCode
 	}
 	later := "later.test:" + port
@@ -475,9 +435,17 @@ func serveProxy(t *testing.T, cfg Config) *Proxy {
 	go func() { served <- p.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-served
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	})
 	return p
+}
+
+// clientThrough is a client that sends its requests through p.
+func clientThrough(p *Proxy) *http.Client {
+	proxyURL, _ := url.Parse(p.URL())
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
 }
 
 // connectThrough sends CONNECT target to p and returns the connection and
