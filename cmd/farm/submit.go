@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/browserfarm/browserfarm/farm/web"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -190,6 +191,19 @@ func (l inputLine) String() string {
 	return fmt.Sprintf("%s line %d", l.source, l.line)
 }
 
+// maxLineBytes bounds a line of farm submit's input: the API's bound on a
+// request body (POST /api/jobs), so that a spec the API would take whole is
+// a line submit takes, and a line over it is refused in the API's words
+// rather than by the reader's buffer. A spec under it but over the queue's
+// own bounds (cookies, URL length, the spec's size) is then refused by the
+// decoder and validator the API uses, naming the field.
+const maxLineBytes = web.DefaultMaxBodyBytes
+
+// lineTooLong is the error of a line over maxLineBytes, named by its number.
+func lineTooLong(source string, n int) error {
+	return fmt.Errorf("%s line %d: %s, the bound on a request body of POST /api/jobs", source, n, web.TooLarge("the line", maxLineBytes))
+}
+
 // readSpecs reads one job per line: a URL, or a JSON object (a job spec).
 // Blank lines and lines starting with # are skipped. A malformed line is an
 // error naming the line; nothing is returned then.
@@ -197,10 +211,16 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 	var specs []jobqueue.Spec
 	var where []inputLine
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	// One byte over the bound: a line of exactly the bound, with its
+	// newline, fits; a longer one is ErrTooLong, or (the last line, with
+	// no newline) longer than the bound.
+	sc.Buffer(make([]byte, 64*1024), maxLineBytes+1)
 	n := 0
 	for sc.Scan() {
 		n++
+		if len(sc.Bytes()) > maxLineBytes {
+			return nil, nil, lineTooLong(source, n)
+		}
 		text := strings.TrimSpace(sc.Text())
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
@@ -212,7 +232,9 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 		specs = append(specs, spec)
 		where = append(where, inputLine{source, n})
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, nil, lineTooLong(source, n+1)
+	} else if err != nil {
 		return nil, nil, fmt.Errorf("%s line %d: %w", source, n+1, err)
 	}
 	return specs, where, nil

@@ -34,6 +34,8 @@ func TestSubmitAndAPIGiveTheSameErrors(t *testing.T) {
 		{`{"url":"https://a.example/","proxy":"http://proxy.example"}`, "proxy"},
 		{`{"url":"https://a.example/","proxy":"socks5://u:p@h:1080"}`, "proxy"},
 		{`{"url":"https://a.example/","proxy":"http://h:3128/x"}`, "proxy"},
+		// Over a mebibyte on one line, under the API's bound on a body.
+		{manyCookies(2000, 600), "cookies"},
 	} {
 		req, err := http.NewRequestWithContext(context.Background(), "POST", srv.URL+"/api/jobs", strings.NewReader("["+tc.spec+"]"))
 		if err != nil {
@@ -51,7 +53,7 @@ func TestSubmitAndAPIGiveTheSameErrors(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&apiErr)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusBadRequest || apiErr.Field != tc.field || !strings.HasPrefix(apiErr.Error, "job 0: ") {
-			t.Errorf("API on %s: %d %+v (%v), want 400 naming job 0 and field %q", tc.spec, resp.StatusCode, apiErr, err, tc.field)
+			t.Errorf("API on %.200s: %d %+v (%v), want 400 naming job 0 and field %q", tc.spec, resp.StatusCode, apiErr, err, tc.field)
 			continue
 		}
 		msg := strings.TrimPrefix(apiErr.Error, "job 0: ")
@@ -64,7 +66,7 @@ func TestSubmitAndAPIGiveTheSameErrors(t *testing.T) {
 		// Whether the line fails to decode or to validate, it is the
 		// input's fault: bad usage.
 		if code != exitUsage || !strings.Contains(errOut, "jobs.txt line 1: ") || !strings.Contains(errOut, msg) {
-			t.Errorf("submit on %s: exit %d, %q; want %d, line 1 and the API's message %q", tc.spec, code, errOut, exitUsage, msg)
+			t.Errorf("submit on %.200s: exit %d, %q; want %d, line 1 and the API's message %q", tc.spec, code, errOut, exitUsage, msg)
 		}
 	}
 	st, err := q.Stats(context.Background())

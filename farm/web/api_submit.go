@@ -12,6 +12,13 @@ import (
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
+// TooLarge says that what is over limit bytes: the API's words for a
+// request body past MaxBodyBytes, and farm submit's for a line of its input
+// past the same bound, so that both say the same of the same mistake.
+func TooLarge(what string, limit int64) string {
+	return fmt.Sprintf("%s is larger than %d bytes", what, limit)
+}
+
 // readBody reads a request body of at most MaxBodyBytes; on failure it has
 // answered already.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
@@ -20,7 +27,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	switch {
 	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("request body is larger than %d bytes; submit big batches in several calls", s.cfg.MaxBodyBytes))
+			TooLarge("request body", s.cfg.MaxBodyBytes)+"; submit big batches in several calls")
 		return nil, false
 	case err != nil:
 		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())

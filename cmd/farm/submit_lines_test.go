@@ -1,0 +1,63 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
+)
+
+// manyCookies is a JSON spec of n cookies of size-byte values: with 2,000
+// of 600 bytes, over a mebibyte on one line.
+func manyCookies(n, size int) string {
+	var b strings.Builder
+	b.WriteString(`{"url":"https://a.example/","cookies":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"c%d","value":"%s"}`, i, strings.Repeat("v", size))
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+// A line is read up to the API's bound on a request body: a spec under it
+// is refused by the decoder and validator the API uses, naming the field
+// and its bound (not "bufio.Scanner: token too long"); a line over it by
+// its number and the bound, in the API's words.
+func TestReadSpecsLongLines(t *testing.T) {
+	over := strings.Repeat("x", maxLineBytes+1)
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"2,000 cookies over a MiB", manyCookies(2000, 600) + "\n", `field "cookies": 2000 cookies; at most 50 are allowed`},
+		{"a 3 MB URL", "https://a.example/" + strings.Repeat("a", 3<<20) + "\n", fmt.Sprintf(`field "url": %d bytes; at most %d are allowed`, len("https://a.example/")+3<<20, jobqueue.MaxURLLength)},
+		{"a line over the bound", "https://a.example/\n" + over + "\nhttps://b.example/\n", fmt.Sprintf("jobs.txt line 2: the line is larger than %d bytes, the bound on a request body of POST /api/jobs", maxLineBytes)},
+		{"a last line over the bound, no newline", "https://a.example/\n" + over, fmt.Sprintf("jobs.txt line 2: the line is larger than %d bytes", maxLineBytes)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			specs, _, err := readSpecs(strings.NewReader(tc.in), "jobs.txt", &specFlags{})
+			for i := 0; err == nil && i < len(specs); i++ {
+				err = specs[i].Validate()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %.300v, want %q", err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "token too long") {
+				t.Errorf("err = %.300v: the scanner's words, not the bound's", err)
+			}
+		})
+	}
+	// A line of exactly the bound is read (and then refused by the
+	// validator as a URL, not by the reader).
+	if _, _, err := readSpecs(strings.NewReader(over[1:]+"\n"), "jobs.txt", &specFlags{}); err != nil {
+		t.Errorf("a line of %d bytes: %.200v, want it read", maxLineBytes, err)
+	}
+	var se *jobqueue.SpecError
+	if specs, _, err := readSpecs(strings.NewReader(manyCookies(2000, 600)), "jobs.txt", &specFlags{}); err != nil || !errors.As(specs[0].Validate(), &se) || se.Field != "cookies" {
+		t.Errorf("2,000 cookies: %.200v, want a spec the validator refuses naming cookies", err)
+	}
+}
