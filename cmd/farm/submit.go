@@ -68,6 +68,24 @@ func (f *specFlags) register(fs *flagSet) {
 	fs.BoolVar(&f.anyHost, "follow-any-host", false, "with --follow: follow links to other hosts too")
 }
 
+// followOptions are the flags that shape --follow's crawl: without it they
+// have nothing to apply to.
+var followOptions = []string{"follow-depth", "follow-any-host", "follow-max-links"}
+
+// check refuses options that need another one left out, naming the flag
+// (given: set on the command line or by its variable). A line's own
+// "follow" is not one: the options fill only --follow's.
+func (f *specFlags) check(given func(name string) bool) error {
+	if f.follow == "" {
+		for _, name := range followOptions {
+			if given(name) {
+				return usagef("--%s needs --follow", name)
+			}
+		}
+	}
+	return nil
+}
+
 // given is the set of fields a JSON spec line names, top-level ("priority")
 // and within wait ("wait.network_idle"): the line's own value wins over a
 // flag's even when it is the empty one (priority 0, html false).
@@ -288,6 +306,9 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	fs.BoolVar(&wait, "wait", false, "follow the batch with a progress bar until every job is finished")
 	fs.BoolVar(&quiet, "quiet", false, "print only the batch id (with --wait: no progress and no summary either; the exit status says whether every job completed)")
 	if err := fs.parse(args, env.getenv); err != nil {
+		return err
+	}
+	if err := sf.check(fs.isGiven); err != nil {
 		return err
 	}
 	if lo, hi := jobqueue.MinTimeoutMS*time.Millisecond, jobqueue.MaxTimeoutMS*time.Millisecond; sf.timeout < lo || sf.timeout > hi {

@@ -61,3 +61,36 @@ func TestReadSpecsLongLines(t *testing.T) {
 		t.Errorf("2,000 cookies: %.200v, want a spec the validator refuses naming cookies", err)
 	}
 }
+
+// The options of --follow's crawl without --follow are refused, as
+// --wait-visible without --wait-for is, naming the flag (or its variable).
+func TestSubmitFollowOptionsNeedFollow(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // "" : not refused for this
+	}{
+		{"depth", nil, []string{"--follow-depth", "3"}, "--follow-depth needs --follow"},
+		{"any host", nil, []string{"--follow-any-host"}, "--follow-any-host needs --follow"},
+		{"max links", nil, []string{"--follow-max-links", "5"}, "--follow-max-links needs --follow"},
+		{"depth from the environment", map[string]string{"FARM_FOLLOW_DEPTH": "3"}, nil,
+			"--follow-depth needs --follow (set by FARM_FOLLOW_DEPTH in the environment, not on the command line)"},
+		{"with --follow", nil, []string{"--follow", "a", "--follow-depth", "3", "--follow-any-host"}, ""},
+		{"with FARM_FOLLOW", map[string]string{"FARM_FOLLOW": "a"}, []string{"--follow-depth", "3"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"FARM_DATA_DIR": t.TempDir()} // no farm there: nothing is submitted
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			code, _, errOut := farmRun(t, "", env, append([]string{"submit"}, append(tc.args, "https://a.example/")...)...)
+			switch {
+			case tc.want != "" && (code != exitUsage || !strings.Contains(errOut, tc.want)):
+				t.Errorf("exit %d, %q; want %d and %q", code, errOut, exitUsage, tc.want)
+			case tc.want == "" && strings.Contains(errOut, "needs --follow"):
+				t.Errorf("refused with --follow: %q", errOut)
+			}
+		})
+	}
+}
