@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -267,17 +268,28 @@ func (o *consumerOptions) consumerConfig(q *jobqueue.Queue, log *zap.Logger, env
 // (in-flight jobs finished or handed back), exitRecycle after --exit-after-jobs jobs
 // so that its supervisor (systemd, `farm up`, or its own --respawn parent in
 // a container) starts a fresh process, and 1 on errors.
-func runConsumer(ctx context.Context, env *environment, args []string) error {
-	fs := newFlagSet("consumer", "[flags]", env.stderr)
+// parseConsumer parses and checks a consumer's flags and environment:
+// what `farm consumer` runs with, and what `farm up` checks its consumers'
+// environment with before it starts them (checkConsumerEnv).
+func parseConsumer(args []string, getenv func(string) string, out io.Writer) (*consumerOptions, error) {
+	fs := newFlagSet("consumer", "[flags]", out)
 	var o consumerOptions
 	o.register(fs)
-	if err := fs.parseNoArgs(args, env.getenv); err != nil {
-		return err
+	if err := fs.parseNoArgs(args, getenv); err != nil {
+		return nil, err
 	}
 	if o.db.pollOnly && o.wakeURL == "" && !fs.given["poll-interval"] {
 		o.poll = farm.DefaultPollOnlyInterval
 	}
 	if err := o.check(); err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+func runConsumer(ctx context.Context, env *environment, args []string) error {
+	o, err := parseConsumer(args, env.getenv, env.stderr)
+	if err != nil {
 		return err
 	}
 	log, err := o.log.newLogger(env.stderr)

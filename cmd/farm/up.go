@@ -135,6 +135,29 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	if err := checkHeartbeat(uo.heartbeat, min(po.staleAfter, jobqueue.DefaultStaleAfter), "--stale-after, and the consumers' own id check"); err != nil {
 		return usagef("%v", err)
 	}
+	// What the consumers are given, checked by their own rule before
+	// anything starts: a value they would refuse at every start is farm
+	// up's flag (or variable) to fix, not a fleet of consumers exiting 64.
+	consumerSettings := map[string]string{
+		"FARM_CHROME_MEMORY_CEILING_MB": fleetMemoryCeiling(env, uo.consumers),
+		"FARM_CAPACITY":                 strconv.Itoa(uo.capacity),
+		"FARM_CHROME_RECYCLE_JOBS":      orOff(uo.recycleJobs),
+		"FARM_EXIT_AFTER_JOBS":          orOff(uo.exitAfter),
+		"FARM_DRAIN_TIMEOUT":            uo.drain.String(),
+		"FARM_LOG_FORMAT":               "json",
+		"FARM_LOG_LEVEL":                lo.level,
+		"FARM_CHROME":                   uo.chrome,
+		"FARM_HEARTBEAT_INTERVAL":       uo.heartbeat.String(),
+		"FARM_ALLOW_DESTINATION":        uo.allow,
+		"FARM_DENY_DESTINATION":         env.getenv("FARM_DENY_DESTINATION"),
+		"FARM_BLOB_STORE":               po.blobs.url,
+		// farm up's fleet is the consumers' parent: one set in the
+		// environment (the image sets it) would put a second under it.
+		"FARM_RESPAWN": "false",
+	}
+	if err := checkConsumerEnv(consumerEnvironment(os.Environ(), consumerSettings)); err != nil {
+		return err
+	}
 
 	// Where things live.
 	tempData := false
@@ -284,25 +307,11 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		}
 		childOut[i] = events.watch(w)
 	}
-	consumerEnv := consumerEnvironment(os.Environ(), map[string]string{
-		"FARM_CHROME_MEMORY_CEILING_MB": fleetMemoryCeiling(env, uo.consumers),
-		"FARM_DATABASE_URL":             dbURL,
-		"FARM_CAPACITY":                 strconv.Itoa(uo.capacity),
-		"FARM_CHROME_RECYCLE_JOBS":      orOff(uo.recycleJobs),
-		"FARM_EXIT_AFTER_JOBS":          orOff(uo.exitAfter),
-		"FARM_DRAIN_TIMEOUT":            uo.drain.String(),
-		"FARM_LOG_FORMAT":               "json",
-		"FARM_LOG_LEVEL":                lo.level,
-		"FARM_CHROME":                   uo.chrome,
-		"FARM_HEARTBEAT_INTERVAL":       uo.heartbeat.String(),
-		"FARM_ALLOW_DESTINATION":        uo.allow,
-		// The producer's own address is never a job's destination.
-		"FARM_DENY_DESTINATION": strings.Trim(env.getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ","),
-		"FARM_BLOB_STORE":       po.blobs.url,
-		// farm up's fleet is the consumers' parent: one set in the
-		// environment (the image sets it) would put a second under it.
-		"FARM_RESPAWN": "false",
-	})
+	consumerSettings["FARM_DATABASE_URL"] = dbURL
+	consumerSettings["FARM_ALLOW_DESTINATION"] = uo.allow // the demo's site added
+	// The producer's own address is never a job's destination.
+	consumerSettings["FARM_DENY_DESTINATION"] = strings.Trim(env.getenv("FARM_DENY_DESTINATION")+","+rulesString(listenRules(ln.Addr().String())), ",")
+	consumerEnv := consumerEnvironment(os.Environ(), consumerSettings)
 	fl, err := fleet.New(fleet.Config{
 		Count: uo.consumers,
 		// Past the drain, a consumer still hands its jobs back and marks

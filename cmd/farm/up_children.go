@@ -32,6 +32,22 @@ func consumerEnvironment(base []string, set map[string]string) []string {
 	return out
 }
 
+// checkConsumerEnv applies a consumer's own parsing and check (one rule)
+// to the environment environ (KEY=value entries) farm up starts its
+// consumers with, so that a value they would refuse is refused before
+// anything starts. Its errors name the flag, which is farm up's too, or the
+// variable a consumer would have read it from.
+func checkConsumerEnv(environ []string) error {
+	vars := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	_, err := parseConsumer(nil, func(k string) string { return vars[k] }, io.Discard)
+	return err
+}
+
 // withoutVars is environ (KEY=value entries) less the variables drop names,
 // in a slice of its own.
 func withoutVars(environ []string, drop func(name string) bool) []string {

@@ -184,3 +184,37 @@ func TestUpStopsOnAConsumersBadConfiguration(t *testing.T) {
 		t.Errorf("the consumer's log does not name the setting:\n%s", b)
 	}
 }
+
+// farm up checks what it passes its consumers by the consumers' own rule
+// before it starts anything (no PostgreSQL, no producer): a bad value is
+// exit 64 naming farm up's flag, or the variable it read it from.
+func TestUpChecksTheConsumersOptionsFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"flag", nil, []string{"--allow-destination", "not-an-ip"}, "--allow-destination"},
+		{"variable", map[string]string{"FARM_ALLOW_DESTINATION": "not-an-ip"}, nil, "(set by FARM_ALLOW_DESTINATION in the environment"},
+		{"deny variable", map[string]string{"FARM_DENY_DESTINATION": "not-an-ip"}, nil, "--deny-destination"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			env := map[string]string{"FARM_DATA_DIR": dir, "FARM_CHROME": "/bin/true", "FARM_LISTEN": "127.0.0.1:0"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			code, _, errOut := farmRun(t, "", env, append([]string{"up"}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "not-an-ip") {
+				t.Fatalf("exit %d, %q; want %d and %q", code, errOut, exitUsage, tc.want)
+			}
+			if tc.env == nil && strings.Contains(errOut, "in the environment") {
+				t.Errorf("%q: the flag was on farm up's command line", errOut)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+				t.Errorf("farm up left %v in its data dir: it started something before refusing", entries)
+			}
+		})
+	}
+}
