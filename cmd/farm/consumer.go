@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"time"
@@ -115,6 +117,33 @@ func checkHeartbeat(interval, staleAfter time.Duration, what string) error {
 	return nil
 }
 
+// checkExecutable refuses a browser path that names no executable file (a
+// bare name is looked up on PATH, as starting it would). Only the path: a
+// binary that is there but fails to boot is Chrome's error at start (exit
+// 1), not a bad value.
+func checkExecutable(path string) error {
+	p := path
+	if !strings.Contains(path, "/") {
+		found, err := exec.LookPath(path)
+		if err != nil {
+			return errors.New("no such executable on PATH")
+		}
+		p = found
+	}
+	st, err := os.Stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return errors.New("no such file")
+	case err != nil:
+		return err
+	case !st.Mode().IsRegular():
+		return errors.New("not a file")
+	case st.Mode().Perm()&0o111 == 0:
+		return errors.New("not executable")
+	}
+	return nil
+}
+
 // check rejects values no consumer can run with, naming the flag.
 func (o *consumerOptions) check() error {
 	var errs []string
@@ -128,6 +157,11 @@ func (o *consumerOptions) check() error {
 	}
 	if _, err := browser.ParseKind(o.browser); err != nil {
 		errs = append(errs, "--browser: "+err.Error())
+	}
+	if o.chrome != "" {
+		if err := checkExecutable(o.chrome); err != nil {
+			errs = append(errs, fmt.Sprintf("--chrome %s: %v", o.chrome, err))
+		}
 	}
 	if err := checkHeartbeat(o.heartbeat, jobqueue.DefaultStaleAfter, "the producer's default --stale-after"); err != nil {
 		errs = append(errs, err.Error())

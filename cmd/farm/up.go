@@ -129,6 +129,13 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "farm up --demo: ignoring FARM_DATABASE_URL; the demo runs its own database (pass --database-url to override)")
 		db.url = ""
 	}
+	if db.url == "" && uo.pgBin != "" {
+		// Checked before anything starts: a directory without the
+		// binaries is a value --pg-bin cannot take.
+		if err := pglocal.CheckBinDir(uo.pgBin); err != nil {
+			return usagef("--pg-bin: %v", err)
+		}
+	}
 	if uo.demo && !fs.isGiven("heartbeat-interval") {
 		uo.heartbeat = time.Second
 	}

@@ -218,3 +218,44 @@ func TestUpChecksTheConsumersOptionsFirst(t *testing.T) {
 		})
 	}
 }
+
+// A --chrome or --pg-bin that names no executable is a value the flag
+// cannot take: exit 64 naming it, before anything starts, for farm up and
+// (--chrome) farm consumer. Only the path is checked.
+func TestBrowserAndPostgresPathsChecked(t *testing.T) {
+	notExec := filepath.Join(t.TempDir(), "chrome")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		chrome, want string // want "": accepted
+	}{
+		{"/nonexistent", "--chrome /nonexistent: no such file"},
+		{t.TempDir(), ": not a file"},
+		{notExec, ": not executable"},
+		{"no-such-browser-on-path", "--chrome no-such-browser-on-path: no such executable on PATH"},
+		{"/bin/true", ""},
+		{"true", ""},
+	} {
+		_, err := parseConsumerFlags([]string{"--chrome", tc.chrome}, nil)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("farm consumer --chrome %s: %v, want %q", tc.chrome, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--chrome", "/nonexistent"}, "--chrome /nonexistent: no such file"},
+		{[]string{"--chrome", "/bin/true", "--pg-bin", "/nonexistent"}, "--pg-bin: /nonexistent holds no executable initdb or postgres"},
+	} {
+		dir := t.TempDir()
+		code, _, errOut := farmRun(t, "", map[string]string{"FARM_DATA_DIR": dir, "FARM_LISTEN": "127.0.0.1:0"}, append([]string{"up"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("farm up %v: exit %d, %q; want %d and %q", tc.args, code, errOut, exitUsage, tc.want)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+			t.Errorf("farm up %v left %v in its data dir: it started something before refusing", tc.args, entries)
+		}
+	}
+}

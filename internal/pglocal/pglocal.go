@@ -108,6 +108,25 @@ func FindBinDir() (string, error) {
 	return "", ErrNoBinaries
 }
 
+// binaries are the programs of BinDir that Start runs.
+var binaries = []string{"initdb", "postgres"}
+
+// CheckBinDir reports whether dir holds the PostgreSQL binaries Start runs,
+// each an executable file: a directory an operator names (farm up --pg-bin)
+// can be checked before anything starts.
+func CheckBinDir(dir string) error {
+	var missing []string
+	for _, name := range binaries {
+		if !isExecutable(filepath.Join(dir, name)) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s holds no executable %s (PostgreSQL's server binaries)", dir, strings.Join(missing, " or "))
+	}
+	return nil
+}
+
 func pgMajor(binDir string) int {
 	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return n
@@ -146,8 +165,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if binDir, err = FindBinDir(); err != nil {
 			return nil, err
 		}
-	} else if !isExecutable(filepath.Join(binDir, "initdb")) || !isExecutable(filepath.Join(binDir, "postgres")) {
-		return nil, fmt.Errorf("pglocal: %s holds no initdb and postgres executables: %w", binDir, ErrNoBinaries)
+	} else if err := CheckBinDir(binDir); err != nil {
+		return nil, fmt.Errorf("pglocal: %w: %w", err, ErrNoBinaries)
 	}
 	cred, err := runCredential(cfg.RunAsUser)
 	if err != nil {

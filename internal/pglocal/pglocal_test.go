@@ -263,3 +263,42 @@ func TestStartTemp(t *testing.T) {
 		t.Errorf("the cluster's directory %s is still there (%v)", dir, err)
 	}
 }
+
+// CheckBinDir says whether a directory holds initdb and postgres, each an
+// executable file, naming what is missing.
+func TestCheckBinDir(t *testing.T) {
+	dir := func(files map[string]os.FileMode) string {
+		d := t.TempDir()
+		for name, mode := range files {
+			if mode.IsDir() {
+				if err := os.Mkdir(filepath.Join(d, name), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(d, name), []byte("#!/bin/sh\n"), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		name string
+		dir  string
+		want string // "": accepted
+	}{
+		{"missing dir", "/nonexistent", "/nonexistent holds no executable initdb or postgres"},
+		{"empty dir", dir(nil), "holds no executable initdb or postgres"},
+		{"initdb only", dir(map[string]os.FileMode{"initdb": 0o755}), "holds no executable postgres"},
+		{"not executable", dir(map[string]os.FileMode{"initdb": 0o644, "postgres": 0o755}), "holds no executable initdb"},
+		{"a directory", dir(map[string]os.FileMode{"initdb": 0o755, "postgres": os.ModeDir}), "holds no executable postgres"},
+		{"both", dir(map[string]os.FileMode{"initdb": 0o755, "postgres": 0o755}), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckBinDir(tc.dir)
+			if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("CheckBinDir = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
