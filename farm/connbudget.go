@@ -27,6 +27,17 @@ import "time"
 // which costs a fixed number of connections however large the fleet.
 const ConsumerConnBudget = 2
 
+// ProducerConnBudget is the most connections a producer with a pool of
+// pool holds: the pool, the election's session, and its LISTEN connection
+// unless pollOnly (the formula above).
+func ProducerConnBudget(pool int32, pollOnly bool) int {
+	n := int(pool) + 1
+	if !pollOnly {
+		n++
+	}
+	return n
+}
+
 // ConsumerPoolSize is the pool size that keeps a consumer within
 // ConsumerConnBudget: listen is whether the node LISTENs (neither PollOnly
 // nor WakeURL).

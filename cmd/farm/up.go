@@ -64,6 +64,38 @@ func defaultDataDir(getenv func(string) string) string {
 	return filepath.Join(os.TempDir(), "browserfarm")
 }
 
+// upPoolSize is farm up's producer pool, which the demo shares (README,
+// Connection budget).
+const upPoolSize = 24
+
+// upToolConns is room for the operator's commands on the machine alongside
+// farm up (farm submit holds 4, status, results, cancel and retry 2 each),
+// and a psql.
+const upToolConns = 16
+
+// maxConsumersPerCPU bounds --consumers on one machine: each consumer runs
+// its own Chrome with up to --capacity pages (6), and a page needs a good
+// part of a core; auto is half a consumer per core. Past this many per core
+// every page times out; more consumers belong on more machines.
+const maxConsumersPerCPU = 4
+
+// upMaxConnections is the max_connections of farm up's private cluster for
+// n consumers, from the connection budget (farm.ConsumerConnBudget,
+// farm.ProducerConnBudget): each consumer slot may hold two processes at
+// once — one finishing its last jobs and its successor standing by, its
+// pool open (the handoff) — plus the producer, the operator's commands and
+// PostgreSQL's superuser_reserved_connections (3). Never below
+// PostgreSQL's own default, 100.
+func upMaxConnections(n int) int {
+	return max(100, n*2*farm.ConsumerConnBudget+farm.ProducerConnBudget(upPoolSize, false)+upToolConns+3)
+}
+
+// upClusterConfig is farm up's private PostgreSQL for n consumers.
+func upClusterConfig(dataDir, binDir string, n int, log *zap.Logger) pglocal.Config {
+	return pglocal.Config{DataDir: filepath.Join(dataDir, "pg"), BinDir: binDir, Logger: log,
+		Settings: map[string]string{"max_connections": strconv.Itoa(upMaxConnections(n))}}
+}
+
 func defaultConsumers() int {
 	return max(1, min(4, runtime.NumCPU()/2))
 }
@@ -77,7 +109,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	db.register(fs)
 	lo.register(fs)
 	po.register(fs)
-	fs.countOrAuto(&uo.consumers, "consumers", "consumer processes to run and restart (auto: half the cores, 1 to 4; the demo uses 2 unless set)")
+	fs.countOrAuto(&uo.consumers, "consumers", "consumer processes to run and restart (auto: half the cores, 1 to 4; at most 4 per core; the demo uses 2 unless set)")
 	sv := supervisor.DefaultConfig()
 	fs.count(&uo.capacity, "capacity", sv.Capacity, 1, "concurrent Chrome sessions per consumer, 1..1000")
 	fs.countOrOff(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace Chrome after this many jobs (off: never)")
@@ -101,6 +133,10 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	}
 	if uo.consumers == autoCount {
 		uo.consumers = defaultConsumers()
+	}
+	if most := maxConsumersPerCPU * runtime.NumCPU(); uo.consumers > most {
+		return usagef("--consumers %d: at most %d on this machine (%d per CPU: each runs its own Chrome with up to --capacity pages); run farm consumer on more machines for more",
+			uo.consumers, most, maxConsumersPerCPU)
 	}
 	if uo.capacity > 1000 {
 		return usagef("--capacity %d: use 1..1000", uo.capacity)
@@ -224,8 +260,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	// The database: the one given, or a private cluster.
 	dbURL := db.url
 	if dbURL == "" {
-		cluster, err := pglocal.Start(ctx, pglocal.Config{DataDir: filepath.Join(uo.dataDir, "pg"), BinDir: uo.pgBin, Logger: log.Named("postgres"),
-			Settings: map[string]string{"max_connections": "200"}})
+		cluster, err := pglocal.Start(ctx, upClusterConfig(uo.dataDir, uo.pgBin, uo.consumers, log.Named("postgres")))
 		if err != nil {
 			return err
 		}
@@ -238,7 +273,7 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 		}()
 		dbURL = cluster.ConnString("postgres")
 	}
-	pool, err := openPool(ctx, dbURL, 24, false)
+	pool, err := openPool(ctx, dbURL, upPoolSize, false)
 	if err != nil {
 		return err
 	}

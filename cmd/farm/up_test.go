@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/farm"
 )
 
 // buildFarm builds the real binary once for the end-to-end tests.
@@ -257,5 +261,26 @@ func TestBrowserAndPostgresPathsChecked(t *testing.T) {
 		if entries, _ := os.ReadDir(dir); len(entries) > 0 {
 			t.Errorf("farm up %v left %v in its data dir: it started something before refusing", tc.args, entries)
 		}
+	}
+}
+
+// farm up's private cluster has room, by the connection budget, for every
+// process it starts: each consumer slot's process and its successor
+// standing by, the producer, and the operator's commands beside them; and
+// it refuses more consumers than one machine can run.
+func TestUpClusterSizedForItsConsumers(t *testing.T) {
+	most := maxConsumersPerCPU * runtime.NumCPU()
+	for _, n := range []int{1, 2, 4, 50, 99, most} {
+		cfg := upClusterConfig(t.TempDir(), "", n, nil)
+		got, err := strconv.Atoi(cfg.Settings["max_connections"])
+		need := n*2*farm.ConsumerConnBudget + farm.ProducerConnBudget(upPoolSize, false) + upToolConns
+		if err != nil || got < need {
+			t.Errorf("%d consumers: max_connections %q, want at least %d", n, cfg.Settings["max_connections"], need)
+		}
+	}
+	code, _, errOut := farmRun(t, "", map[string]string{"FARM_DATA_DIR": t.TempDir(), "FARM_CHROME": "/bin/true"},
+		"up", "--consumers", strconv.Itoa(most+1))
+	if code != exitUsage || !strings.Contains(errOut, fmt.Sprintf("--consumers %d: at most %d on this machine", most+1, most)) {
+		t.Errorf("farm up --consumers %d: exit %d, %q; want %d naming the flag and the bound", most+1, code, errOut, exitUsage)
 	}
 }
