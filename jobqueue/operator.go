@@ -220,6 +220,39 @@ func scanExportRow(rows pgx.Rows) (ExportRow, error) {
 	return row, nil
 }
 
+// Why Cancel and Retry leave a job alone: the words the API's 409 and farm
+// cancel and retry use alike.
+const (
+	CancelableStates = "only pending, queued or processing jobs can be canceled"
+	RetriableStates  = "only failed or canceled jobs can be retried"
+)
+
+// UnchangedError is a job that Cancel or Retry left alone, in a state the
+// change does not apply to.
+type UnchangedError struct {
+	ID    int64
+	State State
+	// Only says which states the change applies to: CancelableStates or
+	// RetriableStates.
+	Only string
+}
+
+func (e *UnchangedError) Error() string {
+	return fmt.Sprintf("job %d is %s; %s", e.ID, e.State, e.Only)
+}
+
+// Unchanged explains why Cancel or Retry (only: CancelableStates or
+// RetriableStates) left job id alone: an error wrapping ErrNotFound ("job
+// N: not found") when there is no such job, else an *UnchangedError naming
+// its state; another error when the job cannot be read.
+func (q *Queue) Unchanged(ctx context.Context, id int64, only string) error {
+	job, err := q.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return &UnchangedError{ID: id, State: job.State, Only: only}
+}
+
 // RetryBatch queues every failed or canceled job of a batch again (see Retry).
 func (q *Queue) RetryBatch(ctx context.Context, batchID string) (int64, error) {
 	if err := ValidateBatchID(batchID); err != nil {

@@ -322,7 +322,10 @@ func cancelOrRetry(ctx context.Context, env *environment, args []string, verb st
 	if err != nil {
 		return err
 	}
-	if (len(ids) == 0) == (batch == "") {
+	switch {
+	case len(ids) == 0 && batch == "":
+		return usagef("give job ids or --batch BATCH_ID")
+	case len(ids) > 0 && batch != "":
 		return usagef("give job ids or --batch BATCH_ID, not both")
 	}
 	if batch != "" {
@@ -336,23 +339,64 @@ func cancelOrRetry(ctx context.Context, env *environment, args []string, verb st
 	}
 	defer pool.Close()
 	q := jobqueue.New(pool, jobqueue.Config{})
-	var n int64
-	switch {
-	case verb == "cancel" && batch != "":
-		n, err = q.CancelBatch(ctx, batch)
-	case verb == "cancel":
-		n, err = q.Cancel(ctx, ids...)
-	case batch != "":
-		n, err = q.RetryBatch(ctx, batch)
-	default:
-		n, err = q.Retry(ctx, ids...)
+	past := map[string]string{"cancel": "canceled", "retry": "queued again"}[verb]
+	if batch != "" {
+		var n int64
+		if verb == "cancel" {
+			n, err = q.CancelBatch(ctx, batch)
+		} else {
+			n, err = q.RetryBatch(ctx, batch)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "%d jobs %s\n", n, past)
+		return nil
 	}
+	change, only := q.Retry, jobqueue.RetriableStates
+	if verb == "cancel" {
+		change, only = q.Cancel, jobqueue.CancelableStates
+	}
+	n, unchanged, err := changeEach(ctx, ids, change, func(id int64) error { return q.Unchanged(ctx, id, only) })
+	fmt.Fprintf(env.stdout, "%d jobs %s\n", n, past)
 	if err != nil {
 		return err
 	}
-	past := map[string]string{"cancel": "canceled", "retry": "queued again"}[verb]
-	fmt.Fprintf(env.stdout, "%d jobs %s\n", n, past)
+	for _, e := range unchanged {
+		fmt.Fprintf(env.stderr, "farm %s: %v\n", verb, e)
+	}
+	if len(unchanged) > 0 {
+		return exitStatus(exitError)
+	}
 	return nil
+}
+
+// changeEach applies change (Cancel, Retry) to each of ids on its own, so
+// that each one left alone is known, and asks why for each (the queue's
+// words, which the API answers with too: "job N: not found", "job N is
+// completed; only …"). It returns how many changed, the reasons of the
+// rest, and an error that stopped it.
+func changeEach(ctx context.Context, ids []int64, change func(context.Context, ...int64) (int64, error),
+	why func(int64) error) (int64, []error, error) {
+	var n int64
+	var unchanged []error
+	for _, id := range ids {
+		c, err := change(ctx, id)
+		if err != nil {
+			return n, unchanged, err
+		}
+		if c > 0 {
+			n += c
+			continue
+		}
+		reason := why(id)
+		var ue *jobqueue.UnchangedError
+		if !errors.As(reason, &ue) && !errors.Is(reason, jobqueue.ErrNotFound) {
+			return n, unchanged, reason
+		}
+		unchanged = append(unchanged, reason)
+	}
+	return n, unchanged, nil
 }
 
 type batchSummary struct {

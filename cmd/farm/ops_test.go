@@ -433,3 +433,44 @@ func TestWriteStatusContexts(t *testing.T) {
 		}
 	}
 }
+
+// farm cancel and retry say, per id, why a job was left alone, in the
+// API's words (jobqueue.Unchanged), and exit 1 when any given id could not
+// be acted on; the others are acted on.
+func TestCancelRetryReportEachIDLeftAlone(t *testing.T) {
+	ctx := context.Background()
+	url, q := migratedDB(t)
+	_, ids, err := q.Enqueue(ctx, []jobqueue.Spec{{URL: "https://a.example/1"}, {URL: "https://a.example/2"}, {URL: "https://a.example/3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, canceled, other := ids[0], ids[1], ids[2]
+	if _, err := q.Cancel(ctx, canceled); err != nil {
+		t.Fatal(err)
+	}
+	id := func(n int64) string { return strconv.FormatInt(n, 10) }
+	env := map[string]string{"FARM_DATABASE_URL": url}
+	for _, tc := range []struct {
+		args           []string
+		code           int
+		stdout, stderr string
+	}{
+		{[]string{"cancel", "999999"}, exitError, "0 jobs canceled", "job 999999: not found"},
+		{[]string{"retry", "999999"}, exitError, "0 jobs queued again", "job 999999: not found"},
+		{[]string{"cancel", id(canceled)}, exitError, "0 jobs canceled", fmt.Sprintf("job %d is canceled; %s", canceled, jobqueue.CancelableStates)},
+		{[]string{"retry", id(pending)}, exitError, "0 jobs queued again", fmt.Sprintf("job %d is pending; %s", pending, jobqueue.RetriableStates)},
+		// Some acted on: they are, and the rest are named.
+		{[]string{"cancel", id(other), "999999"}, exitError, "1 jobs canceled", "job 999999: not found"},
+		{[]string{"retry", id(canceled)}, exitOK, "1 jobs queued again", ""},
+		{[]string{"cancel"}, exitUsage, "", "give job ids or --batch BATCH_ID\n"},
+		{[]string{"retry"}, exitUsage, "", "give job ids or --batch BATCH_ID\n"},
+	} {
+		code, out, errOut := farmRun(t, "", env, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.stdout) || !strings.Contains(errOut, tc.stderr) || (tc.stderr == "" && errOut != "") {
+			t.Errorf("farm %v: exit %d, %q, %q; want %d, %q, %q", tc.args, code, out, errOut, tc.code, tc.stdout, tc.stderr)
+		}
+	}
+	if j, _ := q.Get(ctx, other); j.State != jobqueue.StateCanceled {
+		t.Errorf("job %d is %s after farm cancel %d 999999, want canceled", other, j.State, other)
+	}
+}

@@ -202,11 +202,11 @@ func (s *server) getScreenshot(w http.ResponseWriter, r *http.Request, ctx conte
 }
 
 func (s *server) cancelJob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
-	s.changeJob(w, r, ctx, id, s.q.Cancel, jobqueue.StateCanceled, "only pending, queued or processing jobs can be canceled")
+	s.changeJob(w, r, ctx, id, s.q.Cancel, jobqueue.StateCanceled, jobqueue.CancelableStates)
 }
 
 func (s *server) retryJob(w http.ResponseWriter, r *http.Request, ctx context.Context, id int64) {
-	s.changeJob(w, r, ctx, id, s.q.Retry, jobqueue.StatePending, "only failed or canceled jobs can be retried")
+	s.changeJob(w, r, ctx, id, s.q.Retry, jobqueue.StatePending, jobqueue.RetriableStates)
 }
 
 // changeJob applies a state change (cancel, retry) to the job in the path,
@@ -219,12 +219,13 @@ func (s *server) changeJob(w http.ResponseWriter, r *http.Request, ctx context.C
 		return
 	}
 	if n == 0 {
-		job, err := s.q.Get(ctx, id)
-		if err != nil {
-			s.queueError(w, r, err)
+		err := s.q.Unchanged(ctx, id, only)
+		var ue *jobqueue.UnchangedError
+		if errors.As(err, &ue) {
+			writeError(w, http.StatusConflict, ue.Error())
 			return
 		}
-		writeError(w, http.StatusConflict, fmt.Sprintf("job %d is %s; %s", id, job.State, only))
+		s.queueError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "state": to})
