@@ -200,6 +200,56 @@ func (f *specFlags) apply(s *jobqueue.Spec, g given) error {
 type inputLine struct {
 	source string // file name, "stdin" or "argument"
 	line   int
+	given  given // the fields a JSON line names; nil for a URL
+}
+
+// specFieldFlags are the spec fields a flag fills when the line leaves
+// them out (apply): field is the start of the validator's path, lineKey
+// what the line names to keep its own.
+var specFieldFlags = []struct{ field, lineKey, flag string }{
+	{"wait.selector", "wait.selector", "wait-for"},
+	{"wait.visible", "wait.visible", "wait-visible"},
+	{"wait.network_idle", "wait.network_idle", "network-idle"},
+	{"extract", "extract", "extract"},
+	{"priority", "priority", "priority"},
+	{"max_attempts", "max_attempts", "max-attempts"},
+	{"timeout_ms", "timeout_ms", "timeout"},
+	{"block", "block", "block"},
+	{"headers", "headers", "header"},
+	{"user_agent", "user_agent", "user-agent"},
+	{"proxy", "proxy", "proxy"},
+	{"cache", "cache", "cache"},
+	{"follow.selector", "follow", "follow"},
+	{"follow.max_depth", "follow", "follow-depth"},
+	{"follow.max_links", "follow", "follow-max-links"},
+}
+
+// flagOf names the flag a bad field's value came from, "" when the line
+// gave it: the field is one a flag fills, the flag was given (isGiven),
+// and the line left the field out — or, for headers, which merge, named
+// the header only through --header.
+func (f *specFlags) flagOf(field string, g given, isGiven func(string) bool) string {
+	for _, m := range specFieldFlags {
+		if field != m.field && !strings.HasPrefix(field, m.field+"[") && !strings.HasPrefix(field, m.field+".") {
+			continue
+		}
+		if !isGiven(m.flag) {
+			return ""
+		}
+		if !g.has(m.lineKey) {
+			return m.flag
+		}
+		if m.lineKey == "headers" {
+			for _, h := range f.headers {
+				name, _, _ := strings.Cut(h, ":")
+				if field == fmt.Sprintf("headers[%q]", strings.TrimSpace(name)) {
+					return m.flag
+				}
+			}
+		}
+		return ""
+	}
+	return ""
 }
 
 func (l inputLine) String() string {
@@ -243,12 +293,12 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
-		spec, err := parseSpecLine(text, flags)
+		spec, g, err := parseSpecLine(text, flags)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s line %d: %w", source, n, err)
 		}
 		specs = append(specs, spec)
-		where = append(where, inputLine{source, n})
+		where = append(where, inputLine{source, n, g})
 	}
 	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
 		return nil, nil, lineTooLong(source, n+1)
@@ -258,33 +308,41 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 	return specs, where, nil
 }
 
-func parseSpecLine(text string, flags *specFlags) (jobqueue.Spec, error) {
+// parseSpecLine reads one line or argument: its spec, with the flags
+// applied, and the fields a JSON line names (nil for a URL).
+func parseSpecLine(text string, flags *specFlags) (jobqueue.Spec, given, error) {
 	var spec jobqueue.Spec
 	var g given
 	if strings.HasPrefix(text, "{") {
 		var err error
 		if spec, err = jobqueue.DecodeSpec([]byte(text)); err != nil {
-			return spec, fmt.Errorf("bad JSON job spec: %w", err)
+			return spec, nil, fmt.Errorf("bad JSON job spec: %w", err)
 		}
 		// The line decoded as a spec: as an object too.
 		if g, err = fieldsGiven([]byte(text)); err != nil {
-			return spec, fmt.Errorf("bad JSON job spec: %w", err)
+			return spec, nil, fmt.Errorf("bad JSON job spec: %w", err)
 		}
 	} else {
 		spec.URL = text
 	}
 	if err := flags.apply(&spec, g); err != nil {
-		return spec, err
+		return spec, nil, err
 	}
-	return spec, nil
+	return spec, g, nil
 }
 
 // locateSpecError rewrites the queue's "job N" validation error into the
-// user's terms: the file and line (or argument) the job came from.
-func locateSpecError(err error, where []inputLine) error {
+// user's terms: the file and line (or argument) the job came from, and the
+// flag its value came from (flagOf: "" for none), which realMain then
+// points at its variable when the environment set it.
+func locateSpecError(err error, where []inputLine, flagOf func(field string, g given) string) error {
 	var se *jobqueue.SpecError
 	if errors.As(err, &se) && se.Index >= 0 && se.Index < len(where) {
-		return fmt.Errorf("%s: field %q: %s (nothing was submitted)", where[se.Index], se.Field, se.Msg)
+		from := ""
+		if flag := flagOf(se.Field, where[se.Index].given); flag != "" {
+			from = " (from --" + flag + ")"
+		}
+		return fmt.Errorf("%s: field %q: %s%s (nothing was submitted)", where[se.Index], se.Field, se.Msg, from)
 	}
 	return err
 }
@@ -339,16 +397,17 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 		}
 	}
 	for i, a := range rest {
-		spec, err := parseSpecLine(a, &sf)
+		spec, _, err := parseSpecLine(a, &sf)
 		if err != nil {
 			return usagef("argument %d: %v (nothing was submitted)", i+1, err)
 		}
 		specs = append(specs, spec)
-		where = append(where, inputLine{"argument", i + 1})
+		where = append(where, inputLine{"argument", i + 1, nil})
 	}
 	if len(specs) == 0 {
 		return usagef("no jobs: give URLs as arguments, --file FILE, or '-' to read stdin")
 	}
+	flagOf := func(field string, g given) string { return sf.flagOf(field, g, fs.isGiven) }
 	// Validate before connecting: a bad line is the user's to fix, not a database error.
 	for i := range specs {
 		if err := specs[i].Validate(); err != nil {
@@ -357,7 +416,7 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 				se.Index = i
 			}
 			// The input is the user's to fix: bad usage.
-			return usagef("%v", locateSpecError(err, where))
+			return usagef("%v", locateSpecError(err, where, flagOf))
 		}
 	}
 	pool, err := db.pool(ctx, 4)
@@ -368,7 +427,7 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	q := jobqueue.New(pool, jobqueue.Config{})
 	batch, ids, err := q.Enqueue(ctx, specs)
 	if err != nil {
-		return locateSpecError(err, where)
+		return locateSpecError(err, where, flagOf)
 	}
 	if quiet {
 		fmt.Fprintln(env.stdout, batch)

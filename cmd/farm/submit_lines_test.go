@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,6 +92,63 @@ func TestSubmitFollowOptionsNeedFollow(t *testing.T) {
 				t.Errorf("exit %d, %q; want %d and %q", code, errOut, exitUsage, tc.want)
 			case tc.want == "" && strings.Contains(errOut, "needs --follow"):
 				t.Errorf("refused with --follow: %q", errOut)
+			}
+		})
+	}
+}
+
+// A bad value of a spec option set by its FARM_* variable is named by the
+// variable, whether the flag's parse or the spec's validator refuses it
+// (FARM_TIMEOUT=-5s did, FARM_CACHE=forever did not); a value the line
+// gives itself is the line's.
+func TestSubmitOptionErrorsNameTheirVariable(t *testing.T) {
+	long := strings.Repeat("a", 40<<10)
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string // "" : no variable named
+	}{
+		{map[string]string{"FARM_CACHE": "forever"}, nil, "FARM_CACHE"},
+		{map[string]string{"FARM_TIMEOUT": "-5s"}, nil, "FARM_TIMEOUT"},
+		{map[string]string{"FARM_PRIORITY": "5000"}, nil, "FARM_PRIORITY"},
+		{map[string]string{"FARM_MAX_ATTEMPTS": "99"}, nil, "FARM_MAX_ATTEMPTS"},
+		{map[string]string{"FARM_BLOCK": "video"}, nil, "FARM_BLOCK"},
+		{map[string]string{"FARM_PROXY": "ftp://h:21"}, nil, "FARM_PROXY"},
+		{map[string]string{"FARM_USER_AGENT": long}, nil, "FARM_USER_AGENT"},
+		{map[string]string{"FARM_HEADER": "Host: x"}, nil, "FARM_HEADER"},
+		{map[string]string{"FARM_EXTRACT": long}, nil, "FARM_EXTRACT"},
+		{map[string]string{"FARM_WAIT_FOR": long}, nil, "FARM_WAIT_FOR"},
+		{map[string]string{"FARM_WAIT_VISIBLE": "true"}, nil, "FARM_WAIT_VISIBLE"},
+		{map[string]string{"FARM_NETWORK_IDLE": "maybe"}, nil, "FARM_NETWORK_IDLE"},
+		{map[string]string{"FARM_HTML": "maybe"}, nil, "FARM_HTML"},
+		{map[string]string{"FARM_SCREENSHOT": "maybe"}, nil, "FARM_SCREENSHOT"},
+		{map[string]string{"FARM_FOLLOW": long}, nil, "FARM_FOLLOW"},
+		{map[string]string{"FARM_FOLLOW": "a", "FARM_FOLLOW_DEPTH": "99"}, nil, "FARM_FOLLOW_DEPTH"},
+		{map[string]string{"FARM_FOLLOW": "a", "FARM_FOLLOW_MAX_LINKS": "99999"}, nil, "FARM_FOLLOW_MAX_LINKS"},
+		{map[string]string{"FARM_FOLLOW_ANY_HOST": "maybe"}, nil, "FARM_FOLLOW_ANY_HOST"},
+		// On the command line: the flag, not the variable.
+		{nil, []string{"--cache", "forever"}, "(from --cache)"},
+		// The line's own value: the line's, whatever the variable says.
+		{map[string]string{"FARM_CACHE": "batch"}, []string{"-"}, ""},
+	} {
+		t.Run(strings.Join(append(slices.Sorted(maps.Keys(tc.env)), tc.args...), " "), func(t *testing.T) {
+			env := map[string]string{"FARM_DATA_DIR": t.TempDir()}
+			maps.Copy(env, tc.env)
+			args := tc.args
+			if len(args) == 0 || args[0] != "-" {
+				args = append(args, "https://a.example/")
+			}
+			code, _, errOut := farmRun(t, `{"url":"https://a.example/","cache":"forever"}`, env, append([]string{"submit"}, args...)...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, %.300q; want %d", code, errOut, exitUsage)
+			}
+			switch {
+			case tc.want != "" && !strings.Contains(errOut, tc.want):
+				t.Errorf("%.300q, want it to name %s", errOut, tc.want)
+			case tc.want != "" && strings.HasPrefix(tc.want, "FARM_") && !strings.Contains(errOut, "set by "+tc.want) && !strings.Contains(errOut, tc.want+"="):
+				t.Errorf("%.300q, want it to say %s set it", errOut, tc.want)
+			case tc.want == "" && (strings.Contains(errOut, "FARM_") || strings.Contains(errOut, "(from --")):
+				t.Errorf("%.300q: the line's own value blamed on a flag or variable", errOut)
 			}
 		})
 	}
