@@ -84,11 +84,7 @@ func (p *plainProgress) Set(done, total int64, desc string) {
 
 func (p *plainProgress) print() {
 	p.printed, p.printedDone = true, p.done
-	pct := 0.0
-	if p.total > 0 {
-		pct = 100 * float64(p.done) / float64(p.total)
-	}
-	fmt.Fprintf(p.w, "%s: %d/%d finished (%.0f%%) after %s\n", p.desc, p.done, p.total, pct,
+	fmt.Fprintf(p.w, "%s: %d/%d finished (%d%%) after %s\n", p.desc, p.done, p.total, percentDone(p.done, p.total),
 		p.now().Sub(p.start).Round(time.Second))
 }
 
@@ -99,3 +95,12 @@ func (p *plainProgress) Finish() {
 }
 
 func (p *plainProgress) Stop() { p.Finish() }
+
+// percentDone is done of total in whole percent, rounded down: 100 only
+// when every job is finished (299 of 300 is 99%, not 100%).
+func percentDone(done, total int64) int64 {
+	if total <= 0 {
+		return 0
+	}
+	return 100 * done / total
+}

@@ -90,3 +90,20 @@ func TestSubmitWaitOutput(t *testing.T) {
 		}
 	}
 }
+
+// The plain progress line rounds down: 100% only when all are finished.
+func TestPercentDoneRoundsDown(t *testing.T) {
+	for _, tc := range []struct{ done, total, want int64 }{
+		{0, 0, 0}, {0, 300, 0}, {1, 300, 0}, {3, 300, 1}, {299, 300, 99}, {300, 300, 100}, {1999, 2000, 99}, {2, 3, 66},
+	} {
+		if got := percentDone(tc.done, tc.total); got != tc.want {
+			t.Errorf("percentDone(%d, %d) = %d, want %d", tc.done, tc.total, got, tc.want)
+		}
+	}
+	var b strings.Builder
+	p := &plainProgress{w: &b, every: time.Hour, now: time.Now, start: time.Now()}
+	p.Set(299, 300, "rendering")
+	if !strings.Contains(b.String(), "299/300 finished (99%)") {
+		t.Errorf("plain progress %q, want 299/300 at 99%%", b.String())
+	}
+}
