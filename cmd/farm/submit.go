@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -289,7 +290,9 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 		if len(sc.Bytes()) > maxLineBytes {
 			return nil, nil, lineTooLong(source, n)
 		}
-		text := strings.TrimSpace(sc.Text())
+		// A byte-order mark (an editor's, at the head of a file) is no
+		// part of a URL or of JSON: dropped from any line.
+		text := strings.TrimSpace(strings.TrimPrefix(sc.Text(), byteOrderMark))
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
@@ -308,11 +311,17 @@ func readSpecs(r io.Reader, source string, flags *specFlags) ([]jobqueue.Spec, [
 	return specs, where, nil
 }
 
+// byteOrderMark is UTF-8's, which some editors write at a file's head.
+const byteOrderMark = "\ufeff"
+
 // parseSpecLine reads one line or argument: its spec, with the flags
 // applied, and the fields a JSON line names (nil for a URL).
 func parseSpecLine(text string, flags *specFlags) (jobqueue.Spec, given, error) {
 	var spec jobqueue.Spec
 	var g given
+	if strings.HasPrefix(text, "[") {
+		return spec, nil, errors.New("a JSON array: give one JSON object (job spec) per line")
+	}
 	if strings.HasPrefix(text, "{") {
 		var err error
 		if spec, err = jobqueue.DecodeSpec([]byte(text)); err != nil {
@@ -376,8 +385,14 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	var specs []jobqueue.Spec
 	var where []inputLine
 	rest := fs.Args()
-	if len(rest) == 1 && rest[0] == "-" && file == "" {
-		file, rest = "-", nil
+	stdinArg := slices.Index(rest, "-") // 0-based; -1 for none
+	if stdinArg >= 0 {
+		// Stdin as an argument is --file -: its lines first, then the
+		// URLs, as with --file.
+		if file != "" || slices.Contains(rest[stdinArg+1:], "-") {
+			return usagef("'-' reads the jobs of stdin, as --file does: give one input to read")
+		}
+		file, rest = "-", slices.Delete(slices.Clone(rest), stdinArg, stdinArg+1)
 	}
 	if file != "" {
 		var r io.Reader = env.stdin
@@ -397,12 +412,16 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 		}
 	}
 	for i, a := range rest {
+		n := i + 1 // as the user counts the arguments, '-' among them
+		if stdinArg >= 0 && i >= stdinArg {
+			n++
+		}
 		spec, _, err := parseSpecLine(a, &sf)
 		if err != nil {
-			return usagef("argument %d: %v (nothing was submitted)", i+1, err)
+			return usagef("argument %d: %v (nothing was submitted)", n, err)
 		}
 		specs = append(specs, spec)
-		where = append(where, inputLine{"argument", i + 1, nil})
+		where = append(where, inputLine{"argument", n, nil})
 	}
 	if len(specs) == 0 {
 		return usagef("no jobs: give URLs as arguments, --file FILE, or '-' to read stdin")

@@ -153,3 +153,51 @@ func TestSubmitOptionErrorsNameTheirVariable(t *testing.T) {
 		})
 	}
 }
+
+// A line's form: a byte-order mark ahead of it is dropped (an editor's, at
+// a file's head), and a JSON array is refused as one, not read as a URL.
+func TestReadSpecsLineForms(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, url, err string
+	}{
+		{"a URL after a byte-order mark", "\ufeffhttps://a.example/\n", "https://a.example/", ""},
+		{"a spec after a byte-order mark", "\ufeff{\"url\":\"https://a.example/\"}\n", "https://a.example/", ""},
+		{"an array", "[{\"url\":\"https://a.example/\"}]\n", "", "jobs.txt line 1: a JSON array: give one JSON object (job spec) per line"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			specs, _, err := readSpecs(strings.NewReader(tc.in), "jobs.txt", &specFlags{})
+			switch {
+			case tc.err != "" && (err == nil || err.Error() != tc.err):
+				t.Errorf("err = %v, want %q", err, tc.err)
+			case tc.err == "" && (err != nil || len(specs) != 1 || specs[0].URL != tc.url):
+				t.Errorf("specs %+v, err %v; want one spec of %s", specs, err, tc.url)
+			}
+		})
+	}
+}
+
+// '-' among the URLs reads stdin first, as --file - does; given with
+// --file or twice it is refused.
+func TestSubmitStdinArgument(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		stdin string
+		code  int
+		want  string
+	}{
+		{"stdin, then a URL", []string{"-", "https://a.example/"}, "not-a-url\n", exitUsage, "stdin line 1:"},
+		{"a URL, then stdin", []string{"https://a.example/", "-"}, "not-a-url\n", exitUsage, "stdin line 1:"},
+		{"stdin's lines are jobs", []string{"-", "not-a-url"}, "https://a.example/\n", exitUsage, "argument 2:"},
+		{"twice", []string{"-", "-"}, "", exitUsage, "give one input to read"},
+		{"beside --file", []string{"--file", "jobs.txt", "-"}, "", exitUsage, "give one input to read"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"FARM_DATA_DIR": t.TempDir()} // no farm there: nothing is submitted
+			code, _, errOut := farmRun(t, tc.stdin, env, append([]string{"submit"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) {
+				t.Errorf("exit %d, %q; want %d and %q", code, errOut, tc.code, tc.want)
+			}
+		})
+	}
+}
