@@ -256,9 +256,19 @@ func (r Request) prepare() (*job, error) {
 	if j.HTMLMaxBytes == 0 {
 		j.HTMLMaxBytes = defaultHTMLMaxBytes
 	}
+	if r.Wait.Selector != "" {
+		if msg := jobspec.CheckSelector(r.Wait.Selector); msg != "" {
+			return nil, invalid("wait.selector: %s", msg)
+		}
+	}
 	for i, a := range r.Actions {
 		if err := a.validate(); err != nil {
 			return nil, invalid("actions[%d]: %v", i, err)
+		}
+	}
+	if r.FollowSelector != "" {
+		if msg := jobspec.CheckSelector(r.FollowSelector); msg != "" {
+			return nil, invalid("follow selector: %s", msg)
 		}
 	}
 	seen := map[network.ResourceType]bool{}
@@ -359,6 +369,11 @@ func (a Action) validate() error {
 		}
 	default:
 		return fmt.Errorf("unknown type %q (want click, scroll, type or wait)", a.Type)
+	}
+	if a.Selector != "" {
+		if msg := jobspec.CheckSelector(a.Selector); msg != "" {
+			return fmt.Errorf("selector: %s", msg)
+		}
 	}
 	return nil
 }

@@ -51,6 +51,9 @@ func acceptedSpecs() []jobqueue.Spec {
 			{Type: "wait", Selector: ".item"},
 		}},
 		{URL: u, Headers: map[string]string{"Accept-Language": "de", "X-A_b.c~": "1"}},
+		{URL: u, Wait: &jobqueue.Wait{Selector: "main :is(h1, h2):not(.hidden):hover::before"},
+			Actions: []jobqueue.Action{{Type: "click", Selector: "li:nth-child(2n+1 of .item):focus-visible"}},
+			Follow:  &jobqueue.Follow{Selector: "a:has(> img):any-link", MaxDepth: 1}},
 		{URL: u, UserAgent: "Mozilla/5.0 (bot) \t tabbed"},
 		{URL: u, Cookies: []jobqueue.Cookie{{Name: "s", Value: "v", Domain: ".example.com", Path: "/", Secure: true, HTTPOnly: true}}},
 		{URL: u, Follow: &jobqueue.Follow{Selector: "a", MaxDepth: jobqueue.MaxFollowDepth, MaxLinks: jobqueue.MaxFollowLinks}},
@@ -126,6 +129,8 @@ func FuzzAcceptedSpecsRender(f *testing.F) {
 		`{"url":"http://a.example/","cache":"batch","shared_context":true}`,
 		`{"url":"http://a.example/","cache":"batch","proxy":"http://h:3128"}`,
 		`{"url":"http://a.example/","headers":{"Bad Name":"x"}}`,
+		`{"url":"http://a.example/","wait":{"selector":"#ready:hover:unknownpseudo"}}`,
+		`{"url":"http://a.example/","actions":[{"type":"click","selector":"a:not(:bogus)"}]}`,
 		`{"url":"http://a.example/","cookies":[{"name":"","value":"x"}]}`,
 		`{"url":"http://a.example/","follow":{"selector":"a","max_depth":1,"max_links":10001}}`,
 	} {

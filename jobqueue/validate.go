@@ -61,7 +61,7 @@ func (s *Spec) validate() *SpecError {
 			return specErr("wait.visible", "needs wait.selector: the element that must be visible")
 		}
 		if s.Wait.Selector != "" {
-			if msg := checkSelector(s.Wait.Selector); msg != "" {
+			if msg := jobspec.CheckSelector(s.Wait.Selector); msg != "" {
 				return specErr("wait.selector", "%s", msg)
 			}
 		}
@@ -161,7 +161,7 @@ func (s *Spec) validate() *SpecError {
 		if e := checkText("follow.selector", f.Selector, MaxSelectorLength); e != nil {
 			return e
 		}
-		if msg := checkSelector(f.Selector); msg != "" {
+		if msg := jobspec.CheckSelector(f.Selector); msg != "" {
 			return specErr("follow.selector", "%s", msg)
 		}
 		if f.MaxDepth < 1 || f.MaxDepth > MaxFollowDepth {
@@ -186,7 +186,7 @@ func (a *Action) validate(path string) *SpecError {
 		return e
 	}
 	if a.Selector != "" {
-		if msg := checkSelector(a.Selector); msg != "" {
+		if msg := jobspec.CheckSelector(a.Selector); msg != "" {
 			return specErr(path+".selector", "%s", msg)
 		}
 	}

@@ -49,6 +49,14 @@ func TestSpecValidateWhatTheBrowserCanDo(t *testing.T) {
 		{"bad action selector", base(func(s *Spec) { s.Actions = []Action{{Type: "click", Selector: "a["}} }), "actions[0].selector", "not a valid CSS selector"},
 		{"bad follow selector", base(func(s *Spec) { s.Follow = &Follow{Selector: "a,,b", MaxDepth: 1} }), "follow.selector", "not a valid CSS selector"},
 		{"non-standard pseudo-class", base(func(s *Spec) { s.Wait = &Wait{Selector: "div:contains('x')"} }), "wait.selector", "not a standard"},
+		{"unknown pseudo-class after a known one", base(func(s *Spec) { s.Wait = &Wait{Selector: "#ready:hover:unknownpseudo"} }), "wait.selector", ":unknownpseudo is not a pseudo-class the browser knows"},
+		{"unknown pseudo-class alone", base(func(s *Spec) { s.Wait = &Wait{Selector: "#ready:unknownpseudo"} }), "wait.selector", "not a pseudo-class the browser knows"},
+		{"unknown pseudo-class in an action", base(func(s *Spec) { s.Actions = []Action{{Type: "click", Selector: "a:focus:bogus"}} }), "actions[0].selector", "not a pseudo-class"},
+		{"unknown pseudo-class in a wait action", base(func(s *Spec) { s.Actions = []Action{{Type: "wait", Selector: "p:bogus"}} }), "actions[0].selector", "not a pseudo-class"},
+		{"unknown pseudo-class in follow", base(func(s *Spec) { s.Follow = &Follow{Selector: "a.next:hover:bogus", MaxDepth: 1} }), "follow.selector", "not a pseudo-class"},
+		{"unknown pseudo-class inside :not()", base(func(s *Spec) { s.Wait = &Wait{Selector: "li:not(:bogus)"} }), "wait.selector", "in :not()"},
+		{"pseudo-class after ::before", base(func(s *Spec) { s.Wait = &Wait{Selector: "p::before:hover"} }), "wait.selector", "nothing may follow"},
+		{"known pseudo-classes chained", base(func(s *Spec) { s.Wait = &Wait{Selector: "#ready:hover:focus-visible:not(.x)"} }), "", ""},
 		{"modern selectors", base(func(s *Spec) {
 			s.Wait = &Wait{Selector: "main :is(h1, h2):not(.hidden)"}
 			s.Follow = &Follow{Selector: "a:has(> img), a.next", MaxDepth: 1}
