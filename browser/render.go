@@ -89,6 +89,11 @@ func (s *Session) Render(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.render(ctx, start, j)
+}
+
+// render is Render of a prepared request.
+func (s *Session) render(ctx context.Context, start time.Time, j *job) (*Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

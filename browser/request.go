@@ -286,6 +286,9 @@ func (r Request) prepare() (*job, error) {
 		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
 			return nil, invalid("headers: bad header name %q", k)
 		}
+		if err := jobspec.CheckHeaderName(k); err != nil {
+			return nil, invalid("headers[%q]: %v", k, err)
+		}
 	}
 	if strings.ContainsAny(r.UserAgent, "\r\n") {
 		return nil, invalid("user_agent: contains a line break")

@@ -275,8 +275,8 @@ func validateHeaders(h map[string]string) *SpecError {
 		if !isToken(name) {
 			return specErr(field, "%q is not a valid header name", name)
 		}
-		if browserHeaders[strings.ToLower(name)] {
-			return specErr(field, "%s is set by the browser from the URL and the connection; it cannot be overridden", name)
+		if err := jobspec.CheckHeaderName(name); err != nil {
+			return specErr(field, "%v", err)
 		}
 		if strings.ContainsAny(v, "\r\n") || hasControl(v) {
 			return specErr(field, "the value contains a line break or control character")
@@ -322,11 +322,6 @@ func hasControl(s string) bool {
 	}
 	return false
 }
-
-// browserHeaders are request headers the browser sets itself: a job that
-// set them would be refused by Chrome or would break the request.
-var browserHeaders = map[string]bool{"host": true, "content-length": true, "transfer-encoding": true,
-	"connection": true, "keep-alive": true, "upgrade": true, "te": true, "trailer": true, "proxy-connection": true}
 
 // cookiePath is the path a cookie set for pageURL gets: its own, or the
 // URL's default path (RFC 6265 5.1.4), as the browser derives it.

@@ -26,6 +26,18 @@ func TestSpecValidateWhatTheBrowserCanDo(t *testing.T) {
 		{"Host header", base(func(s *Spec) { s.Headers = map[string]string{"Host": "internal.example"} }), `headers["Host"]`, "cannot be overridden"},
 		{"host header lower-case", base(func(s *Spec) { s.Headers = map[string]string{"host": "x"} }), `headers["host"]`, "cannot be overridden"},
 		{"Content-Length header", base(func(s *Spec) { s.Headers = map[string]string{"Content-Length": "5"} }), `headers["Content-Length"]`, "cannot"},
+		{"Proxy-Authorization header", base(func(s *Spec) { s.Headers = map[string]string{"Proxy-Authorization": "Basic eA=="} }), `headers["Proxy-Authorization"]`, "egress proxy"},
+		{"proxy-authorization lower-case", base(func(s *Spec) { s.Headers = map[string]string{"proxy-authorization": "Basic eA=="} }), `headers["proxy-authorization"]`, "credentials"},
+		{"Proxy-Connection header", base(func(s *Spec) { s.Headers = map[string]string{"Proxy-Connection": "keep-alive"} }), `headers["Proxy-Connection"]`, "Proxy-*"},
+		{"any Proxy-* header", base(func(s *Spec) { s.Headers = map[string]string{"Proxy-Foo": "1"} }), `headers["Proxy-Foo"]`, "Proxy-*"},
+		{"Cookie2 header", base(func(s *Spec) { s.Headers = map[string]string{"Cookie2": "a"} }), `headers["Cookie2"]`, "cannot be overridden"},
+		{"Set-Cookie header", base(func(s *Spec) { s.Headers = map[string]string{"Set-Cookie": "a=b"} }), `headers["Set-Cookie"]`, "cannot be overridden"},
+		{"Trailer header", base(func(s *Spec) { s.Headers = map[string]string{"Trailer": "x"} }), `headers["Trailer"]`, "cannot be overridden"},
+		{"Transfer-Encoding header", base(func(s *Spec) { s.Headers = map[string]string{"Transfer-Encoding": "chunked"} }), `headers["Transfer-Encoding"]`, "cannot be overridden"},
+		{"headers Chrome sends", base(func(s *Spec) {
+			s.Headers = map[string]string{"Sec-Fetch-Mode": "x", "Expect": "100-continue", "Date": "x", "Via": "x", "DNT": "1", "Origin": "http://a.example",
+				"Referer": "http://a.example/", "Access-Control-Request-Method": "GET", "Proxy": "x"}
+		}), "", ""},
 		{"ordinary header", base(func(s *Spec) { s.Headers = map[string]string{"Accept-Language": "de"} }), "", ""},
 		{"proxy port 0", base(func(s *Spec) { s.Proxy = "http://p.example:0" }), "proxy", "out of range"},
 		{"proxy port 70000", base(func(s *Spec) { s.Proxy = "http://p.example:70000" }), "proxy", "out of range"},
