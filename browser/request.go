@@ -182,7 +182,7 @@ const (
 	// farm node passes its own limits.
 	defaultMaxConsoleErrors = jobspec.DefaultMaxConsoleErrors
 	maxFollow               = jobspec.MaxCollectedLinks
-	defaultScrollWaitMs     = 1000
+	defaultScrollWaitMs     = jobspec.DefaultScrollWaitMS
 	maxTimes                = jobspec.MaxActionTimes
 	maxActionMs             = jobspec.MaxActionMS
 )
@@ -265,6 +265,16 @@ func (r Request) prepare() (*job, error) {
 		if err := a.validate(); err != nil {
 			return nil, invalid("actions[%d]: %v", i, err)
 		}
+	}
+	pauses := make([]int, len(r.Actions))
+	for i, a := range r.Actions {
+		pauses[i] = jobspec.ActionPauseMS(a.Type, a.Selector, a.Times, a.Ms)
+	}
+	if i, err := jobspec.CheckPauses(max(1, int(j.Timeout.Milliseconds())), r.Wait.NetworkIdle, pauses); err != nil {
+		if i < 0 {
+			return nil, invalid("wait.network_idle: %v", err)
+		}
+		return nil, invalid("actions[%d].ms: %v", i, err)
 	}
 	if r.FollowSelector != "" {
 		if msg := jobspec.CheckSelector(r.FollowSelector); msg != "" {

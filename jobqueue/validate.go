@@ -81,6 +81,9 @@ func (s *Spec) validate() *SpecError {
 		return specErr("timeout_ms", "%d is out of range: use %d..%d milliseconds, or 0 for the default (%d)",
 			s.TimeoutMS, MinTimeoutMS, MaxTimeoutMS, DefaultTimeoutMS)
 	}
+	if e := s.checkPauses(); e != nil {
+		return e
+	}
 	for i, b := range s.Block {
 		if !slices.Contains(jobspec.BlockTypes(), b) {
 			return specErr(fmt.Sprintf("block[%d]", i), "unknown resource type %q (allowed: %s)", b, strings.Join(jobspec.BlockTypes(), ", "))
@@ -173,6 +176,23 @@ func (s *Spec) validate() *SpecError {
 		}
 	}
 	return nil
+}
+
+// checkPauses refuses a spec whose fixed pauses reach its timeout
+// (jobspec.CheckPauses), naming the action's ms that reaches it.
+func (s *Spec) checkPauses() *SpecError {
+	pauses := make([]int, len(s.Actions))
+	for i, a := range s.Actions {
+		pauses[i] = jobspec.ActionPauseMS(a.Type, a.Selector, a.Times, a.Ms)
+	}
+	i, err := jobspec.CheckPauses(s.TimeoutMS, s.Wait != nil && s.Wait.NetworkIdle, pauses)
+	switch {
+	case err == nil:
+		return nil
+	case i < 0:
+		return specErr("wait.network_idle", "%v", err)
+	}
+	return specErr(fmt.Sprintf("actions[%d].ms", i), "%v", err)
 }
 
 func (a *Action) validate(path string) *SpecError {

@@ -38,6 +38,29 @@ func TestSpecValidateWhatTheBrowserCanDo(t *testing.T) {
 			s.Headers = map[string]string{"Sec-Fetch-Mode": "x", "Expect": "100-continue", "Date": "x", "Via": "x", "DNT": "1", "Origin": "http://a.example",
 				"Referer": "http://a.example/", "Access-Control-Request-Method": "GET", "Proxy": "x"}
 		}), "", ""},
+		{"wait longer than the timeout", base(func(s *Spec) { s.TimeoutMS = 1000; s.Actions = []Action{{Type: "wait", Ms: 30000}} }), "actions[0].ms", "timeout of 1000 ms"},
+		{"wait equal to the timeout", base(func(s *Spec) { s.TimeoutMS = 5000; s.Actions = []Action{{Type: "wait", Ms: 5000}} }), "actions[0].ms", "add up to 5000 ms"},
+		{"waits add up past the default timeout", base(func(s *Spec) {
+			s.Actions = []Action{{Type: "wait", Ms: 20000}, {Type: "scroll"}, {Type: "wait", Ms: 10000}}
+		}), "actions[2].ms", "timeout of 30000 ms"},
+		{"click pauses times repeats", base(func(s *Spec) {
+			s.TimeoutMS = 10000
+			s.Actions = []Action{{Type: "click", Selector: "a.more", Times: 5, Ms: 2000}}
+		}), "actions[0].ms", "add up to 10000 ms"},
+		{"network idle counts", base(func(s *Spec) {
+			s.TimeoutMS = 2000
+			s.Wait = &Wait{NetworkIdle: true}
+			s.Actions = []Action{{Type: "wait", Ms: 1500}}
+		}), "actions[0].ms", "add up to 2000 ms"},
+		{"waits under the timeout", base(func(s *Spec) {
+			s.TimeoutMS = 10000
+			s.Wait = &Wait{NetworkIdle: true}
+			s.Actions = []Action{{Type: "wait", Ms: 4000}, {Type: "click", Selector: "a", Times: 2, Ms: 2000}, {Type: "wait", Selector: "#x", Ms: 60000}, {Type: "wait", Ms: 1499}}
+		}), "", ""},
+		{"scroll ms is a bound, not a pause", base(func(s *Spec) {
+			s.TimeoutMS = 5000
+			s.Actions = []Action{{Type: "scroll", Times: 100, Ms: 10000}}
+		}), "", ""},
 		{"ordinary header", base(func(s *Spec) { s.Headers = map[string]string{"Accept-Language": "de"} }), "", ""},
 		{"proxy port 0", base(func(s *Spec) { s.Proxy = "http://p.example:0" }), "proxy", "out of range"},
 		{"proxy port 70000", base(func(s *Spec) { s.Proxy = "http://p.example:70000" }), "proxy", "out of range"},
