@@ -54,3 +54,55 @@ func TestRefusedHeadersFailInChrome(t *testing.T) {
 		}
 	}
 }
+
+// TestDroppedHeaders keeps jobspec.CheckHeaderConflict honest: what it
+// refuses, Chrome drops (sent past Check), and a Cookie header alone, which
+// it allows, reaches the server.
+func TestDroppedHeaders(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	echo := func(req Request, headers map[string]string) (h, cookies map[string]string) {
+		t.Helper()
+		j, err := req.prepare()
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.Headers = headers
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := s.render(ctx, time.Now(), j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Headers map[string]string `json:"headers"`
+			Cookies map[string]string `json:"cookies"`
+		}
+		unmarshal(t, res.Data, &d)
+		return d.Headers, d.Cookies
+	}
+	const data = "JSON.parse(document.getElementById('data').textContent)"
+	u := e.url("/echo")
+	if jobspec.CheckHeaderConflict("User-Agent", false, false) == nil {
+		t.Error("jobspec allows a User-Agent header")
+	}
+	if h, _ := echo(Request{URL: u, Extract: data}, map[string]string{"User-Agent": "Header/1"}); h["user-agent"] == "Header/1" {
+		t.Error("Chrome sends a User-Agent header: it needs no refusing")
+	}
+	if h, _ := echo(Request{URL: u, Extract: data, UserAgent: "Field/1"}, map[string]string{"user-agent": "Header/1"}); h["user-agent"] != "Field/1" {
+		t.Errorf("with user_agent and a header, the server got %q, want the field's", h["user-agent"])
+	}
+	if jobspec.CheckHeaderConflict("cookie", true, false) == nil {
+		t.Error("jobspec allows a Cookie header beside cookies")
+	}
+	host := strings.TrimPrefix(strings.Split(e.site.URL, ":")[1], "//")
+	if _, c := echo(Request{URL: u, Extract: data, Cookies: []Cookie{{Name: "f", Value: "1", Domain: host}}}, map[string]string{"Cookie": "h=2"}); c["h"] == "2" {
+		t.Errorf("with cookies and a Cookie header, the server got %v: the header reaches it, it needs no refusing", c)
+	}
+	if err := jobspec.CheckHeaderConflict("Cookie", false, false); err != nil {
+		t.Errorf("jobspec refuses a Cookie header alone: %v", err)
+	}
+	if _, c := echo(Request{URL: u, Extract: data}, map[string]string{"Cookie": "h=2"}); c["h"] != "2" {
+		t.Errorf("a Cookie header alone: the server got %v, want h=2", c)
+	}
+}

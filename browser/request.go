@@ -299,6 +299,9 @@ func (r Request) prepare() (*job, error) {
 		if err := jobspec.CheckHeaderName(k); err != nil {
 			return nil, invalid("headers[%q]: %v", k, err)
 		}
+		if err := jobspec.CheckHeaderConflict(k, len(r.Cookies) > 0, r.UserAgent != ""); err != nil {
+			return nil, invalid("headers[%q]: %v", k, err)
+		}
 	}
 	if strings.ContainsAny(r.UserAgent, "\r\n") {
 		return nil, invalid("user_agent: contains a line break")

@@ -141,6 +141,8 @@ func FuzzAcceptedSpecsRender(f *testing.F) {
 		`{"url":"http://a.example/","headers":{"Bad Name":"x"}}`,
 		`{"url":"http://a.example/","wait":{"selector":"#ready:hover:unknownpseudo"}}`,
 		`{"url":"http://a.example/","headers":{"Proxy-Authorization":"Basic eA=="}}`,
+		`{"url":"http://a.example/","headers":{"Cookie":"a=b"},"cookies":[{"name":"c","value":"d"}]}`,
+		`{"url":"http://a.example/","headers":{"user-agent":"X"},"user_agent":"Y"}`,
 		`{"url":"http://a.example/","headers":{"set-cookie":"a=b","Sec-Fetch-Mode":"x"}}`,
 		`{"url":"http://a.example/","actions":[{"type":"click","selector":"a:not(:bogus)"}]}`,
 		`{"url":"http://a.example/","cookies":[{"name":"","value":"x"}]}`,

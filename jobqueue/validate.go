@@ -89,7 +89,7 @@ func (s *Spec) validate() *SpecError {
 			return specErr(fmt.Sprintf("block[%d]", i), "unknown resource type %q (allowed: %s)", b, strings.Join(jobspec.BlockTypes(), ", "))
 		}
 	}
-	if e := validateHeaders(s.Headers); e != nil {
+	if e := validateHeaders(s.Headers, len(s.Cookies) > 0, s.UserAgent != ""); e != nil {
 		return e
 	}
 	if e := checkText("user_agent", s.UserAgent, MaxUserAgent); e != nil {
@@ -285,7 +285,7 @@ func (c *Cookie) validate(path, pageURL string) *SpecError {
 	return nil
 }
 
-func validateHeaders(h map[string]string) *SpecError {
+func validateHeaders(h map[string]string, cookies, userAgent bool) *SpecError {
 	if len(h) > MaxHeaders {
 		return specErr("headers", "%d headers; at most %d are allowed", len(h), MaxHeaders)
 	}
@@ -296,6 +296,9 @@ func validateHeaders(h map[string]string) *SpecError {
 			return specErr(field, "%q is not a valid header name", name)
 		}
 		if err := jobspec.CheckHeaderName(name); err != nil {
+			return specErr(field, "%v", err)
+		}
+		if err := jobspec.CheckHeaderConflict(name, cookies, userAgent); err != nil {
 			return specErr(field, "%v", err)
 		}
 		if strings.ContainsAny(v, "\r\n") || hasControl(v) {

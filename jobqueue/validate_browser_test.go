@@ -61,6 +61,20 @@ func TestSpecValidateWhatTheBrowserCanDo(t *testing.T) {
 			s.TimeoutMS = 5000
 			s.Actions = []Action{{Type: "scroll", Times: 100, Ms: 10000}}
 		}), "", ""},
+		{"Cookie header with cookies", base(func(s *Spec) {
+			s.Headers = map[string]string{"Cookie": "a=b"}
+			s.Cookies = []Cookie{{Name: "c", Value: "d"}}
+		}), `headers["Cookie"]`, "conflicts with cookies"},
+		{"cookie header lower-case with cookies", base(func(s *Spec) {
+			s.Headers = map[string]string{"cookie": "a=b"}
+			s.Cookies = []Cookie{{Name: "c", Value: "d"}}
+		}), `headers["cookie"]`, "conflicts with cookies"},
+		{"Cookie header alone", base(func(s *Spec) { s.Headers = map[string]string{"Cookie": "a=b"} }), "", ""},
+		{"user-agent header with user_agent", base(func(s *Spec) {
+			s.Headers = map[string]string{"user-agent": "X"}
+			s.UserAgent = "Y"
+		}), `headers["user-agent"]`, "conflicts with user_agent"},
+		{"User-Agent header alone", base(func(s *Spec) { s.Headers = map[string]string{"User-Agent": "X"} }), `headers["User-Agent"]`, "set user_agent instead"},
 		{"ordinary header", base(func(s *Spec) { s.Headers = map[string]string{"Accept-Language": "de"} }), "", ""},
 		{"proxy port 0", base(func(s *Spec) { s.Proxy = "http://p.example:0" }), "proxy", "out of range"},
 		{"proxy port 70000", base(func(s *Spec) { s.Proxy = "http://p.example:70000" }), "proxy", "out of range"},

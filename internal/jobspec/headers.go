@@ -45,3 +45,24 @@ func CheckHeaderName(name string) error {
 	}
 	return nil
 }
+
+// CheckHeaderConflict says why a job may not set the request header name
+// beside its other fields (cookies: it sets cookies; userAgent: it sets
+// user_agent), or nil; the caller names the field. Each case was a field
+// silently dropped:
+//   - Cookie with cookies: the server got the cookies only. Cookie alone
+//     is sent as given, and stays allowed.
+//   - User-Agent: the browser sends its own user agent (or user_agent)
+//     in its place, with user_agent or without (measured on both
+//     browsers: browser's TestDroppedHeaders).
+func CheckHeaderConflict(name string, cookies, userAgent bool) error {
+	switch n := strings.ToLower(name); {
+	case n == "cookie" && cookies:
+		return fmt.Errorf("conflicts with cookies: the browser sends the cookies field's cookies and drops this header; put every cookie in cookies (or all in this header)")
+	case n == "user-agent" && userAgent:
+		return fmt.Errorf("conflicts with user_agent, which the browser sends in its place: set the user agent once, in user_agent")
+	case n == "user-agent":
+		return fmt.Errorf("the browser replaces this header with its own user agent: set user_agent instead")
+	}
+	return nil
+}
