@@ -47,8 +47,18 @@ func ParseJobURL(raw string) (*url.URL, *SpecError) {
 	if strings.ContainsAny(h, forbiddenDomainChars) {
 		return nil, specErr("url", "host %q has a character a URL's host may not have (one of %s)", h, forbiddenDomainChars)
 	}
-	if _, err := CanonicalHost(h); errors.Is(err, errNotIPv4) {
+	host, err := CanonicalHost(h)
+	if err != nil {
+		// A number that is no IPv4 address, or a name IDNA refuses: a
+		// browser cannot load either.
 		return nil, specErr("url", "%v", err)
+	}
+	if _, aerr := netip.ParseAddr(host); aerr != nil {
+		// A name that cannot be in DNS would fail as the egress proxy's
+		// opaque 502 after the render started.
+		if err := jobspec.CheckHostName(host); err != nil {
+			return nil, specErr("url", "%v", err)
+		}
 	}
 	if p := u.Port(); p != "" {
 		if !portInRange(p) {

@@ -169,27 +169,13 @@ func ParseProxy(p string) (Proxy, error) {
 	return out, nil
 }
 
-// proxyHost reports whether h is an IP address or a DNS name: labels of
-// 1 to 63 letters, digits, hyphens or underscores, not starting or ending
-// with a hyphen, at most 253 bytes in all.
+// proxyHost reports whether h is an IP address or a DNS name
+// (CheckHostName, after one trailing dot).
 func proxyHost(h string) bool {
 	if _, err := netip.ParseAddr(h); err == nil {
 		return true
 	}
-	if len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
-		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, c := range []byte(label) {
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
+	return CheckHostName(strings.TrimSuffix(h, ".")) == nil
 }
 
 // CheckCacheBatch is the rule a job that keeps its batch's HTTP cache
