@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/chromedp/cdproto/runtime"
@@ -27,7 +26,7 @@ import (
 // JSON.stringify throws on (a cycle, a nested bigint) fails the job with
 // ClassExtract. maxBytes must be positive (prepare's default).
 func (t *tab) extract(ctx context.Context, expr string, maxBytes int) (json.RawMessage, error) {
-	expr = fmt.Sprintf(jsExtractCapped, strings.TrimRight(expr, " \t\r\n;"), maxBytes)
+	expr = jobspec.WrapExtract(expr, maxBytes)
 	r, err := t.evalIn(ctx, "", expr)
 	if err != nil {
 		return nil, fmt.Errorf("extract: %w", err)
@@ -56,21 +55,6 @@ func (t *tab) extract(ctx context.Context, expr string, maxBytes int) (json.RawM
 	}
 	return nil, fmt.Errorf("extract: the wrapper answered a %s", r.Type)
 }
-
-// jsExtractCapped wraps an extract expression (%s) and its cap (%d). The
-// expression sits on lines of its own so that a trailing line comment
-// cannot swallow the wrapper. It uses no global the page could replace but
-// JSON.stringify, whose answer it measures: typeof, ===, concatenation to
-// the empty string (the ToString of a primitive calls no method) and a
-// string's length are the language's.
-const jsExtractCapped = `(async () => { const v = await (
-%s
-); const t = typeof v;
-if (t === 'number' && (v !== v || v === 1 / 0 || v === -1 / 0 || (v === 0 && 1 / v < 0))) return v;
-if (t === 'bigint') { const n = ('' + v).length; return n > %[2]d ? n : v; }
-const s = JSON.stringify(v);
-if (typeof s !== 'string') return undefined;
-return s.length > %[2]d ? s.length : s; })()`
 
 // maxMetaText bounds the title and the final URL a page can send, in UTF-16
 // units.

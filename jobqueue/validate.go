@@ -77,6 +77,11 @@ func (s *Spec) validate() *SpecError {
 	if e := checkText("extract", s.Extract, MaxExtractLength); e != nil {
 		return e
 	}
+	if s.Extract != "" {
+		if err := jobspec.CheckExtract(s.Extract); err != nil {
+			return specErr("extract", "%v", err)
+		}
+	}
 	if s.TimeoutMS != 0 && (s.TimeoutMS < MinTimeoutMS || s.TimeoutMS > MaxTimeoutMS) {
 		return specErr("timeout_ms", "%d is out of range: use %d..%d milliseconds, or 0 for the default (%d)",
 			s.TimeoutMS, MinTimeoutMS, MaxTimeoutMS, DefaultTimeoutMS)

@@ -95,6 +95,14 @@ func TestSpecValidateWhatTheBrowserCanDo(t *testing.T) {
 		{"host of 253 bytes", Spec{URL: "http://" + strings.Repeat(strings.Repeat("a", 50)+".", 4) + strings.Repeat("b", 49) + "/"}, "", ""},
 		{"IPv4 in short form", Spec{URL: "http://127.1/"}, "", ""},
 		{"IPv6 host", Spec{URL: "http://[2001:db8::1]:8080/"}, "", ""},
+		{"extract a statement", base(func(s *Spec) { s.Extract = "return 1" }), "extract", "not a JavaScript expression"},
+		{"extract unfinished", base(func(s *Spec) { s.Extract = "1 +" }), "extract", "not a JavaScript expression"},
+		{"extract statements", base(func(s *Spec) { s.Extract = "var x = 1; x" }), "extract", "wrap statements in"},
+		{"extract only whitespace", base(func(s *Spec) { s.Extract = "   " }), "extract", "only whitespace"},
+		{"extract modern", base(func(s *Spec) {
+			s.Extract = "[...document.querySelectorAll('li')].map(e => e.textContent?.trim() ?? '').filter(t => /\\d/.test(t))"
+		}), "", ""},
+		{"extract async with trailing semicolon", base(func(s *Spec) { s.Extract = "(async () => (await fetch(location.href)).status)();\n" }), "", ""},
 		{"ordinary header", base(func(s *Spec) { s.Headers = map[string]string{"Accept-Language": "de"} }), "", ""},
 		{"proxy port 0", base(func(s *Spec) { s.Proxy = "http://p.example:0" }), "proxy", "out of range"},
 		{"proxy port 70000", base(func(s *Spec) { s.Proxy = "http://p.example:70000" }), "proxy", "out of range"},
