@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 )
 
 // DecodeSpec decodes one job spec from JSON: exactly one object, no unknown
-// field (a misspelt option must not be silently ignored) and nothing after
-// it. It is the one decoder of specs, shared by farm submit's JSON lines and
+// field (a misspelt option must not be silently ignored), every key in the
+// exact case of its field and given once, and nothing after it. It is the one decoder of specs, shared by farm submit's JSON lines and
 // POST /api/jobs, so both say the same of the same input. Its error is a
 // *SpecError (Index -1) naming the field when the decoder knows it. It does
 // not validate: Enqueue does.
@@ -20,6 +21,14 @@ func DecodeSpec(data []byte) (Spec, error) {
 	var s Spec
 	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
 		return s, &SpecError{Index: -1, Msg: "a job spec must be a JSON object, e.g. {\"url\": \"https://example.com/\"}"}
+	}
+	// encoding/json matches keys to fields case-insensitively, lets the
+	// last of two equal keys win and names a nested unknown field without
+	// its path: a walk over the tokens first refuses all three, with the
+	// field's full path (encoding/json/v2, which could, needs
+	// GOEXPERIMENT=jsonv2 in Go 1.26).
+	if e := checkSpecKeys(data); e != nil {
+		return Spec{}, e
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -69,4 +78,176 @@ func jsonTypeName(kind string) string {
 		return "an object"
 	}
 	return kind
+}
+
+// checkSpecKeys walks a spec's JSON tokens along the Spec type: every
+// object key of a struct must be one of its fields' JSON names in exact
+// case, no object may give a key twice, and every value must have its
+// field's JSON type. The error names the offending field by its path
+// ("wait.selektor", "actions[0].ms", `headers["X"]`). Malformed JSON is
+// left to the decoder, which describes it.
+func checkSpecKeys(data []byte) *SpecError {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	w := keyWalker{dec: dec}
+	e := w.value(specType, "")
+	if w.syntax {
+		return nil
+	}
+	return e
+}
+
+var specType = reflect.TypeFor[Spec]()
+
+type keyWalker struct {
+	dec *json.Decoder
+	// syntax: the walk stopped at malformed JSON.
+	syntax bool
+}
+
+func (w *keyWalker) token() (json.Token, bool) {
+	tok, err := w.dec.Token()
+	if err != nil {
+		w.syntax = true
+		return nil, false
+	}
+	return tok, true
+}
+
+// value checks the next value against t, at path.
+func (w *keyWalker) value(t reflect.Type, path string) *SpecError {
+	tok, ok := w.token()
+	if !ok {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if tok == nil {
+		return nil // null leaves the field as it is, as encoding/json does
+	}
+	want := ""
+	switch t.Kind() {
+	case reflect.Struct:
+		if tok != json.Delim('{') {
+			want = "an object"
+			break
+		}
+		fields := jsonFields(t)
+		return w.object(path, func(key string) (reflect.Type, string, *SpecError) {
+			kpath := key
+			if path != "" {
+				kpath = path + "." + key
+			}
+			if ft, ok := fields[key]; ok {
+				return ft, kpath, nil
+			}
+			for name := range fields {
+				if strings.EqualFold(name, key) {
+					return nil, kpath, &SpecError{Index: -1, Field: kpath, Msg: fmt.Sprintf("unknown field: keys are case-sensitive (did you mean %q?)", name)}
+				}
+			}
+			return nil, kpath, &SpecError{Index: -1, Field: kpath, Msg: "unknown field"}
+		})
+	case reflect.Map:
+		if tok != json.Delim('{') {
+			want = "an object"
+			break
+		}
+		return w.object(path, func(key string) (reflect.Type, string, *SpecError) {
+			return t.Elem(), fmt.Sprintf("%s[%q]", path, key), nil
+		})
+	case reflect.Slice:
+		if tok != json.Delim('[') {
+			want = "an array"
+			break
+		}
+		for i := 0; w.dec.More(); i++ {
+			if e := w.value(t.Elem(), fmt.Sprintf("%s[%d]", path, i)); e != nil || w.syntax {
+				return e
+			}
+		}
+		w.token() // ]
+		return nil
+	case reflect.String:
+		if _, ok := tok.(string); !ok {
+			want = "a string"
+		}
+	case reflect.Bool:
+		if _, ok := tok.(bool); !ok {
+			want = "true or false"
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n, ok := tok.(json.Number)
+		if !ok {
+			want = "a number"
+			break
+		}
+		if _, err := strconv.ParseInt(string(n), 10, t.Bits()); err != nil {
+			return &SpecError{Index: -1, Field: path, Msg: fmt.Sprintf("expected a whole number within range, got %s", n)}
+		}
+	}
+	if want != "" {
+		return &SpecError{Index: -1, Field: path, Msg: fmt.Sprintf("expected %s, got JSON %s", want, jsonKind(tok))}
+	}
+	return nil
+}
+
+// object walks the members of an object whose { was read: field maps a key
+// to its value's type and path, or refuses it.
+func (w *keyWalker) object(path string, field func(key string) (reflect.Type, string, *SpecError)) *SpecError {
+	seen := map[string]bool{}
+	for w.dec.More() {
+		tok, ok := w.token()
+		if !ok {
+			return nil
+		}
+		key, _ := tok.(string)
+		t, kpath, e := field(key)
+		if seen[key] {
+			return &SpecError{Index: -1, Field: kpath, Msg: "duplicate key: it is given more than once"}
+		}
+		seen[key] = true
+		if e != nil {
+			return e
+		}
+		if e := w.value(t, kpath); e != nil || w.syntax {
+			return e
+		}
+	}
+	w.token() // }
+	return nil
+}
+
+// jsonFields maps the JSON names of a struct's fields to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	m := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	return m
+}
+
+func jsonKind(tok json.Token) string {
+	switch tok.(type) {
+	case string:
+		return "string"
+	case json.Number:
+		return "number"
+	case bool:
+		return "bool"
+	case json.Delim:
+		if tok == json.Delim('[') {
+			return "array"
+		}
+		return "object"
+	}
+	return "null"
 }
