@@ -1,7 +1,10 @@
 // Package jobspec is the one home of what the two ends of a job check alike:
 // the bounds, defaults and names of a job spec that jobqueue enforces when a
-// job is submitted and browser enforces when it renders, and the rule for a
-// per-job proxy URL. With both reading the same values, a job the queue
+// job is submitted and browser enforces when it renders, and the rules for
+// a per-job proxy URL, CSS selectors (CheckSelector), request header names
+// (CheckHeaderName, CheckHeaderConflict), a job's fixed pauses against its
+// timeout (CheckPauses), host names (CheckHostName) and the extract script
+// (WrapExtract, CheckExtract; the browser does not re-parse it). With both reading the same values, a job the queue
 // accepts is one the browser can render (farm's TestAcceptedSpecsRender and
 // FuzzAcceptedSpecsRender hold the two to that).
 //
