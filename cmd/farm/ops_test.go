@@ -91,17 +91,23 @@ func TestReadSpecsLineNamesAnEmptyValue(t *testing.T) {
 		{`{"url":"https://a.com/","user_agent":""}`, func(s jobqueue.Spec) bool { return s.UserAgent == "" }},
 		{`{"url":"https://a.com/","wait":{"network_idle":false}}`, func(s jobqueue.Spec) bool { return s.Wait == nil || !s.Wait.NetworkIdle }},
 		{`{"url":"https://a.com/","wait":{"selector":"#x"}}`, func(s jobqueue.Spec) bool { return s.Wait.Selector == "#x" && s.Wait.NetworkIdle }},
-		// Named in another case, which DecodeSpec takes (as encoding/json
-		// does): the line's value still wins.
-		{`{"url":"https://a.com/","HTML":false}`, func(s jobqueue.Spec) bool { return !s.HTML && s.Screenshot }},
-		{`{"url":"https://a.com/","Priority":0}`, func(s jobqueue.Spec) bool { return s.Priority == 0 }},
-		{`{"url":"https://a.com/","WAIT":{"Network_Idle":false}}`, func(s jobqueue.Spec) bool { return s.Wait == nil || !s.Wait.NetworkIdle }},
-		{`{"url":"https://a.com/","bloc\u212a":[]}`, func(s jobqueue.Spec) bool { return len(s.Block) == 0 }}, // the Kelvin sign
 		// Left out: the flags' values.
 		{`{"url":"https://a.com/"}`, func(s jobqueue.Spec) bool {
 			return s.Priority == 5 && s.HTML && s.Screenshot && s.Wait.NetworkIdle && s.MaxAttempts == 4 &&
 				s.Extract == "document.title" && slices.Equal(s.Block, []string{"image"}) && s.UserAgent == "flag-agent" && s.TimeoutMS == 20000
 		}},
+	}
+	// A field named in another case is no field: refused by the decoder,
+	// not filled by a flag.
+	for _, line := range []string{
+		`{"url":"https://a.com/","HTML":false}`,
+		`{"url":"https://a.com/","Priority":0}`,
+		`{"url":"https://a.com/","WAIT":{"Network_Idle":false}}`,
+		`{"url":"https://a.com/","bloc\u212a":[]}`, // the Kelvin sign
+	} {
+		if specs, _, err := readSpecs(strings.NewReader(line), "x", flags); err == nil || !strings.Contains(err.Error(), "case-sensitive") {
+			t.Errorf("%s: specs %+v, err %v; want the key refused as in another case", line, specs, err)
+		}
 	}
 	for _, tc := range tests {
 		specs, _, err := readSpecs(strings.NewReader(tc.line), "x", flags)

@@ -92,17 +92,9 @@ func (f *specFlags) check(given func(name string) bool) error {
 // flag's even when it is the empty one (priority 0, html false).
 type given map[string]bool
 
-// has reports whether the line names the field. In any case: DecodeSpec,
-// through encoding/json, takes "HTML" or "Priority" for the field as
-// strings.EqualFold matches them.
-func (g given) has(field string) bool {
-	for k := range g {
-		if strings.EqualFold(k, field) {
-			return true
-		}
-	}
-	return false
-}
+// has reports whether the line names the field (DecodeSpec takes keys in
+// their exact case only).
+func (g given) has(field string) bool { return g[field] }
 
 // fieldsGiven lists the fields a decoded JSON spec line names.
 func fieldsGiven(line []byte) (given, error) {
@@ -114,7 +106,7 @@ func fieldsGiven(line []byte) (given, error) {
 	for k, raw := range top {
 		g[k] = true
 		var wait map[string]json.RawMessage
-		if strings.EqualFold(k, "wait") && json.Unmarshal(raw, &wait) == nil {
+		if k == "wait" && json.Unmarshal(raw, &wait) == nil {
 			for w := range wait {
 				g["wait."+w] = true
 			}
