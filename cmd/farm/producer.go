@@ -79,8 +79,8 @@ type producerOptions struct {
 
 func (o *producerOptions) register(fs *flagSet) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address of the dashboard, JSON API, /metrics and /healthz (loopback unless told otherwise)")
-	fs.StringVar(&o.apiToken, "api-token", "", "bearer token mutating API calls must present; empty refuses them")
-	fs.StringVar(&o.readToken, "read-token", "", "bearer token for API reads (jobs, results, nodes); needed, or --api-token, when --listen is beyond loopback, where reads without one are refused")
+	fs.StringVar(&o.apiToken, "api-token", "", fmt.Sprintf("bearer token mutating API calls must present, at least %d characters; empty refuses them", minTokenLength))
+	fs.StringVar(&o.readToken, "read-token", "", fmt.Sprintf("bearer token for API reads (jobs, results, nodes), at least %d characters; needed, or --api-token, when --listen is beyond loopback, where reads without one are refused", minTokenLength))
 	fs.positive(&o.tick, "tick", farm.DefaultTick, "fallback assignment interval (NOTIFY wakes the producer at once)")
 	fs.positive(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.positive(&o.rescueInterval, "rescue-interval", farm.DefaultRescueInterval, "how often lost nodes and expired leases are looked for")
