@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,7 +76,13 @@ func parseCSVColumns(list string) ([]string, []csvColumn, error) {
 			col, ok = dataColumn(strings.Split(path, ".")), true
 		}
 		if !ok {
+			// The defaults' order first, then the rest: every column.
 			known := strings.Split(defaultCSVColumns, ",")
+			for _, c := range slices.Sorted(maps.Keys(csvColumns)) {
+				if !slices.Contains(known, c) {
+					known = append(known, c)
+				}
+			}
 			return nil, nil, usagef("--columns: unknown column %q (known: %s, or data.<field>[.<field>…])", name, strings.Join(known, ", "))
 		}
 		names = append(names, name)

@@ -83,10 +83,17 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats) {
 	fmt.Fprintln(tw, "NODE\tSTATE\tBUSY\tQUEUED\tCPU\tMEMORY\tCHROME PSS\tJOBS/CHROME\tJOBS/PROCESS\tDONE/FAILED\tCHROME RECYCLES (MEMORY)/CRASHES\tRESTARTS RECYCLE/STOP/CRASH\tCONTEXTS REUSED/REPLACED\tHEARTBEAT")
 	for _, n := range nodes {
 		l := n.Lifetime
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%d\t%.0f%%\t%s/%s\t%s\t%d\t%d\t%d/%d\t%d (%d)/%d\t%d/%d/%d\t%d/%d\t%s ago\n",
-			n.ID, n.State, n.Load.BusySessions, n.Capacity, n.Queued, n.Load.CPUPercent,
-			mib(n.Load.MemUsedBytes), mib(n.Load.MemTotalBytes), mib(n.Load.ChromePSSBytes),
-			n.Load.JobsSinceChromeStart, n.Load.JobsSinceProcessStart, l.JobsCompleted, l.JobsFailed,
+		// An exited or lost node's row keeps its last heartbeat's load,
+		// which nothing runs any more: shown as none, as /metrics leaves it
+		// out.
+		busy, cpu, mem, pss, jobsChrome, jobsProcess := "-", "-", "-", "-", "-", "-"
+		if n.State.Live() {
+			busy, cpu = strconv.Itoa(n.Load.BusySessions), fmt.Sprintf("%.0f%%", n.Load.CPUPercent)
+			mem, pss = mib(n.Load.MemUsedBytes)+"/"+mib(n.Load.MemTotalBytes), mib(n.Load.ChromePSSBytes)
+			jobsChrome, jobsProcess = strconv.FormatInt(n.Load.JobsSinceChromeStart, 10), strconv.FormatInt(n.Load.JobsSinceProcessStart, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s/%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d (%d)/%d\t%d/%d/%d\t%d/%d\t%s ago\n",
+			n.ID, n.State, busy, n.Capacity, n.Queued, cpu, mem, pss, jobsChrome, jobsProcess, l.JobsCompleted, l.JobsFailed,
 			l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,
 			l.RestartsRecycle, l.RestartsStop, l.RestartsCrash, l.ContextsReused, l.ContextsReplaced,
 			n.HeartbeatAge.Round(time.Second))

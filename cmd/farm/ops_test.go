@@ -440,6 +440,25 @@ func TestWriteStatusContexts(t *testing.T) {
 	}
 }
 
+// TestWriteStatusLoadOfLiveNodesOnly: an exited or lost node's last
+// heartbeat's load is not shown as its load now.
+func TestWriteStatusLoadOfLiveNodesOnly(t *testing.T) {
+	load := jobqueue.NodeLoad{BusySessions: 2, CPUPercent: 87, ChromePSSBytes: 700 << 20, JobsSinceChromeStart: 13}
+	for _, tc := range []struct {
+		state jobqueue.NodeState
+		busy  string
+	}{
+		{jobqueue.NodeActive, "2/6"}, {jobqueue.NodeDraining, "2/6"}, {jobqueue.NodeExited, "-/6"}, {jobqueue.NodeLost, "-/6"},
+	} {
+		var b strings.Builder
+		writeStatus(&b, []jobqueue.Node{{ID: "n1", State: tc.state, Capacity: 6, Load: load}}, jobqueue.Stats{})
+		row := strings.Fields(strings.Split(b.String(), "\n")[1])
+		if row[2] != tc.busy || (tc.state.Live() != strings.Contains(b.String(), "700MiB")) {
+			t.Errorf("%s node: %q; want busy %s and the Chrome PSS shown only if live", tc.state, row, tc.busy)
+		}
+	}
+}
+
 // farm cancel and retry say, per id, why a job was left alone, in the
 // API's words (jobqueue.Unchanged), and exit 1 when any given id could not
 // be acted on; the others are acted on.
@@ -478,5 +497,19 @@ func TestCancelRetryReportEachIDLeftAlone(t *testing.T) {
 	}
 	if j, _ := q.Get(ctx, other); j.State != jobqueue.StateCanceled {
 		t.Errorf("job %d is %s after farm cancel %d 999999, want canceled", other, j.State, other)
+	}
+}
+
+// An unknown --columns name is answered with every column there is, the
+// ones off by default (html_truncated) too.
+func TestUnknownColumnListsEveryColumn(t *testing.T) {
+	_, _, err := parseCSVColumns("id,foo")
+	if err == nil {
+		t.Fatal("--columns id,foo accepted")
+	}
+	for c := range csvColumns {
+		if !strings.Contains(err.Error(), c) {
+			t.Errorf("%v: %q is not listed", err, c)
+		}
 	}
 }
