@@ -84,7 +84,7 @@ func (o *producerOptions) register(fs *flagSet) {
 	fs.positive(&o.tick, "tick", farm.DefaultTick, "fallback assignment interval (NOTIFY wakes the producer at once)")
 	fs.positive(&o.staleAfter, "stale-after", jobqueue.DefaultStaleAfter, "a node whose heartbeat is older is lost; its jobs go back")
 	fs.positive(&o.rescueInterval, "rescue-interval", farm.DefaultRescueInterval, "how often lost nodes and expired leases are looked for")
-	fs.positiveOrOff(&o.retention, "retention", farm.DefaultRetention, "delete finished jobs and results, and idle hosts' politeness rows, older than this (off: keep them)")
+	fs.positiveOrOff(&o.retention, "retention", farm.DefaultRetention, fmt.Sprintf("delete finished jobs and results, and idle hosts' politeness rows, older than this, at least %v (off: keep them)", web.DefaultChartWindow))
 	fs.positiveOrOff(&o.nodeRetention, "node-retention", farm.DefaultNodeRetention, "delete nodes exited or lost longer ago than this, with their /api/nodes rows and node-labelled /metrics series; their lifetime counters fold into the farm's (off: keep them)")
 	fs.count(&o.assignBatch, "assign-batch", farm.DefaultAssignBatch, 1, "most jobs assigned in one round")
 	fs.StringVar(&o.assign, "assign", "auto", "which nodes get work first: spread (least loaded), pack (busiest with a free slot, so idle nodes can scale in), auto (pack with an --autoscale driver, else spread; set pack when KEDA or an HPA scales the consumers)")
@@ -127,6 +127,13 @@ func (o *producerOptions) check() error {
 	if o.wakeMaxWait < minWakeMaxWait || o.wakeMaxWait > maxWakeMaxWait {
 		return usagef("--wake-max-wait %v: between %v (each node polls again as soon as it is answered) and %v (the producer's answers must be written within %v)",
 			o.wakeMaxWait, minWakeMaxWait, maxWakeMaxWait, producerWriteTimeout)
+	}
+	if o.retention > 0 && o.retention < web.DefaultChartWindow {
+		// The windows (the dashboard's failures and throughput, /api/failures
+		// by default) count the finishes retained: a purge takes its jobs
+		// out of them too.
+		return usagef("--retention %v: at least %v, the window the dashboard and /api/failures count finished jobs over (off: keep them)",
+			o.retention, web.DefaultChartWindow)
 	}
 	if o.readToken == "" && o.apiToken == "" && listenBeyondLoopback(o.listen) {
 		return readTokenNeeded(o.listen)

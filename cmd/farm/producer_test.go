@@ -87,30 +87,35 @@ func TestScalingEnvDropsTheFarmsSecrets(t *testing.T) {
 	}
 }
 
-// --wake-max-wait is checked before anything waits for the database: too
-// short, every node polls again at once; too long, the producer's write
-// timeout cuts the poll.
-func TestWakeMaxWaitBounds(t *testing.T) {
+// The producer's bounded durations are checked before anything waits for
+// the database. --wake-max-wait: too short, every node polls again at
+// once; too long, the producer's write timeout cuts the poll. --retention:
+// at least the window the dashboard counts finishes over, since the purge
+// takes the jobs it deletes out of the windows' counts too.
+func TestProducerDurationBounds(t *testing.T) {
 	for _, tc := range []struct {
-		value, wantErr string
+		flag, value, wantErr string
 	}{
-		{"", ""}, {"1s", ""}, {"1m", ""},
-		{"500ms", "--wake-max-wait 500ms: between 1s"},
-		{"61s", "--wake-max-wait 1m1s: between 1s (each node polls again as soon as it is answered) and 1m0s"},
+		{"wake-max-wait", "", ""}, {"wake-max-wait", "1s", ""}, {"wake-max-wait", "1m", ""},
+		{"wake-max-wait", "500ms", "--wake-max-wait 500ms: between 1s"},
+		{"wake-max-wait", "61s", "--wake-max-wait 1m1s: between 1s (each node polls again as soon as it is answered) and 1m0s"},
+		{"retention", "off", ""}, {"retention", "1h", ""}, {"retention", "168h", ""},
+		{"retention", "30s", "--retention 30s: at least 1h0m0s"},
+		{"retention", "59m", "--retention 59m0s: at least 1h0m0s"},
 	} {
 		fs := newFlagSet("producer", "", &bytes.Buffer{})
 		var po producerOptions
 		po.register(fs)
 		var args []string
 		if tc.value != "" {
-			args = []string{"--wake-max-wait", tc.value}
+			args = []string{"--" + tc.flag, tc.value}
 		}
 		if err := fs.parse(args, func(string) string { return "" }); err != nil {
 			t.Fatal(err)
 		}
 		err := po.check()
 		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-			t.Errorf("--wake-max-wait %q: %v, want %q", tc.value, err, tc.wantErr)
+			t.Errorf("--%s %q: %v, want %q", tc.flag, tc.value, err, tc.wantErr)
 		}
 	}
 }
