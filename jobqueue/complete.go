@@ -130,11 +130,8 @@ WITH input AS (
 ), done AS (
     -- Only locked in FROM: an UPDATE carries each FROM row whole (to
     -- recheck it if the job changed), and input's rows are wide.
-    -- An earlier attempt's error is no completed job's: exports and the
-    -- API would show it, and a filter on the class would find the job.
     UPDATE jobs j SET state = 'completed', node_id = l.node_id,
-        finished_at = coalesce($12::timestamptz, now()), lease_expires_at = NULL,
-        last_error = NULL, error_class = NULL
+        finished_at = coalesce($12::timestamptz, now()), lease_expires_at = NULL
     FROM locked l
     WHERE j.id = l.id AND l.state IN ('pending', 'queued', 'processing')
     RETURNING j.id, j.batch_id, j.priority, j.spec, j.host, j.max_attempts, j.crawl_id, j.depth, j.node_id, j.finished_at

@@ -365,30 +365,6 @@ func TestCompleteManyOutcomes(t *testing.T) {
 	}
 }
 
-// A job completed after a failed attempt carries no error: the attempt's
-// error and class are the pending job's, until it completes.
-func TestCompletionClearsAnEarlierAttemptsError(t *testing.T) {
-	t.Parallel()
-	clock := newFakeClock()
-	q, _ := newTestQueue(t, Config{Now: clock.Now, BackoffBase: time.Second, BackoffMax: time.Second})
-	ctx := context.Background()
-	mustRegister(t, q, "n1", 6)
-	ids := mustEnqueue(t, q, Spec{URL: "http://f.test/a"})
-	assignClaim(t, q, "n1", 1)
-	if st, err := q.Fail(ctx, ids[0], "n1", "node n2 was lost", "node_lost", true); err != nil || st != StatePending {
-		t.Fatalf("Fail = %v, %v; want pending", st, err)
-	}
-	clock.Advance(time.Minute)
-	assignClaim(t, q, "n1", 1)
-	if out, err := q.CompleteMany(ctx, []Completion{{JobID: ids[0], NodeID: "n1", Result: Result{Status: 200}}}); err != nil || out[0].Err != nil {
-		t.Fatalf("CompleteMany = %v, %v", out, err)
-	}
-	if j := mustGet(t, q, ids[0]); j.State != StateCompleted || j.Attempts != 2 || j.LastError != "" || j.ErrorClass != "" {
-		t.Fatalf("completed after a failed attempt: %s, attempts %d, error %q, class %q; want completed, 2, none",
-			j.State, j.Attempts, j.LastError, j.ErrorClass)
-	}
-}
-
 func TestFailRetriesWithBackoffThenFails(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
