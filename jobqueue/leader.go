@@ -104,6 +104,23 @@ const confirmSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activit
       AND l.pid = $1 AND a.backend_start = $2
       AND ((l.classid::int8 << 32) | l.objid::int8) = $3)`
 
+// LeaderHeld reports whether any session holds the leader lock key in
+// the queue's database: whether a producer leads, for farm status, which
+// runs none.
+func (q *Queue) LeaderHeld(ctx context.Context, key int64) (bool, error) {
+	var held bool
+	if err := q.pool.QueryRow(ctx, leaderHeldSQL, key).Scan(&held); err != nil {
+		return false, fmt.Errorf("is there a leader: %w", err)
+	}
+	return held, nil
+}
+
+// leaderHeldSQL is confirmSQL for any session.
+const leaderHeldSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::int8 << 32) | l.objid::int8) = $1)`
+
 // Run campaigns until ctx ends. Each time it wins, it runs lead with a
 // context canceled when leadership is lost or ctx ends, and waits for lead to
 // return before campaigning again. It returns nil when ctx ends.

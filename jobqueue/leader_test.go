@@ -143,11 +143,21 @@ func TestElectorConfirm(t *testing.T) {
 	if err := a.Confirm(ctx); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("Confirm before leading: %v, want ErrNotLeader", err)
 	}
+	q := New(pool, Config{})
+	if held, err := q.LeaderHeld(ctx, key); err != nil || held {
+		t.Fatalf("LeaderHeld before anyone leads = %v, %v; want false", held, err)
+	}
 	leading := make(chan struct{})
 	go a.Run(ctx, func(lctx context.Context) { close(leading); <-lctx.Done() })
 	<-leading
 	if err := a.Confirm(ctx); err != nil {
 		t.Fatalf("Confirm while leading: %v", err)
+	}
+	if held, err := q.LeaderHeld(ctx, key); err != nil || !held {
+		t.Fatalf("LeaderHeld while leading = %v, %v; want true", held, err)
+	}
+	if held, err := q.LeaderHeld(ctx, key+1); err != nil || held {
+		t.Fatalf("LeaderHeld of another key = %v, %v; want false", held, err)
 	}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_locks

@@ -66,17 +66,22 @@ func runStatus(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
+	led, err := q.LeaderHeld(ctx, jobqueue.DefaultLeaderKey)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(env.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"nodes": nodes, "stats": stats})
+		return enc.Encode(map[string]any{"nodes": nodes, "stats": stats, "producer_leads": led})
 	}
-	writeStatus(env.stdout, nodes, stats)
+	writeStatus(env.stdout, nodes, stats, led)
 	return nil
 }
 
-// writeStatus prints the nodes table and the queue counts.
-func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats) {
+// writeStatus prints the nodes table and the queue counts, and says so
+// when no producer leads: nothing assigns the pending jobs then.
+func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, led bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// The counters left of HEARTBEAT are the node id's lifetime totals,
 	// across its process restarts.
@@ -110,6 +115,9 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats) {
 		stats.Jobs[jobqueue.StateCompleted], stats.Jobs[jobqueue.StateFailed], stats.Jobs[jobqueue.StateCanceled],
 		stats.CompletedLastMinute, stats.FailedLastMinute)
 	tw.Flush()
+	if !led {
+		fmt.Fprintln(w, "\nno producer leads: pending jobs wait until one runs (farm producer, or farm up)")
+	}
 	l := stats.Lifetime
 	fmt.Fprintf(w, "\nlifetime (all nodes, all time): %d completed, %d failed; %d Chrome recycles (%d for memory), %d Chrome crashes; process restarts: %d recycle, %d stop, %d crash; wiped contexts: %d reused, %d replaced by new ones\n",
 		l.JobsCompleted, l.JobsFailed, l.ChromeRecycles+l.ChromeMemoryRecycles, l.ChromeMemoryRecycles, l.ChromeCrashes,

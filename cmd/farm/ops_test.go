@@ -431,11 +431,23 @@ func TestWriteStatusContexts(t *testing.T) {
 	var b strings.Builder
 	n := jobqueue.Node{ID: "n1", State: jobqueue.NodeActive, Capacity: 6,
 		Lifetime: jobqueue.Counters{ContextsReused: 417, ContextsReplaced: 23}}
-	writeStatus(&b, []jobqueue.Node{n}, jobqueue.Stats{Lifetime: jobqueue.Counters{ContextsReused: 900, ContextsReplaced: 31}})
+	writeStatus(&b, []jobqueue.Node{n}, jobqueue.Stats{Lifetime: jobqueue.Counters{ContextsReused: 900, ContextsReplaced: 31}}, true)
 	out := b.String()
 	for _, want := range []string{"CONTEXTS REUSED/REPLACED", "417/23", "wiped contexts: 900 reused, 31 replaced"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestWriteStatusSaysNoProducerLeads: with no leader nothing assigns the
+// pending jobs, which the counts alone do not show.
+func TestWriteStatusSaysNoProducerLeads(t *testing.T) {
+	for _, led := range []bool{true, false} {
+		var b strings.Builder
+		writeStatus(&b, nil, jobqueue.Stats{}, led)
+		if says := strings.Contains(b.String(), "no producer leads"); says == led {
+			t.Errorf("led %v: %q", led, b.String())
 		}
 	}
 }
@@ -451,7 +463,7 @@ func TestWriteStatusLoadOfLiveNodesOnly(t *testing.T) {
 		{jobqueue.NodeActive, "2/6"}, {jobqueue.NodeDraining, "2/6"}, {jobqueue.NodeExited, "-/6"}, {jobqueue.NodeLost, "-/6"},
 	} {
 		var b strings.Builder
-		writeStatus(&b, []jobqueue.Node{{ID: "n1", State: tc.state, Capacity: 6, Load: load}}, jobqueue.Stats{})
+		writeStatus(&b, []jobqueue.Node{{ID: "n1", State: tc.state, Capacity: 6, Load: load}}, jobqueue.Stats{}, true)
 		row := strings.Fields(strings.Split(b.String(), "\n")[1])
 		if row[2] != tc.busy || (tc.state.Live() != strings.Contains(b.String(), "700MiB")) {
 			t.Errorf("%s node: %q; want busy %s and the Chrome PSS shown only if live", tc.state, row, tc.busy)
