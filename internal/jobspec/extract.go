@@ -3,6 +3,7 @@ package jobspec
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/evanw/esbuild/pkg/api"
 )
@@ -47,6 +48,53 @@ func CheckExtract(expr string) error {
 	if strings.TrimSpace(expr) == "" {
 		return fmt.Errorf("is only whitespace: leave it out (or \"\") for no extract")
 	}
+	return verdicts.check(expr)
+}
+
+// verdicts remembers what parseExtract said of recent expressions: the jobs
+// of a submission mostly share one (farm submit --extract, a file's lines),
+// each is checked at submit and again as it is enqueued, and a parse costs
+// about half a millisecond of CPU, more than the rest of a job's enqueue.
+// The answer depends on the expression alone.
+var verdicts = verdictCache{parse: parseExtract, max: maxVerdictBytes}
+
+// maxVerdictBytes bounds the expressions the cache keeps, all told; past it
+// the cache starts over.
+const maxVerdictBytes = 1 << 20
+
+type verdictCache struct {
+	parse func(expr string) error
+	max   int // bytes of expressions kept
+
+	mu    sync.Mutex
+	m     map[string]error
+	bytes int
+}
+
+func (c *verdictCache) check(expr string) error {
+	c.mu.Lock()
+	err, ok := c.m[expr]
+	c.mu.Unlock()
+	if ok {
+		return err
+	}
+	err = c.parse(expr)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[expr]; ok || len(expr) > c.max {
+		return err
+	}
+	if c.m == nil || c.bytes+len(expr) > c.max {
+		c.m, c.bytes = map[string]error{}, 0
+	}
+	c.m[expr] = err
+	c.bytes += len(expr)
+	return err
+}
+
+// parseExtract is CheckExtract's parse of the script the browser makes of
+// expr.
+func parseExtract(expr string) error {
 	res := api.Transform(WrapExtract(expr, 1), api.TransformOptions{
 		Loader:   api.LoaderJS,
 		Target:   api.ESNext,
