@@ -2,6 +2,7 @@ package farm
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -244,5 +245,74 @@ func TestConsumerChromeWillNotBoot(t *testing.T) {
 	}
 	if err := rc.c.Healthy(); err == nil {
 		t.Error("a node whose Run failed reports healthy")
+	}
+}
+
+// TestConsumerDrainTimeoutGivesAttemptBack stops a node (SIGTERM) while
+// jobs of one attempt (max_attempts 1) render slow pages, their pages
+// asked for, with a drain timeout shorter than the pages: the drain
+// cancels them, and since the node's stop is not the jobs' doing they go
+// back to pending with their attempt given back — not failed, as they
+// were — and a second node then completes them.
+func TestConsumerDrainTimeoutGivesAttemptBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	var asked atomic.Int32
+	pages := testsite.New(testsite.Options{Items: 20})
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/item/") {
+			asked.Add(1)
+		}
+		pages.ServeHTTP(w, r)
+	}))
+	t.Cleanup(site.Close)
+	db := newTestDB(t)
+	const jobs = 3
+	specs := make([]jobqueue.Spec, jobs)
+	for i := range specs {
+		specs[i] = jobqueue.Spec{URL: fmt.Sprintf("%s/page/%d?delay=4000", site.URL, i),
+			Wait: &jobqueue.Wait{Selector: "#ready"}, MaxAttempts: 1}
+	}
+	batch, ids, err := db.q.Enqueue(context.Background(), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const node = "node-drain-timeout"
+	db.startAssigner(t, node, defaultCapacity())
+	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
+		c.DrainTimeout = 200 * time.Millisecond
+	})
+	testutil.Eventually(t, time.Minute, "every job's page loaded, its data not yet answered", func() bool {
+		return asked.Load() >= jobs
+	})
+	if err := rc.stop(t, time.Minute); err != nil {
+		t.Fatalf("Run after stop = %v, want nil", err)
+	}
+	for _, id := range ids {
+		j, err := db.q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State != jobqueue.StatePending || j.Attempts != 0 || j.ErrorClass != browser.ClassCanceled {
+			t.Errorf("job %d after the node's stop: %s, attempts %d, class %q (%s); want pending, 0, canceled",
+				id, j.State, j.Attempts, j.ErrorClass, j.LastError)
+		}
+	}
+
+	const other = "node-drain-timeout-b"
+	db.startAssigner(t, other, defaultCapacity())
+	startConsumer(t, db, other, shortProfileRoot(t), nil)
+	testutil.Eventually(t, time.Minute, "the jobs completed on the other node", func() bool {
+		return db.counts(t, batch).By[jobqueue.StateCompleted] == jobs
+	})
+	for _, id := range ids {
+		j, err := db.q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Attempts != 1 {
+			t.Errorf("job %d completed after %d attempts, want 1", id, j.Attempts)
+		}
 	}
 }

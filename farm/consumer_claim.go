@@ -231,7 +231,7 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	c.unacquired--
 	c.mu.Unlock()
 	if err != nil {
-		if c.gone(ctx, log, err) {
+		if c.gone(ctx, log, err) || c.fencedOut(ctx, log, err) {
 			return
 		}
 		// The node is stopping or its supervisor failed before the job
@@ -246,6 +246,12 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	if err != nil {
 		slot.Release()
 		c.signal(c.jobDone)
+		if c.gone(ctx, log, err) || c.fencedOut(ctx, log, err) {
+			return
+		}
+		if nodeStopped(ctx, err) {
+			err = nodeFault{err}
+		}
 		c.fail(j, log, err, 0)
 		return
 	}
@@ -259,13 +265,21 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 	slot.Release()
 	c.signal(c.jobDone)
 	if err != nil {
-		if c.gone(ctx, log, err) {
+		if c.gone(ctx, log, err) || c.fencedOut(ctx, log, err) {
 			return
 		}
+		// Decided on the render's own error: a render that failed by
+		// itself (its timeout, a Chrome it hung) just before the drain
+		// canceled it is charged.
+		stopped := nodeStopped(ctx, err)
 		if cause := context.Cause(ctx); ctx.Err() != nil && !errors.Is(err, cause) {
 			err = fmt.Errorf("%w (%w)", cause, err)
 		}
-		c.failWithResult(j, log.With(zap.Int("chrome_pid", pid)), renderFailure(j, err), took, res)
+		rerr := renderFailure(j, err)
+		if stopped {
+			rerr = nodeFault{err}
+		}
+		c.failWithResult(j, log.With(zap.Int("chrome_pid", pid)), rerr, took, res)
 		return
 	}
 	res.Links = c.followable(res.Links)
@@ -283,6 +297,28 @@ func (c *Consumer) gone(ctx context.Context, log *zap.Logger, err error) bool {
 	}
 	log.Info("job stopped: it is no longer this node's", zap.Error(err))
 	return true
+}
+
+// fencedOut reports whether the job's render was stopped because another
+// process registered the node's id (the drain of a fenced process), and
+// logs it. Such a process touches none of the node's jobs: their outcomes
+// belong to the id's new process, and the queue would refuse them anyway.
+func (c *Consumer) fencedOut(ctx context.Context, log *zap.Logger, err error) bool {
+	if !errors.Is(context.Cause(ctx), jobqueue.ErrFenced) {
+		return false
+	}
+	log.Info("job stopped: another process registered this node id; its outcome is left to that process", zap.Error(err))
+	return true
+}
+
+// nodeStopped reports whether err, a job's failure, is the drain's cancel
+// of it at the drain timeout (errDrainTimeout), rather than a failure of
+// its own: the job's page, its timeout or its Chrome.
+func nodeStopped(ctx context.Context, err error) bool {
+	if !errors.Is(context.Cause(ctx), errDrainTimeout) {
+		return false
+	}
+	return errors.Is(err, errDrainTimeout) || errors.Is(err, context.Canceled)
 }
 
 // wakeups are the notifications that wake the claim loop: ready closes once

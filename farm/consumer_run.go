@@ -246,8 +246,7 @@ func (c *Consumer) drain(ctx context.Context, reason stopReason, jobs *sync.Wait
 	}
 	c.log.Warn("in-flight jobs did not finish within the drain timeout; canceling them",
 		zap.Duration("drain_timeout", c.cfg.DrainTimeout), zap.Int("in_flight", c.Stats().Held))
-	cancelJobs(&browser.Error{Class: browser.ClassCanceled, Retriable: true,
-		Err: errors.New("node stopping: drain timeout")})
+	cancelJobs(errDrainCanceled)
 	// The renders end at once; what they still have to record gets
 	// drainReportGrace. An outcome not recorded then is left to the exit,
 	// which hands its job back.
@@ -255,6 +254,15 @@ func (c *Consumer) drain(ctx context.Context, reason stopReason, jobs *sync.Wait
 	jobs.Wait()
 	t.Stop()
 }
+
+// errDrainTimeout is why the drain cancels the jobs still running at its
+// timeout. The node's stop is not the jobs' doing: a job whose render ends
+// for it is handed back with its attempt given back (runJob, nodeStopped),
+// as the drain hands back the jobs it had not started.
+var errDrainTimeout = errors.New("node stopping: drain timeout")
+
+// errDrainCanceled is the cause the drain cancels its jobs with.
+var errDrainCanceled = &browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errDrainTimeout}
 
 // markExited marks the node exited, handing back whatever it still held,
 // and lifts its scale-in protection. A fenced node's row is not its own.

@@ -261,6 +261,70 @@ func TestUnitHeartbeatStopsJobsGone(t *testing.T) {
 	jobs.Wait()
 }
 
+// TestUnitJobsStoppedByTheNodesStop: jobs a fenced process's drain stops
+// record nothing (the node's jobs are the id's new process's); jobs the
+// drain timeout stops are given back, not charged.
+func TestUnitJobsStoppedByTheNodesStop(t *testing.T) {
+	fence := &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2}
+	for _, tc := range []struct {
+		name      string
+		cause     error
+		wantFails int
+	}{
+		{"fenced", &browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: fence}, 0},
+		{"drain timeout", errDrainCanceled, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fq := &fakeQueue{failState: jobqueue.StatePending}
+			c := fakeConsumer(t, fq, 6, Off)
+			jobsCtx, stopJobs := context.WithCancelCause(context.Background())
+			var jobs sync.WaitGroup
+			for _, j := range fakeJobs(2) {
+				c.start(jobsCtx, &jobs, j) // each waits for a slot: no Chrome runs
+			}
+			stopJobs(tc.cause)
+			jobs.Wait()
+			got := fq.snapshot()
+			if len(got.fails) != tc.wantFails {
+				t.Fatalf("outcomes recorded %+v, want %d", got.fails, tc.wantFails)
+			}
+			for _, f := range got.fails {
+				if !f.givenBack || f.class != browser.ClassCanceled {
+					t.Errorf("outcome %+v, want canceled and given back", f)
+				}
+			}
+		})
+	}
+}
+
+// TestUnitNodeStopped: only a failure that is the drain timeout's cancel
+// is the node's; a render that failed by itself while the drain canceled
+// its context is the job's.
+func TestUnitNodeStopped(t *testing.T) {
+	drained, cancel := context.WithCancelCause(context.Background())
+	cancel(errDrainCanceled)
+	other, cancel2 := context.WithCancelCause(context.Background())
+	cancel2(errors.New("test"))
+	timeout := &browser.Error{Class: browser.ClassTimeout, Retriable: true, Err: context.DeadlineExceeded}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"the drain's cancel", drained, errDrainCanceled, true},
+		{"the drain's cancel, wrapped", drained, fmt.Errorf("render: %w", errDrainCanceled), true},
+		{"a call the drain canceled", drained, fmt.Errorf("the job's proxy: %w", context.Canceled), true},
+		{"its own timeout during the drain", drained, timeout, false},
+		{"running on", context.Background(), timeout, false},
+		{"another cancel", other, fmt.Errorf("x: %w", context.Canceled), false},
+	} {
+		if got := nodeStopped(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("%s: nodeStopped = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestUnitJobClaimedAgainKeepsItsLease: a job taken back from the node and
 // given to it again is claimed while its earlier attempt's goroutine still
 // ends. The earlier one's end must neither drop the newer attempt from the
