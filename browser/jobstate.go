@@ -106,6 +106,15 @@ func (st *jobState) seen(nav cdp.LoaderID, name string) bool {
 	return st.events[cur][name]
 }
 
+// committed reports whether a main-frame document of this job has
+// committed (its "init"): the tab's title is then that document's (or a
+// newer one's), not the one the job found.
+func (st *jobState) committed() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.latest != ""
+}
+
 func (st *jobState) waitLifecycle(ctx context.Context, nav cdp.LoaderID, name string) error {
 	for !st.seen(nav, name) {
 		select {

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/target"
 	"go.uber.org/zap"
 )
 
@@ -75,6 +76,10 @@ const (
 	// healthProbe bounds the check, after a job timed out, of whether
 	// Chrome itself still answers.
 	healthProbe = 2 * time.Second
+	// answerWait bounds the read, after a failure, of the page's final URL
+	// and title (answered). The browser process answers it, also for a
+	// page whose renderer hangs: milliseconds, unless Chrome itself hangs.
+	answerWait = 500 * time.Millisecond
 )
 
 // Render loads req.URL in the session's tab and returns what the request
@@ -142,6 +147,9 @@ func (s *Session) render(ctx context.Context, start time.Time, j *job) (*Result,
 		if errors.As(err, &e) && !tabSurvives(e.Class) {
 			t.markBroken()
 		}
+		if res.Status != 0 && keepsAnswer(ClassOf(err)) {
+			s.answered(ctx, t, st, res)
+		}
 	}
 	s.release(t)
 	res.Timings.Total = time.Since(start)
@@ -154,6 +162,60 @@ func (s *Session) render(ctx context.Context, start time.Time, j *job) (*Result,
 		return nil, err
 	}
 	return res, nil
+}
+
+// keepsAnswer reports whether a failure of the class, after the page's
+// response, leaves a page whose final URL and title are worth reading
+// (answered): the page answered, it just was not what the job wanted, or
+// did not show it in time. A lost Chrome, a canceled job or a failure of
+// the farm's own has none to read.
+func keepsAnswer(class string) bool {
+	switch class {
+	case ClassHTTP, ClassTimeout, ClassExtract, ClassAction, ClassTooLarge, ClassNotHTML:
+		return true
+	}
+	return false
+}
+
+// answered fills in what the failed render had not read of the page that
+// answered: its final URL and title. They come from the browser process's
+// record of the tab (Target.getTargetInfo), not from the page, so that a
+// page whose renderer hangs (a job that timed out in an endless script)
+// delays its failure by nothing; the call is bounded by answerWait besides,
+// and skipped on a Chrome that is gone. Chrome's title of a page without
+// one is its URL (urlTitle): that is no title; and before the job's document
+// committed (a response that is no page, say) its title is the page's
+// before the job's: not read.
+func (s *Session) answered(ctx context.Context, t *tab, st *jobState, res *Result) {
+	if res.FinalURL != "" && res.Title != "" || s.b.Gone() {
+		return
+	}
+	actx, cancel := context.WithTimeout(ctx, answerWait)
+	defer cancel()
+	ret, err := cdp.Call(actx, s.b.cdpB, target.GetTargetInfo, target.GetTargetInfoParams{TargetID: t.id})
+	if err != nil || ret.TargetInfo == nil {
+		s.b.log.Debug("reading a failed page's URL and title", zap.Error(err))
+		return
+	}
+	info := ret.TargetInfo
+	if res.FinalURL == "" {
+		res.FinalURL = cutUTF8(info.URL, maxMetaText)
+	}
+	if res.Title == "" && st.committed() && !urlTitle(info.Title, info.URL) {
+		res.Title = cutUTF8(info.Title, maxMetaText)
+	}
+}
+
+// urlTitle reports whether title is what Chrome shows as the title of a
+// page at u that has none: u itself, without "http://", and without the
+// slash of a bare host's path.
+func urlTitle(title, u string) bool {
+	for _, v := range []string{u, strings.TrimPrefix(u, "http://")} {
+		if title == v || title == strings.TrimSuffix(v, "/") {
+			return true
+		}
+	}
+	return false
 }
 
 // errJobTimeout is the cause of a job's context ending at its timeout.
@@ -226,7 +288,7 @@ func (s *Session) unresponsive(parent context.Context, err error) error {
 
 // run does the render on tab t. Every call is bounded by ctx.
 // The tab is set up for the job already (tab.setup).
-func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Result) error {
+func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Result) (err error) {
 	mark := time.Now()
 	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: j.URL})
 	if err != nil {
@@ -261,6 +323,16 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		class, retriable := classifyNetError(nav.ErrorText)
 		return newErr(class, retriable, "loading %s: %s", j.shown, nav.ErrorText)
 	}
+	defer func() {
+		if err != nil && res.Status == 0 {
+			// A failure after the response, which came after Page.navigate's
+			// answer: the page answered, and its status goes with the
+			// failure.
+			if resp := st.doc(nav.LoaderID); resp != nil {
+				res.Status = int(resp.Status)
+			}
+		}
+	}()
 	if resp := st.doc(nav.LoaderID); resp != nil {
 		res.Status = int(resp.Status)
 		if err := s.egressAnswer(j, resp); err != nil {

@@ -410,3 +410,66 @@ func TestPages(t *testing.T) {
 		}
 	})
 }
+
+// TestRenderFailureKeepsTheAnswer: a render that fails after the page
+// answered — its extract throws or is over its cap, an action fails, the
+// awaited selector never shows, the page is not HTML, or its script hangs
+// the renderer — returns with its error what the page answered: its
+// status, final URL and title, read also from a hung page without delaying
+// the failure past its timeout.
+func TestRenderFailureKeepsTheAnswer(t *testing.T) {
+	e := newEnv(t)
+	u := e.url
+	for _, tc := range []struct {
+		name  string
+		req   Request
+		class string
+		url   string // the final URL wanted; the request's when ""
+		title string
+		// orTitle is also accepted, when set.
+		orTitle string
+		hi      time.Duration
+	}{
+		{name: "extract throws", req: Request{URL: u("/page/31"), Wait: Wait{Selector: "#ready"}, Extract: `null.x`},
+			class: ClassExtract, title: "Page 31"},
+		{name: "wait times out", req: Request{URL: u("/page/32"), Wait: Wait{Selector: "#nope"}, Timeout: 3 * time.Second},
+			class: ClassTimeout, title: "Page 32", hi: 3*time.Second + slack},
+		{name: "result too large", req: Request{URL: u("/page/33"), Wait: Wait{Selector: "#ready"}, Extract: `'y'.repeat(5000000)`, MaxDataBytes: 1 << 20},
+			class: ClassTooLarge, title: "Page 33"},
+		{name: "action fails", req: Request{URL: u("/page/34?delay=0"), Wait: Wait{Selector: "#ready"}, Actions: []Action{{Type: ActionType, Selector: "#ready", Text: "x"}}},
+			class: ClassAction, title: "Page 34"},
+		{name: "not html", req: Request{URL: u("/img/1.png"), Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second},
+			// Chrome may have committed the image's document before the
+			// failure (its title is then the image's), or not (none yet).
+			class: ClassNotHTML, title: "", orTitle: "1.png (10×10)"},
+		{name: "untitled", req: Request{URL: u("/page/35"), Wait: Wait{Selector: "#ready"}, Extract: `(document.title = '', null.x)`},
+			class: ClassExtract, title: ""},
+		{name: "navigated on", req: Request{URL: u("/js-redirect/36"), Wait: Wait{Selector: "#ready"}, Extract: `null.x`},
+			class: ClassExtract, url: u("/page/36"), title: "Page 36"},
+		{name: "renderer hangs", req: Request{URL: u("/hostile/loop"), Wait: Wait{Selector: "#before"}, Timeout: 2 * time.Second},
+			class: ClassTimeout, title: "Loop", hi: 2*time.Second + slack},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := e.session(t)
+			res, err, took := render(t, s, tc.req)
+			wantClass(t, err, tc.class, tc.class == ClassTimeout)
+			if res == nil {
+				t.Fatalf("no result with the %s error", tc.class)
+			}
+			want := tc.url
+			if want == "" {
+				want = tc.req.URL
+			}
+			if res.Status != 200 || res.FinalURL != want || res.Title != tc.title && (tc.orTitle == "" || res.Title != tc.orTitle) {
+				t.Errorf("status %d, final URL %q, title %q; want 200, %q, %q", res.Status, res.FinalURL, res.Title, want, tc.title)
+			}
+			hi := tc.hi
+			if hi == 0 {
+				hi = 30 * time.Second
+			}
+			wantDuration(t, took, 0, hi)
+			e.usable(t, s)
+		})
+	}
+}

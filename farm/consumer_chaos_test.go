@@ -316,3 +316,48 @@ func TestConsumerDrainTimeoutGivesAttemptBack(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerFailedJobKeepsTheAnswer: a job that fails for good after its
+// page answered — its extract throws, the selector it awaits never shows —
+// keeps the page's final URL, status and title as its result, as an HTTP
+// error does.
+func TestConsumerFailedJobKeepsTheAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testutil.StartSite(t, testsite.Options{Items: 20})
+	db := newTestDB(t)
+	specs := []jobqueue.Spec{
+		{URL: site.URL + "/page/31", Wait: &jobqueue.Wait{Selector: "#ready"}, Extract: "null.x", MaxAttempts: 1},
+		{URL: site.URL + "/page/32", Wait: &jobqueue.Wait{Selector: "#nope"}, TimeoutMS: 3000, MaxAttempts: 1},
+	}
+	batch, ids, err := db.q.Enqueue(context.Background(), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const node = "node-failed-answer"
+	db.startAssigner(t, node, defaultCapacity())
+	startConsumer(t, db, node, shortProfileRoot(t), nil)
+	testutil.Eventually(t, time.Minute, "both jobs failed", func() bool {
+		return db.counts(t, batch).By[jobqueue.StateFailed] == int64(len(ids))
+	})
+	for i, id := range ids {
+		j, err := db.q.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{browser.ClassExtract, browser.ClassTimeout}[i]
+		if j.ErrorClass != want {
+			t.Errorf("job %d failed with %q (%s), want %q", id, j.ErrorClass, j.LastError, want)
+		}
+		res, err := db.q.GetResult(context.Background(), id)
+		if err != nil {
+			t.Fatalf("job %d: no result kept: %v", id, err)
+		}
+		title := fmt.Sprintf("Page %d", 31+i)
+		if res.FinalURL != specs[i].URL || res.Status != 200 || res.Title != title {
+			t.Errorf("job %d's result: final URL %q, status %d, title %q; want %q, 200, %q",
+				id, res.FinalURL, res.Status, res.Title, specs[i].URL, title)
+		}
+	}
+}
