@@ -46,6 +46,7 @@ type fakeQueue struct {
 	beats      [][]int64
 	released   int
 	states     []jobqueue.NodeState
+	exits      []jobqueue.NodeLoad // Exit's final counts
 	registered []jobqueue.NodeInfo
 }
 
@@ -183,6 +184,14 @@ func (f *fakeQueue) SetState(_ context.Context, st jobqueue.NodeState, _ string)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.states = append(f.states, st)
+	return jobqueue.Reclaimed{}, f.stateErr
+}
+
+func (f *fakeQueue) Exit(_ context.Context, _ string, final jobqueue.NodeLoad) (jobqueue.Reclaimed, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.states = append(f.states, jobqueue.NodeExited)
+	f.exits = append(f.exits, final)
 	return jobqueue.Reclaimed{}, f.stateErr
 }
 

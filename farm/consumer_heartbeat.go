@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 // heartbeatLoop reports the node's load and renews its leases every
@@ -92,20 +93,13 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 		c.lastChrome = time.Now()
 		c.mu.Unlock()
 	}
-	l := jobqueue.NodeLoad{
-		ChromePSSBytes:        int64(st.ChromePSSBytes),
-		BusySessions:          st.Busy,
-		JobsSinceChromeStart:  int64(st.JobsSinceChromeStart),
-		JobsSinceProcessStart: int64(st.JobsSinceProcessStart),
-		ChromeRestarts:        int64(max(st.ChromeStarts-1, 0)),
-		ChromeRecycles:        int64(st.Recycles - st.MemoryRecycles),
-		ChromeMemoryRecycles:  int64(st.MemoryRecycles),
-		ChromeCrashes:         int64(st.ChromeCrashes),
-		ContextsReused:        st.Contexts.Reused,
-		ContextsReplaced:      st.Contexts.ReplacedTotal(),
-		ChromePSSMinBytes:     int64(pss.Min),
-		ChromePSSMaxBytes:     int64(pss.Max),
-	}
+	l := processCounts(st)
+	l.ChromePSSBytes = int64(st.ChromePSSBytes)
+	l.BusySessions = st.Busy
+	l.JobsSinceChromeStart = int64(st.JobsSinceChromeStart)
+	l.JobsSinceProcessStart = int64(st.JobsSinceProcessStart)
+	l.ChromeRestarts = int64(max(st.ChromeStarts-1, 0))
+	l.ChromePSSMinBytes, l.ChromePSSMaxBytes = int64(pss.Min), int64(pss.Max)
 	m, err := c.cfg.Load(ctx)
 	if err != nil {
 		c.log.Debug("load sample failed", zap.Error(err))
@@ -115,6 +109,19 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 	l.MemUsedBytes = int64(m.MemUsedBytes) + l.ChromePSSBytes
 	l.MemTotalBytes = int64(m.MemTotalBytes)
 	return l
+}
+
+// processCounts is the load report's counts of the process's life so far
+// that the queue adds into the node's lifetime counters: what every
+// heartbeat carries, and the exit mark last.
+func processCounts(st supervisor.Stats) jobqueue.NodeLoad {
+	return jobqueue.NodeLoad{
+		ChromeRecycles:       int64(st.Recycles - st.MemoryRecycles),
+		ChromeMemoryRecycles: int64(st.MemoryRecycles),
+		ChromeCrashes:        int64(st.ChromeCrashes),
+		ContextsReused:       st.Contexts.Reused,
+		ContextsReplaced:     st.Contexts.ReplacedTotal(),
+	}
 }
 
 // protectLoop tells the Protector when the node starts holding jobs (at

@@ -34,6 +34,7 @@ type nodeIncarnation interface {
 	Completion(jobID int64, res jobqueue.Result) jobqueue.Completion
 	Release(ctx context.Context) (int64, error)
 	SetState(ctx context.Context, st jobqueue.NodeState, reason string) (jobqueue.Reclaimed, error)
+	Exit(ctx context.Context, reason string, final jobqueue.NodeLoad) (jobqueue.Reclaimed, error)
 	HeartbeatLive(ctx context.Context, load jobqueue.NodeLoad, live []int64) (st jobqueue.NodeState, gone []int64, err error)
 }
 

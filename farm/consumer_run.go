@@ -264,14 +264,19 @@ var errDrainTimeout = errors.New("node stopping: drain timeout")
 // errDrainCanceled is the cause the drain cancels its jobs with.
 var errDrainCanceled = &browser.Error{Class: browser.ClassCanceled, Retriable: true, Err: errDrainTimeout}
 
-// markExited marks the node exited, handing back whatever it still held,
-// and lifts its scale-in protection. A fenced node's row is not its own.
+// markExited marks the node exited, handing back whatever it still held
+// and adding to its lifetime counters what its process counted since its
+// last heartbeat, and lifts its scale-in protection. A fenced node's row
+// is not its own.
 func (c *Consumer) markExited(base context.Context, reason stopReason) jobqueue.Reclaimed {
 	var left jobqueue.Reclaimed
 	if !c.isFenced() {
 		ctx, cancel := context.WithTimeout(base, shutdownTimeout)
 		var err error
-		left, err = c.inc.SetState(ctx, jobqueue.NodeExited, reason.exitReason())
+		// The exit carries the process's final counts: what it counted
+		// after its last heartbeat (a stop with no drain replaces the
+		// contexts of the jobs it cancels) would be lost otherwise.
+		left, err = c.inc.Exit(ctx, reason.exitReason(), processCounts(c.sup.Stats()))
 		cancel()
 		if err != nil {
 			c.noteFenced(err)

@@ -5,7 +5,8 @@ import "strings"
 // Counters are lifetime event counts, of one node id across its process
 // restarts (Node.Lifetime) or of the whole farm (Stats.Lifetime). They only
 // go up: they are kept in counter rows updated by the transactions that
-// complete and fail jobs, take heartbeats and register nodes, so that a
+// complete and fail jobs, take heartbeats, register nodes and mark their
+// processes' exits (Incarnation.Exit), so that a
 // retention purge or a process restart does not reset them, and reading
 // them costs the same however long the history.
 type Counters struct {

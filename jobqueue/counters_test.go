@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -97,4 +98,67 @@ func TestLifetimeCounters(t *testing.T) {
 	if st, err := q.Stats(ctx); err != nil || st.Lifetime != want {
 		t.Fatalf("farm counters after purge and node deletion = %+v, %v; want %+v", st.Lifetime, err, want)
 	}
+}
+
+// The exit mark carries the process's final counts: what it counted after
+// its last heartbeat (a Chrome recycled, contexts replaced while a stop
+// with no drain canceled its jobs) joins the node's and the farm's
+// lifetime counters, over several processes of one id. A fenced process's
+// exit changes nothing.
+func TestExitCountsWhatFollowedTheLastHeartbeat(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	register := func() *Incarnation {
+		t.Helper()
+		n, _, err := q.Register(ctx, NodeInfo{ID: "n1", Capacity: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Incarnation(n)
+	}
+	counts := func(recycles, memory, crashes, reused, replaced int64) NodeLoad {
+		return NodeLoad{ChromeRecycles: recycles, ChromeMemoryRecycles: memory, ChromeCrashes: crashes,
+			ContextsReused: reused, ContextsReplaced: replaced}
+	}
+	check := func(when string, want Counters) {
+		t.Helper()
+		n, err := q.GetNode(ctx, "n1")
+		if err != nil || n.Lifetime != want {
+			t.Fatalf("%s: node lifetime = %+v, %v; want %+v", when, n.Lifetime, err, want)
+		}
+		if st, err := q.Stats(ctx); err != nil || st.Lifetime != want {
+			t.Fatalf("%s: farm counters = %+v, %v; want %+v", when, st.Lifetime, err, want)
+		}
+	}
+
+	// A process that heartbeated, then counted more before it exited.
+	a := register()
+	if _, err := a.Heartbeat(ctx, counts(1, 0, 0, 3, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exit(ctx, ExitStop, counts(2, 1, 1, 4, 5)); err != nil {
+		t.Fatal(err)
+	}
+	check("after the first process", Counters{ChromeRecycles: 2, ChromeMemoryRecycles: 1, ChromeCrashes: 1,
+		ContextsReused: 4, ContextsReplaced: 5})
+
+	// One that never heartbeated: everything it counted comes with its exit.
+	b := register()
+	if _, err := b.Exit(ctx, ExitRecycle, counts(0, 0, 0, 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	want := Counters{ChromeRecycles: 2, ChromeMemoryRecycles: 1, ChromeCrashes: 1,
+		ContextsReused: 5, ContextsReplaced: 8, RestartsStop: 1}
+	check("after the second process", want)
+
+	// The third process takes the id; the second one's late exit (a
+	// duplicate, or a process that thought it still held the id) is fenced
+	// and counts nothing.
+	register()
+	if _, err := b.Exit(ctx, ExitStop, counts(9, 9, 9, 9, 9)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("exit of a fenced incarnation = %v, want ErrFenced", err)
+	}
+	want.RestartsRecycle++ // the third process's registration
+	check("after the fenced exit", want)
 }

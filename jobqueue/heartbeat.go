@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
@@ -14,32 +15,17 @@ import (
 // heartbeat is proof of life: a node it finds lost or exited — declared so
 // while its process lived on, e.g. through a database outage — is active
 // again (its jobs were taken back; it simply gets new ones).
-const heartbeatSQL = `
+var heartbeatSQL = `
 WITH prev AS (
-    SELECT id, state, chrome_recycles, chrome_memory_recycles, chrome_crashes, contexts_reused, contexts_replaced
+    SELECT id, state, ` + processCounterList("") + `
     FROM nodes WHERE id = $1 AND ($11::bigint = 0 OR incarnation = $11::bigint) FOR NO KEY UPDATE
-), counted AS (
-    -- What the process counted since its last heartbeat joins the lifetime.
-    UPDATE node_counters c SET
-        chrome_recycles        = c.chrome_recycles + greatest($12::bigint - p.chrome_recycles, 0),
-        chrome_memory_recycles = c.chrome_memory_recycles + greatest($13::bigint - p.chrome_memory_recycles, 0),
-        chrome_crashes         = c.chrome_crashes + greatest($14::bigint - p.chrome_crashes, 0),
-        contexts_reused        = c.contexts_reused + greatest($17::bigint - p.contexts_reused, 0),
-        contexts_replaced      = c.contexts_replaced + greatest($18::bigint - p.contexts_replaced, 0)
-    FROM prev p
-    WHERE c.node_id = p.id
-      AND ($12::bigint > p.chrome_recycles OR $13::bigint > p.chrome_memory_recycles OR $14::bigint > p.chrome_crashes
-           OR $17::bigint > p.contexts_reused OR $18::bigint > p.contexts_replaced)
+), counted AS (` + foldProcessCountersSQL(heartbeatCounterParams) + `
 ), upd AS (
     UPDATE nodes n SET cpu_percent = $2, mem_used_bytes = $3, mem_total_bytes = $4, chrome_pss_bytes = $5,
         busy_sessions = $6, jobs_since_chrome_start = $7, jobs_since_process_start = $8, chrome_restarts = $9,
         chrome_pss_min_bytes = least(n.chrome_pss_min_bytes, $15::bigint),
         chrome_pss_max_bytes = greatest(n.chrome_pss_max_bytes, $16::bigint),
-        chrome_recycles = greatest(p.chrome_recycles, $12::bigint),
-        chrome_memory_recycles = greatest(p.chrome_memory_recycles, $13::bigint),
-        chrome_crashes = greatest(p.chrome_crashes, $14::bigint),
-        contexts_reused = greatest(p.contexts_reused, $17::bigint),
-        contexts_replaced = greatest(p.contexts_replaced, $18::bigint),
+        ` + keepProcessCountersSQL(heartbeatCounterParams) + `,
         heartbeat_at = coalesce($10::timestamptz, now()),
         state = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited') THEN 'active' ELSE p.state END,
         state_changed_at = CASE WHEN $11::bigint <> 0 AND p.state IN ('lost', 'exited')
@@ -49,6 +35,67 @@ WITH prev AS (
     RETURNING n.state
 )
 SELECT p.state, u.state FROM prev p, upd u`
+
+// heartbeatCounterParams are heartbeatSQL's placeholders of the process's
+// counters, in the order of processCounterCols.
+var heartbeatCounterParams = []string{"$12", "$13", "$14", "$17", "$18"}
+
+// processCounterCols are the lifetime counters a node's process counts
+// itself and reports as totals since its start (NodeLoad's ChromeRecycles
+// to ContextsReplaced), in that order. The node row keeps, under the same
+// names, the totals of its current process already added to node_counters,
+// so that a report adds only the growth since the previous one: a
+// heartbeat's, and last the exit mark's (Incarnation.Exit), which carries
+// what the process counted after its last heartbeat.
+var processCounterCols = []string{"chrome_recycles", "chrome_memory_recycles", "chrome_crashes",
+	"contexts_reused", "contexts_replaced"}
+
+// processCounterArgs are load's process counters, in the order of
+// processCounterCols.
+func processCounterArgs(load NodeLoad) []any {
+	return []any{load.ChromeRecycles, load.ChromeMemoryRecycles, load.ChromeCrashes,
+		load.ContextsReused, load.ContextsReplaced}
+}
+
+// processCounterList is processCounterCols, each prefixed, comma-separated.
+func processCounterList(prefix string) string {
+	parts := make([]string, len(processCounterCols))
+	for i, c := range processCounterCols {
+		parts[i] = prefix + c
+	}
+	return strings.Join(parts, ", ")
+}
+
+// foldProcessCountersSQL is an UPDATE adding to node_counters the growth
+// of the process's totals (the placeholders params, in the order of
+// processCounterCols) over those of CTE prev (the node row, column id) —
+// none when nothing grew.
+func foldProcessCountersSQL(params []string) string {
+	set := make([]string, len(processCounterCols))
+	grew := make([]string, len(processCounterCols))
+	for i, c := range processCounterCols {
+		v := params[i] + "::bigint"
+		set[i] = c + " = c." + c + " + greatest(" + v + " - p." + c + ", 0)"
+		grew[i] = v + " > p." + c
+	}
+	return `
+    -- What the process counted since its last report joins the lifetime.
+    UPDATE node_counters c SET
+        ` + strings.Join(set, ",\n        ") + `
+    FROM prev p
+    WHERE c.node_id = p.id
+      AND (` + strings.Join(grew, " OR ") + `)`
+}
+
+// keepProcessCountersSQL is the SET list that records in the node row the
+// process's totals (params, as in foldProcessCountersSQL) just folded in.
+func keepProcessCountersSQL(params []string) string {
+	set := make([]string, len(processCounterCols))
+	for i, c := range processCounterCols {
+		set[i] = c + " = greatest(p." + c + ", " + params[i] + "::bigint)"
+	}
+	return strings.Join(set, ",\n        ")
+}
 
 // heartbeatLockSQL locks the row of the node's incarnation $2 (any when 0)
 // first, so that the renewal of its jobs comes after it as in every

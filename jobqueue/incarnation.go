@@ -103,6 +103,19 @@ func (in *Incarnation) SetState(ctx context.Context, st NodeState, reason string
 	return in.q.setNodeState(ctx, in.NodeID, in.N, st, reason)
 }
 
+// Exit is SetState(ctx, NodeExited, reason) that also adds to the node's
+// lifetime counters what its process counted after its last heartbeat:
+// final holds the process's totals since it started, as a heartbeat carries
+// them (ChromeRecycles, ChromeMemoryRecycles, ChromeCrashes, ContextsReused,
+// ContextsReplaced; its other fields are ignored), and their growth since
+// the last heartbeat is added in the exit's own transaction. Jobs and
+// process restarts need nothing of the kind: the statements that finish a
+// job or register the next process count them. A fenced incarnation changes
+// nothing and gets a *FencedError.
+func (in *Incarnation) Exit(ctx context.Context, reason string, final NodeLoad) (Reclaimed, error) {
+	return in.q.exit(ctx, in.NodeID, in.N, reason, &final)
+}
+
 // Why a node's process exited, as its exit mark records it: the next
 // registration of the id counts its process restart by this reason (and as
 // a crash when the previous incarnation never marked itself exited).

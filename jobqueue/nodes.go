@@ -291,32 +291,61 @@ func (q *Queue) setNodeState(ctx context.Context, nodeID string, inc int64, st N
 		}
 		return r, nil
 	case NodeExited:
-		found := false
-		err := q.sendBatch(ctx, "exit", func(b *pgx.Batch) {
-			// Locked FOR UPDATE first, like a drain (see lockTargetsSQL).
-			b.Queue(`WITH locked AS (
-                         SELECT id FROM nodes WHERE id = $1 AND ($3::bigint = 0 OR incarnation = $3::bigint) FOR UPDATE)
-                     UPDATE nodes n SET state = 'exited', exit_reason = $4, state_changed_at = coalesce($2::timestamptz, now())
-                     FROM locked WHERE n.id = locked.id`,
-				nodeID, q.now(), inc, cleanText(reason, 64)).Exec(func(tag pgconn.CommandTag) error {
-				found = tag.RowsAffected() == 1
-				return nil
-			})
-			q.queueReclaim(b, nodeID, inc, "node "+nodeID+" exited while the job was running", ClassNodeExited, &r)
-		})
-		if err != nil {
-			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, err)
-		}
-		if !found {
-			if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
-				return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, ferr)
-			}
-			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, ErrNotFound)
-		}
-		return r, nil
+		return q.exit(ctx, nodeID, inc, reason, nil)
 	default:
 		return r, fmt.Errorf("set node %q: state %q cannot be set (use active, draining or exited)", nodeID, st)
 	}
+}
+
+// exitCountersSQL folds the final totals of the process of node $1 at
+// incarnation $2 ($3…, as heartbeatSQL's) into its lifetime counters. It
+// runs after the reclaim: node row, jobs, counters, the order every
+// statement takes them in (see heartbeat.go).
+var exitCountersSQL = `
+WITH prev AS (
+    SELECT id, ` + processCounterList("") + `
+    FROM nodes WHERE id = $1 AND incarnation = $2::bigint FOR NO KEY UPDATE
+), counted AS (` + foldProcessCountersSQL(exitCounterParams) + `
+)
+UPDATE nodes n SET ` + keepProcessCountersSQL(exitCounterParams) + `
+FROM prev p WHERE n.id = p.id`
+
+var exitCounterParams = []string{"$3", "$4", "$5", "$6", "$7"}
+
+// exit marks node exited with reason and takes back what it still holds;
+// with final, the totals its process counted (as a heartbeat carries them)
+// join its lifetime counters in the same transaction.
+func (q *Queue) exit(ctx context.Context, nodeID string, inc int64, reason string, final *NodeLoad) (Reclaimed, error) {
+	var r Reclaimed
+	if final != nil && inc == 0 {
+		return r, fmt.Errorf("set node %q exited: final counts need the incarnation that counted them", nodeID)
+	}
+	found := false
+	err := q.sendBatch(ctx, "exit", func(b *pgx.Batch) {
+		// Locked FOR UPDATE first, like a drain (see lockTargetsSQL).
+		b.Queue(`WITH locked AS (
+                         SELECT id FROM nodes WHERE id = $1 AND ($3::bigint = 0 OR incarnation = $3::bigint) FOR UPDATE)
+                     UPDATE nodes n SET state = 'exited', exit_reason = $4, state_changed_at = coalesce($2::timestamptz, now())
+                     FROM locked WHERE n.id = locked.id`,
+			nodeID, q.now(), inc, cleanText(reason, 64)).Exec(func(tag pgconn.CommandTag) error {
+			found = tag.RowsAffected() == 1
+			return nil
+		})
+		q.queueReclaim(b, nodeID, inc, "node "+nodeID+" exited while the job was running", ClassNodeExited, &r)
+		if final != nil {
+			b.Queue(exitCountersSQL, append([]any{nodeID, inc}, processCounterArgs(*final)...)...)
+		}
+	})
+	if err != nil {
+		return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, err)
+	}
+	if !found {
+		if ferr := q.fenceErr(ctx, nodeID, inc); ferr != nil {
+			return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, ferr)
+		}
+		return Reclaimed{}, fmt.Errorf("set node %q exited: %w", nodeID, ErrNotFound)
+	}
+	return r, nil
 }
 
 // GetNode returns one node with the jobs it holds.
