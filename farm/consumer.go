@@ -102,7 +102,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	c.egress = proxy
 	if cfg.WakeURL != "" {
 		if c.wakeClient, err = wake.NewClient(wake.ClientConfig{URL: cfg.WakeURL, Token: cfg.WakeToken, NodeID: cfg.NodeID,
-			Logger: log.Named("wake")}); err != nil {
+			Logger: log.Named("wake"), FallbackPoll: cfg.PollInterval}); err != nil {
 			proxy.Close()
 			return nil, fmt.Errorf("farm: consumer: WakeURL: %w", err)
 		}

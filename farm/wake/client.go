@@ -16,6 +16,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
+	"github.com/browserfarm/browserfarm/internal/outage"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -62,6 +63,12 @@ type ClientConfig struct {
 	// (each poll is bounded by Wait plus a margin).
 	HTTP   *http.Client
 	Logger *zap.Logger
+	// FallbackPoll is how often the node looks for jobs without wake-ups
+	// (its poll interval), which the log names while polls fail; 0: not
+	// named.
+	FallbackPoll time.Duration
+	// Now is the clock of the failure log's reminders; nil: time.Now.
+	Now func() time.Time
 }
 
 // Client keeps one long-poll open to a producer and turns its answers into
@@ -101,6 +108,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Client{
 		cfg:   cfg,
 		url:   strings.TrimSuffix(cfg.URL, "/") + strings.Replace(Route, "{id}", url.PathEscape(cfg.NodeID), 1),
@@ -116,14 +126,20 @@ func (c *Client) Ready() <-chan struct{} { return c.ready }
 // C carries the wake-ups; one waiting is as good as many.
 func (c *Client) C() <-chan jobqueue.Notification { return c.c }
 
-// Run polls until ctx ends, and returns nil then.
+// Run polls until ctx ends, and returns nil then. While polls fail it
+// says so: a refusal (4xx: a wrong URL or token, which does not heal) as an
+// error at every retry, any other failure (nothing listening, a producer
+// down or restarting, a gateway's error) as a warning at the first and
+// then at most once a minute, with how many polls failed for how long; and
+// once a producer answers again, how long the outage lasted.
 func (c *Client) Run(ctx context.Context) error {
 	pause := c.cfg.RetryMin
 	// registered: the producer answered the last poll, so it knows the
 	// node; after a failure (a restarted producer forgot it, or another
 	// behind a load balancer never knew it) the next poll registers again
 	// before anything is waited for.
-	registered, failing := false, false
+	registered := false
+	var out outage.Tracker
 	for {
 		wait := c.cfg.Wait
 		if !registered {
@@ -139,19 +155,9 @@ func (c *Client) Run(ctx context.Context) error {
 			close(c.ready)
 		}
 		if err != nil {
-			var se *statusError
 			retryIn := backoff.Jitter(pause)
-			switch {
-			case errors.As(err, &se) && se.code >= 400 && se.code < 500:
-				// A wrong URL or token does not heal: say so at every
-				// retry, not once (the node works meanwhile, at its
-				// fallback poll's latency).
-				c.log.Error("wake poll refused: check --wake-url and --wake-token", zap.String("url", c.url), zap.Error(err),
-					zap.Duration("retry_in", retryIn))
-			case !failing:
-				c.log.Warn("wake poll failed; retrying", zap.String("url", c.url), zap.Error(err), zap.Duration("in", retryIn))
-			}
-			failing, registered = true, false
+			c.failed(&out, err, retryIn)
+			registered = false
 			if !ctxtime.Sleep(ctx, retryIn) {
 				return nil
 			}
@@ -160,15 +166,40 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		pause = c.cfg.RetryMin
 		registered = true
-		if failing {
+		if out.Failing() {
 			// Wake-ups may have been missed while the producer was away.
-			c.log.Info("wake poll answered again", zap.String("url", c.url))
+			failures, lasted, _ := out.Succeed(c.cfg.Now())
+			c.log.Info("wake poll answered again", zap.String("url", c.url),
+				zap.Int64("failures", failures), zap.Duration("failed_for", lasted))
 			c.deliver(jobqueue.Notification{Payload: jobqueue.PayloadReconnected})
-			failing = false
 		}
 		if woken {
 			c.deliver(jobqueue.Notification{Channel: jobqueue.ChannelAssigned, Payload: c.cfg.NodeID})
 		}
+	}
+}
+
+// failed logs a failed poll as out says (see Run).
+func (c *Client) failed(out *outage.Tracker, err error, retryIn time.Duration) {
+	now := c.cfg.Now()
+	say := out.Fail(now)
+	fields := []zap.Field{zap.String("url", c.url), zap.Error(err), zap.Duration("retry_in", retryIn),
+		zap.Int64("failures", out.Failures()), zap.Duration("failing_for", out.For(now))}
+	if c.cfg.FallbackPoll > 0 {
+		fields = append(fields, zap.Duration("fallback_poll", c.cfg.FallbackPoll))
+	}
+	var se *statusError
+	switch {
+	case errors.As(err, &se) && se.code >= 400 && se.code < 500:
+		// A wrong URL or token does not heal: say so at every retry, not
+		// once (the node works meanwhile, at its fallback poll's latency).
+		c.log.Error("wake poll refused: check --wake-url and --wake-token", fields...)
+	case say == outage.First:
+		c.log.Warn("wake poll failed; retrying, the node looks for jobs at its fallback poll meanwhile", fields...)
+	case say == outage.Reminder:
+		// A wrong host or port fails like a producer down, and heals no
+		// more than a wrong path: never silent for longer than a minute.
+		c.log.Warn("wake poll still failing: check --wake-url if this lasts; the node looks for jobs at its fallback poll meanwhile", fields...)
 	}
 }
 

@@ -1,11 +1,14 @@
 package wake
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -190,4 +193,112 @@ func TestClientKeepsSayingItIsRefused(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "three refusals logged as errors", func() bool {
 		return logs.FilterLevelExact(zap.ErrorLevel).FilterMessageSnippet("--wake-token").Len() >= 3
 	})
+}
+
+// TestClientKeepsRemindingWhileNothingListens: a --wake-url whose host or
+// port is wrong (connection refused) fails like a producer that is down,
+// and heals no more than a wrong path does. The client warns at the first
+// failure, reminds once a minute of failing (with the failures, how long,
+// and the fallback poll), not at every retry, and says when a producer
+// answers again. The clock is the test's: each failure and the recovery
+// read it once, and the test steps it 10 s each time and says when the
+// producer is back.
+func TestClientKeepsRemindingWhileNothingListens(t *testing.T) {
+	t.Parallel()
+	refusing := closedAddr(t)
+	e := newEndpoint(t, "")
+	// The producer "moves in" at the address when the test says so: until
+	// then every dial meets a real connection refused.
+	var up atomic.Bool
+	dialer := &net.Dialer{}
+	transport := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		if up.Load() {
+			return dialer.DialContext(ctx, network, e.srv.Listener.Addr().String())
+		}
+		return dialer.DialContext(ctx, network, refusing)
+	}}
+	t.Cleanup(transport.CloseIdleConnections)
+	// The client's clock: it asks, and waits for the test's answer.
+	asked, ticks := make(chan struct{}), make(chan time.Time)
+	now := func() time.Time {
+		asked <- struct{}{}
+		return <-ticks
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	c, err := NewClient(ClientConfig{URL: "http://" + refusing, NodeID: "n1", RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+		HTTP: &http.Client{Transport: transport}, Logger: zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core)),
+		FallbackPoll: 10 * time.Second, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startClient(t, c)
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	const failures = 13 // at 0, 10 s, …, 120 s
+	for i := range failures {
+		<-asked // after a failed poll
+		if i == failures-1 {
+			// The client is in its clock after its last failed poll: the
+			// next poll reaches the producer.
+			up.Store(true)
+		}
+		ticks <- t0.Add(time.Duration(i) * 10 * time.Second)
+	}
+	<-asked // the recovery
+	ticks <- t0.Add(failures * 10 * time.Second)
+	select {
+	case n := <-c.C():
+		if n.Payload != jobqueue.PayloadReconnected {
+			t.Fatalf("got %+v, want %s", n, jobqueue.PayloadReconnected)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no notification after the producer came up")
+	}
+
+	type line struct {
+		level    zapcore.Level
+		msg      string
+		failures int64
+		dur      time.Duration
+	}
+	var got []line
+	for _, en := range logs.All() {
+		m := en.ContextMap()
+		l := line{level: en.Level, msg: en.Message}
+		l.failures, _ = m["failures"].(int64)
+		if d, ok := m["failing_for"].(time.Duration); ok {
+			l.dur = d
+		}
+		if d, ok := m["failed_for"].(time.Duration); ok {
+			l.dur = d
+		}
+		if en.Level == zap.WarnLevel {
+			if !strings.Contains(fmt.Sprint(m["error"]), "connection refused") || m["fallback_poll"] != 10*time.Second {
+				t.Errorf("%q: fields %v, want the refused connection and the fallback poll", en.Message, m)
+			}
+		}
+		got = append(got, l)
+	}
+	want := []line{
+		{zap.WarnLevel, "wake poll failed; retrying, the node looks for jobs at its fallback poll meanwhile", 1, 0},
+		{zap.WarnLevel, "wake poll still failing: check --wake-url if this lasts; the node looks for jobs at its fallback poll meanwhile", 7, time.Minute},
+		{zap.WarnLevel, "wake poll still failing: check --wake-url if this lasts; the node looks for jobs at its fallback poll meanwhile", 13, 2 * time.Minute},
+		{zap.InfoLevel, "wake poll answered again", 13, 130 * time.Second},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("log lines:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// closedAddr is a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
