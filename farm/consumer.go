@@ -12,6 +12,7 @@ import (
 
 	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/browserfarm/browserfarm/farm/wake"
+	"github.com/browserfarm/browserfarm/internal/outage"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -58,6 +59,7 @@ type Consumer struct {
 	live       map[int64]*liveJob // jobs rendering or being reported: the leases heartbeats renew
 	lastBeat   time.Time
 	beatErr    error
+	beatOut    outage.Tracker // the heartbeat's failures, for the line saying it answers again
 	startedAt  time.Time
 	lastChrome time.Time // last time a live Chrome was seen
 	// claiming is set while the claim loop runs, and lastTurn is when it

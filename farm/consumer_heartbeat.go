@@ -43,13 +43,26 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 	defer cancel()
 	st, gone, err := c.inc.HeartbeatLive(hctx, load, c.liveJobs())
 	c.stopGone(gone)
+	now := time.Now()
 	c.mu.Lock()
 	c.beatErr = err
-	if err == nil {
-		c.lastBeat = time.Now()
+	var failures int64
+	var failedFor time.Duration
+	recovered := false
+	switch {
+	case err == nil:
+		c.lastBeat = now
+		failures, failedFor, recovered = c.beatOut.Succeed(now)
+	case !errors.Is(err, jobqueue.ErrFenced) && ctx.Err() == nil:
+		c.beatOut.Fail(now)
+		failures, failedFor = c.beatOut.Failures(), c.beatOut.For(now)
 	}
 	stopping := c.stopping
 	c.mu.Unlock()
+	if recovered {
+		// The warnings stop: say why, once (a database outage's end).
+		c.log.Info("heartbeat answered again", zap.Int64("failures", failures), zap.Duration("failed_for", failedFor))
+	}
 	if err == nil && stopping && st == jobqueue.NodeActive {
 		// Declared lost while draining (its heartbeats failed for a while),
 		// the node was made active again by this one: it would get jobs it
@@ -67,7 +80,7 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 		return
 	}
 	if err != nil && ctx.Err() == nil {
-		c.log.Warn("heartbeat failed", zap.Error(err))
+		c.log.Warn("heartbeat failed", zap.Error(err), zap.Int64("failures", failures), zap.Duration("failing_for", failedFor))
 	}
 }
 
