@@ -13,6 +13,7 @@ import (
 	"github.com/browserfarm/browserfarm/farm/blobstore"
 	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
+	"github.com/browserfarm/browserfarm/internal/outage"
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
@@ -38,6 +39,9 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	claimBackoff := time.Duration(0)
+	// claimOut says when claims, failing through a database outage, answer
+	// again: the warnings below just stop otherwise.
+	var claimOut outage.Tracker
 	// unanswered: a claim failed on the way, and may have committed: the
 	// jobs it took are processing on the node, started by nobody.
 	unanswered := false
@@ -94,13 +98,18 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 				unanswered = true
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
 				wait := backoff.Jitter(claimBackoff)
-				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", wait))
+				claimOut.Fail(time.Now())
+				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", wait),
+					zap.Int64("failures", claimOut.Failures()), zap.Duration("failing_for", claimOut.For(time.Now())))
 				if !ctxtime.Sleep(ctx, wait) {
 					return stopSignal
 				}
 				continue
 			}
 			claimBackoff = 0
+			if failures, failedFor, ended := claimOut.Succeed(time.Now()); ended {
+				c.log.Info("claims answered again", zap.Int64("failures", failures), zap.Duration("failed_for", failedFor))
+			}
 			for _, j := range claimed {
 				c.start(jobsCtx, jobs, j)
 			}

@@ -3,6 +3,7 @@ package farm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -67,5 +68,31 @@ func TestUnitHeartbeatSaysWhenItAnswersAgain(t *testing.T) {
 				t.Errorf("log lines:\n got %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestUnitClaimsSayWhenTheyAnswerAgain: each failed claim is a warning
+// counting the failures, and the first claim that answers after them says
+// so once, as the heartbeat does.
+func TestUnitClaimsSayWhenTheyAnswerAgain(t *testing.T) {
+	down := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	fq := &fakeQueue{jobs: fakeJobs(10), perClaim: 2, claimErrs: []error{down, down}}
+	c := fakeConsumer(t, fq, 6, 4)
+	c.cfg.PollInterval = 1
+	core, logs := observer.New(zap.InfoLevel)
+	c.log = zap.New(core)
+	if r := runLoop(t, c); r != stopExitDue {
+		t.Errorf("loop stopped for %v, want exit-after-jobs", r)
+	}
+	var got []string
+	for _, e := range logs.All() {
+		if e.Message == "claim failed" || e.Message == "claims answered again" {
+			n, _ := e.ContextMap()["failures"].(int64)
+			got = append(got, fmt.Sprintf("%s %d", e.Message, n))
+		}
+	}
+	want := []string{"claim failed 1", "claim failed 2", "claims answered again 2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("log lines %q, want %q", got, want)
 	}
 }
