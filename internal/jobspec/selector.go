@@ -437,20 +437,13 @@ func isHex(c byte) bool {
 func splitTop(s string, sep byte) []string {
 	var out []string
 	depth, start := 0, 0
-	var quote byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	sc := unquoted{s: s}
+	for {
+		i, c, ok := sc.next()
+		if !ok {
+			return append(out, s[start:])
+		}
 		switch {
-		case quote != 0:
-			if c == '\\' {
-				i++
-			} else if c == quote {
-				quote = 0
-			}
-		case c == '\\':
-			i++
-		case c == '"' || c == '\'':
-			quote = c
 		case c == '(' || c == '[':
 			depth++
 		case c == ')' || c == ']':
@@ -460,35 +453,54 @@ func splitTop(s string, sep byte) []string {
 			start = i + 1
 		}
 	}
-	return append(out, s[start:])
 }
 
 // closeParen finds the ) that closes the ( at open, skipping strings and
 // nested parentheses.
 func closeParen(s string, open int) (int, bool) {
 	depth := 0
-	var quote byte
-	for i := open; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			if c == '\\' {
-				i++
-			} else if c == quote {
-				quote = 0
-			}
-		case c == '\\':
-			i++
-		case c == '"' || c == '\'':
-			quote = c
-		case c == '(':
+	sc := unquoted{s: s, i: open}
+	for {
+		i, c, ok := sc.next()
+		if !ok {
+			return 0, false
+		}
+		switch c {
+		case '(':
 			depth++
-		case c == ')':
+		case ')':
 			depth--
 			if depth == 0 {
 				return i, true
 			}
 		}
 	}
-	return 0, false
+}
+
+// unquoted walks s from i, giving the bytes outside quoted strings and
+// backslash escapes (the quotes and escapes themselves are skipped too).
+type unquoted struct {
+	s     string
+	i     int
+	quote byte // the quote of the string the walk is in, or 0
+}
+
+func (u *unquoted) next() (at int, c byte, ok bool) {
+	for u.i < len(u.s) {
+		at, c = u.i, u.s[u.i]
+		u.i++
+		switch {
+		case c == '\\':
+			u.i++ // the escaped byte, in a string or not
+		case u.quote != 0:
+			if c == u.quote {
+				u.quote = 0
+			}
+		case c == '"' || c == '\'':
+			u.quote = c
+		default:
+			return at, c, true
+		}
+	}
+	return 0, 0, false
 }
