@@ -89,14 +89,7 @@ func TestClient(t *testing.T) {
 	startClient(t, c)
 	expect := func(what, payload string) {
 		t.Helper()
-		select {
-		case n := <-c.C():
-			if n.Payload != payload {
-				t.Fatalf("%s: got %+v, want payload %q", what, n, payload)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: nothing after 30 s", what)
-		}
+		expectNotification(t, c, what, payload)
 	}
 
 	select {
@@ -168,14 +161,7 @@ func TestClientReadyWhileProducerDown(t *testing.T) {
 		t.Fatal("ready before any poll was made")
 	}
 	e.down.Store(false)
-	select {
-	case n := <-c.C():
-		if n.Payload != jobqueue.PayloadReconnected {
-			t.Fatalf("got %+v, want %s", n, jobqueue.PayloadReconnected)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no notification after the producer came up")
-	}
+	expectNotification(t, c, "after the producer came up", jobqueue.PayloadReconnected)
 }
 
 // TestClientKeepsSayingItIsRefused: a wrong token is an error at every
@@ -245,14 +231,7 @@ func TestClientKeepsRemindingWhileNothingListens(t *testing.T) {
 	}
 	<-asked // the recovery
 	ticks <- t0.Add(failures * 10 * time.Second)
-	select {
-	case n := <-c.C():
-		if n.Payload != jobqueue.PayloadReconnected {
-			t.Fatalf("got %+v, want %s", n, jobqueue.PayloadReconnected)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no notification after the producer came up")
-	}
+	expectNotification(t, c, "after the producer came up", jobqueue.PayloadReconnected)
 
 	type line struct {
 		level    zapcore.Level
@@ -301,4 +280,18 @@ func closedAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// expectNotification waits up to 30 s for c's next notification and
+// wants payload in it.
+func expectNotification(t *testing.T, c *Client, what, payload string) {
+	t.Helper()
+	select {
+	case n := <-c.C():
+		if n.Payload != payload {
+			t.Fatalf("%s: got %+v, want payload %q", what, n, payload)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: nothing after 30 s", what)
+	}
 }
