@@ -56,18 +56,19 @@ func TestRefusedHeadersFailInChrome(t *testing.T) {
 }
 
 // TestDroppedHeaders keeps jobspec.CheckHeaderConflict honest: what it
-// refuses, Chrome drops (sent past Check), and a Cookie header alone, which
-// it allows, reaches the server.
+// refuses at submit, Chrome drops, and a Cookie header alone, which it
+// allows, reaches the server. The browser's own check lets the conflicts
+// through, so that jobs queued before submit refused them still render.
 func TestDroppedHeaders(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
 	echo := func(req Request, headers map[string]string) (h, cookies map[string]string) {
 		t.Helper()
+		req.Headers = headers
 		j, err := req.prepare()
 		if err != nil {
 			t.Fatal(err)
 		}
-		j.Headers = headers
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		res, err := s.render(ctx, time.Now(), j)

@@ -292,14 +292,14 @@ func (r Request) prepare() (*job, error) {
 			j.block = append(j.block, rt)
 		}
 	}
+	// A header the job's cookies or user_agent override (jobspec's
+	// CheckHeaderConflict) is refused at submit, not here: Chrome drops it
+	// and renders, as it did for the jobs queued before submit refused it.
 	for k := range r.Headers {
 		if k == "" || strings.ContainsAny(k, " \t\r\n:") {
 			return nil, invalid("headers: bad header name %q", k)
 		}
 		if err := jobspec.CheckHeaderName(k); err != nil {
-			return nil, invalid("headers[%q]: %v", k, err)
-		}
-		if err := jobspec.CheckHeaderConflict(k, len(r.Cookies) > 0, r.UserAgent != ""); err != nil {
 			return nil, invalid("headers[%q]: %v", k, err)
 		}
 	}
