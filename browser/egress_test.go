@@ -90,11 +90,10 @@ func TestEgressProxyLaunch(t *testing.T) {
 	}
 }
 
-// TestEgressFailureNamed: a page the egress proxy could not resolve fails
-// as a network error naming the cause, over http (the proxy's own 502) and
-// https (a tunnel Chrome reports only as failed), not retried; a port that
-// does not answer is a network error that is retried; a site's own 502
-// stays an HTTP 502, whatever headers it sends.
+// TestEgressFailureNamed: a page the egress proxy could not resolve or
+// connect fails as a retriable network error naming the cause, over http
+// (the proxy's own 502) and https (a tunnel Chrome reports only as
+// failed); a site's own 502 stays an HTTP 502, whatever headers it sends.
 func TestEgressFailureNamed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
@@ -132,8 +131,8 @@ func TestEgressFailureNamed(t *testing.T) {
 		url, class, says string
 		retriable        bool
 	}{
-		{"http://nowhere.test/", ClassNetwork, "no such host", false},
-		{"https://nowhere.test/", ClassNetwork, "no such host", false},
+		{"http://nowhere.test/", ClassNetwork, "no such host", true},
+		{"https://nowhere.test/", ClassNetwork, "no such host", true},
 		{"http://" + dead + "/", ClassNetwork, "connection refused", true},
 		{forger.URL + "/", ClassHTTP, "HTTP 502", true},
 	} {

@@ -455,10 +455,10 @@ func (s *Session) egressAnswer(j *job, resp *network.Response) error {
 		case resp.Status == 403 && strings.EqualFold(k, egressRefusedHeader):
 			return newErr(ClassDestinationRefused, false, "destination %v refused by the egress policy (%s)", v, resp.URL)
 		case resp.Status == 502 && strings.EqualFold(k, egressFailedHeader):
-			if f, ok := s.egressFailure(u); ok && !f.Refused {
-				return egressFailureErr(f, resp.URL)
-			}
-			return newErr(ClassNetwork, true, "loading %s: %v", resp.URL, v)
+			// The mark carries this request's own cause: the proxy's record
+			// of the host may be another request's (this one can have met
+			// a kept-alive connection's failure without dialing).
+			return egressFailureErr(egress.Failure{Err: fmt.Sprint(v)}, resp.URL)
 		}
 	}
 	return nil
@@ -499,11 +499,12 @@ func (s *Session) egressFailure(u *url.URL) (egress.Failure, bool) {
 }
 
 // egressFailureErr is the error of a page the egress proxy could not
-// resolve or connect: a network error, as Chrome's own would be without
-// the proxy, with the proxy's cause; a name that does not exist is not
-// retried.
+// resolve or connect: a network error with the proxy's cause, retriable as
+// Chrome's own would be without the proxy (ERR_NAME_NOT_RESOLVED too: a
+// name can be missing for a while, a negative answer cached or a record
+// not yet everywhere).
 func egressFailureErr(f egress.Failure, shown string) error {
-	return newErr(ClassNetwork, !f.NoSuchHost, "loading %s: %s", shown, f.Err)
+	return newErr(ClassNetwork, true, "loading %s: %s", shown, f.Err)
 }
 
 // setup applies the job's settings to the tab before navigation; on a shared

@@ -86,9 +86,6 @@ type Failure struct {
 	Refused bool   // by the policy, at Addr; else Err says what failed
 	Addr    string // the refused address
 	Err     string
-	// NoSuchHost: the name does not exist (the resolver's answer, not a
-	// timeout or a server failure); trying again will not help.
-	NoSuchHost bool
 }
 
 // failureOf is the Failure of a dial error: a refusal, or a resolve or dial
@@ -98,8 +95,7 @@ func failureOf(err error) Failure {
 	if errors.As(err, &re) {
 		return Failure{Refused: true, Addr: re.Addr.String()}
 	}
-	var de *net.DNSError
-	return Failure{Err: err.Error(), NoSuchHost: errors.As(err, &de) && de.IsNotFound}
+	return Failure{Err: err.Error()}
 }
 
 // Listen opens the proxy's listener on addr (e.g. 127.0.0.1:0). Nothing is
