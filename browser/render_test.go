@@ -417,6 +417,20 @@ func TestPages(t *testing.T) {
 // the renderer — returns with its error what the page answered: its
 // status, final URL and title, read also from a hung page without delaying
 // the failure past its timeout.
+// TestRenderErrorPageTitleIsNotKept: an error status with no body shows
+// Chrome's own error page, whose title (the URL, on both browsers) is not
+// the site's.
+func TestRenderErrorPageTitleIsNotKept(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	req := Request{URL: e.url("/status/503?empty"), Wait: Wait{Selector: "#ready"}}
+	res, err, _ := render(t, s, req)
+	wantClass(t, err, ClassHTTP, true)
+	if res == nil || res.Status != 503 || res.FinalURL != req.URL || res.Title != "" {
+		t.Fatalf("result %+v; want status 503, final URL %s, no title", res, req.URL)
+	}
+}
+
 func TestRenderFailureKeepsTheAnswer(t *testing.T) {
 	e := newEnv(t)
 	u := e.url

@@ -43,6 +43,11 @@ func (s *site) status(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if r.URL.Query().Has("empty") {
+		// No body: Chrome shows its own error page for an error status.
+		w.WriteHeader(code)
+		return
+	}
 	writeHTML(w, code, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Status %d</title></head><body><div id="ready">status %d</div></body></html>`, code, code))
 }
 

@@ -147,7 +147,7 @@ var paths = [][2]string{
 	{"/hostile/console-flood?mb=N", "logs, console.errors, throws and rejects N MB strings"},
 	{"/slow/{ms}", "answers after ms milliseconds"},
 	{"/hang", "sends part of a page and never finishes"},
-	{"/status/{code}", "answers with that HTTP status"},
+	{"/status/{code}", "answers with that HTTP status (?empty: with no body)"},
 	{"/redirect/{n}", "n redirects, then /page/0"},
 	{"/redirect-loop", "redirects to itself"},
 	{"/js-redirect/{n}", "a script replaces the location with /page/{n} while loading"},
