@@ -286,7 +286,10 @@ func (c *Consumer) runJob(ctx context.Context, j jobqueue.Job) {
 		}
 		rerr := renderFailure(j, err)
 		if stopped {
-			rerr = nodeFault{err}
+			// Given back, but charged when its last attempt was given back
+			// for a stop too: a job longer than the drain timeout on a fleet
+			// that stops nodes often cannot run for ever uncharged.
+			rerr = givenBack(j, err, browser.ClassCanceled)
 		}
 		c.failWithResult(j, log.With(zap.Int("chrome_pid", pid)), rerr, took, res)
 		return
