@@ -49,6 +49,12 @@ type Consumer struct {
 	// blobsDown is set when storing a result's blobs failed: the claim
 	// loop takes no job until the store answers again (awaitBlobs).
 	blobsDown atomic.Bool
+	// claimLost: a claim failed on the way and may have committed, so the
+	// jobs it took may be processing on the node, started by nobody (the
+	// next claim, or the drain, gives them back: Incarnation.Unclaim). The
+	// claim loop's, then, once it returned, the drain's: Run's goroutine
+	// only.
+	claimLost bool
 
 	mu         sync.Mutex
 	ran        bool

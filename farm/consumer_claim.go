@@ -42,9 +42,6 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 	// claimOut says when claims, failing through a database outage, answer
 	// again: the warnings below just stop otherwise.
 	var claimOut outage.Tracker
-	// unanswered: a claim failed on the way, and may have committed: the
-	// jobs it took are processing on the node, started by nobody.
-	unanswered := false
 	for {
 		c.turned()
 		if c.isFenced() {
@@ -72,13 +69,13 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 			var claimed []jobqueue.Job
 			var err error
-			if unanswered {
+			if c.claimLost {
 				// Every job started is in live now: the others processing
 				// here go back to the node's queue, their attempt given
 				// back, and this turn's claim starts them.
 				var back []int64
 				if back, err = c.inc.Unclaim(cctx, c.liveJobs()); err == nil {
-					unanswered = false
+					c.claimLost = false
 					if len(back) > 0 {
 						c.log.Warn("a claim's answer was lost: its jobs are claimed again", zap.Int64s("jobs", back))
 					}
@@ -93,9 +90,10 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 				c.noteFenced(err)
 				return stopFenced
 			case err != nil && ctx.Err() != nil:
+				c.claimLost = true // the drain gives its jobs back (handBack)
 				return stopSignal
 			case err != nil:
-				unanswered = true
+				c.claimLost = true
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
 				wait := backoff.Jitter(claimBackoff)
 				claimOut.Fail(time.Now())

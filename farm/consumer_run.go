@@ -329,6 +329,20 @@ func (c *Consumer) handBack(reason stopReason) {
 		c.noteFenced(err)
 		c.log.Warn("cannot mark the node draining", zap.Error(err))
 	}
+	if c.claimLost {
+		// Into the node's queue, their attempt given back, for the release
+		// below to hand back with the rest.
+		if err := retryReport(c.reports, c.log, func(ctx context.Context) error {
+			back, err := c.inc.Unclaim(ctx, c.liveJobs())
+			if err == nil && len(back) > 0 {
+				c.log.Warn("a claim's answer was lost: its jobs are handed back", zap.Int64s("jobs", back))
+			}
+			return err
+		}); err != nil {
+			c.noteFenced(err)
+			c.log.Warn("cannot give back the jobs of a claim whose answer was lost", zap.Error(err))
+		}
+	}
 	var released int64
 	if err := retryReport(c.reports, c.log, func(ctx context.Context) error {
 		var err error

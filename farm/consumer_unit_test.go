@@ -491,21 +491,30 @@ func TestUnitHandBack(t *testing.T) {
 		name         string
 		releaseErr   error
 		releaseFails int
+		claimLost    bool
 		wantReleases int
+		wantUnclaims int
 		wantFenced   bool
 	}{
 		{name: "released", wantReleases: 1},
 		{name: "release refused: fenced", releaseErr: &jobqueue.FencedError{NodeID: "unit-node", Incarnation: 1, Current: 2},
 			wantReleases: 1, wantFenced: true},
 		{name: "release failed once: retried", releaseErr: errors.New("connection reset"), releaseFails: 1, wantReleases: 2},
+		// A claim whose answer was lost as the node stopped: the jobs it
+		// may have taken are given back with the unstarted ones.
+		{name: "a claim's answer lost", claimLost: true, wantReleases: 1, wantUnclaims: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fq := &fakeQueue{releaseErr: tc.releaseErr, releaseFails: tc.releaseFails, jobs: fakeJobs(2)}
 			c := fakeConsumer(t, fq, 6, Off)
+			c.claimLost = tc.claimLost
 			c.handBack(stopSignal)
 			got := fq.snapshot()
 			if !slices.Equal(got.states, []jobqueue.NodeState{jobqueue.NodeDraining}) || got.released != tc.wantReleases {
 				t.Errorf("states %v, released %d times; want draining, then %d releases", got.states, got.released, tc.wantReleases)
+			}
+			if len(got.unclaims) != tc.wantUnclaims {
+				t.Errorf("unclaims %+v, want %d", got.unclaims, tc.wantUnclaims)
 			}
 			if c.isFenced() != tc.wantFenced {
 				t.Errorf("fenced = %v, want %v", c.isFenced(), tc.wantFenced)
