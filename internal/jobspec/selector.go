@@ -139,8 +139,12 @@ func stripPseudo(sel string, inner bool) (string, string) {
 	// only a pseudo-class or pseudo-element it allows, or the end of the
 	// selector, may follow it.
 	pe := ""
+	// escapedTo is b's length after an escaped byte was written: a byte
+	// like '>' or ' ' that ends b there is a name's, not a combinator.
+	escapedTo := -1
 	for i := 0; i < len(sel); i++ {
 		c := sel[i]
+		escaped := false
 		if pe != "" && quote == 0 {
 			switch {
 			case c == ',':
@@ -174,6 +178,7 @@ func stripPseudo(sel string, inner bool) (string, string) {
 			b.WriteByte(c)
 			i++
 			c = sel[i]
+			escaped = true
 		case c == '"' || c == '\'':
 			quote = c
 		case c == '[':
@@ -219,13 +224,16 @@ func stripPseudo(sel string, inner bool) (string, string) {
 				pe = name
 			}
 			// A compound made only of pseudo-classes needs a stand-in.
-			if prev := b.String(); prev == "" || strings.ContainsAny(prev[len(prev)-1:], " \t\n>+~,(") {
+			if prev := b.String(); prev == "" || (len(prev) != escapedTo && strings.ContainsAny(prev[len(prev)-1:], " \t\n>+~,(")) {
 				b.WriteByte('*')
 			}
 			i = j - 1
 			continue
 		}
 		b.WriteByte(c)
+		if escaped {
+			escapedTo = b.Len()
+		}
 	}
 	if quote != 0 {
 		return "", "unterminated string"

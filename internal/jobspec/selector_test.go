@@ -10,7 +10,7 @@ import (
 // document.querySelector (browser's TestSelectorCheckAgreesWithChrome
 // compares CheckSelector with the real browsers on these and more).
 func selectorCases() (valid, invalid []string) {
-	valid = []string{"#ready", "li.item", "a.next", "div > p:nth-child(2n+1)", ":is(a, b)", ":where(.x)",
+	valid = []string{".a\\>:hover", ".a\\ :hover", ".md\\:flex:hover", "#ready", "li.item", "a.next", "div > p:nth-child(2n+1)", ":is(a, b)", ":where(.x)",
 		"a:has(> img)", "input:focus-visible", "p::before", "li:nth-child(2 of .x)", "div:not(.a, .b)", "*",
 		"a[href^='http']", "a[href*=':']", ":scope > a", "h1 ~ p, h2 + p", "[data-x=\"1\" i]", "#a\\:b", "button:enabled",
 		"#ready:hover", "a:hover:focus", "a:HOVER", "a::BEFORE", "a:Nth-Child(2)", "a:\\68over", "a:before", "p:hover::before",
