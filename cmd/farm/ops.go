@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -301,7 +302,9 @@ func exportRecord(r jobqueue.ExportRow) exportedJob {
 		Result: r.Result}
 }
 
-// idArgs parses job ids from arguments.
+// idArgs parses job ids from arguments, each once in the order given: a
+// repeated id is one job, which a second cancel or retry would report as
+// left alone.
 func idArgs(args []string) ([]int64, error) {
 	ids := make([]int64, 0, len(args))
 	for _, a := range args {
@@ -309,7 +312,9 @@ func idArgs(args []string) ([]int64, error) {
 		if err != nil || id <= 0 {
 			return nil, usagef("%q is not a job id", a)
 		}
-		ids = append(ids, id)
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
 	}
 	return ids, nil
 }

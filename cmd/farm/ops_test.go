@@ -499,6 +499,8 @@ func TestCancelRetryReportEachIDLeftAlone(t *testing.T) {
 		// Some acted on: they are, and the rest are named.
 		{[]string{"cancel", id(other), "999999"}, exitError, "1 jobs canceled", "job 999999: not found"},
 		{[]string{"retry", id(canceled)}, exitOK, "1 jobs queued again", ""},
+		// An id given twice is one job, acted on once.
+		{[]string{"cancel", id(pending), id(pending)}, exitOK, "1 jobs canceled", ""},
 		{[]string{"cancel"}, exitUsage, "", "give job ids or --batch BATCH_ID\n"},
 		{[]string{"retry"}, exitUsage, "", "give job ids or --batch BATCH_ID\n"},
 	} {
