@@ -117,6 +117,8 @@ func TestSubmit(t *testing.T) {
 		{"no jobs", `[]`, 400, -1, "", "no jobs"},
 		{"envelope without jobs", `{"job": []}`, 400, -1, "", `"job"`},
 		{"envelope missing jobs", `{}`, 400, -1, "", `missing "jobs"`},
+		{"envelope's key in another case", `{"JOBS": [{"url": "http://a.example/"}]}`, 400, -1, "", `"JOBS": unknown field: keys are case-sensitive`},
+		{"envelope's key twice", `{"jobs": [], "jobs": [{"url": "http://a.example/"}]}`, 400, -1, "", `"jobs": duplicate key`},
 		{"item not an object", `[{"url": "http://a.example/"}, 42]`, 400, 1, "", "JSON object"},
 		{"bad url", specsJSON("http://a.example/", "ftp://a.example/x"), 400, 1, "url", "scheme"},
 		{"missing url", `[{"screenshot": true}]`, 400, 0, "url", "required"},
