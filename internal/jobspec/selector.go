@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -309,7 +310,7 @@ func checkPseudo(name, raw string, element, hasArgs bool, arg string, inner bool
 			return fmt.Sprintf("%s%s() takes one identifier", colon, raw)
 		}
 	case argSelectors, argRelative:
-		if name == "has" && strings.Contains(strings.ToLower(a), ":has(") {
+		if name == "has" && strings.Contains(strings.ToLower(outsideStrings(a)), ":has(") {
 			return ":has() cannot be nested in :has()"
 		}
 		if msg := checkSelector(arg, kind == argRelative, true); msg != "" {
@@ -333,43 +334,35 @@ func checkPseudo(name, raw string, element, hasArgs bool, arg string, inner bool
 	return ""
 }
 
-// cutOf splits an :nth-child() argument at its " of ".
+// nthOf splits an :nth-child() argument at its " of ".
+var nthOf = regexp.MustCompile(`(?is)^(.*?)\s+of\s+(.+)$`)
+
+// cutOf splits an :nth-child() argument into its An+B and its "of"
+// selector.
 func cutOf(a string) (nth, of string, ok bool) {
-	f := strings.Fields(a)
-	for i, w := range f {
-		if strings.EqualFold(w, "of") {
-			return strings.Join(f[:i], ""), strings.Join(f[i+1:], " "), true
-		}
+	if m := nthOf.FindStringSubmatch(a); m != nil {
+		return m[1], m[2], true
 	}
-	return strings.Join(f, ""), "", false
+	return a, "", false
 }
 
-// isAnPlusB reports whether s (whitespace removed) is CSS's An+B.
-func isAnPlusB(s string) bool {
-	s = strings.ToLower(s)
-	if s == "odd" || s == "even" {
-		return true
-	}
-	a, b, hasN := strings.Cut(s, "n")
-	if !hasN {
-		_, err := strconv.Atoi(s)
-		return err == nil
-	}
-	switch a {
-	case "", "+", "-":
-	default:
-		if _, err := strconv.Atoi(a); err != nil {
-			return false
+// anPlusB is CSS's An+B: whitespace may stand around B's sign, not inside
+// An ("2 n", "+ n" are not An+B).
+var anPlusB = regexp.MustCompile(`(?i)^\s*(odd|even|[+-]?\d+|[+-]?\d*n(\s*[+-]\s*\d+)?)\s*$`)
+
+func isAnPlusB(s string) bool { return anPlusB.MatchString(s) }
+
+// outsideStrings is s without its quoted strings and escapes.
+func outsideStrings(s string) string {
+	var b strings.Builder
+	u := unquoted{s: s}
+	for {
+		_, c, ok := u.next()
+		if !ok {
+			return b.String()
 		}
+		b.WriteByte(c)
 	}
-	if b == "" {
-		return true
-	}
-	if b[0] != '+' && b[0] != '-' {
-		return false
-	}
-	_, err := strconv.Atoi(b[1:])
-	return err == nil && b[1:] != "" && b[1] != '+' && b[1] != '-'
 }
 
 func isIdent(s string) bool {
