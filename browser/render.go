@@ -5,13 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/browserfarm/browserfarm/browser/egress"
 	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
@@ -427,84 +423,6 @@ func notHTML(j *job, resp *network.Response) error {
 		return nil
 	}
 	return newErr(ClassNotHTML, false, "the page is %s, not HTML: %q cannot appear in it (HTTP %d)", mt, j.Wait.Selector, resp.Status)
-}
-
-// The egress proxy's marks on its own answers to plain-HTTP requests
-// (egress.RefusedHeader, egress.FailedHeader; a test checks they agree).
-const (
-	egressRefusedHeader = "X-Browserfarm-Egress-Refused"
-	egressFailedHeader  = "X-Browserfarm-Egress-Failed"
-)
-
-// egressAnswer is the error of a main document the egress proxy answered
-// itself instead of the site — it refused the page's URL or where it
-// redirected, or could not resolve or connect it — or nil. Only a plain
-// http:// request of a job without a proxy of its own reaches the egress
-// proxy as a request: any other response came from the site (through a
-// tunnel) or from the job's proxy, which cannot speak for the farm's.
-func (s *Session) egressAnswer(j *job, resp *network.Response) error {
-	if s.b.opts.EgressProxy == "" || j.proxy != nil || (resp.Status != 403 && resp.Status != 502) {
-		return nil
-	}
-	u, err := url.Parse(resp.URL)
-	if err != nil || u.Scheme != "http" {
-		return nil
-	}
-	for k, v := range resp.Headers {
-		switch {
-		case resp.Status == 403 && strings.EqualFold(k, egressRefusedHeader):
-			return newErr(ClassDestinationRefused, false, "destination %v refused by the egress policy (%s)", v, resp.URL)
-		case resp.Status == 502 && strings.EqualFold(k, egressFailedHeader):
-			// The mark carries this request's own cause: the proxy's record
-			// of the host may be another request's (this one can have met
-			// a kept-alive connection's failure without dialing).
-			return egressFailureErr(egress.Failure{Err: fmt.Sprint(v)}, resp.URL)
-		}
-	}
-	return nil
-}
-
-// egressTunnel is the error of an https page whose tunnel the egress proxy
-// refused or could not connect — the job's URL or where it redirected:
-// Chrome reports only that the tunnel failed, the proxy says why.
-func (s *Session) egressTunnel(j *job, st *jobState, errText string) error {
-	if j.proxy != nil || !strings.Contains(errText, "ERR_TUNNEL_CONNECTION_FAILED") {
-		return nil
-	}
-	target := j.URL
-	if d := st.lastDocURL(); d != "" {
-		target = d
-	}
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil
-	}
-	f, ok := s.egressFailure(u)
-	if !ok {
-		return nil
-	}
-	if f.Refused {
-		return newErr(ClassDestinationRefused, false, "destination %s refused by the egress policy (%s)", f.Addr, j.shown)
-	}
-	return egressFailureErr(f, j.shown)
-}
-
-// egressFailure is what the egress proxy recorded of u's host and port.
-func (s *Session) egressFailure(u *url.URL) (egress.Failure, bool) {
-	if s.b.opts.EgressFailure == nil {
-		return egress.Failure{}, false
-	}
-	port, _ := egress.URLPort(u)
-	return s.b.opts.EgressFailure(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))))
-}
-
-// egressFailureErr is the error of a page the egress proxy could not
-// resolve or connect: a network error with the proxy's cause, retriable as
-// Chrome's own would be without the proxy (ERR_NAME_NOT_RESOLVED too: a
-// name can be missing for a while, a negative answer cached or a record
-// not yet everywhere).
-func egressFailureErr(f egress.Failure, shown string) error {
-	return newErr(ClassNetwork, true, "loading %s: %s", shown, f.Err)
 }
 
 // setup applies the job's settings to the tab before navigation; on a shared
