@@ -424,6 +424,10 @@ type batchSummary struct {
 	took                        time.Duration
 }
 
+// leaderAskEvery is how often followBatch asks whether a producer leads
+// while the batch has pending jobs.
+const leaderAskEvery = 10 * time.Second
+
 // followBatch shows progress until every job of the batch is finished.
 // Polling is fine here: it is one small query a quarter second for one person's terminal.
 func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int, w io.Writer, quiet bool) (batchSummary, error) {
@@ -438,11 +442,23 @@ func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int
 	)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	// Whether a producer leads is asked now and then while jobs wait: with
+	// none, nothing assigns them, and the bar would just stand still
+	// (--quiet, for scripts, is not told).
+	var askedLeader time.Time
+	warned := false
 	for {
 		c, err := q.BatchCounts(ctx, batch)
 		if err != nil {
 			bar.Stop()
 			return batchSummary{}, err
+		}
+		if !quiet && !warned && c.By[jobqueue.StatePending] > 0 && time.Since(askedLeader) >= leaderAskEvery {
+			askedLeader = time.Now()
+			if led, err := q.LeaderHeld(ctx, jobqueue.DefaultLeaderKey); err == nil && !led {
+				warned = true
+				fmt.Fprintln(w, "\nno producer leads: the batch's pending jobs wait until one runs (farm producer, or farm up)")
+			}
 		}
 		// Followed links join the batch: the total grows.
 		bar.Set(c.Finished(), max(c.Total, int64(total)), fmt.Sprintf("rendering (%d failed)", c.By[jobqueue.StateFailed]))

@@ -527,3 +527,45 @@ func TestUnknownColumnListsEveryColumn(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowBatchSaysNoProducerLeads: farm submit --wait says, once, that
+// no producer leads while the batch's jobs wait, and says nothing when one
+// does.
+func TestFollowBatchSaysNoProducerLeads(t *testing.T) {
+	url, q := migratedDB(t)
+	ctx := context.Background()
+	batch, _, err := q.Enqueue(ctx, []jobqueue.Spec{{URL: "https://a.example/1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow := func() string {
+		t.Helper()
+		var b strings.Builder
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := followBatch(fctx, q, batch, 1, &b, false); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("followBatch = %v, want the test's deadline", err)
+		}
+		return b.String()
+	}
+	if out := follow(); strings.Count(out, "no producer leads") != 1 {
+		t.Errorf("no leader: %q, want the warning once", out)
+	}
+	pool, err := openPool(ctx, url, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ectx, stop := context.WithCancel(ctx)
+	leading := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = jobqueue.NewElector(pool, jobqueue.ElectorConfig{}).Run(ectx, func(lctx context.Context) { close(leading); <-lctx.Done() })
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	<-leading
+	if out := follow(); strings.Contains(out, "no producer leads") {
+		t.Errorf("a leader runs: %q, want no warning", out)
+	}
+}
