@@ -197,7 +197,12 @@ func (s *Session) answered(ctx context.Context, t *tab, st *jobState, res *Resul
 	if res.FinalURL == "" {
 		res.FinalURL = cutUTF8(info.URL, maxMetaText)
 	}
-	if res.Title == "" && st.committed() && !urlTitle(info.Title, info.URL) {
+	// The title is the document's at info.URL: the job's only when that is
+	// where the job ended. The record can lag the commit: the job's URL
+	// with the title of the page before it, which on a session's tab is
+	// always about:blank (the wipe's, or a new tab's).
+	if res.Title == "" && st.committed() && info.URL == res.FinalURL && info.Title != "about:blank" &&
+		!urlTitle(info.Title, info.URL) {
 		res.Title = cutUTF8(info.Title, maxMetaText)
 	}
 }
