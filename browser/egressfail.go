@@ -40,12 +40,12 @@ func (s *Session) egressAnswer(j *job, resp *network.Response) error {
 	for k, v := range resp.Headers {
 		switch {
 		case resp.Status == 403 && strings.EqualFold(k, egressRefusedHeader):
-			return newErr(ClassDestinationRefused, false, "destination %v refused by the egress policy (%s)", v, resp.URL)
+			return egressRefusedErr(fmt.Sprint(v), resp.URL)
 		case resp.Status == 502 && strings.EqualFold(k, egressFailedHeader):
 			// The mark carries this request's own cause: the proxy's record
 			// of the host may be another request's (this one can have met
 			// a kept-alive connection's failure without dialing).
-			return egressFailureErr(egress.Failure{Err: fmt.Sprint(v)}, resp.URL)
+			return egressFailureErr(fmt.Sprint(v), resp.URL)
 		}
 	}
 	return nil
@@ -66,23 +66,24 @@ func (s *Session) egressTunnel(j *job, st *jobState, errText string) error {
 	if err != nil {
 		return nil
 	}
-	f, ok := s.egressFailure(u)
-	if !ok {
+	if s.b.opts.EgressFailure == nil {
 		return nil
 	}
-	if f.Refused {
-		return newErr(ClassDestinationRefused, false, "destination %s refused by the egress policy (%s)", f.Addr, j.shown)
+	port, _ := egress.URLPort(u)
+	f, ok := s.b.opts.EgressFailure(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))))
+	switch {
+	case !ok:
+		return nil
+	case f.Refused:
+		return egressRefusedErr(f.Addr, j.shown)
 	}
-	return egressFailureErr(f, j.shown)
+	return egressFailureErr(f.Err, j.shown)
 }
 
-// egressFailure is what the egress proxy recorded of u's host and port.
-func (s *Session) egressFailure(u *url.URL) (egress.Failure, bool) {
-	if s.b.opts.EgressFailure == nil {
-		return egress.Failure{}, false
-	}
-	port, _ := egress.URLPort(u)
-	return s.b.opts.EgressFailure(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))))
+// egressRefusedErr is the error of a page at an address (addr) the egress
+// policy refuses.
+func egressRefusedErr(addr, shown string) error {
+	return newErr(ClassDestinationRefused, false, "destination %s refused by the egress policy (%s)", addr, shown)
 }
 
 // egressFailureErr is the error of a page the egress proxy could not
@@ -90,6 +91,6 @@ func (s *Session) egressFailure(u *url.URL) (egress.Failure, bool) {
 // Chrome's own would be without the proxy (ERR_NAME_NOT_RESOLVED too: a
 // name can be missing for a while, a negative answer cached or a record
 // not yet everywhere).
-func egressFailureErr(f egress.Failure, shown string) error {
-	return newErr(ClassNetwork, true, "loading %s: %s", shown, f.Err)
+func egressFailureErr(cause, shown string) error {
+	return newErr(ClassNetwork, true, "loading %s: %s", shown, cause)
 }

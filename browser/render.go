@@ -179,9 +179,9 @@ func keepsAnswer(class string) bool {
 // page whose renderer hangs (a job that timed out in an endless script)
 // delays its failure by nothing; the call is bounded by answerWait besides,
 // and skipped on a Chrome that is gone. Chrome's title of a page without
-// one is its URL (urlTitle): that is no title; and before the job's document
-// committed (a response that is no page, say) its title is the page's
-// before the job's: not read.
+// one is its URL, and its record can lag the commit it reported (standInTitle):
+// neither is a title; and before the job's document committed (a response
+// that is no page, say) its title is the page's before the job's: not read.
 func (s *Session) answered(ctx context.Context, t *tab, st *jobState, res *Result) {
 	if res.FinalURL != "" && res.Title != "" || s.b.Gone() {
 		return
@@ -198,19 +198,23 @@ func (s *Session) answered(ctx context.Context, t *tab, st *jobState, res *Resul
 		res.FinalURL = cutUTF8(info.URL, maxMetaText)
 	}
 	// The title is the document's at info.URL: the job's only when that is
-	// where the job ended. The record can lag the commit: the job's URL
-	// with the title of the page before it, which on a session's tab is
-	// always about:blank (the wipe's, or a new tab's).
-	if res.Title == "" && st.committed() && info.URL == res.FinalURL && info.Title != "about:blank" &&
-		!urlTitle(info.Title, info.URL) {
+	// where the job ended.
+	if res.Title == "" && st.committed() && info.URL == res.FinalURL &&
+		!standInTitle(info.Title, info.URL) {
 		res.Title = cutUTF8(info.Title, maxMetaText)
 	}
 }
 
-// urlTitle reports whether title is what Chrome shows as the title of a
-// page at u that has none: u itself, without "http://", and without the
-// slash of a bare host's path.
-func urlTitle(title, u string) bool {
+// standInTitle reports whether title, in Chrome's record of a tab at u, is
+// no page's own: what Chrome shows for a page at u that has none (u itself,
+// without "http://", and without the slash of a bare host's path), or the
+// page's before it, which the record can still hold after the commit it
+// reported — on a session's tab always about:blank (the wipe's, or a new
+// tab's).
+func standInTitle(title, u string) bool {
+	if title == "about:blank" {
+		return true
+	}
 	for _, v := range []string{u, strings.TrimPrefix(u, "http://")} {
 		if title == v || title == strings.TrimSuffix(v, "/") {
 			return true

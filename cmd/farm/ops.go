@@ -80,6 +80,10 @@ func runStatus(ctx context.Context, env *environment, args []string) error {
 	return nil
 }
 
+// noLeader is what farm status and farm submit --wait say when no producer
+// leads: nothing assigns pending jobs then.
+const noLeader = "no producer leads: pending jobs wait until one runs (farm producer, or farm up)"
+
 // writeStatus prints the nodes table and the queue counts, and says so
 // when no producer leads: nothing assigns the pending jobs then.
 func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, led bool) {
@@ -117,7 +121,7 @@ func writeStatus(w io.Writer, nodes []jobqueue.Node, stats jobqueue.Stats, led b
 		stats.CompletedLastMinute, stats.FailedLastMinute)
 	tw.Flush()
 	if !led {
-		fmt.Fprintln(w, "\nno producer leads: pending jobs wait until one runs (farm producer, or farm up)")
+		fmt.Fprintln(w, "\n"+noLeader)
 	}
 	l := stats.Lifetime
 	fmt.Fprintf(w, "\nlifetime (all nodes, all time): %d completed, %d failed; %d Chrome recycles (%d for memory), %d Chrome crashes; process restarts: %d recycle, %d stop, %d crash; wiped contexts: %d reused, %d replaced by new ones\n",
@@ -457,7 +461,7 @@ func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int
 			askedLeader = time.Now()
 			if led, err := q.LeaderHeld(ctx, jobqueue.DefaultLeaderKey); err == nil && !led {
 				warned = true
-				fmt.Fprintln(w, "\nno producer leads: the batch's pending jobs wait until one runs (farm producer, or farm up)")
+				fmt.Fprintln(w, "\n"+noLeader)
 			}
 		}
 		// Followed links join the batch: the total grows.

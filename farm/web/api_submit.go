@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"reflect"
 
 	"github.com/browserfarm/browserfarm/jobqueue"
 )
@@ -68,37 +68,6 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// envelopeKeys refuses what encoding/json lets through in the {"jobs":
-// [...]} envelope, as DecodeSpec does in a spec: "jobs" in another case,
-// and "jobs" given twice (the last would win). It returns the key and why,
-// or "" when the keys are right; the rest is decodeStrict's.
-func envelopeKeys(body []byte) (field, msg string) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if _, err := dec.Token(); err != nil {
-		return "", ""
-	}
-	seen := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", ""
-		}
-		key, _ := tok.(string)
-		switch {
-		case key == "jobs" && seen:
-			return key, "duplicate key: it is given more than once"
-		case key != "jobs" && strings.EqualFold(key, "jobs"):
-			return key, `unknown field: keys are case-sensitive (did you mean "jobs"?)`
-		}
-		seen = seen || key == "jobs"
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return "", ""
-		}
-	}
-	return "", ""
-}
-
 // parseSpecs reads a submission: a JSON array of specs, or {"jobs": [...]}.
 func parseSpecs(body []byte) ([]jobqueue.Spec, error) {
 	body = bytes.TrimSpace(body)
@@ -115,8 +84,9 @@ func parseSpecs(body []byte) ([]jobqueue.Spec, error) {
 		var env struct {
 			Jobs *[]json.RawMessage `json:"jobs"`
 		}
-		if field, msg := envelopeKeys(body); msg != "" {
-			return nil, &specParseError{index: -1, msg: fmt.Sprintf("field %q: %s (the body is {\"jobs\": [...]})", field, msg)}
+		// Keys in exact case and given once, as in a spec.
+		if e := jobqueue.CheckJSONKeys(body, reflect.TypeOf(env)); e != nil {
+			return nil, &specParseError{index: -1, msg: fmt.Sprintf("field %q: %s (the body is {\"jobs\": [...]})", e.Field, e.Msg)}
 		}
 		if err := decodeStrict(body, &env); err != nil {
 			field, msg := jobqueue.DescribeJSONError(err)
