@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"regexp"
@@ -313,6 +314,16 @@ func validateHeaders(h map[string]string, cookies, userAgent bool) *SpecError {
 	}
 	if size > MaxHeaderBytes {
 		return specErr("headers", "%d bytes of headers; at most %d are allowed", size, MaxHeaderBytes)
+	}
+	// Header names are case-insensitive: the browser sends one of two that
+	// differ only in case, whichever it meets last.
+	names := slices.Sorted(maps.Keys(h))
+	seen := make(map[string]string, len(names))
+	for _, name := range names {
+		if first, ok := seen[strings.ToLower(name)]; ok {
+			return specErr(fmt.Sprintf("headers[%q]", name), "names the same header as %q (names are case-insensitive); give it once", first)
+		}
+		seen[strings.ToLower(name)] = name
 	}
 	return nil
 }

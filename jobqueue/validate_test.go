@@ -103,6 +103,7 @@ func TestSpecValidate(t *testing.T) {
 		{"ms too long", ok(func(s *Spec) { s.Actions = []Action{{Type: "wait", Ms: MaxActionMS + 1}} }), "actions[0].ms", "out of range"},
 		{"too many headers", ok(func(s *Spec) { s.Headers = headers(MaxHeaders + 1) }), "headers", "at most 50"},
 		{"bad header name", ok(func(s *Spec) { s.Headers = map[string]string{"Bad Name": "v"} }), `headers["Bad Name"]`, "not a valid header name"},
+		{"header twice in two cases", ok(func(s *Spec) { s.Headers = map[string]string{"X-A": "1", "x-a": "2"} }), `headers["x-a"]`, `names the same header as "X-A"`},
 		{"header newline", ok(func(s *Spec) { s.Headers = map[string]string{"X-A": "v\r\nX-B: w"} }), `headers["X-A"]`, "line break"},
 		{"headers too big", ok(func(s *Spec) { s.Headers = map[string]string{"X-A": strings.Repeat("v", MaxHeaderBytes)} }), "headers", "bytes of headers"},
 		{"user agent too long", ok(func(s *Spec) { s.UserAgent = strings.Repeat("u", MaxUserAgent+1) }), "user_agent", "at most"},
