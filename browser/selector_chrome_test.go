@@ -50,7 +50,9 @@ var chromeSelectors = []string{"p::before:hover", "p::before.x", "p::before::aft
 	"a:nth-child(+3)", "a:nth-child(-n+3)", "a:nth-child( 2n + 1 )", "a:nth-child(n)", "a:nth-child(2n+)", "a:nth-child(of .a)", "a:nth-child(2 of)", "a:nth-child(2 of :hover)", "a:nth-child(2 of :foo)", "a:nth-child(2 of ::before)", "a:nth-of-type(2 of .a)",
 	"a:is()", "a:where()", "a:state(x)", "a:state(x y)", "a:host(.a)", "a:host-context(.a)", "a:-webkit-any(.a, .b)", "a:-webkit-any(:foo)", "a:current(.a)", "a:has(+ .x)", "a:has(~ .x)", "a:has(.a, .b)", "a:has(:has(.a))", "a:has(:not(:has(a)))",
 	"a:nth-child(2n - 1)", "a:nth-child(2n -1)", "a:nth-child(-n+ 3)", "a:nth-child(2 n)", "a:nth-child(+ 2n)", "a:nth-child(2n 1)",
-	`a:has([data-q=":has("])`, ".a\\>:hover", ".a\\ :hover", ".a\\,:hover", ".md\\:flex:hover", "a:\\68over", "a:hov\\er", "a:foo\\:bar", "a :hover", "a\\:hover", "p::before ", "a::-webkit-autofill", "a:-webkit-autofill", "a:autofill", "a:-internal-list-box", "a:focus-visible", "a:modal", "a:popover-open", "a:open", "a:user-invalid", "a:target-within"}
+	`a:has([data-q=":has("])`, ".a\\>:hover", ".a\\ :hover", ".a\\,:hover", ".md\\:flex:hover", "a:\\68over", "a:hov\\er", "a:foo\\:bar", "a :hover", "a\\:hover", "p::before ", "a::-webkit-autofill", "a:-webkit-autofill", "a:autofill", "a:-internal-list-box", "a:focus-visible", "a:modal", "a:popover-open", "a:open", "a:user-invalid", "a:target-within",
+	"*|a", "|a", "*|*", "[*|href]", "[|href]", "a > *|b", ":not(*|a)", "*|a:hover", "a[lang|=en]", "[*|lang|=en]", "a, *|b",
+	"ns|a", "[ns|href]", "a || b", "*|", "a|", "|", "svg|rect", "\\*|a", "*|1a", "a*|b", "*|a::before", ":is(*|a)", "a:has(> *|b)"}
 
 // TestSelectorCheckAgreesWithChrome: jobspec.CheckSelector, which submit
 // and Render apply to every selector of a job, says of each selector above

@@ -182,6 +182,31 @@ func stripPseudo(sel string, inner bool) (string, string) {
 			escaped = true
 		case c == '"' || c == '\'':
 			quote = c
+		case c == '|' && (i+1 >= len(sel) || sel[i+1] != '='):
+			// A namespace prefix: "*|" (any namespace) and "|" (none) parse
+			// in querySelector, which has no @namespace rule to declare any
+			// other. Cascadia knows none, so they are cut out. "||" (a
+			// column combinator Chrome lacks) and a "|" with no name after
+			// it are left to cascadia to refuse.
+			next := byte(0)
+			if i+1 < len(sel) {
+				next = sel[i+1]
+			}
+			if !(next == '*' || next == '\\' || isNameByte(next) && !(next >= '0' && next <= '9')) {
+				break
+			}
+			prev := b.String()
+			if len(prev) == escapedTo && strings.HasSuffix(prev, `\*`) {
+				prev = prev[:len(prev)-2] // Chrome takes "\*|" as "*|"
+			} else if strings.HasSuffix(prev, "*") {
+				prev = prev[:len(prev)-1]
+			}
+			if prev == "" || len(prev) != escapedTo && strings.ContainsAny(prev[len(prev)-1:], " \t\n\r\f>+~,([") {
+				b.Reset()
+				b.WriteString(prev)
+				continue
+			}
+			return "", "a namespace prefix other than * or none (querySelector declares no namespace)"
 		case c == '[':
 			bracket = true
 		case c == ']':

@@ -25,6 +25,7 @@ func selectorCases() (valid, invalid []string) {
 		"a::view-transition-group(*)", "a::highlight(x)", "a::file-selector-button", "a :hover", "a\\:hover",
 		"a:active-view-transition-type(x)", "a::scroll-button(up)", "a::picker(select)",
 		"a:nth-child(2n - 1)", "a:nth-child(2n -1)", "a:nth-child(-n+ 3)", "a:nth-child(2n+1 of .x)", `a:has([data-q=":has("])`,
+		"*|a", "|a", "*|*", "[*|href]", "[|href]", "a > *|b", ":not(*|a)", "*|a:hover", "a[lang|=en]", "[*|lang|=en]", "a, *|b", "\\*|a",
 	}
 	invalid = []string{"##", "a[", "div >", ", a", "a,,b", ":", "a:nth-child(2", "a[href='x]", "div:contains('x')", " ", "a..b", "#",
 		"#ready:hover:unknownpseudo", "#ready:unknownpseudo", "a:hover:focus:unknownpseudo", "a:foo", "a:-webkit-foo",
@@ -38,6 +39,7 @@ func selectorCases() (valid, invalid []string) {
 		"p::before:hover", "p::before.x", "p::before::after", "p::before p", "p::marker:hover", "p::slotted(a):hover",
 		"p::part(x).a", "input::placeholder:hover", "a:hov\\er", "a:foo\\:bar", "a:lang(en, fr)", "a::-internal-foo", "a::first",
 		"a:matches(.a)", "a:any(.a)", "a:nth-child(2 n)", "a:nth-child(+ 2n)", "a:nth-child(2n 1)",
+		"ns|a", "[ns|href]", "a || b", "*|", "a|", "|", "svg|rect", "*|1a", "a*|b",
 	}
 	return valid, invalid
 }
