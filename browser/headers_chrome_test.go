@@ -107,3 +107,50 @@ func TestDroppedHeaders(t *testing.T) {
 		t.Errorf("a Cookie header alone: the server got %v, want h=2", c)
 	}
 }
+
+// TestDefaultLanguages: every tab says it reads the languages full Chrome
+// does, on either browser — the headless shell on its own sends no
+// Accept-Language and lists one language, a mark of a headless browser —
+// also on the session's next job after one with its own Accept-Language
+// header (sent as given) or user agent.
+func TestDefaultLanguages(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	const probe = "[navigator.languages, JSON.parse(document.getElementById('data').textContent).headers['accept-language'] ?? null]"
+	const header = "JSON.parse(document.getElementById('data').textContent).headers['accept-language'] ?? null"
+	langs := func(req Request, headers map[string]string) string {
+		t.Helper()
+		req.URL, req.Headers = e.url("/echo"), headers
+		if req.Extract == "" {
+			req.Extract = probe
+		}
+		j, err := req.prepare()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := s.render(ctx, time.Now(), j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Data)
+	}
+	const chrome = `[["en-US","en"],"en-US,en;q=0.9"]`
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		headers map[string]string
+		want    string
+	}{
+		{"default", Request{}, nil, chrome},
+		{"a job's header", Request{Extract: header}, map[string]string{"accept-language": "fr-CH,fr;q=0.5"}, `"fr-CH,fr;q=0.5"`},
+		{"the next job", Request{}, nil, chrome},
+		{"a job's user agent", Request{UserAgent: "Field/1"}, nil, chrome},
+		{"the job after it", Request{}, nil, chrome},
+	} {
+		if got := langs(tc.req, tc.headers); got != tc.want {
+			t.Errorf("%s: navigator.languages and the header = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

@@ -472,11 +472,17 @@ func (t *tab) setup(ctx context.Context, j *job) error {
 		}
 		t.dirtyHeaders = len(j.Headers) > 0
 	}
-	if j.UserAgent != "" || t.dirtyUA {
-		if err := t.setUserAgent(ctx, j.UserAgent); err != nil {
+	// A job's own Accept-Language header is sent only without the tab's
+	// language override, which would replace it.
+	ownLang := false
+	for k := range j.Headers {
+		ownLang = ownLang || strings.EqualFold(k, "Accept-Language")
+	}
+	if j.UserAgent != "" || ownLang || t.dirtyUA {
+		if err := t.setUserAgent(ctx, j.UserAgent, !ownLang); err != nil {
 			return err
 		}
-		t.dirtyUA = j.UserAgent != ""
+		t.dirtyUA = j.UserAgent != "" || ownLang
 	}
 	if j.Viewport != (Viewport{}) || t.dirtyViewport {
 		if err := t.setViewport(ctx, j.Viewport); err != nil {

@@ -212,7 +212,7 @@ func (t *tab) slim(ctx context.Context) error {
 	if err := t.setViewport(ctx, Viewport{}); err != nil {
 		return err
 	}
-	return t.setUserAgent(ctx, "")
+	return t.setUserAgent(ctx, "", true)
 }
 
 // setViewport sets the page's viewport; the zero Viewport is the default
@@ -230,14 +230,28 @@ func (t *tab) setViewport(ctx context.Context, v Viewport) error {
 	return nil
 }
 
-func (t *tab) setUserAgent(ctx context.Context, ua string) error {
+// acceptLanguage is the languages every tab says it reads, in the
+// Accept-Language header and navigator.languages: full Chrome's own here
+// ("en-US,en;q=0.9", ["en-US", "en"]). The headless shell sends no
+// Accept-Language at all and lists ["en-US"], which sites that look for
+// headless browsers read as one.
+const acceptLanguage = "en-US,en"
+
+// setUserAgent sets the tab's user agent ("": the browser's default) and,
+// with lang, its languages (acceptLanguage); without, the browser's own,
+// for a job whose Accept-Language header the override would replace.
+func (t *tab) setUserAgent(ctx context.Context, ua string, lang bool) error {
 	if ua == "" {
 		ua = t.b.userAgent
 	}
 	if ua == "" {
 		return nil
 	}
-	_, err := cdp.Call(ctx, t.t, emulation.SetUserAgentOverride, emulation.SetUserAgentOverrideParams{UserAgent: ua})
+	p := emulation.SetUserAgentOverrideParams{UserAgent: ua}
+	if lang {
+		p.AcceptLanguage = acceptLanguage
+	}
+	_, err := cdp.Call(ctx, t.t, emulation.SetUserAgentOverride, p)
 	if err != nil {
 		return fmt.Errorf("Emulation.setUserAgentOverride: %w", err)
 	}
