@@ -463,3 +463,52 @@ func connectThrough(t *testing.T, p *Proxy, target string) (net.Conn, *http.Resp
 	}
 	return c, resp
 }
+
+// TestProxyStreams: an answer's headers and each part of its body reach
+// the page as the site sends them — an event stream never ends, and a page
+// or fetch read as a stream must not wait for the proxy's buffer to fill.
+// The site sends its second part only once the client has read the first.
+func TestProxyStreams(t *testing.T) {
+	firstRead := make(chan struct{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: 1\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-firstRead:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(w, "data: 2\n\n")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	rule, err := ParseRule(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := serveProxy(t, Config{Policy: Policy{Allow: []Rule{rule}}})
+	// Only a proxy that held the stream back lets this deadline pass.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/events", nil)
+	resp, err := clientThrough(p).Do(req)
+	if err != nil {
+		t.Fatalf("the answer's headers did not come through: %v", err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for i, want := range []string{"data: 1\n", "\n", "data: 2\n"} {
+		line, err := br.ReadString('\n')
+		if err != nil || line != want {
+			t.Fatalf("line %d: %q, %v; want %q", i, line, err, want)
+		}
+		if i == 1 {
+			close(firstRead)
+		}
+	}
+}
