@@ -63,7 +63,10 @@ func TestPolicy(t *testing.T) {
 		}
 		return r
 	}
-	pol := Policy{Allow: []Rule{must("127.0.0.1:8089"), must("10.1.2.0/24")}, Deny: []Rule{must("10.1.2.9"), must("203.0.113.5:8080")}}
+	pol := Policy{Allow: []Rule{must("127.0.0.1:8089"), must("10.1.2.0/24"), must("93.184.0.0/16:8080")}, Deny: []Rule{must("10.1.2.9"), must("93.184.216.5:8080")}}
+	// Everything allowed but what Deny names: 0.0.0.0 and :: are this
+	// machine, refused all the same.
+	open := Policy{Allow: []Rule{must("0.0.0.0/0"), must("::/0")}, Deny: []Rule{must("127.0.0.0/8:8080"), must("[::1]:8080")}}
 	for _, tc := range []struct {
 		addr string
 		def  bool // under the default policy
@@ -95,10 +98,18 @@ func TestPolicy(t *testing.T) {
 		{"[2001:0:4136:e378:8000:63bf:3fff:fdd2]:80", false, false},
 		{"[fec0::1]:80", false, false},
 		{"168.63.129.16:80", false, false},
-		{"[2001:db8::1]:80", true, true},
+		{"[2001:db8::1]:80", false, false},
 		{"224.0.0.1:80", false, false},
-		{"203.0.113.5:8080", true, false},
-		{"203.0.113.5:8081", true, true},
+		{"93.184.216.5:8080", true, false},
+		{"93.184.216.5:8081", true, true},
+		{"93.184.216.6:8080", true, true},
+		{"192.0.2.5:80", false, false},
+		{"198.51.100.1:80", false, false},
+		{"203.0.113.1:80", false, false},
+		{"192.88.99.1:80", false, false},
+		{"[100::1]:80", false, false},
+		{"[::ffff:0:7f00:1]:80", false, false},
+		{"[::ffff:0.0.0.0]:80", false, false},
 	} {
 		ap := netip.MustParseAddrPort(tc.addr)
 		if got := (Policy{}).Allowed(ap); got != tc.def {
@@ -106,6 +117,23 @@ func TestPolicy(t *testing.T) {
 		}
 		if got := pol.Allowed(ap); got != tc.with {
 			t.Errorf("policy: %s allowed = %v, want %v", tc.addr, got, tc.with)
+		}
+	}
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"0.0.0.0:8080", false},
+		{"0.0.0.0:80", false},
+		{"[::]:8080", false},
+		{"[::ffff:0.0.0.0]:8080", false},
+		{"127.0.0.1:8080", false},
+		{"127.0.0.1:80", true},
+		{"10.0.0.1:5432", true},
+		{"93.184.216.34:443", true},
+	} {
+		if got := open.Allowed(netip.MustParseAddrPort(tc.addr)); got != tc.want {
+			t.Errorf("allow all: %s allowed = %v, want %v", tc.addr, got, tc.want)
 		}
 	}
 }

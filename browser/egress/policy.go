@@ -135,10 +135,12 @@ func ParseRules(list string) ([]Rule, error) {
 
 // blocked are the ranges refused unless allowed: "this network", loopback,
 // link-local (the cloud metadata service lives at 169.254.169.254),
-// private, shared (carrier-grade NAT), benchmarking, multicast and reserved
-// ranges, Azure's platform endpoint (WireServer, a public address), and
-// their IPv6 counterparts, with the IPv6 forms that carry an IPv4 address
-// a gateway or tunnel may deliver to (IPv4-compatible, NAT64, 6to4, Teredo).
+// private, shared (carrier-grade NAT), benchmarking, documentation,
+// multicast and reserved ranges, Azure's platform endpoint (WireServer, a
+// public address), and their IPv6 counterparts, with the IPv6 forms that
+// carry an IPv4 address a gateway or tunnel may deliver to
+// (IPv4-compatible, IPv4-translated, NAT64, 6to4, Teredo). None is a
+// public site's address.
 var blocked = []netip.Prefix{
 	netip.MustParsePrefix("168.63.129.16/32"),
 	netip.MustParsePrefix("0.0.0.0/8"),
@@ -148,15 +150,22 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.0.2.0/24"),   // documentation (TEST-NET-1)
+	netip.MustParsePrefix("192.88.99.0/24"), // the 6to4 relays' anycast, deprecated
 	netip.MustParsePrefix("192.168.0.0/16"),
 	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation (TEST-NET-2)
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation (TEST-NET-3)
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("::/96"),          // ::, ::1 and the deprecated IPv4-compatible form
-	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64 can reach any IPv4 address
-	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
-	netip.MustParsePrefix("2001::/32"),      // Teredo
-	netip.MustParsePrefix("2002::/16"),      // 6to4
+	netip.MustParsePrefix("::/96"),           // ::, ::1 and the deprecated IPv4-compatible form
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated (SIIT)
+	netip.MustParsePrefix("64:ff9b::/96"),    // NAT64 can reach any IPv4 address
+	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64
+	netip.MustParsePrefix("100::/64"),        // discard-only
+	netip.MustParsePrefix("2001::/32"),       // Teredo
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("2002::/16"),       // 6to4
 	netip.MustParsePrefix("fc00::/7"),
 	netip.MustParsePrefix("fe80::/10"),
 	netip.MustParsePrefix("fec0::/10"), // site-local, deprecated
@@ -177,6 +186,12 @@ type Policy struct {
 // Allowed reports whether a job may connect to ap.
 func (p Policy) Allowed(ap netip.AddrPort) bool {
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	// 0.0.0.0 and :: connect to this machine (Linux takes them for its own
+	// address): refused whatever Allow says, as Deny's rules for the farm's
+	// own ports name its loopback and interface addresses, not these.
+	if ap.Addr().IsUnspecified() {
+		return false
+	}
 	for _, r := range p.Deny {
 		if r.Matches(ap) {
 			return false

@@ -34,7 +34,7 @@ func (o *consumerOptions) egressPolicy() (egress.Policy, error) {
 	if o.healthAddr != "" {
 		p.Deny = append(p.Deny, listenRules(o.healthAddr)...)
 	}
-	p.Deny = append(p.Deny, publicSelfRules(interfaceAddrs())...)
+	p.Deny = append(p.Deny, selfRules(interfaceAddrs())...)
 	return p, nil
 }
 
@@ -50,16 +50,18 @@ func interfaceAddrs() []netip.Addr {
 	return out
 }
 
-// publicSelfRules refuse, on every port, the machine's own addresses that
-// the default policy lets through (a public address on an interface): a job
-// could otherwise reach whatever listens on all addresses of the node (SSH,
-// a local PostgreSQL, exporters, the container runtime). Its loopback and
-// private addresses are refused already, unless an --allow-destination
-// lets them through on purpose.
-func publicSelfRules(addrs []netip.Addr) []egress.Rule {
+// selfRules refuse, on every port, the machine's own addresses but
+// loopback, public and private alike, whatever --allow-destination opens:
+// a job could otherwise reach whatever listens on all addresses of the node
+// (SSH, a local PostgreSQL, exporters, the container runtime) — an operator
+// who allows 10.0.0.0/8 for an internal site does not mean the node's own
+// 10.0.0.9:22. Its loopback addresses are refused already and allowed only
+// port by port (the farm's own ports on them never); a service on the node
+// that jobs should reach is allowed there.
+func selfRules(addrs []netip.Addr) []egress.Rule {
 	var out []egress.Rule
 	for _, a := range addrs {
-		if !(egress.Policy{}).Allowed(netip.AddrPortFrom(a.Unmap(), 1)) {
+		if a = a.Unmap(); a.IsLoopback() || a.IsUnspecified() {
 			continue
 		}
 		out = append(out, egress.HostRule(a, 0))

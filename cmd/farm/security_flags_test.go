@@ -102,27 +102,30 @@ func TestConsumerEgressFlags(t *testing.T) {
 	}
 }
 
-// TestEgressRefusesTheFarmsOwnEndpoints: the node's public addresses on
-// every port, and its database and producer at their ports (even inside a
-// network --allow-destination opens), are refused to jobs.
+// TestEgressRefusesTheFarmsOwnEndpoints: the node's own addresses but
+// loopback on every port, public or private, and its database and producer
+// at their ports (even inside a network --allow-destination opens), are
+// refused to jobs.
 func TestEgressRefusesTheFarmsOwnEndpoints(t *testing.T) {
-	self := publicSelfRules([]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("10.0.0.9"),
-		netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr("2001:db8::9"), netip.MustParseAddr("::ffff:198.51.100.9")})
-	if len(self) != 3 {
-		t.Fatalf("publicSelfRules = %v, want the three public addresses", self)
+	self := selfRules([]netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1"), netip.MustParseAddr("10.0.0.9"),
+		netip.MustParseAddr("93.184.216.9"), netip.MustParseAddr("2606:2800::9"), netip.MustParseAddr("::ffff:93.184.217.9"),
+		netip.MustParseAddr("fd00::2")})
+	if len(self) != 5 {
+		t.Fatalf("selfRules = %v, want the five addresses but loopback", self)
 	}
-	o := consumerOptions{allow: "10.0.0.0/8",
+	o := consumerOptions{allow: "10.0.0.0/8,fd00::/8",
 		db:      dbOptions{url: "postgres://farm@10.0.0.7:6432,127.0.0.1:5432/farm"},
 		blobs:   blobOptions{url: "s3://blobs/farm?endpoint=http://10.0.0.5:9000&path_style=true"},
-		wakeURL: "http://203.0.113.4:8080"}
+		wakeURL: "http://93.184.216.4:8080"}
 	p, err := o.egressPolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Deny = append(append(p.Deny, self...), o.endpointRules(context.Background(), zap.NewNop())...)
 	for addr, want := range map[string]bool{
-		"10.0.0.7:6432": false, "10.0.0.7:80": true, "10.0.0.5:9000": false, "10.0.0.5:80": true, "127.0.0.1:5432": false, "203.0.113.4:8080": false,
-		"203.0.113.4:443": true, "203.0.113.9:22": false, "[2001:db8::9]:5432": false, "198.51.100.9:9100": false,
+		"10.0.0.7:6432": false, "10.0.0.7:80": true, "10.0.0.5:9000": false, "10.0.0.5:80": true, "127.0.0.1:5432": false, "93.184.216.4:8080": false,
+		"93.184.216.4:443": true, "93.184.216.9:22": false, "[2606:2800::9]:5432": false, "93.184.217.9:9100": false,
+		"10.0.0.9:22": false, "10.0.0.9:8080": false, "[fd00::2]:18007": false, "[fd00::3]:80": true,
 		"93.184.216.34:443": true,
 	} {
 		if got := p.Allowed(netip.MustParseAddrPort(addr)); got != want {
