@@ -540,3 +540,43 @@ func TestProxyStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyMarksLoopbackRequests: a request forwarded to a loopback Host
+// carries the filter's Via (the producer answers reads without a token
+// only to direct local clients, and refuses proxied ones); one to any other
+// name, the same address behind it, does not, as sites would read it as a
+// mark of a proxy.
+func TestProxyMarksLoopbackRequests(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Header.Get("Via"))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	rule, err := ParseRule(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strings.Split(ln.Addr().String(), ":")[1]
+	p := serveProxy(t, Config{Policy: Policy{Allow: []Rule{rule}},
+		Resolver: fakeResolver{"localhost": {netip.MustParseAddr("127.0.0.1")}, "site.example": {netip.MustParseAddr("127.0.0.1")}}})
+	c := clientThrough(p)
+	for _, tc := range []struct{ host, via string }{
+		{"127.0.0.1", ViaHeader},
+		{"localhost", ViaHeader},
+		{"site.example", ""},
+	} {
+		resp, err := c.Get("http://" + tc.host + ":" + port + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != tc.via {
+			t.Errorf("%s: the site got Via %q, want %q", tc.host, body, tc.via)
+		}
+	}
+}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"go.uber.org/zap"
+
+	"github.com/browserfarm/browserfarm/internal/loopback"
 )
 
 // RefusedHeader is set on the proxy's answer to a refused plain-HTTP request:
@@ -27,6 +29,10 @@ const RefusedHeader = "X-Browserfarm-Egress-Refused"
 // it could not connect (the name did not resolve, the dial failed), with
 // the cause: the browser tells it from a site's own 502 by it.
 const FailedHeader = "X-Browserfarm-Egress-Failed"
+
+// ViaHeader is the Via value (RFC 9110 7.6.3) the proxy adds to a request it
+// forwards to a loopback Host.
+const ViaHeader = "1.1 browserfarm-egress"
 
 // Timeouts of the proxy's own work; the job's timeout bounds the rest.
 const (
@@ -396,6 +402,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		for _, f := range strings.Split(c, ",") {
 			out.Header.Del(strings.TrimSpace(f))
 		}
+	}
+	if loopback.Host(out.URL.Host) || loopback.Host(out.Host) {
+		// A service on the node's loopback (the producer answers reads
+		// without a token there) must not take a job's page for a local
+		// client: the request says it came through a proxy. Only there:
+		// sites would read the header as a mark of a proxy.
+		out.Header.Add("Via", ViaHeader)
 	}
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {

@@ -6,10 +6,10 @@ package web
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"net"
 	"net/http"
-	"net/netip"
 	"strings"
+
+	"github.com/browserfarm/browserfarm/internal/loopback"
 )
 
 // reading guards a read endpoint when ReadAuth is on: the read token or the
@@ -22,7 +22,7 @@ func (s *server) reading(h http.HandlerFunc) http.HandlerFunc {
 			// point its own host name at 127.0.0.1 (DNS rebinding) and read
 			// every job through the operator's browser, which would send
 			// that name as the Host.
-			if !loopbackHost(r.Host) {
+			if !loopback.Host(r.Host) {
 				writeError(w, http.StatusForbidden,
 					"reads without a token answer requests to localhost or a loopback address only; set FARM_READ_TOKEN to read through another name")
 				return
@@ -83,20 +83,6 @@ func proxyHeader(h http.Header) string {
 		}
 	}
 	return ""
-}
-
-// loopbackHost reports whether a request's Host names this machine's
-// loopback: localhost or a loopback address, with or without a port.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap().IsLoopback()
 }
 
 // bearer returns the hash of the request's bearer token, or answers 401
