@@ -686,11 +686,13 @@ func TestDedicatedWorkerCostsTheContext(t *testing.T) {
 
 // TestPageThatLoopsAsItIsLeft: a page whose pagehide handler never returns
 // holds its renderer as it is left; the next job on the session gets a
-// clean tab within its own short timeout, not after the wipe's.
+// clean tab within its own short timeout, not after the wipe's. A shared
+// tab leaves its page after the job too, and is given up when it cannot:
+// the next shared job gets a new tab in the same context.
 func TestPageThatLoopsAsItIsLeft(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	for _, iso := range []Isolation{IsolationWipe, IsolationContext} {
+	for _, iso := range []Isolation{IsolationWipe, IsolationContext, IsolationShared} {
 		t.Run(string(iso), func(t *testing.T) {
 			s := e.session(t)
 			if _, err := s.Render(ctx, Request{URL: e.url("/hostile/leave-loop"), Isolation: iso, Wait: Wait{Selector: "#ready"}}); err != nil {

@@ -30,6 +30,7 @@ type Session struct {
 	mu     sync.Mutex // held by Render and Close: one job at a time
 	closed bool
 	shared *tab      // reusable tab in the default context (IsolationShared)
+	left   *prepared // the shared tab, leaving its last job's page (shared is nil meanwhile)
 	own    *prepared // the session's own tab (IsolationWipe): being made or wiped, or ready
 
 	bg sync.WaitGroup // background preparation, wiping and disposal
@@ -99,6 +100,13 @@ func (s *Session) Close() error {
 	var errs []error
 	if p := s.own; p != nil {
 		s.own = nil
+		<-p.done
+		if p.t != nil {
+			errs = append(errs, p.t.close())
+		}
+	}
+	if p := s.left; p != nil {
+		s.left = nil
 		<-p.done
 		if p.t != nil {
 			errs = append(errs, p.t.close())
@@ -193,6 +201,17 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 	case j.proxy != nil || j.Isolation == IsolationContext:
 		return s.newTab(ctx, j.proxy, false)
 	case j.Isolation == IsolationShared:
+		if p := s.left; p != nil {
+			s.left = nil
+			if err := s.await(ctx, p); err != nil {
+				return nil, err
+			}
+			if p.err != nil {
+				s.b.log.Debug("leaving a shared tab's page failed; replacing the tab", zap.Error(p.err))
+			} else {
+				s.shared = p.t
+			}
+		}
 		if s.shared != nil && !s.shared.isBroken() {
 			return s.shared, nil
 		}
@@ -210,19 +229,8 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 	p := s.own
 	s.own = nil
 	if p != nil {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			// The preparation goes on; whatever it makes is disposed of.
-			s.bg.Add(1)
-			go func() {
-				defer s.bg.Done()
-				<-p.done
-				if p.t != nil {
-					p.t.close()
-				}
-			}()
-			return nil, ctx.Err()
+		if err := s.await(ctx, p); err != nil {
+			return nil, err
 		}
 		if p.err == nil || errors.Is(p.err, errRetired) {
 			// Tainted after its wipe (a worker or popup the janitor saw
@@ -249,10 +257,30 @@ func (s *Session) acquire(ctx context.Context, j *job) (*tab, error) {
 	return s.newOwnTab(ctx)
 }
 
+// await waits for a tab being prepared. If ctx ends first, the preparation
+// goes on, and whatever it makes is disposed of.
+func (s *Session) await(ctx context.Context, p *prepared) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			<-p.done
+			if p.t != nil {
+				p.t.close()
+			}
+		}()
+		return ctx.Err()
+	}
+}
+
 // release hands a tab back after a job. The session's own tab is wiped in
 // the background for the next job, or replaced by a new one if the job left
-// it unusable or left state in it that no wipe reaches; the shared tab is
-// kept unless broken; a brand-new context is disposed of.
+// it unusable or left state in it that no wipe reaches; the shared tab,
+// unless broken, leaves its page in the background (given up if it cannot);
+// a brand-new context is disposed of.
 func (s *Session) release(t *tab) {
 	t.endJob()
 	if s.retired.Load() && !s.closed {
@@ -284,6 +312,16 @@ func (s *Session) release(t *tab) {
 			s.own = s.background(s.newOwnTab)
 		}
 	case t.shared && t == s.shared && !t.isBroken():
+		if !s.closed {
+			s.shared = nil
+			s.left = s.background(func(ctx context.Context) (*tab, error) {
+				if err := t.leave(ctx); err != nil {
+					t.close()
+					return nil, err
+				}
+				return t, nil
+			})
+		}
 	default:
 		if t == s.shared {
 			s.shared = nil

@@ -3,12 +3,15 @@ package browser
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/target"
+
+	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
 // TestSharedContext checks the opt-out of isolation: a session reuses its
@@ -42,7 +45,8 @@ func TestSharedContext(t *testing.T) {
 	}
 
 	// beforeunload: a click gives the page a user gesture, so Chrome would
-	// ask before leaving it; the session answers and the next job runs.
+	// ask before leaving it; the session answers as the tab leaves the page
+	// after its job (not in the next job's time), and the next job runs.
 	if _, err := s.Render(ctx, Request{URL: e.url("/hostile/beforeunload"), Isolation: IsolationShared, Actions: []Action{{Type: ActionClick, Selector: "#touch"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +55,7 @@ func TestSharedContext(t *testing.T) {
 		t.Fatalf("leaving a beforeunload page: %v", err)
 	}
 	wantDuration(t, took, 0, 20*time.Second)
-	if res.Title != "Page 4" || res.Dialogs != 1 || s.shared != shared {
+	if res.Title != "Page 4" || res.Dialogs != 0 || s.shared != shared {
 		t.Fatalf("title %q after %d dialogs (same tab %v)", res.Title, res.Dialogs, s.shared == shared)
 	}
 
@@ -86,6 +90,42 @@ func TestSharedContext(t *testing.T) {
 	}
 	if got := visit(); got != "cookie=4 local=4" {
 		t.Fatalf("after a new shared tab: %q", got)
+	}
+}
+
+// TestSharedTabLeavesItsPage: a shared job's page does not go on running
+// after its job (its scripts, timers and requests would, until the next
+// shared job navigated the tab, though other jobs ran on the session in
+// between): the tab leaves it for about:blank in the background, and the
+// next shared job still finds what the context keeps.
+func TestSharedTabLeavesItsPage(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	ctx := context.Background()
+	visit := func() string {
+		t.Helper()
+		res, err := s.Render(ctx, Request{URL: e.url("/storage"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		unmarshal(t, res.Data, &out)
+		return out
+	}
+	if got := visit(); got != "cookie=1 local=1" {
+		t.Fatalf("first visit %q", got)
+	}
+	// A job of the default isolation, on the session's own tab.
+	if _, err := s.Render(ctx, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the shared job's page to be left", func() bool {
+		return !slices.ContainsFunc(pageTargets(t, e), func(info *target.Info) bool {
+			return strings.HasSuffix(info.URL, "/storage")
+		})
+	})
+	if got := visit(); got != "cookie=2 local=2" {
+		t.Fatalf("the next shared visit %q, want it to see the first", got)
 	}
 }
 

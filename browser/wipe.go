@@ -236,6 +236,31 @@ func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
 	}
 }
 
+// leave ends a shared tab's page after its job, for about:blank: the next
+// shared job finds no earlier page still running its scripts, timers,
+// workers or requests (a finished page's fetches would reach its site past
+// the host's limits, its loops hold the renderer), and a page that does not
+// let go of its renderer (an endless loop after load, a handler of leaving
+// that never returns) is found here, within wipeTimeout, its tab given up,
+// rather than by the next job. What the shared context keeps — cookies,
+// storage, cache — stays; the tab's own (session storage, window.name,
+// history) stays with the tab.
+func (t *tab) leave(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, wipeTimeout)
+	defer cancel()
+	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: "about:blank"})
+	if err != nil {
+		return fmt.Errorf("navigating to about:blank: %w", err)
+	}
+	if nav.ErrorText != "" {
+		return fmt.Errorf("navigating to about:blank: %s", nav.ErrorText)
+	}
+	if err := t.awaitCommit(ctx, nav.LoaderID); err != nil {
+		return fmt.Errorf("waiting for about:blank: %w", err)
+	}
+	return nil
+}
+
 // wipeTimeout bounds a wipe: a page that holds its renderer (an endless
 // loop in a handler of leaving, or still running) does not let it leave,
 // and its context is given up for a new one, made in what is left of
