@@ -26,8 +26,24 @@ func (c BatchCounts) Finished() int64 {
 // the state).
 const batchCountsSQL = `SELECT state, count(*) FROM jobs WHERE batch_id = $1::uuid GROUP BY state`
 
+// batchSubmittedCountsSQL counts the jobs a batch was submitted with, its
+// crawls' roots (depth 0), without the children their links added; the
+// depth is read from the table, a fetch per job, so it is asked once, when
+// the batch is done, not at every poll.
+const batchSubmittedCountsSQL = `SELECT state, count(*) FROM jobs WHERE batch_id = $1::uuid AND depth = 0 GROUP BY state`
+
 // BatchCounts counts the jobs of one batch by state.
 func (q *Queue) BatchCounts(ctx context.Context, batchID string) (BatchCounts, error) {
+	return q.batchCounts(ctx, batchCountsSQL, batchID)
+}
+
+// BatchSubmittedCounts counts by state the jobs one batch was submitted
+// with: BatchCounts without the jobs that followed links added to it.
+func (q *Queue) BatchSubmittedCounts(ctx context.Context, batchID string) (BatchCounts, error) {
+	return q.batchCounts(ctx, batchSubmittedCountsSQL, batchID)
+}
+
+func (q *Queue) batchCounts(ctx context.Context, query, batchID string) (BatchCounts, error) {
 	out := BatchCounts{By: map[State]int64{}}
 	if err := ValidateBatchID(batchID); err != nil {
 		return out, err
@@ -35,7 +51,7 @@ func (q *Queue) BatchCounts(ctx context.Context, batchID string) (BatchCounts, e
 	for _, s := range States() {
 		out.By[s] = 0
 	}
-	rows, err := q.pool.Query(ctx, batchCountsSQL, batchID)
+	rows, err := q.pool.Query(ctx, query, batchID)
 	if err != nil {
 		return out, fmt.Errorf("batch %s counts: %w", batchID, err)
 	}

@@ -423,9 +423,11 @@ func changeEach(ctx context.Context, ids []int64, change func(context.Context, .
 	return n, unchanged, nil
 }
 
+// batchSummary is how a batch ended: the counts of all its jobs, the
+// followed links' too.
 type batchSummary struct {
-	completed, failed, canceled int64
-	took                        time.Duration
+	counts jobqueue.BatchCounts
+	took   time.Duration
 }
 
 // leaderAskEvery is how often followBatch asks whether a producer leads
@@ -468,8 +470,7 @@ func followBatch(ctx context.Context, q *jobqueue.Queue, batch string, total int
 		bar.Set(c.Finished(), max(c.Total, int64(total)), fmt.Sprintf("rendering (%d failed)", c.By[jobqueue.StateFailed]))
 		if c.Total > 0 && c.Finished() == c.Total {
 			bar.Finish()
-			return batchSummary{completed: c.By[jobqueue.StateCompleted], failed: c.By[jobqueue.StateFailed],
-				canceled: c.By[jobqueue.StateCanceled], took: time.Since(start)}, nil
+			return batchSummary{counts: c, took: time.Since(start)}, nil
 		}
 		select {
 		case <-ctx.Done():

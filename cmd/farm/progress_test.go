@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/browserfarm/browserfarm/jobqueue"
 )
 
 func TestPlainProgress(t *testing.T) {
@@ -55,20 +58,7 @@ func TestSubmitWaitOutput(t *testing.T) {
 				getenv: func(k string) string { return map[string]string{"FARM_DATABASE_URL": url}[k] }})
 		}()
 		// Finish the batch by canceling it once submit has printed it.
-		var batch string
-		deadline := time.Now().Add(time.Minute)
-		for batch == "" {
-			out := stdout.String()
-			if quiet && strings.HasSuffix(out, "\n") {
-				batch = strings.TrimSpace(out)
-			} else if i := strings.Index(out, " as batch "); i >= 0 && strings.HasSuffix(out, "\n") {
-				batch = strings.TrimSpace(out[i+len(" as batch "):])
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("submit printed no batch: %q %q", stdout.String(), stderr.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		batch := submittedBatch(t, stdout, stderr, quiet)
 		if _, err := q.CancelBatch(context.Background(), batch); err != nil {
 			t.Fatal(err)
 		}
@@ -88,6 +78,109 @@ func TestSubmitWaitOutput(t *testing.T) {
 		if !strings.Contains(stdout.String(), "0 completed, 0 failed, 2 canceled") {
 			t.Errorf("summary: %q", stdout.String())
 		}
+	}
+}
+
+// submittedBatch waits for a running farm submit to print its batch id.
+func submittedBatch(t *testing.T, stdout, stderr *lockedBuffer, quiet bool) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out := stdout.String()
+		if quiet && strings.HasSuffix(out, "\n") {
+			return strings.TrimSpace(out)
+		} else if i := strings.Index(out, " as batch "); i >= 0 && strings.HasSuffix(out, "\n") {
+			return strings.TrimSpace(out[i+len(" as batch "):])
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("submit printed no batch: %q %q", stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// `farm submit --wait` of one job whose followed links gave two jobs, one
+// of which failed, exits 1 (every job of the batch must complete) and says
+// that none of the 1 submitted job failed and 1 of the 2 followed did: it
+// said "1 of 1 jobs failed", counting a followed job against the submitted.
+func TestSubmitWaitCountsFollowedJobsApart(t *testing.T) {
+	url, q := migratedDB(t)
+	ctx := context.Background()
+	stdout, stderr := newLogBuffer(), newLogBuffer()
+	done := make(chan int, 1)
+	go func() {
+		done <- realMain([]string{"farm", "submit", "--wait", "--follow", "a", "--follow-any-host", "http://seed.example/"},
+			&environment{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr,
+				getenv: func(k string) string { return map[string]string{"FARM_DATABASE_URL": url}[k] }})
+	}()
+	submittedBatch(t, stdout, stderr, false)
+	// Work the batch by hand: the seed completes with two links, one of
+	// whose jobs completes and the other fails.
+	if _, _, err := q.Register(ctx, jobqueue.NodeInfo{ID: "n1", Capacity: 6}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(want int) []jobqueue.Job {
+		t.Helper()
+		if _, err := q.Assign(ctx, "n1", 6); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := q.Claim(ctx, "n1", 6)
+		if err != nil || len(jobs) != want {
+			t.Fatalf("claim: %d jobs, %v; want %d", len(jobs), err, want)
+		}
+		return jobs
+	}
+	seed := claim(1)[0]
+	if err := completeJob(ctx, q, seed.ID, "n1", jobqueue.Result{FinalURL: seed.Spec.URL, Status: 200,
+		Links: []string{"http://fine.example/", "http://refused.example/"}}); err != nil {
+		t.Fatal(err)
+	}
+	children := claim(2)
+	if err := completeJob(ctx, q, children[0].ID, "n1", jobqueue.Result{FinalURL: children[0].Spec.URL, Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Incarnation(jobqueue.Node{ID: "n1"}).Fail(ctx, children[1].ID, "refused", "destination_refused", false); err != nil {
+		t.Fatal(err)
+	}
+	code := <-done
+	if want := "0 of 1 submitted jobs failed; 1 of 2 followed jobs failed (see: farm results --batch"; code != exitError || !strings.Contains(stderr.String(), want) {
+		t.Errorf("exit %d, stderr %q; want %d saying %q", code, stderr.String(), exitError, want)
+	}
+	if want := "2 completed, 1 failed, 0 canceled in "; !strings.Contains(stdout.String(), want) || !strings.Contains(stdout.String(), "(1 submitted, 2 followed)\n") {
+		t.Errorf("summary %q, want %q and (1 submitted, 2 followed)", stdout.String(), want)
+	}
+}
+
+// The end of farm submit --wait counts the submitted jobs and the followed
+// ones each against its own number, and exits 0 only when every job of
+// the batch, followed ones too, completed.
+func TestWaitVerdict(t *testing.T) {
+	counts := func(completed, failed, canceled int64) jobqueue.BatchCounts {
+		return jobqueue.BatchCounts{Total: completed + failed + canceled, By: map[jobqueue.State]int64{
+			jobqueue.StateCompleted: completed, jobqueue.StateFailed: failed, jobqueue.StateCanceled: canceled}}
+	}
+	for _, tc := range []struct {
+		name           string
+		all, submitted jobqueue.BatchCounts
+		want           string // "": no error
+	}{
+		{"all completed", counts(3, 0, 0), counts(3, 0, 0), ""},
+		{"a crawl all completed", counts(5, 0, 0), counts(1, 0, 0), ""},
+		{"one failed", counts(2, 1, 0), counts(2, 1, 0), "1 of 3 jobs failed (see: farm results --batch B --state failed)"},
+		{"failed and canceled", counts(1, 1, 1), counts(1, 1, 1), "1 of 3 jobs failed, 1 canceled (see: farm results --batch B --state failed,canceled)"},
+		{"canceled", counts(0, 0, 2), counts(0, 0, 2), "2 of 2 jobs canceled (see: farm results --batch B --state canceled)"},
+		{"a followed job failed", counts(2, 1, 0), counts(1, 0, 0), "0 of 1 submitted jobs failed; 1 of 2 followed jobs failed (see: farm results --batch B --state failed)"},
+		{"two followed jobs failed", counts(1, 2, 0), counts(1, 0, 0), "0 of 1 submitted jobs failed; 2 of 2 followed jobs failed (see: farm results --batch B --state failed)"},
+		{"both failed", counts(3, 2, 0), counts(1, 1, 0), "1 of 2 submitted jobs failed; 1 of 3 followed jobs failed (see: farm results --batch B --state failed)"},
+		{"the seed failed after its links", counts(2, 1, 0), counts(0, 1, 0), "1 of 1 submitted jobs failed; 0 of 2 followed jobs failed (see: farm results --batch B --state failed)"},
+		{"a followed job canceled", counts(2, 0, 1), counts(1, 0, 0), "0 of 1 submitted jobs failed; 1 of 2 followed jobs canceled (see: farm results --batch B --state canceled)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := waitVerdict("B", tc.all, tc.submitted)
+			if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+				t.Errorf("waitVerdict = %v, want %q", err, tc.want)
+			}
+		})
 	}
 }
 

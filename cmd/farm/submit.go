@@ -363,7 +363,7 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	// in the environment would add a whole file to `farm submit URL`.
 	fs.commandLineOnly("file")
 	fs.BoolVar(&wait, "wait", false, "follow the batch with a progress bar until every job is finished")
-	fs.BoolVar(&quiet, "quiet", false, "print only the batch id (with --wait: no progress and no summary either; the exit status says whether every job completed)")
+	fs.BoolVar(&quiet, "quiet", false, "print only the batch id (with --wait: no progress and no summary either; the exit status says whether every job completed, those of followed links too)")
 	if err := fs.parse(args, env.getenv); err != nil {
 		return err
 	}
@@ -452,16 +452,63 @@ func runSubmit(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Followed links join the batch: its submitted jobs are counted apart.
+	all, submitted := sum.counts, sum.counts
+	if all.Total != int64(len(ids)) {
+		if submitted, err = q.BatchSubmittedCounts(ctx, batch); err != nil {
+			return err
+		}
+	}
 	if !quiet {
-		fmt.Fprintf(env.stdout, "batch %s: %d completed, %d failed, %d canceled in %s\n",
-			batch, sum.completed, sum.failed, sum.canceled, sum.took.Round(time.Millisecond))
+		followed := ""
+		if n := all.Total - submitted.Total; n > 0 {
+			followed = fmt.Sprintf(" (%d submitted, %d followed)", submitted.Total, n)
+		}
+		fmt.Fprintf(env.stdout, "batch %s: %d completed, %d failed, %d canceled in %s%s\n",
+			batch, all.By[jobqueue.StateCompleted], all.By[jobqueue.StateFailed], all.By[jobqueue.StateCanceled],
+			sum.took.Round(time.Millisecond), followed)
 	}
-	// Every job completed, or the exit status says otherwise (--help).
-	switch {
-	case sum.failed > 0:
-		return fmt.Errorf("%d of %d jobs failed, %d canceled (see: farm results --batch %s --state failed)", sum.failed, len(ids), sum.canceled, batch)
-	case sum.canceled > 0:
-		return fmt.Errorf("%d of %d jobs canceled (see: farm results --batch %s --state canceled)", sum.canceled, len(ids), batch)
+	return waitVerdict(batch, all, submitted)
+}
+
+// waitVerdict is the end of farm submit --wait: nil when every job of the
+// batch completed, the jobs of its followed links too (--quiet's help,
+// README), else an error that counts the submitted jobs and the followed
+// ones apart, each against its own number.
+func waitVerdict(batch string, all, submitted jobqueue.BatchCounts) error {
+	failed, canceled := all.By[jobqueue.StateFailed], all.By[jobqueue.StateCanceled]
+	if failed == 0 && canceled == 0 {
+		return nil
 	}
-	return nil
+	var states []string
+	if failed > 0 {
+		states = append(states, string(jobqueue.StateFailed))
+	}
+	if canceled > 0 {
+		states = append(states, string(jobqueue.StateCanceled))
+	}
+	words := unfinished("", submitted)
+	if all.Total > submitted.Total {
+		followed := jobqueue.BatchCounts{Total: all.Total - submitted.Total, By: map[jobqueue.State]int64{}}
+		for st, n := range all.By {
+			followed.By[st] = n - submitted.By[st]
+		}
+		words = unfinished("submitted ", submitted) + "; " + unfinished("followed ", followed)
+	}
+	return fmt.Errorf("%s (see: farm results --batch %s --state %s)", words, batch, strings.Join(states, ","))
+}
+
+// unfinished says how many of c's jobs (kind: "submitted ", "followed ",
+// or "") failed and were canceled: "1 of 3 jobs failed, 1 canceled",
+// "2 of 2 followed jobs canceled".
+func unfinished(kind string, c jobqueue.BatchCounts) string {
+	failed, canceled := c.By[jobqueue.StateFailed], c.By[jobqueue.StateCanceled]
+	if failed == 0 && canceled > 0 {
+		return fmt.Sprintf("%d of %d %sjobs canceled", canceled, c.Total, kind)
+	}
+	s := fmt.Sprintf("%d of %d %sjobs failed", failed, c.Total, kind)
+	if canceled > 0 {
+		s += fmt.Sprintf(", %d canceled", canceled)
+	}
+	return s
 }
