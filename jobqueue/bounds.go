@@ -34,6 +34,10 @@ const (
 	// screenshot.
 	MaxScreenshotPixels = jobspec.MaxScreenshotPixels
 	MaxFollowDepth      = 10
+	// DefaultFollowDepth is follow.max_depth when a spec leaves it 0 (or
+	// out): the one default of the spec, the CLI (--follow-depth) and the
+	// API.
+	DefaultFollowDepth = 1
 	// MaxFollowLinks bounds follow.max_links.
 	MaxFollowLinks = jobspec.MaxFollowLinks
 	// DefaultMaxLinks is follow.max_links when a spec leaves it 0: the one

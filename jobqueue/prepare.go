@@ -7,8 +7,8 @@ import (
 )
 
 // WithDefaults returns s with zero fields that have a default filled in:
-// timeout_ms, max_attempts and follow.max_links. The queue stores specs this
-// way, so a consumer reads the effective values.
+// timeout_ms, max_attempts, follow.max_depth and follow.max_links. The queue
+// stores specs this way, so a consumer reads the effective values.
 func (s Spec) WithDefaults() Spec {
 	if s.TimeoutMS == 0 {
 		s.TimeoutMS = DefaultTimeoutMS
@@ -16,9 +16,14 @@ func (s Spec) WithDefaults() Spec {
 	if s.MaxAttempts == 0 {
 		s.MaxAttempts = DefaultAttempts
 	}
-	if s.Follow != nil && s.Follow.MaxLinks == 0 {
+	if s.Follow != nil && (s.Follow.MaxDepth == 0 || s.Follow.MaxLinks == 0) {
 		f := *s.Follow
-		f.MaxLinks = DefaultMaxLinks
+		if f.MaxDepth == 0 {
+			f.MaxDepth = DefaultFollowDepth
+		}
+		if f.MaxLinks == 0 {
+			f.MaxLinks = DefaultMaxLinks
+		}
 		s.Follow = &f
 	}
 	return s

@@ -68,7 +68,7 @@ func TestEnqueueRejectsBadInputAtomically(t *testing.T) {
 		{"unknown block", Spec{URL: "http://example.com/", Block: []string{"script"}}, `job 2: field "block[0]": unknown resource type "script" (allowed: image, font, media, stylesheet)`},
 		{"bad action", Spec{URL: "http://example.com/", Actions: []Action{{Type: "click"}}}, `job 2: field "actions[0].selector": is required for click`},
 		{"bad proxy", Spec{URL: "http://example.com/", Proxy: "ftp://p:21"}, `job 2: field "proxy": proxy scheme "ftp" is not allowed (use http, https or socks5)`},
-		{"bad follow", Spec{URL: "http://example.com/", Follow: &Follow{Selector: "a", MaxDepth: 50}}, `job 2: field "follow.max_depth": 50 is out of range 1..10`},
+		{"bad follow", Spec{URL: "http://example.com/", Follow: &Follow{Selector: "a", MaxDepth: 50}}, `job 2: field "follow.max_depth": 50 is out of range: use 1..10 links deep, or 0 for the default (1)`},
 		{"oversized spec", Spec{URL: "http://example.com/", Extract: strings.Repeat("x", MaxExtractLength),
 			Headers: func() map[string]string {
 				h := map[string]string{}

@@ -137,8 +137,10 @@ type Cookie struct {
 type Follow struct {
 	// Selector picks the links (elements with an href), e.g. "a.next".
 	Selector string `json:"selector"`
-	// MaxDepth: children of depth MaxDepth are not followed further. 1..10.
-	MaxDepth int `json:"max_depth"`
+	// MaxDepth: children of depth MaxDepth are not followed further. 0
+	// means DefaultFollowDepth (1, the seed's links only); at most
+	// MaxFollowDepth (10).
+	MaxDepth int `json:"max_depth,omitempty"`
 	// AnyHost allows links to other hosts; by default only the same host is followed.
 	AnyHost bool `json:"any_host,omitempty"`
 	// MaxLinks caps the links followed from one page; links past it are

@@ -173,8 +173,9 @@ func (s *Spec) validate() *SpecError {
 		if msg := jobspec.CheckSelector(f.Selector); msg != "" {
 			return specErr("follow.selector", "%s", msg)
 		}
-		if f.MaxDepth < 1 || f.MaxDepth > MaxFollowDepth {
-			return specErr("follow.max_depth", "%d is out of range 1..%d", f.MaxDepth, MaxFollowDepth)
+		if f.MaxDepth < 0 || f.MaxDepth > MaxFollowDepth {
+			return specErr("follow.max_depth", "%d is out of range: use 1..%d links deep, or 0 for the default (%d)",
+				f.MaxDepth, MaxFollowDepth, DefaultFollowDepth)
 		}
 		if f.MaxLinks < 0 || f.MaxLinks > MaxFollowLinks {
 			return specErr("follow.max_links", "%d is out of range: use 1..%d, or 0 for the default (%d)",

@@ -1,6 +1,7 @@
 package jobqueue
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -160,7 +161,8 @@ func TestSpecValidate(t *testing.T) {
 		{"cache batch, shared_context", ok(func(s *Spec) { s.Cache = CacheBatch; s.SharedContext = true }), "cache", `shared_context (isolation "shared") has none to keep: drop one`},
 		{"cache batch with a proxy", ok(func(s *Spec) { s.Cache = CacheBatch; s.Proxy = "http://p:1" }), "cache", "brand-new browser context"},
 		{"follow no selector", ok(func(s *Spec) { s.Follow = &Follow{MaxDepth: 1} }), "follow.selector", "is required"},
-		{"follow depth 0", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 0} }), "follow.max_depth", "out of range 1..10"},
+		{"follow depth 0: the default", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 0} }), "", ""},
+		{"follow depth negative", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: -1} }), "follow.max_depth", "-1 is out of range: use 1..10 links deep, or 0 for the default (1)"},
 		{"follow depth 11", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 11} }), "follow.max_depth", "out of range"},
 		{"follow links", ok(func(s *Spec) { s.Follow = &Follow{Selector: "a", MaxDepth: 1, MaxLinks: MaxFollowLinks + 1} }), "follow.max_links", "out of range"},
 	}
@@ -224,6 +226,38 @@ func TestPrepareSizeAndDefaults(t *testing.T) {
 		if !strings.Contains(string(p.json), want) {
 			t.Errorf("stored spec %s lacks %s", p.json, want)
 		}
+	}
+}
+
+// A follow without max_depth follows the seed's links (DefaultFollowDepth,
+// --follow-depth's default too), stored as such; it was refused as
+// "follow.max_depth: 0 is out of range 1..10", a 0 the user never wrote.
+func TestFollowMaxDepthDefault(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want int
+	}{
+		{`{"url":"http://x.example/","follow":{"selector":"a"}}`, DefaultFollowDepth},
+		{`{"url":"http://x.example/","follow":{"selector":"a","max_depth":0}}`, DefaultFollowDepth},
+		{`{"url":"http://x.example/","follow":{"selector":"a","max_links":5}}`, DefaultFollowDepth},
+		{`{"url":"http://x.example/","follow":{"selector":"a","max_depth":3}}`, 3},
+	} {
+		s, err := DecodeSpec([]byte(tc.spec))
+		if err != nil {
+			t.Fatalf("DecodeSpec(%s) = %v", tc.spec, err)
+		}
+		p, err := prepare(0, s)
+		if err != nil {
+			t.Errorf("%s: %v, want it taken with max_depth %d", tc.spec, err, tc.want)
+			continue
+		}
+		var stored Spec
+		if err := json.Unmarshal(p.json, &stored); err != nil || stored.Follow == nil || stored.Follow.MaxDepth != tc.want {
+			t.Errorf("%s: stored as %s (%v), want max_depth %d", tc.spec, p.json, err, tc.want)
+		}
+	}
+	if DefaultFollowDepth != 1 {
+		t.Errorf("DefaultFollowDepth = %d; README says 1", DefaultFollowDepth)
 	}
 }
 

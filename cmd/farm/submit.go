@@ -63,7 +63,8 @@ func (f *specFlags) register(fs *flagSet) {
 	fs.StringVar(&f.proxy, "proxy", "", "proxy for these jobs, e.g. http://user:pass@host:3128")
 	fs.StringVar(&f.cache, "cache", "", "batch: the jobs of this submission share the HTTP cache on a browser session (isolation wipe); job (the default): each its own")
 	fs.StringVar(&f.follow, "follow", "", "CSS selector of links to enqueue as child jobs")
-	fs.count(&f.followDepth, "follow-depth", 1, 1, "with --follow: how deep to follow")
+	fs.count(&f.followDepth, "follow-depth", jobqueue.DefaultFollowDepth, 1,
+		fmt.Sprintf("with --follow: how many links deep to follow (1..%d)", jobqueue.MaxFollowDepth))
 	fs.count(&f.followMax, "follow-max-links", jobqueue.DefaultMaxLinks, 1,
 		fmt.Sprintf("with --follow: the most links followed from one page (1..%d); the result counts the rest as links_over_limit", jobqueue.MaxFollowLinks))
 	fs.BoolVar(&f.anyHost, "follow-any-host", false, "with --follow: follow links to other hosts too")
