@@ -152,15 +152,20 @@ var idnaProfile = idna.New(idna.MapForLookup(), idna.BidiRule(), idna.Transition
 // 127.0.0.1 to a browser) and an IPv6 address in its shortest form. It is
 // the one home of that rule: HostKey applies it to URLs, NormalizeHostKey
 // to host keys written by operators. The error is for a Unicode name IDNA
-// refuses, or a name whose last label is a number but that is no IPv4
-// address (errNotIPv4; a browser refuses it); the lower-cased name comes
-// with it.
+// refuses, a name whose last label is a number but that is no IPv4
+// address (errNotIPv4), or an IPv6 address with a zone
+// (jobspec.CheckIPZone): a browser refuses each; the lower-cased name
+// comes with it.
 func CanonicalHost(name string) (string, error) {
 	if strings.Contains(name, ":") { // an IPv6 address
-		if a, err := netip.ParseAddr(name); err == nil && a.Zone() == "" {
-			return a.String(), nil
+		a, err := netip.ParseAddr(name)
+		if err != nil {
+			return strings.ToLower(name), nil
 		}
-		return strings.ToLower(name), nil
+		if err := jobspec.CheckIPZone(a); err != nil {
+			return strings.ToLower(name), fmt.Errorf("host %q: %w", name, err)
+		}
+		return a.String(), nil
 	}
 	name = strings.TrimSuffix(name, ".")
 	a := strings.ToLower(name)

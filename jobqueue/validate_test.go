@@ -32,6 +32,9 @@ func TestSpecValidate(t *testing.T) {
 		{"http with port and query", ok(func(s *Spec) { s.URL = "http://127.0.0.1:8080/x?y=1#z" }), "", ""},
 		{"upper-case scheme", ok(func(s *Spec) { s.URL = "HTTPS://Example.COM/" }), "", ""},
 		{"ipv6 host", ok(func(s *Spec) { s.URL = "http://[::1]:9000/" }), "", ""},
+		// A zone: Chrome's "Cannot navigate to invalid URL", at every attempt.
+		{"ipv6 host with a zone", ok(func(s *Spec) { s.URL = "http://[::1%25lo]:18002/" }), "url", "IPv6 address ::1 has a zone (%lo, %25lo in a URL), which browsers refuse"},
+		{"link-local ipv6 host with a zone", ok(func(s *Spec) { s.URL = "http://[fe80::1%25eth0]/" }), "url", "has a zone"},
 		{"everything", ok(func(s *Spec) {
 			s.Wait = &Wait{Selector: "#app", NetworkIdle: true}
 			s.Actions = []Action{{Type: "click", Selector: "button.more", Times: 3, Ms: 200},
@@ -146,6 +149,8 @@ func TestSpecValidate(t *testing.T) {
 		{"proxy with a path", ok(func(s *Spec) { s.Proxy = "http://h:3128/x" }), "proxy", "without a path"},
 		{"proxy host a list", ok(func(s *Spec) { s.Proxy = "http://a.example,169.254.169.254:80" }), "proxy", "not an IP address or a host name"},
 		{"socks5 proxy", ok(func(s *Spec) { s.Proxy = "socks5://h:1080" }), "", ""},
+		{"ipv6 proxy", ok(func(s *Spec) { s.Proxy = "http://[2001:db8::1]:3128" }), "", ""},
+		{"ipv6 proxy with a zone", ok(func(s *Spec) { s.Proxy = "http://[::1%25lo]:3128" }), "proxy", "IPv6 address ::1 has a zone"},
 		{"proxy shared context", ok(func(s *Spec) { s.Proxy = "http://p:1"; s.SharedContext = true }), "proxy", "own browser context"},
 		{"proxy isolation shared", ok(func(s *Spec) { s.Proxy = "http://p:1"; s.Isolation = IsolationShared }), "proxy", "own browser context"},
 		{"isolation wipe", ok(func(s *Spec) { s.Isolation = IsolationWipe }), "", ""},

@@ -2,8 +2,22 @@ package jobspec
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 )
+
+// CheckIPZone says why a, an IP address written as a job URL's host or a
+// proxy's, cannot be used, or nil: an IPv6 address with a zone
+// (fe80::1%eth0, written [fe80::1%25eth0] in a URL) names a network
+// interface of the machine it was written on, and Chrome refuses a URL
+// with one ("Cannot navigate to invalid URL", at every attempt). The
+// caller names the field.
+func CheckIPZone(a netip.Addr) error {
+	if a.Zone() == "" {
+		return nil
+	}
+	return fmt.Errorf("IPv6 address %s has a zone (%%%s, %%25%s in a URL), which browsers refuse: give the address without it", a.WithZone(""), a.Zone(), a.Zone())
+}
 
 // CheckHostName says why name, a host name in its ASCII form (punycode for
 // an internationalized name, lower case, without the one trailing dot a

@@ -146,8 +146,8 @@ func ParseProxy(p string) (Proxy, error) {
 	// Chrome reads its proxy setting as a list (',' and ';' separate
 	// entries, '=' names a scheme), which Go's URL parser lets through in a
 	// host name: only an IP address or a DNS name passes.
-	if !proxyHost(u.Hostname()) {
-		return Proxy{}, fmt.Errorf("proxy host %q is not an IP address or a host name of letters, digits, hyphens and dots", u.Hostname())
+	if err := checkProxyHost(u.Hostname()); err != nil {
+		return Proxy{}, err
 	}
 	port := u.Port()
 	if port == "" {
@@ -172,13 +172,20 @@ func ParseProxy(p string) (Proxy, error) {
 	return out, nil
 }
 
-// proxyHost reports whether h is an IP address or a DNS name
+// checkProxyHost says why h cannot be a proxy's host, or nil: it must be
+// an IP address without a zone (CheckIPZone) or a DNS name
 // (CheckHostName, after one trailing dot).
-func proxyHost(h string) bool {
-	if _, err := netip.ParseAddr(h); err == nil {
-		return true
+func checkProxyHost(h string) error {
+	if a, err := netip.ParseAddr(h); err == nil {
+		if err := CheckIPZone(a); err != nil {
+			return fmt.Errorf("proxy host: %w", err)
+		}
+		return nil
 	}
-	return CheckHostName(strings.TrimSuffix(h, ".")) == nil
+	if CheckHostName(strings.TrimSuffix(h, ".")) != nil {
+		return fmt.Errorf("proxy host %q is not an IP address or a host name of letters, digits, hyphens and dots", h)
+	}
+	return nil
 }
 
 // CheckCacheBatch is the rule a job that keeps its batch's HTTP cache
