@@ -173,8 +173,9 @@ func ParseProxy(p string) (Proxy, error) {
 }
 
 // checkProxyHost says why h cannot be a proxy's host, or nil: it must be
-// an IP address without a zone (CheckIPZone) or a DNS name
-// (CheckHostName, after one trailing dot).
+// an IP address as written in full (an IPv4 one in dotted decimal, an
+// IPv6 one without a zone: CheckIPZone) or a DNS name (CheckHostName,
+// after one trailing dot) whose last label is no number.
 func checkProxyHost(h string) error {
 	if a, err := netip.ParseAddr(h); err == nil {
 		if err := CheckIPZone(a); err != nil {
@@ -184,6 +185,17 @@ func checkProxyHost(h string) error {
 	}
 	if CheckHostName(strings.TrimSuffix(h, ".")) != nil {
 		return fmt.Errorf("proxy host %q is not an IP address or a host name of letters, digits, hyphens and dots", h)
+	}
+	// A host ending in a number (2130706433, 127.1, 0x7f.0.0.1, 127.0.0.1.)
+	// is an IPv4 address to a browser but a name to the node, which
+	// resolves the proxy's host itself: "no such host", retried at every
+	// attempt. No DNS name ends in a number; the address is taken in the
+	// one form both read alike.
+	if EndsInANumber(h) {
+		if a, ok := ParseIPv4(h); ok {
+			return fmt.Errorf("proxy host %q: write the IPv4 address as %s (four decimal numbers, no trailing dot)", h, a)
+		}
+		return fmt.Errorf("proxy host %q: its last label is a number, but it is not an IPv4 address", h)
 	}
 	return nil
 }
