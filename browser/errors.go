@@ -23,8 +23,10 @@ const (
 	ClassUnresponsive = "unresponsive"
 	// ClassCanceled: the caller's context ended (drain, shutdown). Retriable.
 	ClassCanceled = "canceled"
-	// ClassHTTP: the main document answered with status >= 400. Retriable
-	// for 408, 425, 429 and 5xx. The Result is returned along with it.
+	// ClassHTTP: the main document answered with status >= 400 (retriable
+	// for 408, 425, 429 and 5xx), or with no page: 204, 205, or a 304 with
+	// nothing cached, which Chrome does not show (permanent). The Result
+	// is returned along with it.
 	ClassHTTP = "http"
 	// ClassRedirect: too many redirects (a redirect loop). Permanent.
 	ClassRedirect = "redirect"

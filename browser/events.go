@@ -88,7 +88,7 @@ func (t *tab) onEvent(ev any) {
 		// Every hop of the main document's redirects: where a refused
 		// tunnel was going.
 		if e.Type == network.ResourceTypeDocument && e.FrameID == cdp.FrameID(t.id) && e.Request != nil {
-			t.withJob(func(j *jobState) { j.docRequest(e.Request.URL) })
+			t.withJob(func(j *jobState) { j.docRequest(e.RequestID, e.Request.URL) })
 		}
 	case *network.EventResponseReceivedExtraInfo:
 		// Chrome caches answered HTTP credentials per context, and no CDP
@@ -98,6 +98,7 @@ func (t *tab) onEvent(ev any) {
 		if e.StatusCode == 401 || e.StatusCode == 407 {
 			t.taint(ReplacedAuth)
 		}
+		t.withJob(func(j *jobState) { j.extraInfo(e.RequestID, e.StatusCode) })
 	case *network.EventRequestWillBeSentExtraInfo:
 		for k := range e.Headers {
 			if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {

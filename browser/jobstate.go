@@ -22,6 +22,8 @@ type jobState struct {
 	events  map[cdp.LoaderID]map[string]bool
 	docs    map[cdp.LoaderID]*network.Response
 	docURL  string // the main frame's last document request: the URL, or where it redirected
+	docID   network.RequestID
+	docCode int64 // the HTTP status of docID's last answer on the wire (its extra info)
 	console []string
 	dialogs int
 	changed chan struct{}
@@ -66,10 +68,31 @@ func (st *jobState) lifecycle(loader cdp.LoaderID, name string) {
 	st.poke()
 }
 
-func (st *jobState) docRequest(u string) {
+// docRequest records a document request of the main frame, or a redirect
+// of one (which keeps its id).
+func (st *jobState) docRequest(id network.RequestID, u string) {
 	st.mu.Lock()
-	st.docURL = u
+	st.docURL, st.docID, st.docCode = u, id, 0
 	st.mu.Unlock()
+}
+
+// extraInfo records the status a request's answer had on the wire, for
+// the main frame's document request: Chrome reports a response it does not
+// hand on as a page (a 304 it has nothing cached for) only there.
+func (st *jobState) extraInfo(id network.RequestID, status int64) {
+	st.mu.Lock()
+	if id == st.docID {
+		st.docCode = status
+	}
+	st.mu.Unlock()
+}
+
+// lastDoc returns the main frame's last document request's URL and the
+// status of its answer on the wire (0 before one).
+func (st *jobState) lastDoc() (string, int) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.docURL, int(st.docCode)
 }
 
 func (st *jobState) lastDocURL() string {

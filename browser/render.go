@@ -315,6 +315,10 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.FinalURL = resp.URL
 			return newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
 		}
+		if status, u := noPage(&nav, st); status != 0 {
+			res.Status, res.FinalURL = status, u
+			return newErr(ClassHTTP, false, "HTTP %d: the server answered with no page", status)
+		}
 		if strings.Contains(nav.ErrorText, "ERR_INVALID_AUTH_CREDENTIALS") {
 			// The site asked for credentials the job did not give (full
 			// Chrome cancels the prompt instead of showing the 401 page).
@@ -416,6 +420,30 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	}
 	res.Timings.Extract = time.Since(mark)
 	return httpErr
+}
+
+// noPage returns the status and URL of a main document whose answer Chrome
+// did not show as a page and aborted the navigation for (net::ERR_ABORTED):
+// 204 No Content, 205 Reset Content, and 304 Not Modified to a request that
+// had nothing cached to revalidate. Such an answer is the server's, and it
+// will be the same the next time: not a network failure. 0 for any other
+// failure. A 304 reaches the tab's events only as the status on the wire
+// (extraInfo); 204 and 205 are responses too.
+func noPage(nav *page.NavigateResult, st *jobState) (int, string) {
+	if !strings.Contains(nav.ErrorText, "ERR_ABORTED") {
+		return 0, ""
+	}
+	status, u := 0, ""
+	if resp := st.doc(nav.LoaderID); resp != nil {
+		status, u = int(resp.Status), resp.URL
+	} else {
+		u, status = st.lastDoc()
+	}
+	switch status {
+	case 204, 205, 304:
+		return status, u
+	}
+	return 0, ""
 }
 
 // notHTML fails a job that waits for a selector on a response no selector

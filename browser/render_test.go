@@ -3,7 +3,9 @@ package browser
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -429,6 +431,35 @@ func TestRenderErrorPageTitleIsNotKept(t *testing.T) {
 	if res == nil || res.Status != 503 || res.FinalURL != req.URL || res.Title != "" {
 		t.Fatalf("result %+v; want status 503, final URL %s, no title", res, req.URL)
 	}
+}
+
+// TestNoPageAnswerIsAnHTTPFailure: an answer Chrome shows no page for and
+// aborts the navigation on — 204, 205, and 304 to a request with nothing
+// cached — fails the job for good as an HTTP failure naming the status,
+// which the result keeps with the final URL (after a redirect too), as for
+// an error status; it is no retriable network failure.
+func TestNoPageAnswerIsAnHTTPFailure(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	for _, tc := range []struct {
+		url, final string
+		status     int
+	}{
+		{e.url("/status/204"), e.url("/status/204"), 204},
+		{e.url("/status/205"), e.url("/status/205"), 205},
+		{e.url("/status/304"), e.url("/status/304"), 304},
+		{e.url("/egress/redirect?to=" + url.QueryEscape(e.url("/status/204"))), e.url("/status/204"), 204},
+	} {
+		res, err, _ := render(t, s, Request{URL: tc.url, Wait: Wait{Selector: "#ready"}})
+		wantClass(t, err, ClassHTTP, false)
+		if want := fmt.Sprintf("HTTP %d: the server answered with no page", tc.status); !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %q, want it to say %q", tc.url, err, want)
+		}
+		if res == nil || res.Status != tc.status || res.FinalURL != tc.final || res.Title != "" {
+			t.Errorf("%s: result %+v; want status %d, final URL %s, no title", tc.url, res, tc.status, tc.final)
+		}
+	}
+	e.usable(t, s)
 }
 
 func TestRenderFailureKeepsTheAnswer(t *testing.T) {
