@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 )
 
@@ -24,7 +25,14 @@ func wrapAction(i int, a Action, err error) error {
 // wait blocks until the job's wait condition holds for the navigation.
 func (s *Session) wait(ctx context.Context, t *tab, j *job, st *jobState, loader cdp.LoaderID) error {
 	if j.Wait.Selector != "" {
-		if err := t.waitFor(ctx, j.Wait.Selector, j.Wait.Visible); err != nil {
+		textType := ""
+		if resp := st.doc(loader); resp != nil {
+			textType = shownAsText(resp)
+		}
+		if err := t.waitFor(ctx, j.Wait.Selector, j.Wait.Visible, textType); err != nil {
+			if errors.Is(err, errNotInText) {
+				return t.notInText(ctx, j.Wait.Selector, j.Wait.Visible, textType)
+			}
 			return t.waitError(ctx, j.Wait.Selector, j.Wait.Visible, err)
 		}
 	}
@@ -110,31 +118,76 @@ func contextLost(err error) bool {
 		strings.Contains(s, "Inspected target navigated or closed")
 }
 
-func (t *tab) waitFor(ctx context.Context, sel string, visible bool) error {
-	_, err := t.evalRetry(ctx, fmt.Sprintf("(%s)(%s, %t)", jsWaitFor, jsString(sel), visible))
+// waitFor waits until sel matches an element (a visible one, with visible).
+// With textType (shownAsText) a document of that type that has loaded
+// without one ends the wait with errNotInText.
+func (t *tab) waitFor(ctx context.Context, sel string, visible bool, textType string) error {
+	v, err := t.evalRetry(ctx, fmt.Sprintf("(%s)(%s, %t, %s)", jsWaitFor, jsString(sel), visible, jsString(textType)))
+	if err == nil && string(v) == "false" {
+		return errNotInText
+	}
 	return selectorError(err)
+}
+
+// errNotInText ends the wait for a selector that a loaded document shown as
+// text does not match: no script runs in it to change that.
+var errNotInText = errors.New("the document shown as text has loaded without it")
+
+// shownAsText returns the MIME type of a main document Chrome shows as text
+// (isTextType) and that will not navigate on by itself, "" for any other: a
+// Refresh header (which Chrome follows for such a document too) can take it
+// to a page whose scripts add the awaited element.
+func shownAsText(resp *network.Response) string {
+	mt := strings.ToLower(strings.TrimSpace(resp.MimeType))
+	if !isTextType(mt) {
+		return ""
+	}
+	for k := range resp.Headers {
+		if strings.EqualFold(k, "Refresh") {
+			return ""
+		}
+	}
+	return mt
+}
+
+// notInText is the error of a wait for a selector that a loaded document
+// shown as text (textType) does not match.
+func (t *tab) notInText(ctx context.Context, sel string, visible bool, textType string) error {
+	return newErr(ClassNotHTML, false, "the page is %s, shown as text, not HTML: %q is not %s once it loaded, and no script runs in it to change that; found: %s",
+		textType, sel, waitCond(visible), t.describeWait(ctx, sel))
 }
 
 // describeWaitTimeout bounds the look at the page after a wait timed out.
 const describeWaitTimeout = 2 * time.Second
 
+// waitCond names the condition a selector wait waits for.
+func waitCond(visible bool) string {
+	if visible {
+		return "visible"
+	}
+	return "present in the DOM"
+}
+
 // waitError names the unmet condition of a failed selector wait and, when
 // the wait ran out of time, what the page had: "present but has zero size".
 func (t *tab) waitError(ctx context.Context, sel string, visible bool, err error) error {
-	cond := "present in the DOM"
-	if visible {
-		cond = "visible"
-	}
+	cond := waitCond(visible)
 	if ctx.Err() == nil {
 		return fmt.Errorf("waiting for %q to be %s: %w", sel, cond, err)
 	}
+	return fmt.Errorf("waiting for %q to be %s: %w; found: %s", sel, cond, err, t.describeWait(ctx, sel))
+}
+
+// describeWait says what the page has for a wait selector (jsDescribeWait),
+// also after ctx ended, within describeWaitTimeout.
+func (t *tab) describeWait(ctx context.Context, sel string) string {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeWaitTimeout)
 	defer cancel()
 	found := "the page could not be read"
-	if v, derr := t.evalFarm(dctx, "("+jsDescribeWait+")("+jsString(sel)+")"); derr == nil {
+	if v, err := t.evalFarm(dctx, "("+jsDescribeWait+")("+jsString(sel)+")"); err == nil {
 		_ = json.Unmarshal(v, &found)
 	}
-	return fmt.Errorf("waiting for %q to be %s: %w; found: %s", sel, cond, err, found)
+	return found
 }
 
 // selectorError turns a script's bad-selector exception into ClassInvalid.
@@ -182,7 +235,7 @@ func (t *tab) act(ctx context.Context, a Action) error {
 		}
 	case ActionWait:
 		if a.Selector != "" {
-			return t.waitFor(ctx, a.Selector, true)
+			return t.waitFor(ctx, a.Selector, true, "")
 		}
 		return sleep(ctx, time.Duration(a.Ms)*time.Millisecond)
 	}

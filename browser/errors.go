@@ -48,7 +48,9 @@ const (
 	// address the egress policy refuses. Permanent.
 	ClassDestinationRefused = "destination_refused"
 	// ClassNotHTML: the page is not a document a selector can appear in
-	// (an image, a PDF, a binary file) while the job waits for one; the
+	// (an image, a PDF, a binary file) while the job waits for one, or is
+	// one Chrome shows as text (plain text, JSON, CSS, JavaScript), where
+	// no script runs, and has loaded without the awaited element; the
 	// message names the content type that arrived. Permanent.
 	ClassNotHTML = "not_html"
 	// ClassInternal: CDP failed in an unexpected way. Retriable, since a

@@ -31,13 +31,17 @@ const jsDescribeWait = `function (sel) {
   return why === '' ? what + ' and visible' : what + ' but ' + why;
 }`
 
-// jsWaitFor resolves when the selector matches an element — any, or with
-// visible set a visible one: rendered (checkVisibility: not display:none,
-// not visibility:hidden, not in a hidden subtree) and with a width and a
-// height (an empty div is not visible). It looks on every DOM mutation and
-// every 100 ms (styles can change without a mutation). An invalid selector
-// rejects with "bad selector".
-const jsWaitFor = `function (sel, visible) {
+// jsWaitFor resolves with true when the selector matches an element — any,
+// or with visible set a visible one: rendered (checkVisibility: not
+// display:none, not visibility:hidden, not in a hidden subtree) and with a
+// width and a height (an empty div is not visible). It looks on every DOM
+// mutation and every 100 ms (styles can change without a mutation). An
+// invalid selector rejects with "bad selector". With textType set (a MIME
+// type Chrome shows as text), a document of that type that has loaded
+// without a match resolves with false: no script runs in it, so its DOM
+// will not change (a document of another type, after a navigation, is
+// waited on as any).
+const jsWaitFor = `function (sel, visible, textType) {
   return new Promise(function (resolve, reject) {
     var done = false, mo = null, iv = 0;
     function stop() {
@@ -56,6 +60,14 @@ const jsWaitFor = `function (sel, visible) {
       return true;
     }
     if (look()) return;
+    if (textType && String(document.contentType).toLowerCase() === textType) {
+      var settle = function () {
+        if (document.readyState === 'complete' && !look()) { stop(); resolve(false); }
+      };
+      document.addEventListener('readystatechange', settle);
+      settle();
+      if (done) return;
+    }
     mo = new MutationObserver(look);
     mo.observe(document, {childList: true, subtree: true, attributes: true});
     iv = setInterval(look, 100);

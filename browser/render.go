@@ -448,18 +448,41 @@ func noPage(nav *page.NavigateResult, st *jobState) (int, string) {
 
 // notHTML fails a job that waits for a selector on a response no selector
 // can appear in (an image, a PDF, a binary file) at once, instead of at its
-// timeout. Text, JSON, XML and SVG are documents Chrome builds a DOM for.
+// timeout. HTML and XML (XHTML, SVG) are documents whose scripts may add
+// the element; a document Chrome shows as text (isTextType) is waited on
+// until it has loaded (wait).
 func notHTML(j *job, resp *network.Response) error {
 	if j.Wait.Selector == "" || resp.Status >= 400 {
 		return nil
 	}
 	mt := strings.ToLower(strings.TrimSpace(resp.MimeType))
-	switch {
-	case mt == "", strings.HasPrefix(mt, "text/"), mt == "application/xhtml+xml", mt == "application/json",
-		strings.HasSuffix(mt, "/xml"), strings.HasSuffix(mt, "+xml"), strings.HasSuffix(mt, "+json"), mt == "application/javascript":
+	if mt == "" || isMarkupType(mt) || isTextType(mt) {
 		return nil
 	}
 	return newErr(ClassNotHTML, false, "the page is %s, not HTML: %q cannot appear in it (HTTP %d)", mt, j.Wait.Selector, resp.Status)
+}
+
+// isMarkupType reports whether Chrome parses a document of the MIME type mt
+// (lower case, no parameters) as markup, whose scripts run: HTML, XHTML and
+// XML of any kind (SVG, RSS, text/xsl).
+func isMarkupType(mt string) bool {
+	return mt == "text/html" || mt == "text/xsl" || strings.HasSuffix(mt, "/xml") || strings.HasSuffix(mt, "+xml")
+}
+
+// isTextType reports whether Chrome shows a document of the MIME type mt
+// (lower case, no parameters) as text: a <pre> of it in a document Chrome
+// makes, in which no script runs (Blink's DOMImplementation::IsTextMIMEType:
+// text/* but markup, JavaScript, JSON).
+func isTextType(mt string) bool {
+	switch {
+	case isMarkupType(mt):
+		return false
+	case strings.HasPrefix(mt, "text/"), mt == "application/json", strings.HasSuffix(mt, "+json"),
+		mt == "application/javascript", mt == "application/x-javascript",
+		mt == "application/ecmascript", mt == "application/x-ecmascript":
+		return true
+	}
+	return false
 }
 
 // setup applies the job's settings to the tab before navigation; on a shared

@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,61 @@ func TestWaitPresentOrVisible(t *testing.T) {
 				t.Fatalf("error %q, want it to contain %q and %q", msg, head, tail)
 			}
 		})
+	}
+	e.usable(t, s)
+}
+
+// TestWaitOnAPageShownAsText: a page Chrome shows as text (plain text,
+// JSON, CSS, JavaScript), in which no script runs, fails not_html once it
+// has loaded without the awaited element, naming its type and the
+// selector, rather than at the job's timeout; a selector that matches the
+// DOM Chrome makes of it (pre, body) is waited on as on any page. An XML
+// document (SVG, XHTML) runs its scripts and is waited on, and so is a text
+// page whose Refresh header takes the tab to a page that has the element.
+func TestWaitOnAPageShownAsText(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	typed := func(typ string) string { return e.url("/typed?type=" + url.QueryEscape(typ)) }
+	for _, tc := range []struct {
+		url   string
+		wait  Wait
+		says  string // "" means the render succeeds
+		final string // the final URL wanted on success, when not url
+	}{
+		{url: typed("text/plain"), wait: Wait{Selector: "#ready"},
+			says: `the page is text/plain, shown as text, not HTML: "#ready" is not present in the DOM once it loaded`},
+		{url: typed("application/json"), wait: Wait{Selector: "#ready"},
+			says: `the page is application/json, shown as text, not HTML: "#ready" is not present`},
+		{url: typed("text/css"), wait: Wait{Selector: "#ready"}, says: `the page is text/css, shown as text`},
+		{url: typed("text/javascript"), wait: Wait{Selector: "#ready"}, says: `the page is text/javascript, shown as text`},
+		{url: typed("text/plain"), wait: Wait{Selector: "head", Visible: true},
+			says: `"head" is not visible once it loaded, and no script runs in it to change that; found: it is present but hidden`},
+		{url: typed("text/plain"), wait: Wait{Selector: "pre"}},
+		{url: typed("application/json"), wait: Wait{Selector: "body", Visible: true}},
+		{url: typed("application/x-javascript"), wait: Wait{Selector: "pre"}},
+		{url: typed("image/svg+xml"), wait: Wait{Selector: "#ready"}},
+		{url: typed("application/xhtml+xml"), wait: Wait{Selector: "#ready"}},
+		{url: typed("text/xml"), wait: Wait{Selector: "#ready"}},
+		{url: typed("text/plain") + "&refresh=" + url.QueryEscape("1; url=/page/1"), wait: Wait{Selector: "#ready"}, final: e.url("/page/1")},
+	} {
+		res, err, _ := render(t, s, Request{URL: tc.url, Wait: tc.wait, Timeout: 20 * time.Second})
+		if tc.says == "" {
+			want := tc.final
+			if want == "" {
+				want = tc.url
+			}
+			if err != nil || res.FinalURL != want {
+				t.Errorf("%s, %+v: %v; want success at %s", tc.url, tc.wait, err, want)
+			}
+			continue
+		}
+		wantClass(t, err, ClassNotHTML, false)
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s, %+v: error %q; want it to say %q", tc.url, tc.wait, err, tc.says)
+		}
+		if res == nil || res.Status != 200 || res.FinalURL != tc.url {
+			t.Errorf("%s, %+v: result %+v; want status 200 at the page's URL", tc.url, tc.wait, res)
+		}
 	}
 	e.usable(t, s)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -49,6 +50,36 @@ func (s *site) status(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeHTML(w, code, fmt.Sprintf(`<!doctype html><html><head><meta charset="utf-8"><title>Status %d</title></head><body><div id="ready">status %d</div></body></html>`, code, code))
+}
+
+// typed answers with the Content-Type ?type= (text/plain by default), and
+// with ?refresh= a Refresh header of its value: for an XML type (SVG,
+// XHTML, XML) a document whose script adds #ready after its load event,
+// for any other a line of JSON that names a div#ready, which a browser
+// shows as text.
+func (s *site) typed(w http.ResponseWriter, r *http.Request) {
+	typ := r.URL.Query().Get("type")
+	if typ == "" {
+		typ = "text/plain"
+	}
+	w.Header().Set("Content-Type", typ)
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if v := r.URL.Query().Get("refresh"); v != "" {
+		w.Header().Set("Refresh", v)
+	}
+	switch {
+	case strings.Contains(typ, "svg"):
+		fmt.Fprint(w, `<svg xmlns="http://www.w3.org/2000/svg"><script>addEventListener('load', function () { setTimeout(function () {
+  var el = document.createElementNS('http://www.w3.org/2000/svg', 'rect'); el.id = 'ready'; document.documentElement.appendChild(el);
+}, 50); });</script></svg>`)
+	case strings.Contains(typ, "xml"):
+		fmt.Fprint(w, `<html xmlns="http://www.w3.org/1999/xhtml"><head><title>typed</title></head><body><script>addEventListener('load', function () { setTimeout(function () {
+  var el = document.createElement('div'); el.id = 'ready'; document.body.appendChild(el);
+}, 50); });</script></body></html>`)
+	default:
+		fmt.Fprint(w, `{"note": "<div id=\"ready\">shown as text</div>"}`+"\n")
+	}
 }
 
 func (s *site) redirect(w http.ResponseWriter, r *http.Request) {

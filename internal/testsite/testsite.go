@@ -102,6 +102,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /slow/{ms}", s.slow)
 	m.HandleFunc("GET /hang", s.hang)
 	m.HandleFunc("GET /status/{code}", s.status)
+	m.HandleFunc("GET /typed", s.typed)
 	m.HandleFunc("GET /redirect/{n}", s.redirect)
 	m.HandleFunc("GET /redirect-loop", s.redirectLoop)
 	m.HandleFunc("GET /js-redirect/{n}", s.jsRedirect)
@@ -148,6 +149,7 @@ var paths = [][2]string{
 	{"/slow/{ms}", "answers after ms milliseconds"},
 	{"/hang", "sends part of a page and never finishes"},
 	{"/status/{code}", "answers with that HTTP status (?empty: with no body)"},
+	{"/typed?type=MIME&refresh=R", "answers as the Content-Type MIME (default text/plain): an XML type a document whose script adds #ready after its load, any other a line of JSON naming a div#ready; with refresh, a Refresh header of R"},
 	{"/redirect/{n}", "n redirects, then /page/0"},
 	{"/redirect-loop", "redirects to itself"},
 	{"/js-redirect/{n}", "a script replaces the location with /page/{n} while loading"},
