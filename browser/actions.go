@@ -207,11 +207,17 @@ func (t *tab) act(ctx context.Context, a Action) error {
 	times := max(a.Times, 1)
 	switch a.Type {
 	case ActionClick:
-		for range times {
-			if err := t.click(ctx, a.Selector); err != nil {
-				return err
+		for n := range times {
+			err := t.click(ctx, a.Selector)
+			if err == nil {
+				if err = sleep(ctx, time.Duration(a.Ms)*time.Millisecond); err != nil {
+					err = fmt.Errorf("pausing %d ms after it: %w", a.Ms, err)
+				}
 			}
-			if err := sleep(ctx, time.Duration(a.Ms)*time.Millisecond); err != nil {
+			if err != nil && times > 1 {
+				return fmt.Errorf("click %d of %d: %w", n+1, times, err)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -225,7 +231,7 @@ func (t *tab) act(ctx context.Context, a Action) error {
 	case ActionType:
 		v, err := t.evalRetry(ctx, "("+jsFocus+")("+jsString(a.Selector)+")")
 		if err != nil {
-			return selectorError(err)
+			return t.elementError(ctx, a.Selector, err)
 		}
 		if string(v) != "true" {
 			return newErr(ClassAction, false, "%q is not an element that takes text", a.Selector)
@@ -235,11 +241,25 @@ func (t *tab) act(ctx context.Context, a Action) error {
 		}
 	case ActionWait:
 		if a.Selector != "" {
-			return t.waitFor(ctx, a.Selector, true, "")
+			if err := t.waitFor(ctx, a.Selector, true, ""); err != nil {
+				return t.elementError(ctx, a.Selector, err)
+			}
+			return nil
 		}
 		return sleep(ctx, time.Duration(a.Ms)*time.Millisecond)
 	}
 	return nil
+}
+
+// elementError is the error of an action's wait for its element (sel, to
+// be visible): when the job's time ran out, it names the selector and says
+// what the page had, as the job's own wait does (waitError); an invalid
+// selector or a script's failure is selectorError's.
+func (t *tab) elementError(ctx context.Context, sel string, err error) error {
+	if ctx.Err() == nil {
+		return selectorError(err)
+	}
+	return t.waitError(ctx, sel, true, err)
 }
 
 // click scrolls the element into view and clicks its centre with real mouse
@@ -248,7 +268,7 @@ func (t *tab) act(ctx context.Context, a Action) error {
 func (t *tab) click(ctx context.Context, sel string) error {
 	v, err := t.evalRetry(ctx, "("+jsClickPoint+")("+jsString(sel)+")")
 	if err != nil {
-		return selectorError(err)
+		return t.elementError(ctx, sel, err)
 	}
 	if string(v) == "null" {
 		// Covered or moving: the page got a synthetic click instead.

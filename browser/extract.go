@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -28,6 +29,9 @@ import (
 func (t *tab) extract(ctx context.Context, expr string, maxBytes int) (json.RawMessage, error) {
 	expr = jobspec.WrapExtract(expr, maxBytes)
 	r, err := t.evalIn(ctx, "", expr)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("extract: its promise did not settle before the job's timeout (or its script did not end): %w", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("extract: %w", err)
 	}

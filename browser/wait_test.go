@@ -108,3 +108,35 @@ func TestWaitOnAPageShownAsText(t *testing.T) {
 	}
 	e.usable(t, s)
 }
+
+// TestActionAndExtractTimeoutsSayWhy: an action that waits out the job's
+// timeout for its element (type, click, wait) names the selector and what
+// the page had, as the job's own wait does — a click of several names the
+// one that waited — and an extract whose promise never settles says so.
+func TestActionAndExtractTimeoutsSayWhy(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	for _, tc := range []struct {
+		req  Request
+		says []string
+	}{
+		{Request{URL: e.url("/form"), Actions: []Action{{Type: ActionType, Selector: "#nothing", Text: "x"}}},
+			[]string{`action 0 (type): waiting for "#nothing" to be visible: `, `; found: no element matches it`}},
+		{Request{URL: e.url("/form"), Actions: []Action{{Type: ActionClick, Selector: "#go"}, {Type: ActionClick, Selector: "#once", Times: 3}}},
+			[]string{`action 1 (click): click 2 of 3: waiting for "#once" to be visible: `, `; found: no element matches it`}},
+		{Request{URL: e.url("/wait-targets"), Actions: []Action{{Type: ActionWait, Selector: "#hidden"}}},
+			[]string{`action 0 (wait): waiting for "#hidden" to be visible: `, `; found: it is present but hidden`}},
+		{Request{URL: e.url("/page/1"), Extract: `new Promise(() => {})`},
+			[]string{`extract: its promise did not settle before the job's timeout`}},
+	} {
+		tc.req.Timeout = 3 * time.Second
+		_, err, _ := render(t, s, tc.req)
+		wantClass(t, err, ClassTimeout, true)
+		for _, want := range tc.says {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q; want it to say %q", tc.req.URL, err, want)
+			}
+		}
+	}
+	e.usable(t, s)
+}

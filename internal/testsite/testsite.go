@@ -131,7 +131,7 @@ var paths = [][2]string{
 	{"/leak/{n}?mb=N", "like /page/{n}, and the script retains N MB of objects"},
 	{"/links/{n}", "links to /page/* and a.next to /links/{n+1}"},
 	{"/infinite", "infinite list: scrolling to the bottom loads 20 more items"},
-	{"/form", "input#q, button#go, button#more (load more), #out"},
+	{"/form", "input#q, button#go, button#more (load more), #out, button#once (removes itself when clicked)"},
 	{"/wait-targets", "a script adds #empty (an empty div: present, zero size), #hidden (display:none) and #shown"},
 	{"/images", "an image; #ready says whether it loaded or was blocked"},
 	{"/echo", "the request's headers and cookies as JSON in #data"},
@@ -380,8 +380,10 @@ document.body.insertAdjacentHTML('beforeend',
 func (s *site) form(w http.ResponseWriter, r *http.Request) {
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Form</title></head><body>
 <input id="q" type="text"><button id="go">go</button><div id="out"></div>
-<button id="more">load more</button><ul id="list"></ul>
+<button id="more">load more</button><ul id="list"></ul><button id="once">once</button>
 <script>
+// #once removes itself when clicked.
+document.getElementById('once').addEventListener('click', function () { this.remove(); });
 document.getElementById('go').addEventListener('click', function (e) {
   var v = document.getElementById('q').value;
   fetch('/api/item/1?items=1').then(function () {
