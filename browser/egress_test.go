@@ -90,6 +90,54 @@ func TestEgressProxyLaunch(t *testing.T) {
 	}
 }
 
+// TestEgressRefusedLaterNavigation: a page that sends the tab on to a
+// refused destination — by a script, by a meta refresh, through a redirect
+// of an allowed page, or to an https address whose tunnel is refused —
+// fails its job at once, permanently, with class destination_refused naming
+// the address, as a refused job URL does; nothing reaches the address.
+// Without it the job would wait for #ready on the egress proxy's refusal
+// page (or Chrome's error page) until its timeout, or complete there.
+func TestEgressRefusedLaterNavigation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Chromium")
+	}
+	site := testutil.StartSite(t, testsite.Options{})
+	proxy := serveSiteProxy(t, site.URL)
+	forbidden := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("%s reached the refused destination", r.URL)
+		fmt.Fprint(w, `<div id="ready">reached</div>`)
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbidden.Listener = ln
+	forbidden.Start()
+	defer forbidden.Close()
+	addr := ln.Addr().String()
+
+	b := launch(t, Options{EgressProxy: proxy.URL(), EgressFailure: proxy.Failure, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
+	s := openSession(t, b)
+	to := func(u string) string { return url.QueryEscape(u) }
+	for _, u := range []string{
+		site.URL + "/egress/navigate?to=" + to("http://"+addr+"/script"),
+		site.URL + "/egress/navigate?by=meta&to=" + to("http://"+addr+"/meta"),
+		site.URL + "/egress/navigate?to=" + to(site.URL+"/egress/redirect?to="+to("http://"+addr+"/redirected")),
+		site.URL + "/egress/navigate?to=" + to("https://"+addr+"/tunnel"),
+	} {
+		_, err, _ := render(t, s, Request{URL: u, Wait: Wait{Selector: "#ready"}, Timeout: 20 * time.Second})
+		wantClass(t, err, ClassDestinationRefused, false)
+		if !strings.Contains(err.Error(), "destination "+addr+" refused") {
+			t.Errorf("%s: error %q; want it to name %s", u, err, addr)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.Render(ctx, Request{URL: site.URL + "/page/1", Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatalf("the session afterwards: %v", err)
+	}
+}
+
 // TestEgressFailureNamed: a page the egress proxy could not resolve or
 // connect fails as a retriable network error naming the cause, over http
 // (the proxy's own 502) and https (a tunnel Chrome reports only as

@@ -30,7 +30,22 @@ const (
 // proxy as a request: any other response came from the site (through a
 // tunnel) or from the job's proxy, which cannot speak for the farm's.
 func (s *Session) egressAnswer(j *job, resp *network.Response) error {
-	if s.b.opts.EgressProxy == "" || j.proxy != nil || (resp.Status != 403 && resp.Status != 502) {
+	if !s.egressed(j) {
+		return nil
+	}
+	return egressMark(resp)
+}
+
+// egressed reports whether the job's requests go through the node's egress
+// proxy: there is one, and the job has no proxy of its own.
+func (s *Session) egressed(j *job) bool {
+	return s.b.opts.EgressProxy != "" && j.proxy == nil
+}
+
+// egressMark is egressAnswer's error for a response of a job whose
+// requests go through the egress proxy.
+func egressMark(resp *network.Response) error {
+	if resp.Status != 403 && resp.Status != 502 {
 		return nil
 	}
 	u, err := url.Parse(resp.URL)
@@ -55,22 +70,14 @@ func (s *Session) egressAnswer(j *job, resp *network.Response) error {
 // refused or could not connect — the job's URL or where it redirected:
 // Chrome reports only that the tunnel failed, the proxy says why.
 func (s *Session) egressTunnel(j *job, st *jobState, errText string) error {
-	if j.proxy != nil || !strings.Contains(errText, "ERR_TUNNEL_CONNECTION_FAILED") {
+	if j.proxy != nil || !strings.Contains(errText, tunnelFailed) {
 		return nil
 	}
 	target := j.URL
 	if d := st.lastDocURL(); d != "" {
 		target = d
 	}
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil
-	}
-	if s.b.opts.EgressFailure == nil {
-		return nil
-	}
-	port, _ := egress.URLPort(u)
-	f, ok := s.b.opts.EgressFailure(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))))
+	f, ok := tunnelFailure(s.b.opts.EgressFailure, target)
 	switch {
 	case !ok:
 		return nil
@@ -78,6 +85,21 @@ func (s *Session) egressTunnel(j *job, st *jobState, errText string) error {
 		return egressRefusedErr(f.Addr, j.shown)
 	}
 	return egressFailureErr(f.Err, j.shown)
+}
+
+// tunnelFailed is Chrome's error of a request whose tunnel (CONNECT) the
+// proxy did not open.
+const tunnelFailed = "ERR_TUNNEL_CONNECTION_FAILED"
+
+// tunnelFailure is the egress proxy's record (lookup: Options.EgressFailure)
+// of why it failed the host and port of target, a URL.
+func tunnelFailure(lookup func(hostport string) (egress.Failure, bool), target string) (egress.Failure, bool) {
+	u, err := url.Parse(target)
+	if err != nil || lookup == nil {
+		return egress.Failure{}, false
+	}
+	port, _ := egress.URLPort(u)
+	return lookup(net.JoinHostPort(u.Hostname(), strconv.Itoa(int(port))))
 }
 
 // egressRefusedErr is the error of a page at an address (addr) the egress

@@ -44,7 +44,8 @@ const (
 	// ClassTooLarge: the extract value or screenshot is over its cap
 	// (Request.MaxDataBytes, MaxScreenshotBytes). Permanent.
 	ClassTooLarge = "result_too_large"
-	// ClassDestinationRefused: the page (its URL or a redirect) is at an
+	// ClassDestinationRefused: the page (its URL, a redirect, or a later
+	// navigation of its main frame before the result was read) is at an
 	// address the egress policy refuses. Permanent.
 	ClassDestinationRefused = "destination_refused"
 	// ClassNotHTML: the page is not a document a selector can appear in

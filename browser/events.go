@@ -81,6 +81,9 @@ func (t *tab) onEvent(ev any) {
 		t.requestEnded(e.RequestID)
 	case *network.EventLoadingFailed:
 		t.requestEnded(e.RequestID)
+		if e.Type == network.ResourceTypeDocument {
+			t.withJob(func(j *jobState) { j.docFailed(e.RequestID, e.ErrorText) })
+		}
 	case *network.EventRequestWillBeSent:
 		if outlives(e.Type) {
 			t.requestStarted(e.RequestID)

@@ -9,6 +9,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
+
+	"github.com/browserfarm/browserfarm/browser/egress"
 )
 
 // jobState is what the tab's events tell about the current job.
@@ -27,6 +29,13 @@ type jobState struct {
 	console []string
 	dialogs int
 	changed chan struct{}
+
+	// The egress policy's refusal of a main-frame navigation (watchEgress):
+	// the first one seen, and whether the job's own navigation has been
+	// checked (armed), after which a refusal aborts the job at once.
+	egressFailure func(hostport string) (egress.Failure, bool) // nil: not behind the egress proxy
+	refusal       error
+	armed         bool
 }
 
 func newJobState(j *job, abort func(error)) *jobState {
@@ -104,8 +113,80 @@ func (st *jobState) lastDocURL() string {
 func (st *jobState) response(loader cdp.LoaderID, r *network.Response) {
 	st.mu.Lock()
 	st.docs[loader] = r
+	watch := st.egressFailure != nil
 	st.mu.Unlock()
+	if watch {
+		if err := egressMark(r); ClassOf(err) == ClassDestinationRefused {
+			st.refuse(err)
+		}
+	}
 	st.poke()
+}
+
+// watchEgress makes the job's state watch the main frame's navigations for
+// the egress policy's refusals (a job behind the node's egress proxy, with
+// no proxy of its own); failure is the proxy's record of why it failed a
+// host (Options.EgressFailure), for a refused tunnel, which Chrome reports
+// only as failed.
+func (st *jobState) watchEgress(failure func(hostport string) (egress.Failure, bool)) {
+	if failure == nil {
+		failure = func(string) (egress.Failure, bool) { return egress.Failure{}, false }
+	}
+	st.mu.Lock()
+	st.egressFailure = failure
+	st.mu.Unlock()
+}
+
+// docFailed records a main-frame document request that failed: one whose
+// tunnel the egress proxy refused is a refusal.
+func (st *jobState) docFailed(id network.RequestID, errText string) {
+	st.mu.Lock()
+	lookup, u := st.egressFailure, st.docURL
+	ours := id == st.docID
+	st.mu.Unlock()
+	if lookup == nil || !ours || !strings.Contains(errText, tunnelFailed) {
+		return
+	}
+	if f, ok := tunnelFailure(lookup, u); ok && f.Refused {
+		st.refuse(egressRefusedErr(f.Addr, u))
+	}
+}
+
+// refuse records that a navigation of the main frame reached a destination
+// the egress policy refuses, and aborts the job with err once armed.
+func (st *jobState) refuse(err error) {
+	st.mu.Lock()
+	first := st.refusal == nil
+	if first {
+		st.refusal = err
+	}
+	abort := first && st.armed
+	st.mu.Unlock()
+	if abort {
+		st.abort(err)
+	}
+}
+
+// arm makes a refusal abort the job from now on, and at once if one was
+// recorded: it is called once the job's own navigation has been checked
+// (its refusal, if any, is then the job's error with what it answered), so
+// that a later navigation's refusal — a script's, a meta refresh's, a
+// redirect of either — ends the job whatever it waits for.
+func (st *jobState) arm() {
+	st.mu.Lock()
+	st.armed = true
+	err := st.refusal
+	st.mu.Unlock()
+	if err != nil {
+		st.abort(err)
+	}
+}
+
+// refused is the refusal a navigation of the main frame met, or nil.
+func (st *jobState) refused() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.refusal
 }
 
 func (st *jobState) doc(loader cdp.LoaderID) *network.Response {

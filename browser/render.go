@@ -121,6 +121,9 @@ func (s *Session) render(ctx context.Context, start time.Time, j *job) (*Result,
 		return nil, MarkBeforePage(s.classify(ctx, jctx, fmt.Errorf("getting a tab: %w", err)))
 	}
 	st := newJobState(j, abort)
+	if s.egressed(j) {
+		st.watchEgress(s.b.opts.EgressFailure)
+	}
 	t.beginJob(st)
 	if j.userinfo {
 		// Credentials in the URL end in Chrome's HTTP auth cache.
@@ -352,6 +355,9 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			return err
 		}
 	}
+	// From here a navigation of the main frame that reaches a refused
+	// destination (a script's, a meta refresh's) ends the job at once.
+	st.arm()
 
 	httpErr := error(nil)
 	if res.Status >= 400 {
@@ -419,6 +425,11 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		res.Screenshot = shot.Data
 	}
 	res.Timings.Extract = time.Since(mark)
+	// A refusal that came before the result was read, though the calls
+	// above answered before its abort was seen.
+	if err := st.refused(); err != nil {
+		return err
+	}
 	return httpErr
 }
 

@@ -50,6 +50,32 @@ Promise.all(urls.map(u => fetch(u, {mode: 'no-cors'}).then(r => u + ' ok ' + r.s
 	writeHTML(w, http.StatusOK, b.String())
 }
 
+// egressNavigate sends the page to ?to= once it is parsed: by a script
+// (location = to), or with ?by=meta by a meta refresh. It has no #ready.
+func (s *site) egressNavigate(w http.ResponseWriter, r *http.Request) {
+	to := r.URL.Query().Get("to")
+	if !strings.HasPrefix(to, "http://") && !strings.HasPrefix(to, "https://") {
+		http.Error(w, "want ?to=http(s)://…", http.StatusBadRequest)
+		return
+	}
+	how := fmt.Sprintf(`<script>location = %s;</script>`, jsQuote(to))
+	if r.URL.Query().Get("by") == "meta" {
+		how = fmt.Sprintf(`<meta http-equiv="refresh" content="0; url=%s">`, html.EscapeString(to))
+	}
+	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>navigating</title>`+how+
+		`</head><body>navigating</body></html>`)
+}
+
+// jsQuote is s as a JavaScript string literal that cannot end a script
+// element (json.Marshal escapes <, > and &).
+func jsQuote(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return `""`
+	}
+	return string(b)
+}
+
 // egressLinks links to every ?to= with class "out".
 func (s *site) egressLinks(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder

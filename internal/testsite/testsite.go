@@ -121,6 +121,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /egress/redirect", s.egressRedirect)
 	m.HandleFunc("GET /egress/page", s.egressPage)
 	m.HandleFunc("GET /egress/links", s.egressLinks)
+	m.HandleFunc("GET /egress/navigate", s.egressNavigate)
 }
 
 // paths lists the site's pages with a one-line description each, for the
@@ -168,6 +169,7 @@ var paths = [][2]string{
 	{"/egress/redirect?to=URL", "redirects (302) to URL"},
 	{"/egress/page?fetch=URL&frame=URL", "fetches and frames the URLs (repeatable); #out says what each fetch got, then #ready"},
 	{"/egress/links?to=URL", "links (a.out) to the URLs (repeatable)"},
+	{"/egress/navigate?to=URL&by=script", "goes to URL as it loads: by a script (location = URL), or with by=meta by a meta refresh; no #ready"},
 }
 
 func (s *site) index(w http.ResponseWriter, r *http.Request) {
