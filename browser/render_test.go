@@ -413,12 +413,6 @@ func TestPages(t *testing.T) {
 	})
 }
 
-// TestRenderFailureKeepsTheAnswer: a render that fails after the page
-// answered — its extract throws or is over its cap, an action fails, the
-// awaited selector never shows, the page is not HTML, or its script hangs
-// the renderer — returns with its error what the page answered: its
-// status, final URL and title, read also from a hung page without delaying
-// the failure past its timeout.
 // TestRenderErrorPageTitleIsNotKept: an error status with no body shows
 // Chrome's own error page, whose title (the URL, on both browsers) is not
 // the site's.
@@ -462,6 +456,12 @@ func TestNoPageAnswerIsAnHTTPFailure(t *testing.T) {
 	e.usable(t, s)
 }
 
+// TestRenderFailureKeepsTheAnswer: a render that fails after the page
+// answered — its extract throws or is over its cap, an action fails, the
+// awaited selector never shows, the page is not HTML, or its script hangs
+// the renderer — returns with its error what the page answered: its
+// status, final URL and title, read also from a hung page without delaying
+// the failure past its timeout.
 func TestRenderFailureKeepsTheAnswer(t *testing.T) {
 	e := newEnv(t)
 	u := e.url
