@@ -31,6 +31,11 @@ const (
 	// ReplacedBroken: the tab was unusable after the job (its renderer
 	// crashed or hung, or the job timed out in it).
 	ReplacedBroken
+	// ReplacedOriginLeft: the page navigated its main frame to another
+	// origin (a script's or meta refresh's redirect to another host, a
+	// link clicked): the origins it left keep session storage in the tab,
+	// which only a live frame of theirs can clear.
+	ReplacedOriginLeft
 	// ReplacedWipeFailed: the wipe itself failed (a CDP error, its time
 	// limit, a page that reached a new origin while it ran).
 	ReplacedWipeFailed
@@ -51,6 +56,8 @@ func (r ReplaceReason) String() string {
 		return "in_flight"
 	case ReplacedBroken:
 		return "broken"
+	case ReplacedOriginLeft:
+		return "origin_left"
 	case ReplacedWipeFailed:
 		return "wipe_failed"
 	}
@@ -131,6 +138,10 @@ func (b *Browser) ContextStats() ContextStats { return b.contexts.snapshot() }
 // errInFlight is the wipe's error for fetches or beacons still in flight.
 var errInFlight = errors.New("fetches or beacons still in flight")
 
+// errOriginLeft is the wipe's error for an origin whose session storage it
+// cannot clear because no frame of the tab shows it any more.
+var errOriginLeft = errors.New("the page left the origin: its session storage cannot be cleared")
+
 // replaceReason is why a tab that a job left is not wiped for the next:
 // err is the wipe's error, nil if it did not run.
 func (t *tab) replaceReason(err error) ReplaceReason {
@@ -145,6 +156,8 @@ func (t *tab) replaceReason(err error) ReplaceReason {
 		return why
 	case errors.Is(err, errInFlight):
 		return ReplacedInFlight
+	case errors.Is(err, errOriginLeft):
+		return ReplacedOriginLeft
 	}
 	return ReplacedWipeFailed
 }

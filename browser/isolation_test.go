@@ -416,6 +416,27 @@ func TestWipeGivesUpContextWithRequestsInFlight(t *testing.T) {
 
 // preparedTab waits for the session's own tab for its next job (the wipe
 // of the last one's, or a new one) and returns it.
+// TestWipeCountsALeftOrigin: a page that sends its main frame to another
+// origin (a script's redirect) leaves session storage of the first origin
+// in the tab, which only a live frame of it could clear: the context is
+// replaced, and counted as origin_left, not as a wipe that failed.
+func TestWipeCountsALeftOrigin(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.session(t)
+	other := strings.Replace(e.url("/page/2"), "127.0.0.1", "localhost", 1)
+	if other == e.url("/page/2") {
+		t.Fatalf("the test site is not on 127.0.0.1: %s", e.site.URL)
+	}
+	if _, err := s.Render(ctx, Request{URL: e.url("/egress/navigate?by=script&to=" + url.QueryEscape(other)), Wait: Wait{Selector: "#ready"}}); err != nil {
+		t.Fatal(err)
+	}
+	preparedTab(t, s)
+	if got := e.b.ContextStats(); got.Replaced[ReplacedOriginLeft] != 1 || got.ReplacedTotal() != 1 {
+		t.Errorf("context stats %v, want one context replaced for a left origin", got.ByReason())
+	}
+}
+
 func preparedTab(t *testing.T, s *Session) *tab {
 	t.Helper()
 	p := s.own

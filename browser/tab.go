@@ -67,9 +67,10 @@ type tab struct {
 	// what it left, and the tab does not read the cache). See scopeCache.
 	cacheScope string
 
-	// The loader of the main frame's committed document, and a channel
-	// closed at its next commit (awaitCommit).
+	// The loader and origin of the main frame's committed document, and a
+	// channel closed at its next commit (awaitCommit).
 	mainLoader cdp.LoaderID
+	docOrigin  string
 	committed  chan struct{}
 
 	// The farm's isolated world (world.go): its newest context in the
@@ -256,6 +257,13 @@ func (t *tab) setUserAgent(ctx context.Context, ua string, lang bool) error {
 		return fmt.Errorf("Emulation.setUserAgentOverride: %w", err)
 	}
 	return nil
+}
+
+// mainOrigin is the origin of the main frame's committed document.
+func (t *tab) mainOrigin() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.docOrigin
 }
 
 func (t *tab) isBroken() bool {

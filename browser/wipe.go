@@ -297,6 +297,12 @@ func (t *tab) wipe(ctx context.Context) error {
 	for _, o := range live {
 		_, err := cdp.Call(ctx, t.t, domstorage.Clear, domstorage.ClearParams{StorageID: &domstorage.StorageID{SecurityOrigin: o, IsLocalStorage: false}})
 		if err != nil {
+			if o != t.mainOrigin() {
+				// Its frame is gone, as far as the main frame says: the
+				// page went to another origin (counted apart from wipes
+				// that failed).
+				return fmt.Errorf("clearing the session storage of %s: %w (%w)", o, errOriginLeft, err)
+			}
 			return fmt.Errorf("clearing the session storage of %s: %w", o, err)
 		}
 	}

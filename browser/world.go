@@ -79,6 +79,7 @@ func (t *tab) documentChanged(f *cdp.Frame) {
 	t.mu.Lock()
 	t.world, t.newestWorld = worldCtx{}, worldCtx{}
 	t.mainLoader = f.LoaderID
+	t.docOrigin = f.SecurityOrigin
 	close(t.committed)
 	t.committed = make(chan struct{})
 	t.mu.Unlock()
