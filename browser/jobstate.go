@@ -90,10 +90,30 @@ func (st *jobState) docRequest(id network.RequestID, u string) {
 // hand on as a page (a 304 it has nothing cached for) only there.
 func (st *jobState) extraInfo(id network.RequestID, status int64) {
 	st.mu.Lock()
-	if id == st.docID {
+	ours := id == st.docID
+	if ours {
 		st.docCode = status
 	}
 	st.mu.Unlock()
+	if ours {
+		st.poke()
+	}
+}
+
+// awaitLastDoc is lastDoc once the status is known, or as it stands when
+// ctx ends.
+func (st *jobState) awaitLastDoc(ctx context.Context) (string, int) {
+	for {
+		u, code := st.lastDoc()
+		if code != 0 {
+			return u, code
+		}
+		select {
+		case <-ctx.Done():
+			return u, code
+		case <-st.changed:
+		}
+	}
 }
 
 // lastDoc returns the main frame's last document request's URL and the
