@@ -248,6 +248,13 @@ func (t *tab) awaitOutliving(ctx context.Context, grace time.Duration) error {
 func (t *tab) leave(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, wipeTimeout)
 	defer cancel()
+	return t.toBlank(ctx)
+}
+
+// toBlank navigates the tab to about:blank and waits for its commit: the
+// page's pagehide, visibilitychange and unload handlers run as about:blank
+// commits, which can be after Page.navigate answers.
+func (t *tab) toBlank(ctx context.Context) error {
 	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: "about:blank"})
 	if err != nil {
 		return fmt.Errorf("navigating to about:blank: %w", err)
@@ -306,19 +313,11 @@ func (t *tab) wipe(ctx context.Context) error {
 			return fmt.Errorf("clearing the session storage of %s: %w", o, err)
 		}
 	}
-	// Leaving the page stops its scripts, timers, workers and connections.
-	nav, err := cdp.Call(ctx, t.t, page.Navigate, page.NavigateParams{URL: "about:blank"})
-	if err != nil {
-		return fmt.Errorf("navigating to about:blank: %w", err)
-	}
-	if nav.ErrorText != "" {
-		return fmt.Errorf("navigating to about:blank: %s", nav.ErrorText)
-	}
-	// The page's pagehide, visibilitychange and unload handlers run as
-	// about:blank commits, which can be after Page.navigate answers: what
-	// they write must already be there when the clearing below runs.
-	if err := t.awaitCommit(ctx, nav.LoaderID); err != nil {
-		return fmt.Errorf("waiting for about:blank: %w", err)
+	// Leaving the page stops its scripts, timers, workers and connections;
+	// what its handlers of leaving write is there, once about:blank has
+	// committed, for the clearing below.
+	if err := t.toBlank(ctx); err != nil {
+		return err
 	}
 	if err := t.unblockRequests(ctx); err != nil {
 		return err
