@@ -9,6 +9,20 @@ import (
 	"github.com/browserfarm/browserfarm/internal/jobspec"
 )
 
+// renderWithHeaders renders req with headers set on the prepared job, past
+// the checks that would refuse some of them, within 20 s.
+func renderWithHeaders(t *testing.T, s *Session, req Request, headers map[string]string) (*Result, error) {
+	t.Helper()
+	j, err := req.prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Headers = headers
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return s.render(ctx, time.Now(), j)
+}
+
 // TestRefusedHeadersFailInChrome keeps jobspec's refused header names
 // honest: Chrome fails a page's request that carries any of them with
 // net::ERR_INVALID_ARGUMENT (sent past Check, which refuses them), and
@@ -17,14 +31,7 @@ func TestRefusedHeadersFailInChrome(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
 	try := func(name, value string) error {
-		j, err := Request{URL: e.url("/echo"), Timeout: 10 * time.Second}.prepare()
-		if err != nil {
-			t.Fatal(err)
-		}
-		j.Headers = map[string]string{name: value}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_, err = s.render(ctx, time.Now(), j)
+		_, err := renderWithHeaders(t, s, Request{URL: e.url("/echo"), Timeout: 10 * time.Second}, map[string]string{name: value})
 		return err
 	}
 	refused := append(jobspec.RefusedHeaders(), "Proxy-Authorization", "Proxy-Connection", "proxy-x")
@@ -64,14 +71,7 @@ func TestDroppedHeaders(t *testing.T) {
 	s := e.session(t)
 	echo := func(req Request, headers map[string]string) (h, cookies map[string]string) {
 		t.Helper()
-		req.Headers = headers
-		j, err := req.prepare()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		res, err := s.render(ctx, time.Now(), j)
+		res, err := renderWithHeaders(t, s, req, headers)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,17 +120,11 @@ func TestDefaultLanguages(t *testing.T) {
 	const header = "JSON.parse(document.getElementById('data').textContent).headers['accept-language'] ?? null"
 	langs := func(req Request, headers map[string]string) string {
 		t.Helper()
-		req.URL, req.Headers = e.url("/echo"), headers
+		req.URL = e.url("/echo")
 		if req.Extract == "" {
 			req.Extract = probe
 		}
-		j, err := req.prepare()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		res, err := s.render(ctx, time.Now(), j)
+		res, err := renderWithHeaders(t, s, req, headers)
 		if err != nil {
 			t.Fatal(err)
 		}

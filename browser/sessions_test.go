@@ -14,6 +14,19 @@ import (
 	"github.com/browserfarm/browserfarm/internal/testutil"
 )
 
+// visitStorage renders the test site's /storage in s's shared tab and
+// returns the visits it counted in a cookie and in localStorage.
+func visitStorage(t *testing.T, e *env, s *Session) string {
+	t.Helper()
+	res, err := s.Render(context.Background(), Request{URL: e.url("/storage"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	unmarshal(t, res.Data, &out)
+	return out
+}
+
 // TestSharedContext checks the opt-out of isolation: a session reuses its
 // tab in the default context, so storage persists, and a page with an
 // onbeforeunload prompt does not stop the next job.
@@ -21,16 +34,7 @@ func TestSharedContext(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
 	ctx := context.Background()
-	visit := func() string {
-		t.Helper()
-		res, err := s.Render(ctx, Request{URL: e.url("/storage"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out string
-		unmarshal(t, res.Data, &out)
-		return out
-	}
+	visit := func() string { t.Helper(); return visitStorage(t, e, s) }
 	if first, second := visit(), visit(); first != "cookie=1 local=1" || second != "cookie=2 local=2" {
 		t.Fatalf("visits %q then %q, want the second to see the first", first, second)
 	}
@@ -102,16 +106,7 @@ func TestSharedTabLeavesItsPage(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
 	ctx := context.Background()
-	visit := func() string {
-		t.Helper()
-		res, err := s.Render(ctx, Request{URL: e.url("/storage"), Isolation: IsolationShared, Wait: Wait{Selector: "#ready"}, Extract: `document.getElementById('out').textContent`})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out string
-		unmarshal(t, res.Data, &out)
-		return out
-	}
+	visit := func() string { t.Helper(); return visitStorage(t, e, s) }
 	if got := visit(); got != "cookie=1 local=1" {
 		t.Fatalf("first visit %q", got)
 	}
