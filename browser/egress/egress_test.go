@@ -492,18 +492,35 @@ func connectThrough(t *testing.T, p *Proxy, target string) (net.Conn, *http.Resp
 	return c, resp
 }
 
-// TestProxyStreams: an answer's headers and each part of its body reach
-// the page as the site sends them — an event stream never ends, and a page
-// or fetch read as a stream must not wait for the proxy's buffer to fill.
-// The site sends its second part only once the client has read the first.
+// TestProxyStreams: each part of an answer of unknown length reaches the
+// page as the site sends it — an event stream never ends, and a page or
+// fetch read as a stream must not wait for the proxy's buffer to fill.
+// The site sends its second part only once the client has read the first;
+// an event stream's headers (its open event) come before any event, the
+// site sending its first only once the client has them.
 func TestProxyStreams(t *testing.T) {
-	firstRead := make(chan struct{})
+	for _, ct := range []string{"text/event-stream", "text/html"} {
+		t.Run(ct, func(t *testing.T) { testProxyStreams(t, ct) })
+	}
+}
+
+func testProxyStreams(t *testing.T, contentType string) {
+	firstRead, headersRead := make(chan struct{}), make(chan struct{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	events := contentType == "text/event-stream"
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Type", contentType)
+		if events {
+			w.(http.Flusher).Flush()
+			select {
+			case <-headersRead:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		fmt.Fprint(w, "data: 1\n\n")
 		w.(http.Flusher).Flush()
 		select {
@@ -529,6 +546,7 @@ func TestProxyStreams(t *testing.T) {
 		t.Fatalf("the answer's headers did not come through: %v", err)
 	}
 	defer resp.Body.Close()
+	close(headersRead)
 	br := bufio.NewReader(resp.Body)
 	for i, want := range []string{"data: 1\n", "\n", "data: 2\n"} {
 		line, err := br.ReadString('\n')
