@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -121,6 +122,30 @@ func TestSharedTabLeavesItsPage(t *testing.T) {
 	})
 	if got := visit(); got != "cookie=2 local=2" {
 		t.Fatalf("the next shared visit %q, want it to see the first", got)
+	}
+}
+
+// TestCloseAfterAFailedContextJob: the supervisor closes a session after
+// its job failed, while the job's brand-new context is being disposed of
+// in the background. The tab's last call waits for an answer its reader,
+// ended by the close, could no longer bring: it must end with the reader,
+// not at its closeWait bound (5 s of a failed job's slot, one close in two).
+func TestCloseAfterAFailedContextJob(t *testing.T) {
+	e := newEnv(t)
+	for i := range 8 {
+		s, err := e.b.NewSession(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err, _ = render(t, s, Request{URL: e.url(fmt.Sprintf("/status/404?job=%d", i)), Isolation: IsolationContext, Timeout: 20 * time.Second})
+		wantClass(t, err, ClassHTTP, false)
+		start := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took >= closeWait {
+			t.Fatalf("close %d took %v: a wait ran into its closeWait bound (%v)", i, took, closeWait)
+		}
 	}
 }
 

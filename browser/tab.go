@@ -322,7 +322,13 @@ func (t *tab) quiet() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(t.b.ctx, closeWait)
+		// A reader that ends during the call (Session.Close cancels the
+		// session while a tab of its last job is being disposed of in the
+		// background) takes the answer with it: the wait ends with it, not
+		// at closeWait, which a failed job's slot held for 5 s.
+		stop := context.AfterFunc(t.ctx, cancel)
 		_, _ = cdp.Call(ctx, t.t, target.GetTargetInfo, target.GetTargetInfoParams{})
+		stop()
 		cancel()
 	})
 }
