@@ -101,7 +101,7 @@ func (t *tab) onEvent(ev any) {
 		if e.StatusCode == 401 || e.StatusCode == 407 {
 			t.taint(ReplacedAuth)
 		}
-		t.withJob(func(j *jobState) { j.extraInfo(e.RequestID, e.StatusCode) })
+		t.withJob(func(j *jobState) { j.extraInfo(e.RequestID, e.StatusCode, e.Headers) })
 	case *network.EventRequestWillBeSentExtraInfo:
 		for k := range e.Headers {
 			if strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Proxy-Authorization") {

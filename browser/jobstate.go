@@ -25,7 +25,8 @@ type jobState struct {
 	docs    map[cdp.LoaderID]*network.Response
 	docURL  string // the main frame's last document request: the URL, or where it redirected
 	docID   network.RequestID
-	docCode int64 // the HTTP status of docID's last answer on the wire (its extra info)
+	docCode int64  // the HTTP status of docID's last answer on the wire (its extra info)
+	docTo   string // that answer's Location, for a redirect
 	console []string
 	dialogs int
 	changed chan struct{}
@@ -81,18 +82,26 @@ func (st *jobState) lifecycle(loader cdp.LoaderID, name string) {
 // of one (which keeps its id).
 func (st *jobState) docRequest(id network.RequestID, u string) {
 	st.mu.Lock()
-	st.docURL, st.docID, st.docCode = u, id, 0
+	st.docURL, st.docID, st.docCode, st.docTo = u, id, 0, ""
 	st.mu.Unlock()
 }
 
-// extraInfo records the status a request's answer had on the wire, for
-// the main frame's document request: Chrome reports a response it does not
-// hand on as a page (a 304 it has nothing cached for) only there.
-func (st *jobState) extraInfo(id network.RequestID, status int64) {
+// extraInfo records the status a request's answer had on the wire, and a
+// redirect's Location, for the main frame's document request: Chrome
+// reports a response it does not hand on as a page (a 304 it has nothing
+// cached for, a redirect to a URL it does not load) only there.
+func (st *jobState) extraInfo(id network.RequestID, status int64, headers network.Headers) {
 	st.mu.Lock()
 	ours := id == st.docID
 	if ours {
 		st.docCode = status
+		if status >= 300 && status < 400 {
+			for k, v := range headers {
+				if s, ok := v.(string); ok && strings.EqualFold(k, "Location") {
+					st.docTo = s
+				}
+			}
+		}
 	}
 	st.mu.Unlock()
 	if ours {
@@ -122,6 +131,17 @@ func (st *jobState) lastDoc() (string, int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.docURL, int(st.docCode)
+}
+
+// redirectedTo returns the status and Location of the main frame's last
+// document answer when it was a redirect ("" otherwise).
+func (st *jobState) redirectedTo() (int, string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.docCode < 300 || st.docCode >= 400 {
+		return 0, ""
+	}
+	return int(st.docCode), st.docTo
 }
 
 func (st *jobState) lastDocURL() string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -321,9 +322,17 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.FinalURL = resp.URL
 			return newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
 		}
+		// Before noPage's wait for the answer's extra info when the
+		// redirect's target is known already, after it when it came there.
+		if err := redirectedAway(&nav, st); err != nil {
+			return err
+		}
 		if status, u := noPage(ctx, &nav, st); status != 0 {
 			res.Status, res.FinalURL = status, u
 			return newErr(ClassHTTP, false, "HTTP %d: the server answered with no page", status)
+		}
+		if err := redirectedAway(&nav, st); err != nil {
+			return err
 		}
 		if strings.Contains(nav.ErrorText, "ERR_INVALID_AUTH_CREDENTIALS") {
 			// The site asked for credentials the job did not give (full
@@ -462,6 +471,39 @@ func noPage(ctx context.Context, nav *page.NavigateResult, st *jobState) (int, s
 		return status, u
 	}
 	return 0, ""
+}
+
+// redirectedAway is the error of a navigation Chrome aborted
+// (net::ERR_ABORTED) because the server redirected it to a URL it does not
+// load as a page (view-source:, ftp:, javascript:, mailto:, a scheme an
+// application would handle), or nil. The server will redirect there again:
+// not a network failure. (file:, data: and the like fail with Chrome's own
+// ERR_UNSAFE_REDIRECT, invalid already.) Chrome tells where in the
+// redirect's extra info (its Location), or by a request for the new URL.
+func redirectedAway(nav *page.NavigateResult, st *jobState) error {
+	if !strings.Contains(nav.ErrorText, "ERR_ABORTED") {
+		return nil
+	}
+	status, to := st.redirectedTo()
+	if to == "" {
+		if u := st.lastDocURL(); !webURL(u) {
+			to = u
+		}
+	}
+	if to == "" || webURL(to) {
+		return nil
+	}
+	if status != 0 {
+		return newErr(ClassInvalid, false, "HTTP %d: the server redirected to %q, which the browser does not load as a page", status, to)
+	}
+	return newErr(ClassInvalid, false, "the server redirected to %q, which the browser does not load as a page", to)
+}
+
+// webURL reports whether u is a URL the browser loads as a page: http or
+// https, or relative (a Location resolved against the page); "" is one.
+func webURL(u string) bool {
+	p, err := url.Parse(u)
+	return u == "" || err == nil && (p.Scheme == "" || p.Scheme == "http" || p.Scheme == "https")
 }
 
 // notHTML fails a job that waits for a selector on a response no selector

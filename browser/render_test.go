@@ -427,6 +427,22 @@ func TestRenderErrorPageTitleIsNotKept(t *testing.T) {
 	}
 }
 
+// TestRedirectAwayIsInvalid: a page the server redirects to a URL the
+// browser does not load as a page fails for good as invalid, naming where —
+// Chrome aborts view-source:, ftp:, javascript: and mailto: (net::ERR_ABORTED,
+// which reads as a network failure and was retried) and refuses file: and
+// data: itself (ERR_UNSAFE_REDIRECT).
+func TestRedirectAwayIsInvalid(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	for _, to := range []string{"view-source:" + e.url("/page/1"), "ftp://ftp.example.com/", "javascript:1", "mailto:a@example.com", "file:///etc/passwd", "data:text/html,hi"} {
+		_, err, _ := render(t, s, Request{URL: e.url("/redirect-to?to=" + url.QueryEscape(to)), Timeout: 10 * time.Second})
+		if ClassOf(err) != ClassInvalid || IsRetriable(err) {
+			t.Errorf("redirect to %s: %v; want invalid, permanent", to, err)
+		}
+	}
+}
+
 // TestNoPageAnswerIsAnHTTPFailure: an answer Chrome shows no page for and
 // aborts the navigation on — 204, 205, and 304 to a request with nothing
 // cached — fails the job for good as an HTTP failure naming the status,

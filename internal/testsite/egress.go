@@ -23,6 +23,13 @@ func (s *site) egressRedirect(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, to, http.StatusFound)
 }
 
+// redirectTo redirects (302) to ?to=, whatever its scheme: the Location
+// header as given, which http.Redirect would make relative.
+func (s *site) redirectTo(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Location", r.URL.Query().Get("to"))
+	w.WriteHeader(http.StatusFound)
+}
+
 // egressPage fetches every ?fetch= and frames every ?frame=, then writes
 // what each fetch got into #out (one line each: the URL and "ok <status>
 // <body>" or "error") and shows #ready.

@@ -119,6 +119,7 @@ func (s *site) routes() {
 	m.HandleFunc("GET /hostile/nested-workers", s.hostileNestedWorkers)
 	m.HandleFunc("GET /file.pdf", s.pdf)
 	m.HandleFunc("GET /egress/redirect", s.egressRedirect)
+	m.HandleFunc("GET /redirect-to", s.redirectTo)
 	m.HandleFunc("GET /egress/page", s.egressPage)
 	m.HandleFunc("GET /egress/links", s.egressLinks)
 	m.HandleFunc("GET /egress/navigate", s.egressNavigate)
@@ -167,6 +168,7 @@ var paths = [][2]string{
 	{"/hostile/nested-workers", "a Web Worker that starts Web Workers without end, until Chrome's browser process stops answering"},
 	{"/file.pdf", "a one-page PDF, served inline"},
 	{"/egress/redirect?to=URL", "redirects (302) to URL"},
+	{"/redirect-to?to=URL", "redirects (302) to URL, whatever its scheme (view-source:, file:, …)"},
 	{"/egress/page?fetch=URL&frame=URL", "fetches and frames the URLs (repeatable); #out says what each fetch got, then #ready"},
 	{"/egress/links?to=URL", "links (a.out) to the URLs (repeatable)"},
 	{"/egress/navigate?to=URL&by=script", "goes to URL as it loads: by a script (location = URL), or with by=meta by a meta refresh; no #ready"},
