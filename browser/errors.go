@@ -38,8 +38,9 @@ const (
 	// ClassAction: an action could not be performed (e.g. its element is not
 	// an input). Permanent.
 	ClassAction = "action"
-	// ClassInvalid: the request itself is wrong (bad URL, unknown action).
-	// Permanent.
+	// ClassInvalid: the request itself is wrong (bad URL, unknown action),
+	// or its page redirects to a URL the browser does not load as a page
+	// (view-source:, ftp:, mailto:, file:). Permanent.
 	ClassInvalid = "invalid"
 	// ClassTooLarge: the extract value or screenshot is over its cap
 	// (Request.MaxDataBytes, MaxScreenshotBytes). Permanent.
