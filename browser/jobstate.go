@@ -109,12 +109,13 @@ func (st *jobState) extraInfo(id network.RequestID, status int64, headers networ
 	}
 }
 
-// awaitLastDoc is lastDoc once the status is known, or as it stands when
-// ctx ends.
+// awaitLastDoc is lastDoc once the status is known or the request went to
+// a URL the browser does not load as a page (a redirect's, whose status
+// will not come), or as it stands when ctx ends.
 func (st *jobState) awaitLastDoc(ctx context.Context) (string, int) {
 	for {
 		u, code := st.lastDoc()
-		if code != 0 {
+		if code != 0 || !webURL(u) {
 			return u, code
 		}
 		select {

@@ -322,11 +322,6 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.FinalURL = resp.URL
 			return newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
 		}
-		// Before noPage's wait for the answer's extra info when the
-		// redirect's target is known already, after it when it came there.
-		if err := redirectedAway(&nav, st); err != nil {
-			return err
-		}
 		if status, u := noPage(ctx, &nav, st); status != 0 {
 			res.Status, res.FinalURL = status, u
 			return newErr(ClassHTTP, false, "HTTP %d: the server answered with no page", status)
@@ -479,7 +474,8 @@ func noPage(ctx context.Context, nav *page.NavigateResult, st *jobState) (int, s
 // application would handle), or nil. The server will redirect there again:
 // not a network failure. (file:, data: and the like fail with Chrome's own
 // ERR_UNSAFE_REDIRECT, invalid already.) Chrome tells where in the
-// redirect's extra info (its Location), or by a request for the new URL.
+// redirect's extra info (its Location), or by a request for the new URL;
+// called after noPage, which waits for either.
 func redirectedAway(nav *page.NavigateResult, st *jobState) error {
 	if !strings.Contains(nav.ErrorText, "ERR_ABORTED") {
 		return nil

@@ -84,15 +84,7 @@ func TestConsumerChromeKilledMidJob(t *testing.T) {
 	}
 	// Six slots busy is not yet six pages asked for, and a job whose Chrome
 	// is lost before that gets its attempt back (renderFailure).
-	var asked atomic.Int32
-	pages := testsite.New(testsite.Options{Items: 20})
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/page/") {
-			asked.Add(1)
-		}
-		pages.ServeHTTP(w, r)
-	}))
-	t.Cleanup(site.Close)
+	site, asked := countingSite(t, "/page/")
 	db := newTestDB(t)
 	batch, ids := db.enqueue(t, site.URL, pagePaths(12, "/page/%d?delay=1500"))
 	const node = "node-chrome-kill"
@@ -260,15 +252,7 @@ func TestConsumerDrainTimeoutGivesAttemptBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Chromium")
 	}
-	var asked atomic.Int32
-	pages := testsite.New(testsite.Options{Items: 20})
-	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/api/item/") {
-			asked.Add(1)
-		}
-		pages.ServeHTTP(w, r)
-	}))
-	t.Cleanup(site.Close)
+	site, asked := countingSite(t, "/api/item/")
 	db := newTestDB(t)
 	const jobs = 3
 	specs := make([]jobqueue.Spec, jobs)
@@ -363,4 +347,21 @@ func TestConsumerFailedJobKeepsTheAnswer(t *testing.T) {
 				id, res.FinalURL, res.Status, res.Title, specs[i].URL, title)
 		}
 	}
+}
+
+// countingSite serves the test site (20 items a page) and counts the
+// requests whose path starts with prefix: a page asked for ("/page/"), or
+// one whose script has run ("/api/item/").
+func countingSite(t *testing.T, prefix string) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	pages := testsite.New(testsite.Options{Items: 20})
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, prefix) {
+			n.Add(1)
+		}
+		pages.ServeHTTP(w, r)
+	}))
+	t.Cleanup(site.Close)
+	return site, &n
 }
