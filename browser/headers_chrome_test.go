@@ -116,8 +116,8 @@ func TestDroppedHeaders(t *testing.T) {
 func TestDefaultLanguages(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
-	const probe = "[navigator.languages, JSON.parse(document.getElementById('data').textContent).headers['accept-language'] ?? null]"
 	const header = "JSON.parse(document.getElementById('data').textContent).headers['accept-language'] ?? null"
+	const probe = "[navigator.languages, " + header + "]"
 	langs := func(req Request, headers map[string]string) string {
 		t.Helper()
 		req.URL = e.url("/echo")
@@ -138,7 +138,10 @@ func TestDefaultLanguages(t *testing.T) {
 		want    string
 	}{
 		{"default", Request{}, nil, chrome},
-		{"a job's header", Request{Extract: header}, map[string]string{"accept-language": "fr-CH,fr;q=0.5"}, `"fr-CH,fr;q=0.5"`},
+		{"a job's header", Request{}, map[string]string{"accept-language": "fr-CH,fr;q=0.5"}, `[["fr-CH","fr"],"fr-CH,fr;q=0.9"]`},
+		{"a job's weights out of order", Request{}, map[string]string{"Accept-Language": "de;q=0.2, it-IT , *;q=0.1"}, `[["it-IT","de"],"it-IT,de;q=0.9"]`},
+		// navigator.languages is then the browser's own, which differ.
+		{"a job's header naming no language", Request{Extract: header}, map[string]string{"Accept-Language": "*"}, `"*"`},
 		{"the next job", Request{}, nil, chrome},
 		{"a job's user agent", Request{UserAgent: "Field/1"}, nil, chrome},
 		{"the job after it", Request{}, nil, chrome},

@@ -579,14 +579,19 @@ func (t *tab) setup(ctx context.Context, j *job) error {
 		}
 		t.dirtyHeaders = len(j.Headers) > 0
 	}
-	// A job's own Accept-Language header is sent only without the tab's
-	// language override, which would replace it.
-	ownLang := false
-	for k := range j.Headers {
-		ownLang = ownLang || strings.EqualFold(k, "Accept-Language")
+	// A job's own Accept-Language header names the tab's languages, for a
+	// page that picks its language in script to agree with one that picks
+	// it on the server: Chrome then sends the header with its own weights,
+	// as a browser set to those languages does, and sends it as written only
+	// when it names none.
+	langs, ownLang := acceptLanguage, false
+	for k, v := range j.Headers {
+		if strings.EqualFold(k, "Accept-Language") {
+			langs, ownLang = headerLanguages(v), true
+		}
 	}
 	if j.UserAgent != "" || ownLang || t.dirtyUA {
-		if err := t.setUserAgent(ctx, j.UserAgent, !ownLang); err != nil {
+		if err := t.setUserAgent(ctx, j.UserAgent, langs); err != nil {
 			return err
 		}
 		t.dirtyUA = j.UserAgent != "" || ownLang

@@ -1,9 +1,12 @@
 package browser
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -213,7 +216,7 @@ func (t *tab) slim(ctx context.Context) error {
 	if err := t.setViewport(ctx, Viewport{}); err != nil {
 		return err
 	}
-	return t.setUserAgent(ctx, "", true)
+	return t.setUserAgent(ctx, "", acceptLanguage)
 }
 
 // setViewport sets the page's viewport; the zero Viewport is the default
@@ -238,25 +241,58 @@ func (t *tab) setViewport(ctx context.Context, v Viewport) error {
 // headless browsers read as one.
 const acceptLanguage = "en-US,en"
 
-// setUserAgent sets the tab's user agent ("": the browser's default) and,
-// with lang, its languages (acceptLanguage); without, the browser's own,
-// for a job whose Accept-Language header the override would replace.
-func (t *tab) setUserAgent(ctx context.Context, ua string, lang bool) error {
+// setUserAgent sets the tab's user agent ("": the browser's default) and the
+// languages it reports in navigator.languages and, unless a job's own
+// header is sent, the Accept-Language header: langs, a comma-separated list
+// without weights (acceptLanguage, or a job's own header's languages).
+func (t *tab) setUserAgent(ctx context.Context, ua, langs string) error {
 	if ua == "" {
 		ua = t.b.userAgent
 	}
 	if ua == "" {
 		return nil
 	}
-	p := emulation.SetUserAgentOverrideParams{UserAgent: ua}
-	if lang {
-		p.AcceptLanguage = acceptLanguage
-	}
-	_, err := cdp.Call(ctx, t.t, emulation.SetUserAgentOverride, p)
+	_, err := cdp.Call(ctx, t.t, emulation.SetUserAgentOverride, emulation.SetUserAgentOverrideParams{UserAgent: ua, AcceptLanguage: langs})
 	if err != nil {
 		return fmt.Errorf("Emulation.setUserAgentOverride: %w", err)
 	}
 	return nil
+}
+
+// headerLanguages is the languages of an Accept-Language header, most
+// wanted first, without their weights ("fr-CH, fr;q=0.9, *;q=0.5" is
+// "fr-CH,fr"), for navigator.languages to agree with a job's header: a page
+// that picks its language in script reads navigator.languages. "" when the
+// header names none (only "*", or weights of 0).
+func headerLanguages(header string) string {
+	type lang struct {
+		tag string
+		q   float64
+	}
+	var langs []lang
+	for part := range strings.SplitSeq(header, ",") {
+		tag, params, _ := strings.Cut(part, ";")
+		tag = strings.TrimSpace(tag)
+		q := 1.0
+		for p := range strings.SplitSeq(params, ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+			if ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					q = f
+				}
+			}
+		}
+		if tag == "" || tag == "*" || q <= 0 {
+			continue
+		}
+		langs = append(langs, lang{tag, q})
+	}
+	slices.SortStableFunc(langs, func(a, b lang) int { return cmp.Compare(b.q, a.q) })
+	tags := make([]string, len(langs))
+	for i, l := range langs {
+		tags[i] = l.tag
+	}
+	return strings.Join(tags, ",")
 }
 
 // mainOrigin is the origin of the main frame's committed document.

@@ -495,3 +495,21 @@ func TestEnviron(t *testing.T) {
 		}
 	}
 }
+
+func TestHeaderLanguages(t *testing.T) {
+	for _, tc := range []struct{ header, want string }{
+		{"fr-CH, fr;q=0.9, en;q=0.8, *;q=0.5", "fr-CH,fr,en"},
+		{"de;q=0.2, it-IT , *;q=0.1", "it-IT,de"},
+		{"da, en-GB;q=0.8, en;q=0.8", "da,en-GB,en"}, // equal weights keep their order
+		{"en;Q=0.3,ja", "ja,en"},
+		{"ja;q=0, ko", "ko"}, // q=0: not wanted
+		{"nl;q=x", "nl"},     // a weight that is no number counts as 1
+		{"*", ""},            // names no language
+		{" , ,", ""},
+		{"", ""},
+	} {
+		if got := headerLanguages(tc.header); got != tc.want {
+			t.Errorf("headerLanguages(%q) = %q, want %q", tc.header, got, tc.want)
+		}
+	}
+}
