@@ -183,11 +183,19 @@ func (t *tab) waitError(ctx context.Context, sel string, visible bool, err error
 func (t *tab) describeWait(ctx context.Context, sel string) string {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeWaitTimeout)
 	defer cancel()
-	found := "the page could not be read"
-	if v, err := t.evalFarm(dctx, "("+jsDescribeWait+")("+jsString(sel)+")"); err == nil {
-		_ = json.Unmarshal(v, &found)
+	v, err := t.evalFarm(dctx, "("+jsDescribeWait+")("+jsString(sel)+")")
+	var found string
+	if err == nil {
+		if err = json.Unmarshal(v, &found); err == nil {
+			return found
+		}
 	}
-	return found
+	if dctx.Err() != nil {
+		// A page that keeps its renderer busy (a script that does not
+		// yield, a DOM of millions of nodes) is not looked at for longer.
+		return fmt.Sprintf("nothing: the page did not answer a look at it within %v (its renderer busy)", describeWaitTimeout)
+	}
+	return fmt.Sprintf("nothing: the page could not be read (%v)", err)
 }
 
 // selectorError turns a script's bad-selector exception into ClassInvalid.

@@ -128,6 +128,10 @@ func TestActionAndExtractTimeoutsSayWhy(t *testing.T) {
 			[]string{`action 0 (wait): waiting for "#hidden" to be visible: `, `; found: it is present but hidden`}},
 		{Request{URL: e.url("/page/1"), Extract: `new Promise(() => {})`},
 			[]string{`extract: its promise did not settle before the job's timeout`}},
+		// A page whose renderer never yields is not looked at for longer
+		// than describeWaitTimeout, and says so.
+		{Request{URL: e.url("/hostile/loop"), Wait: Wait{Selector: "#ready"}},
+			[]string{`waiting for "#ready" to be present in the DOM: `, `; found: nothing: the page did not answer a look at it within 2s (its renderer busy)`}},
 	} {
 		tc.req.Timeout = 3 * time.Second
 		_, err, _ := render(t, s, tc.req)
