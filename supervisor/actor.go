@@ -16,6 +16,7 @@ import (
 
 // bootResult is what one boot goroutine hands the actor.
 type bootResult struct {
+	lane   *lane
 	proc   chromeProc
 	err    error
 	took   time.Duration
@@ -44,24 +45,27 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.ran = true
 	s.mu.Unlock()
 
-	a := &actor{s: s, bootCh: make(chan bootResult, 1)}
+	a := &actor{s: s, bootCh: make(chan bootResult, len(s.lanes))}
 	return a.run(ctx)
 }
 
 // actor is Run's private state; only Run's goroutine touches it.
 type actor struct {
-	s            *Supervisor
-	wg           sync.WaitGroup // boot and monitor goroutines
-	bootCh       chan bootResult
-	bootFails    int       // consecutive
-	retryAt      time.Time // zero: no boot backoff pending
-	bootInFlight bool
+	s             *Supervisor
+	wg            sync.WaitGroup // boot and monitor goroutines
+	bootCh        chan bootResult
+	bootFails     int       // consecutive
+	retryAt       time.Time // zero: no boot backoff pending
+	retrying      []*lane   // lanes whose boot failed, booting again at retryAt
+	bootsInFlight int
 }
 
 func (a *actor) run(ctx context.Context) error {
 	s := a.s
 	s.log.Info("supervisor started",
 		zap.Int("capacity", s.cfg.Capacity),
+		zap.Int("chromes", len(s.lanes)),
+		zap.Int("sessions_per_chrome", s.cfg.SessionsPerChrome),
 		zap.Int("chrome_recycle_jobs", s.cfg.ChromeRecycleJobs),
 		zap.Int("exit_after_jobs", s.cfg.ExitAfterJobs),
 		zap.Int("replacement_lead", s.cfg.ReplacementLead),
@@ -84,11 +88,14 @@ func (a *actor) run(ctx context.Context) error {
 			if !a.retryAt.IsZero() && !time.Now().Before(a.retryAt) {
 				a.retryAt = time.Time{}
 				s.mu.Lock()
-				s.booting = false
+				for _, l := range a.retrying {
+					l.booting = false
+				}
+				a.retrying = nil
 				s.mu.Unlock()
 			}
 		case r := <-a.bootCh:
-			a.bootInFlight = false
+			a.bootsInFlight--
 			fatal = a.booted(ctx, r)
 		case ev := <-s.events:
 			a.handle(ev)
@@ -103,46 +110,55 @@ func (a *actor) run(ctx context.Context) error {
 func (a *actor) reconcile(ctx context.Context) time.Time {
 	s := a.s
 	now := time.Now()
-	var bootReason string
+	type bootOrder struct {
+		l      *lane
+		reason string
+	}
+	var boots []bootOrder
 	var kills []killOrder
 
 	s.mu.Lock()
-	for range 8 {
-		act := decide(s.viewLocked())
-		if act.kind == actNone {
-			break
-		}
-		switch act.kind {
-		case actBoot:
-			s.booting = true
-			bootReason = act.reason
-			if bootReason == reasonInitial && s.counts.chromeStarts > 0 {
-				bootReason = "replace"
+	for _, l := range s.lanes {
+		for range 8 {
+			act := decide(s.viewLocked(l))
+			if act.kind == actNone {
+				break
 			}
-		case actPromote:
-			if c := s.standby; !c.foreground {
-				// The standby comes to the foreground before it serves:
-				// a job handed a slot on it must not start at the
-				// background priority, behind the Chrome it replaces.
-				// Foreground walks the tree's threads, so it runs
-				// without the lock; only this goroutine changes the
-				// standby, and the policy decides again afterwards.
-				s.mu.Unlock()
-				a.foreground(c)
-				s.mu.Lock()
-				c.foreground = true
-				continue
+			switch act.kind {
+			case actBoot:
+				l.booting = true
+				reason := act.reason
+				if reason == reasonInitial && s.counts.chromeStarts > 0 {
+					reason = "replace"
+				}
+				boots = append(boots, bootOrder{l, reason})
+			case actPromote:
+				if c := l.standby; !c.foreground {
+					// The standby comes to the foreground before it
+					// serves: a job handed a slot on it must not start at
+					// the background priority, behind the Chrome it
+					// replaces. Foreground walks the tree's threads, so it
+					// runs without the lock; only this goroutine changes
+					// the standby, and the policy decides again
+					// afterwards.
+					s.mu.Unlock()
+					a.foreground(c)
+					s.mu.Lock()
+					c.foreground = true
+					continue
+				}
+				l.current, l.standby = l.standby, nil
+				l.current.state = stateCurrent
+				l.refill = false
+				s.log.Info("chrome serving", zap.Int("pid", l.current.pid), zap.Int("chrome", l.current.seq))
+				s.broadcastLocked()
+			case actRetireCurrent:
+				a.retireLocked(l.current, act.reason, now)
+				l.current = nil
+			case actRetireStandby:
+				a.retireLocked(l.standby, act.reason, now)
+				l.standby = nil
 			}
-			s.current, s.standby = s.standby, nil
-			s.current.state = stateCurrent
-			s.log.Info("chrome serving", zap.Int("pid", s.current.pid), zap.Int("chrome", s.current.seq))
-			s.broadcastLocked()
-		case actRetireCurrent:
-			a.retireLocked(s.current, act.reason, now)
-			s.current = nil
-		case actRetireStandby:
-			a.retireLocked(s.standby, act.reason, now)
-			s.standby = nil
 		}
 	}
 	var next time.Time
@@ -165,8 +181,8 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 	})
 	s.mu.Unlock()
 
-	if bootReason != "" {
-		a.startBoot(ctx, bootReason)
+	for _, b := range boots {
+		a.startBoot(ctx, b.l, b.reason)
 	}
 	for _, k := range kills {
 		a.kill(k, true)
@@ -207,16 +223,17 @@ func (a *actor) retireLocked(c *chrome, reason string, now time.Time) {
 		zap.Int("jobs", c.starts), zap.Int("jobs_finished", c.finished), zap.Int("in_flight", c.inflight))
 }
 
-// startBoot boots one Chrome in the background; the result arrives on bootCh,
-// which has room for it, so the goroutine never blocks on the actor.
-func (a *actor) startBoot(ctx context.Context, reason string) {
-	a.bootInFlight = true
+// startBoot boots one Chrome for lane l in the background; the result
+// arrives on bootCh, which has room for one boot of each lane, so the
+// goroutine never blocks on the actor.
+func (a *actor) startBoot(ctx context.Context, l *lane, reason string) {
+	a.bootsInFlight++
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		t0 := time.Now()
 		p, err := a.s.launch(ctx)
-		a.bootCh <- bootResult{proc: p, err: err, took: time.Since(t0), reason: reason}
+		a.bootCh <- bootResult{lane: l, proc: p, err: err, took: time.Since(t0), reason: reason}
 	}()
 }
 
@@ -238,6 +255,7 @@ func (a *actor) booted(ctx context.Context, r bootResult) error {
 		}
 		delay := backoff.Doubling(a.bootFails-1, s.cfg.BootBackoff, maxBootBackoff)
 		a.retryAt = time.Now().Add(delay)
+		a.retrying = append(a.retrying, r.lane)
 		s.log.Warn("chrome boot failed", zap.String("reason", r.reason), zap.Int("failures", a.bootFails),
 			zap.Duration("retry_in", delay), zap.Error(r.err))
 		return nil
@@ -246,22 +264,22 @@ func (a *actor) booted(ctx context.Context, r bootResult) error {
 	c := a.adopt(r)
 	a.prewarm(c)
 	s.mu.Lock()
-	s.standby = c
-	s.booting = false
+	r.lane.standby = c
+	r.lane.booting = false
 	s.mu.Unlock()
 	a.startMonitor(ctx, c)
 	return nil
 }
 
-// prewarm opens Capacity idle sessions on a Chrome that has not served yet.
+// prewarm opens its lane's idle sessions on a Chrome that has not served yet.
 // Opening one is cheap, and each prepares its first fresh tab in the
 // background, so the Chrome's first jobs do not wait for their tabs: the
 // standby is ready when it takes over. A failure only means that some
 // first jobs open their session themselves.
 func (a *actor) prewarm(c *chrome) {
 	s := a.s
-	sessions := make([]renderSession, 0, s.cfg.Capacity)
-	for range s.cfg.Capacity {
+	sessions := make([]renderSession, 0, c.lane.capacity)
+	for range c.lane.capacity {
 		sess, err := c.proc.NewSession(c.ctx)
 		if err != nil {
 			s.log.Debug("prewarming a session failed", zap.Int("pid", c.pid), zap.Error(err))
@@ -279,6 +297,7 @@ func (a *actor) adopt(r bootResult) *chrome {
 	s := a.s
 	cctx, cancel := context.WithCancelCause(context.Background())
 	c := &chrome{
+		lane:       r.lane,
 		proc:       r.proc,
 		pid:        r.proc.PID(),
 		bootedAt:   time.Now(),
@@ -365,7 +384,10 @@ func (a *actor) shutdown(fatal error) error {
 		s.fatal = fatal
 	}
 	all := s.liveLocked()
-	s.current, s.standby, s.retiring = nil, nil, nil
+	for _, l := range s.lanes {
+		l.current, l.standby = nil, nil
+	}
+	s.retiring = nil
 	for _, c := range all {
 		c.state = stateDead
 	}
@@ -382,8 +404,7 @@ func (a *actor) shutdown(fatal error) error {
 	// A boot still running was started with the canceled ctx, or ended
 	// in a fatal failure; wait for it and kill what it may have started.
 	a.wg.Wait()
-	if a.bootInFlight {
-		a.bootInFlight = false
+	for ; a.bootsInFlight > 0; a.bootsInFlight-- {
 		if r := <-a.bootCh; r.err == nil {
 			c := a.adopt(r)
 			c.state = stateDead

@@ -82,6 +82,7 @@ const (
 
 // chrome is the supervisor's record of one Chrome process.
 type chrome struct {
+	lane       *lane // whose slots it serves
 	proc       chromeProc
 	seq        int // 1 for the process's first Chrome
 	pid        int

@@ -26,6 +26,19 @@ type Config struct {
 	// Chrome overlap. 0: the default, 6. It cannot be off.
 	Capacity int
 
+	// SessionsPerChrome is how many of the Capacity sessions share one
+	// Chrome: the node runs Capacity/SessionsPerChrome Chromes (rounded
+	// up), each a lane of its own with its own recycle count, standby and
+	// health. 0: the default, 1 — a Chrome per session. A Chrome's life has
+	// a fixed cost, its boot and a renderer for each of its sessions'
+	// browser contexts, paid again at every recycle: shared by six
+	// sessions, a Chrome recycled every 20 jobs pays six renderers per 20
+	// jobs; alone, one. One Chrome per session also keeps a crash or hang
+	// to that session's job. Each Chrome costs its browser process (about
+	// 55 MB of PSS for the headless shell) beside its sessions. Capacity or
+	// more: one Chrome for every session. It cannot be off.
+	SessionsPerChrome int
+
 	// ChromeRecycleJobs is how many job starts one Chrome takes before it
 	// is retired and replaced. 0: the default, 20. Off: never recycle on
 	// job count.
@@ -37,10 +50,14 @@ type Config struct {
 	// 80. Off: never ask the process to exit.
 	ExitAfterJobs int
 
-	// ReplacementLead is how many starts before its recycle point the
-	// current Chrome's replacement begins booting, so the new Chrome is up
-	// when the old one hands out its last session. 0: the default, 6. Off:
-	// boot the replacement only when the last start is handed out.
+	// ReplacementLead is how many of the node's starts ahead a Chrome's
+	// replacement begins booting, so the new Chrome is up when the old one
+	// hands out its last session: a lane begins when its Chrome has its
+	// share of the lead left (the lead times its sessions over Capacity,
+	// rounded up: 1 start for a Chrome per session of 6), and the process's
+	// successor is started when the process has the whole lead left
+	// (ExitNear). 0: the default, 6. Off: boot the replacement only when
+	// the last start is handed out.
 	ReplacementLead int
 
 	// Hold keeps the first Chrome from serving until Release is called: it
@@ -126,12 +143,14 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// DefaultConfig returns the documented defaults: 6 sessions, a new Chrome
-// every 20 jobs, process exit after 80, no memory ceiling. It is what
+// DefaultConfig returns the documented defaults: 6 sessions, a Chrome each,
+// a new Chrome every 20 of its jobs, process exit after 80, no memory
+// ceiling. It is what
 // New makes of the zero Config.
 func DefaultConfig() Config {
 	return Config{
 		Capacity:          6,
+		SessionsPerChrome: 1,
 		ChromeRecycleJobs: 20,
 		ExitAfterJobs:     80,
 		ReplacementLead:   6,
@@ -162,6 +181,7 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	errs := []error{
 		cfgrule.Resolve("Capacity", &c.Capacity, d.Capacity, false),
+		cfgrule.Resolve("SessionsPerChrome", &c.SessionsPerChrome, d.SessionsPerChrome, false),
 		cfgrule.Resolve("ChromeRecycleJobs", &c.ChromeRecycleJobs, d.ChromeRecycleJobs, true),
 		cfgrule.Resolve("ExitAfterJobs", &c.ExitAfterJobs, d.ExitAfterJobs, true),
 		cfgrule.Resolve("ReplacementLead", &c.ReplacementLead, d.ReplacementLead, true),

@@ -307,7 +307,7 @@ func (g *gate) render(ctx context.Context, c *fakeChrome) error {
 // testConfig is a small, fast configuration: health and memory sampling off
 // and no drain bound unless a test turns them on.
 func testConfig() Config {
-	return Config{Capacity: 6, ChromeRecycleJobs: 20, ExitAfterJobs: 80, ReplacementLead: 6,
+	return Config{Capacity: 6, SessionsPerChrome: 6, ChromeRecycleJobs: 20, ExitAfterJobs: 80, ReplacementLead: 6,
 		BootBackoff: time.Millisecond, MaxBootFailures: 5,
 		MemoryInterval: Off, HealthInterval: Off, DrainTimeout: Off}
 }

@@ -116,13 +116,15 @@ func pageRequest(url string) browser.Request {
 	}
 }
 
-// TestRealRecycleAndExit: capacity 6, a new Chrome every 5 jobs, exit after
-// 12: exactly 3 Chromes started and killed, never more than 6 renders at
-// once, every job rendered, and nothing of Chrome left once Run returns.
+// TestRealRecycleAndExit: capacity 6 on Chromes of 3 sessions, a new
+// Chrome every 5 jobs, exit after 12: the two first Chromes take 10 jobs,
+// one replacement the last 2 — exactly 3 Chromes started and killed —,
+// never more than 6 renders at once, every job rendered,
+// and nothing of Chrome left once Run returns.
 func TestRealRecycleAndExit(t *testing.T) {
 	site := testutil.StartSite(t, testsite.Options{Items: 50})
 	cfg := DefaultConfig()
-	cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 5, 12
+	cfg.SessionsPerChrome, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 3, 5, 12
 	h := startReal(t, cfg)
 
 	var running, peak, busyPeak atomic.Int64
@@ -194,8 +196,11 @@ func TestRealRecycleAndExit(t *testing.T) {
 	if jobs.Load() != 12 || st.JobsSinceProcessStart != 12 {
 		t.Errorf("jobs = %d (stats %d), want 12", jobs.Load(), st.JobsSinceProcessStart)
 	}
-	if st.ChromeStarts != 3 || st.ChromeKills != 3 || st.ChromeCrashes != 0 || st.Recycles != 2 {
-		t.Errorf("starts=%d kills=%d crashes=%d recycles=%d, want 3 3 0 2", st.ChromeStarts, st.ChromeKills, st.ChromeCrashes, st.Recycles)
+	// The first Chrome spent is recycled; the second too, unless the
+	// replacement took the process's last starts before the supervisor saw
+	// it spent: it then retires for the exit.
+	if st.ChromeStarts != 3 || st.ChromeKills != 3 || st.ChromeCrashes != 0 || st.Recycles < 1 || st.Recycles > 2 {
+		t.Errorf("starts=%d kills=%d crashes=%d recycles=%d, want 3 3 0 and 1 or 2", st.ChromeStarts, st.ChromeKills, st.ChromeCrashes, st.Recycles)
 	}
 	if peak.Load() > 6 || busyPeak.Load() > 6 {
 		t.Errorf("peak renders %d, peak busy %d: more than capacity 6", peak.Load(), busyPeak.Load())
@@ -284,12 +289,13 @@ func floodJob(t *testing.T, path string, timeout time.Duration) (h *realHarness,
 	return h, srv.URL, pid, time.Since(start), err
 }
 
-// lossConfig is the supervisor of the tests that lose a Chrome: two slots,
-// no recycling, and with fastHealth fast health checks (with a generous
-// timeout: a loaded box is slow, not hung).
+// lossConfig is the supervisor of the tests that lose a Chrome: two slots
+// on one Chrome (the job after the loss is on its replacement, whichever
+// slot it takes), no recycling, and with fastHealth fast health checks
+// (with a generous timeout: a loaded box is slow, not hung).
 func lossConfig(fastHealth bool) Config {
 	cfg := DefaultConfig()
-	cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, Off, Off
+	cfg.Capacity, cfg.SessionsPerChrome, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, 2, Off, Off
 	if fastHealth {
 		cfg.HealthInterval, cfg.HealthTimeout = 200*time.Millisecond, 2*time.Second
 	}

@@ -227,11 +227,12 @@ func (a *actor) killHung(c *chrome, jobs, inflight int) {
 // policy replaces it at once.
 func (a *actor) detachLocked(c *chrome) {
 	s := a.s
-	switch {
-	case s.current == c:
-		s.current = nil
-	case s.standby == c:
-		s.standby = nil
+	switch l := c.lane; {
+	case l.current == c:
+		l.current = nil
+		l.refill = true
+	case l.standby == c:
+		l.standby = nil
 	default:
 		s.retiring = slices.DeleteFunc(s.retiring, func(r *chrome) bool { return r == c })
 	}

@@ -6,17 +6,26 @@ import "math"
 // leaves an effectively endless budget of job starts.
 const unlimited = math.MaxInt
 
-// view is the snapshot the policy decides on. It holds counters only, no
+// view is the snapshot the policy decides on, for one lane: a Chrome's
+// share of the node's slots (Config.SessionsPerChrome), served by its
+// current Chrome, replaced by its standby. It holds counters only, no
 // Chrome handles, so the decisions below can be tested as plain tables.
 type view struct {
-	capacity    int // concurrent sessions allowed, across every live Chrome
+	capacity    int // concurrent sessions allowed in the lane, across its live Chromes
 	recycleJobs int // job starts per Chrome; 0 = never recycle on count
 	exitAfter   int // job starts per process; 0 = never exit on count
 	lead        int // boot the replacement when the current Chrome has this many starts left
 
-	busy          int  // slots held, on any Chrome
+	busy          int  // slots held in the lane, on any of its Chromes
 	processStarts int  // job starts handed out by this process (minus unused slots given back)
 	stopping      bool // Drain was called or Run is ending
+	// othersLeft is how many more jobs the other lanes may start on their
+	// current Chromes and on the replacements booting or ready for them,
+	// together (unlimited if any may start without limit).
+	othersLeft int
+	// refill: the lane has had no Chrome yet, or lost its last one (a
+	// crash, a hang), rather than retired it.
+	refill bool
 
 	hasCurrent    bool // a Chrome is taking new sessions
 	currentStarts int  // job starts handed out on the current Chrome
@@ -108,14 +117,26 @@ func admit(v view) admission {
 	return admitNow
 }
 
-// forfeit reports whether a start given back unused, on the current Chrome
-// or not (onCurrent), is dropped rather than returned to the process: it
-// has handed out its last start, and no Chrome serving has a start left to
-// take it (the slot is on an older Chrome, and the current one is retired
-// or spent on its own recycle count). Returned, it would boot a whole
-// Chrome to run one job before the exit.
+// forfeit reports whether a start given back unused, on its lane's current
+// Chrome or not (onCurrent), is dropped rather than returned to the
+// process: it has handed out its last start, and no Chrome serving has a
+// start left to take it (the slot is on an older Chrome, and every lane's
+// current one is retired or spent on its own recycle count). Returned, it
+// would boot a whole Chrome to run one job before the exit.
 func forfeit(v view, onCurrent bool) bool {
-	return !onCurrent && v.processLeft() == 0 && v.currentLeft() == 0
+	return !onCurrent && v.processLeft() == 0 && v.currentLeft() == 0 && v.othersLeft == 0
+}
+
+// needsMore reports whether the process has starts left that the other
+// lanes' Chromes and the current one's count cannot take: only then is a
+// lane's Chrome replaced ahead of, or at, its recycle point.
+func (v view) needsMore() bool {
+	others := v.othersLeft
+	cur := v.currentLeft()
+	if others == unlimited || cur == unlimited {
+		return false
+	}
+	return v.processLeft() > cur+others
 }
 
 // actionKind is one step the actor takes on the Chrome set.
@@ -202,7 +223,11 @@ func decide(v view) action {
 		return action{actNone, ""}
 	case !v.hasCurrent && v.standbyReady:
 		return action{actPromote, ""}
-	case !v.hasCurrent && !v.booting:
+	case !v.hasCurrent && !v.booting && (v.refill || v.needsMore()):
+		// A lane's first Chrome and a lost one are always booted; one
+		// retired on its count is replaced only when the other lanes
+		// cannot take what the process has left (80 jobs on six Chromes of
+		// 20: none is).
 		return action{actBoot, reasonInitial}
 
 	// Boot ahead: the replacement is ready by the time the current Chrome
@@ -210,7 +235,7 @@ func decide(v view) action {
 	case v.hasCurrent && !v.standbyReady && !v.booting && v.overMemory:
 		return action{actBoot, reasonMemory}
 	case v.hasCurrent && !v.standbyReady && !v.booting &&
-		currentLeft <= v.lead && processLeft > currentLeft:
+		currentLeft <= v.lead && v.needsMore():
 		return action{actBoot, reasonPreboot}
 	}
 	return action{actNone, ""}

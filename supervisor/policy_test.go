@@ -56,6 +56,7 @@ func TestForfeit(t *testing.T) {
 		{"last start out, current can take it", func(v *view) { v.processStarts = 80; v.currentStarts = 19 }, false, false},
 		{"on the current Chrome, which takes it back", func(v *view) { v.processStarts = 80; v.currentStarts = 20 }, true, false},
 		{"exit disabled", func(v *view) { v.exitAfter = 0; v.processStarts = 1 << 30; v.hasCurrent = false }, false, false},
+		{"last start out, another lane's chrome can take it", func(v *view) { v.processStarts = 80; v.hasCurrent = false; v.othersLeft = 1 }, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -112,6 +113,15 @@ func TestDecide(t *testing.T) {
 		{"suspect, no replacement: no boot for it", func(v *view) { v.suspect = true; v.currentStarts = 3; v.processStarts = 3 }, action{actNone, ""}},
 		{"suspect on the last chrome near exit: no new chrome", func(v *view) { v.suspect = true; v.currentStarts = 20; v.processStarts = 80 }, action{actRetireCurrent, reasonExit}},
 		{"memory over with recycling off", func(v *view) { v.recycleJobs = 0; v.overMemory = true; v.currentStarts = 500 }, action{actBoot, reasonMemory}},
+
+		// Lanes (Config.SessionsPerChrome): othersLeft counts what the
+		// other lanes' Chromes, and replacements booting for them, can
+		// still start.
+		{"lane: others take what is left: no preboot", func(v *view) { v.currentStarts = 19; v.processStarts = 40; v.othersLeft = 39 }, action{actNone, ""}},
+		{"lane: others short of one start: preboot", func(v *view) { v.currentStarts = 19; v.processStarts = 40; v.othersLeft = 38 }, action{actBoot, reasonPreboot}},
+		{"lane: retired on its count, others take what is left: stays empty", func(v *view) { v.hasCurrent = false; v.processStarts = 40; v.othersLeft = 40 }, action{actNone, ""}},
+		{"lane: retired on its count, others short: boot", func(v *view) { v.hasCurrent = false; v.processStarts = 40; v.othersLeft = 39 }, action{actBoot, reasonInitial}},
+		{"lane: first or lost chrome: boot whatever the others have", func(v *view) { v.hasCurrent = false; v.refill = true; v.processStarts = 40; v.othersLeft = 100 }, action{actBoot, reasonInitial}},
 
 		{"recycle off, exit off: never act", func(v *view) {
 			v.recycleJobs = 0

@@ -45,10 +45,8 @@ type Supervisor struct {
 	ran      bool          // Run was called
 	stopping bool
 	fatal    error // why Run gave up, if it did
-	current  *chrome
-	standby  *chrome
+	lanes    []*lane
 	retiring []*chrome
-	booting  bool // a boot runs or waits out its backoff
 	held     bool // Config.Hold until Release
 	near     bool // exitNear is closed
 	seq      int
@@ -62,6 +60,31 @@ type Supervisor struct {
 	pace      pacer
 	counts    counters
 	pss       pssAccumulator
+}
+
+// lane is one Chrome's share of the node's slots (Config.SessionsPerChrome):
+// the Chrome serving it, the standby booted to replace that one, and the
+// slots held on them and on the lane's retiring Chromes.
+type lane struct {
+	capacity int
+	lead     int // Config.ReplacementLead's share for the lane
+	current  *chrome
+	standby  *chrome
+	booting  bool // a boot runs or waits out its backoff
+	refill   bool // no Chrome has served yet, or the last one was lost
+	busy     int  // slots held
+}
+
+// newLanes splits capacity slots into Chromes of perChrome sessions (the
+// last one takes what is left), each with its share of the replacement
+// lead, rounded up.
+func newLanes(capacity, perChrome, lead int) []*lane {
+	var ls []*lane
+	for left := capacity; left > 0; left -= perChrome {
+		n := min(perChrome, left)
+		ls = append(ls, &lane{capacity: n, lead: (lead*n + capacity - 1) / capacity, refill: true})
+	}
+	return ls
 }
 
 // counters are the lifetime event counts reported by Stats.
@@ -99,6 +122,7 @@ func newSupervisor(cfg Config, launch launchFunc) *Supervisor {
 		exitDue:  make(chan struct{}),
 		exitNear: make(chan struct{}),
 		changed:  make(chan struct{}),
+		lanes:    newLanes(cfg.Capacity, cfg.SessionsPerChrome, max(cfg.ReplacementLead, 0)),
 		held:     cfg.Hold,
 		pace:     pacer{fixed: cfg.BurstSpacing},
 	}
@@ -113,22 +137,28 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 		var paced time.Duration // wait that long at most, else for a change
 		s.mu.Lock()
 		now := time.Now()
-		switch adm := admit(s.viewLocked()); {
+		l, adm := s.admitLocked()
+		switch {
 		case adm == admitNow:
 			if paced = s.pace.wait(s.starts, s.cfg.Capacity-s.busy, s.cfg.Capacity, now); paced > 0 {
 				break // a burst's start: after the spacing, or a change
 			}
 			s.pace.started(now)
-			c := s.current
+			c := l.current
 			c.starts++
 			c.inflight++
+			l.busy++
 			s.busy++
 			s.starts++
 			if s.cfg.ExitAfterJobs > 0 && s.starts >= s.cfg.ExitAfterJobs {
 				// The process's last start: no session gets another job.
-				c.retireSessionsLocked()
+				for _, l := range s.lanes {
+					if l.current != nil {
+						l.current.retireSessionsLocked()
+					}
+				}
 			}
-			if !s.near && s.viewLocked().exitNear() {
+			if !s.near && (view{exitAfter: max(s.cfg.ExitAfterJobs, 0), processStarts: s.starts, lead: max(s.cfg.ReplacementLead, 0)}).exitNear() {
 				s.near = true
 				close(s.exitNear)
 			}
@@ -161,6 +191,35 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 	}
 }
 
+// admitLocked picks the lane a session may start in now: of those whose
+// Chrome may take it, the one with the most starts left, so that the
+// lanes' Chromes age together and one spent early does not leave its lane
+// empty before the process's exit. Otherwise it returns why none may: the
+// process's refusal, else a wait.
+func (s *Supervisor) admitLocked() (*lane, admission) {
+	var pick *lane
+	pickLeft := -1
+	why := waitChrome
+	for _, l := range s.lanes {
+		v := s.viewLocked(l)
+		switch adm := admit(v); adm {
+		case admitNow:
+			if left := v.currentLeft(); left > pickLeft {
+				pick, pickLeft = l, left
+			}
+		case refuseExitDue, refuseStopping:
+			// The process's answer: every lane gives it.
+			return nil, adm
+		case waitSlot:
+			why = waitSlot
+		}
+	}
+	if pick != nil {
+		return pick, admitNow
+	}
+	return nil, why
+}
+
 // release ends a slot. A slot that never rendered gives its start back, so
 // a consumer may acquire first and hand back slots it found no job for.
 // After the process's last start, such a start may be forfeited instead
@@ -168,12 +227,13 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 func (s *Supervisor) release(c *chrome, used bool) {
 	s.mu.Lock()
 	c.inflight--
+	c.lane.busy--
 	s.busy--
 	switch {
 	case used:
 		c.finished++
 		s.finished++
-	case forfeit(s.viewLocked(), c == s.current):
+	case forfeit(s.viewLocked(c.lane), c == c.lane.current):
 		c.starts--
 		s.forfeited++
 	default:
@@ -224,7 +284,12 @@ func (s *Supervisor) Release() {
 func (s *Supervisor) Remaining() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.viewLocked().processLeft()
+	return s.processLeftLocked()
+}
+
+// processLeftLocked is how many more jobs this process may start.
+func (s *Supervisor) processLeftLocked() int {
+	return view{exitAfter: max(s.cfg.ExitAfterJobs, 0), processStarts: s.starts}.processLeft()
 }
 
 // Available is how many jobs the consumer may claim now: free slots, capped
@@ -232,11 +297,10 @@ func (s *Supervisor) Remaining() int {
 func (s *Supervisor) Available() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := s.viewLocked()
-	if v.stopping {
+	if s.stopping {
 		return 0
 	}
-	return max(min(v.capacity-v.busy, v.processLeft()), 0)
+	return max(min(s.cfg.Capacity-s.busy, s.processLeftLocked()), 0)
 }
 
 // Drain stops handing out slots (Acquire returns ErrStopping) and waits until
@@ -271,7 +335,7 @@ type Stats struct {
 	Capacity              int // configured concurrent sessions
 	Busy                  int // slots held now, on any Chrome
 	Remaining             int // job starts left for this process (math.MaxInt: unlimited)
-	JobsSinceChromeStart  int // jobs finished on the current Chrome
+	JobsSinceChromeStart  int // the most jobs finished on any serving Chrome: the one nearest its recycle
 	JobsSinceProcessStart int // jobs finished by this process
 	ChromeStarts          int // Chromes booted
 	ChromeKills           int // live Chromes killed by the supervisor (retired, stopped, hung)
@@ -285,8 +349,8 @@ type Stats struct {
 	// Chromes' helpers and renderers: init reaps them, so their CPU is in
 	// no cutime of this process's tree; a CPU figure of that tree adds it.
 	OrphanedCPUTicks uint64
-	Chromes          int    // live Chrome processes (current, standby, retiring)
-	ChromePID        int    // the current Chrome's pid, 0 if none
+	Chromes          int    // live Chrome processes (serving, standby, retiring)
+	ChromePID        int    // the first lane's serving Chrome's pid, 0 if none
 	ChromePSSBytes   uint64 // last sampled PSS summed over every live Chrome tree
 	ExitDue          bool   // ExitAfterJobs jobs finished (or their starts forfeited)
 	// StartsForfeited are starts given back unused after the process's
@@ -309,7 +373,7 @@ func (s *Supervisor) Stats() Stats {
 	st := Stats{
 		Capacity:              s.cfg.Capacity,
 		Busy:                  s.busy,
-		Remaining:             s.viewLocked().processLeft(),
+		Remaining:             s.processLeftLocked(),
 		JobsSinceProcessStart: s.finished,
 		ChromeStarts:          s.counts.chromeStarts,
 		ChromeKills:           s.counts.chromeKills,
@@ -324,9 +388,13 @@ func (s *Supervisor) Stats() Stats {
 		StartsForfeited:       s.forfeited,
 		Stopping:              s.stopping,
 	}
-	if s.current != nil {
-		st.JobsSinceChromeStart = s.current.finished
-		st.ChromePID = s.current.pid
+	for _, l := range s.lanes {
+		if c := l.current; c != nil {
+			st.JobsSinceChromeStart = max(st.JobsSinceChromeStart, c.finished)
+			if st.ChromePID == 0 {
+				st.ChromePID = c.pid
+			}
+		}
 	}
 	live := s.liveLocked()
 	st.Chromes = len(live)
@@ -338,22 +406,23 @@ func (s *Supervisor) Stats() Stats {
 	return st
 }
 
-// viewLocked snapshots the counters for the policy.
-func (s *Supervisor) viewLocked() view {
+// viewLocked snapshots the counters of lane l for the policy.
+func (s *Supervisor) viewLocked(l *lane) view {
 	v := view{
-		capacity: s.cfg.Capacity,
+		capacity: l.capacity,
 		// The policy's 0 is Config's Off: never recycle, never exit, no lead.
 		recycleJobs:   max(s.cfg.ChromeRecycleJobs, 0),
 		exitAfter:     max(s.cfg.ExitAfterJobs, 0),
-		lead:          max(s.cfg.ReplacementLead, 0),
-		busy:          s.busy,
+		lead:          l.lead,
+		busy:          l.busy,
 		processStarts: s.starts,
 		stopping:      s.stopping,
-		standbyReady:  s.standby != nil,
-		booting:       s.booting,
+		standbyReady:  l.standby != nil,
+		booting:       l.booting,
+		refill:        l.refill,
 		held:          s.held,
 	}
-	if c := s.current; c != nil {
+	if c := l.current; c != nil {
 		v.hasCurrent = true
 		v.currentStarts = c.starts
 		v.currentBusy = c.inflight
@@ -361,17 +430,42 @@ func (s *Supervisor) viewLocked() view {
 		v.currentGone = c.gone()
 		v.suspect = c.healthFails > 0 || c.probeFailed
 	}
+	for _, o := range s.lanes {
+		if o == l {
+			continue
+		}
+		// What the other lane can still start: its current Chrome's
+		// starts left, and a whole Chrome's more if its replacement is
+		// booting or ready.
+		left := 0
+		if o.current != nil {
+			left = view{hasCurrent: true, recycleJobs: v.recycleJobs, currentStarts: o.current.starts}.currentLeft()
+		}
+		if (o.standby != nil || o.booting) && left != unlimited {
+			left += v.recycleJobs
+			if v.recycleJobs == 0 {
+				left = unlimited
+			}
+		}
+		if left == unlimited || v.othersLeft == unlimited {
+			v.othersLeft = unlimited
+		} else {
+			v.othersLeft += left
+		}
+	}
 	return v
 }
 
 // liveLocked lists every Chrome not yet killed.
 func (s *Supervisor) liveLocked() []*chrome {
 	var cs []*chrome
-	if s.current != nil {
-		cs = append(cs, s.current)
-	}
-	if s.standby != nil {
-		cs = append(cs, s.standby)
+	for _, l := range s.lanes {
+		if l.current != nil {
+			cs = append(cs, l.current)
+		}
+		if l.standby != nil {
+			cs = append(cs, l.standby)
+		}
 	}
 	return append(cs, s.retiring...)
 }

@@ -21,15 +21,27 @@ import (
 // more workers than slots, and checks every count the consumer relies on.
 func TestLifecycleCounts(t *testing.T) {
 	tests := []struct {
-		name                          string
-		capacity, recycle, exit, lead int
-		wantChromes                   int
+		name                                     string
+		capacity, perChrome, recycle, exit, lead int
+		wantChromes                              int
+		// wantRecycles: the Chromes retired on their count, at least and at
+		// most. A lane's Chrome spent at the process's last start retires
+		// for the exit instead, or for its count when it is spent a start
+		// earlier: which one comes first depends on the workers' turns.
+		wantRecycles [2]int
 	}{
-		{"defaults: 80 jobs, 20 per chrome", 6, 20, 80, 6, 4},
-		{"issue test shape", 6, 5, 12, 6, 3},
-		{"lead off, tiny capacity", 2, 3, 10, Off, 4},
-		{"recycling off", 6, Off, 30, 6, 1},
-		{"lead beyond recycle", 3, 7, 50, 20, 8},
+		{"defaults: 80 jobs, 20 per chrome", 6, 6, 20, 80, 6, 4, [2]int{3, 3}},
+		{"issue test shape", 6, 6, 5, 12, 6, 3, [2]int{2, 2}},
+		{"lead off, tiny capacity", 2, 2, 3, 10, Off, 4, [2]int{3, 3}},
+		{"recycling off", 6, 6, Off, 30, 6, 1, [2]int{0, 0}},
+		{"lead beyond recycle", 3, 3, 7, 50, 20, 8, [2]int{7, 7}},
+		// A Chrome per session: six of 20 take the process's 80 jobs, and
+		// none is replaced.
+		{"a chrome per session", 6, 1, 20, 80, 6, 6, [2]int{0, 0}},
+		// Two lanes of 3 jobs a Chrome for 12: each lane's replacement, and
+		// no more than the 12 jobs need.
+		{"a chrome per session, recycled", 2, 1, 3, 12, 6, 4, [2]int{2, 3}},
+		{"three sessions a chrome, recycled", 6, 3, 5, 24, 6, 5, [2]int{3, 4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,7 +51,7 @@ func TestLifecycleCounts(t *testing.T) {
 				return nil
 			})
 			cfg := testConfig()
-			cfg.Capacity, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = tt.capacity, tt.recycle, tt.exit, tt.lead
+			cfg.Capacity, cfg.SessionsPerChrome, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs, cfg.ReplacementLead = tt.capacity, tt.perChrome, tt.recycle, tt.exit, tt.lead
 			h := start(t, cfg, fleet)
 
 			var wg sync.WaitGroup
@@ -76,6 +88,13 @@ func TestLifecycleCounts(t *testing.T) {
 			default:
 				t.Fatal("ExitDue not closed after every job finished")
 			}
+			t.Cleanup(func() {
+				if t.Failed() { // the Chromes' story, for the count that was off
+					for _, e := range h.logs.All() {
+						t.Logf("%s %v", e.Message, e.ContextMap())
+					}
+				}
+			})
 			testutil.Eventually(t, time.Minute, "last chrome killed", func() bool { return h.s.Stats().ChromeKills == tt.wantChromes })
 			if err := h.stop(); err != nil {
 				t.Fatalf("Run: %v", err)
@@ -88,8 +107,8 @@ func TestLifecycleCounts(t *testing.T) {
 			if st.JobsSinceProcessStart != tt.exit || st.Busy != 0 || !st.ExitDue || st.Remaining != 0 || st.Chromes != 0 {
 				t.Errorf("stats after exit: %+v", st)
 			}
-			if st.Recycles != tt.wantChromes-1 {
-				t.Errorf("recycles = %d, want %d", st.Recycles, tt.wantChromes-1)
+			if st.Recycles < tt.wantRecycles[0] || st.Recycles > tt.wantRecycles[1] {
+				t.Errorf("recycles = %d, want %d to %d", st.Recycles, tt.wantRecycles[0], tt.wantRecycles[1])
 			}
 			cs := fleet.snapshot()
 			if len(cs) != tt.wantChromes {
@@ -316,6 +335,48 @@ func TestChromeLoss(t *testing.T) {
 				t.Errorf("%d loss log lines, want 1", n)
 			}
 		})
+	}
+}
+
+// TestChromePerSessionLoss: with a Chrome per session, a crash fails the
+// job on that Chrome only — the other session's job, on its own Chrome,
+// finishes — and the lost Chrome is replaced although the other Chrome
+// could take every start the process has left: a lane is not left empty.
+func TestChromePerSessionLoss(t *testing.T) {
+	fleet := &fakeFleet{}
+	g := newGate()
+	fleet.setRender(g.render)
+	cfg := testConfig()
+	cfg.Capacity, cfg.SessionsPerChrome, cfg.ChromeRecycleJobs, cfg.ExitAfterJobs = 2, 1, 20, 10
+	h := start(t, cfg, fleet)
+
+	errA := renderAsync(h.acquire())
+	a := g.waitStarted(t)
+	errB := renderAsync(h.acquire())
+	b := g.waitStarted(t)
+	if a.pid == b.pid {
+		t.Fatalf("both jobs on chrome %d, want a chrome each", a.pid)
+	}
+	a.exit()
+	if err := recv(t, errA); browser.ClassOf(err) != browser.ClassCrashed {
+		t.Fatalf("job on the crashed chrome: %v, want crashed", err)
+	}
+	testutil.Eventually(t, time.Minute, "a replacement", func() bool { return h.s.Stats().ChromeStarts == 3 })
+	g.finish(t, b)
+	if err := recv(t, errB); err != nil {
+		t.Fatalf("job on the other chrome: %v", err)
+	}
+	// Both lanes serve again: two slots held at once, on two live Chromes
+	// that are not the lost one.
+	fleet.setRender(nil)
+	s1, s2 := h.acquire(), h.acquire()
+	if s1.ChromePID() == s2.ChromePID() || s1.ChromePID() == a.pid || s2.ChromePID() == a.pid {
+		t.Errorf("slots on chromes %d and %d after chrome %d was lost", s1.ChromePID(), s2.ChromePID(), a.pid)
+	}
+	s1.Release()
+	s2.Release()
+	if st := h.s.Stats(); st.ChromeCrashes != 1 || st.Chromes != 2 {
+		t.Errorf("stats: %+v, want 1 crash, 2 live chromes", st)
 	}
 }
 
