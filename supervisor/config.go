@@ -27,9 +27,9 @@ type Config struct {
 	Capacity int
 
 	// SessionsPerChrome is how many of the Capacity sessions share one
-	// Chrome: the node runs Capacity/SessionsPerChrome Chromes (rounded
-	// up), each a lane of its own with its own recycle count, standby and
-	// health. 0: the default, 1 — a Chrome per session. A Chrome's life has
+	// Chrome, at most: the node runs Capacity/SessionsPerChrome Chromes
+	// (rounded up, Chromes), the sessions spread evenly over them, each a
+	// lane of its own with its own recycle count, standby and health. 0: the default, 1 — a Chrome per session. A Chrome's life has
 	// a fixed cost, its boot and a renderer for each of its sessions'
 	// browser contexts, paid again at every recycle: shared by six
 	// sessions, a Chrome recycled every 20 jobs pays six renderers per 20

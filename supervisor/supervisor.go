@@ -75,11 +75,23 @@ type lane struct {
 	busy     int  // slots held
 }
 
+// Chromes is how many Chromes serve a node of capacity sessions at
+// sessionsPerChrome each (Config.SessionsPerChrome): capacity over it,
+// rounded up.
+func Chromes(capacity, sessionsPerChrome int) int {
+	if capacity < 1 {
+		return 0
+	}
+	per := min(max(sessionsPerChrome, 1), capacity)
+	return (capacity + per - 1) / per
+}
+
 // newLanes splits capacity slots into Chromes of perChrome sessions (the
 // last one takes what is left), each with its share of the replacement
 // lead, rounded up.
 func newLanes(capacity, perChrome, lead int) []*lane {
 	var ls []*lane
+	perChrome = (capacity + Chromes(capacity, perChrome) - 1) / Chromes(capacity, perChrome)
 	for left := capacity; left > 0; left -= perChrome {
 		n := min(perChrome, left)
 		ls = append(ls, &lane{capacity: n, lead: (lead*n + capacity - 1) / capacity, refill: true})

@@ -34,6 +34,7 @@ type consumerOptions struct {
 	nodeID          string
 	capacity        int
 	recycleJobs     int
+	perChrome       int
 	exitAfterJobs   int
 	memoryCeilingMB int
 	heartbeat       time.Duration
@@ -68,9 +69,10 @@ func (o *consumerOptions) register(fs *flagSet) {
 	d := supervisor.DefaultConfig()
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the queue (default: the hostname); one live process per id: a restarted process takes back its predecessor's jobs at once, while another process is refused the id while its holder heartbeats (unless the holder was a process of this host that no longer runs)")
 	fs.count(&o.capacity, "capacity", d.Capacity, 1, "concurrent Chrome sessions (jobs) on this node, 1..1000")
-	fs.countOrOff(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace Chrome after this many jobs (off: never)")
+	fs.count(&o.perChrome, "sessions-per-chrome", d.SessionsPerChrome, 1, "sessions that share one Chrome, at most: the node runs --capacity over it Chromes, each recycled on its own count (1: a Chrome per session, which recycles cheapest; --capacity or more: one Chrome)")
+	fs.countOrOff(&o.recycleJobs, "chrome-recycle-jobs", d.ChromeRecycleJobs, "replace each Chrome after this many of its jobs (off: never)")
 	fs.countOrOff(&o.exitAfterJobs, "exit-after-jobs", d.ExitAfterJobs, fmt.Sprintf("exit with code %d after this many jobs, to be restarted fresh (off: never)", exitRecycle))
-	fs.countOrOffOrAuto(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", fmt.Sprintf("replace Chrome early when its process tree's PSS passes this many MiB (auto: half the memory limit the process runs under, such as a container's, at least %d; none without a limit; off: no ceiling)", minAutoCeilingMB))
+	fs.countOrOffOrAuto(&o.memoryCeilingMB, "chrome-memory-ceiling-mb", fmt.Sprintf("replace a Chrome early when its process tree's PSS passes this many MiB (auto: the memory limit the process runs under, such as a container's, shared by its Chromes and one more, at least %d MiB for a Chrome of one session, %d of six; none without a limit; off: no ceiling)", minAutoCeilingMB(1), minAutoCeilingMB(6)))
 	fs.positive(&o.heartbeat, "heartbeat-interval", farm.DefaultHeartbeatInterval, "how often the node reports its load and renews its job leases")
 	fs.positive(&o.poll, "poll-interval", farm.DefaultPollInterval, "how often to look for assigned jobs without a notification (with --poll-only and no --wake-url: how often to look at all, default "+farm.DefaultPollOnlyInterval.String()+")")
 	fs.nonNegative(&o.drainTimeout, "drain-timeout", farm.DefaultConsumerDrain, "on SIGTERM/SIGINT, how long in-flight jobs may finish before they are handed back (0: none, hand them back at once)")
@@ -251,7 +253,7 @@ func (o *consumerOptions) resolveMemoryCeiling(root fs.FS) (limit int64, auto bo
 		return 0, false
 	}
 	limit = cgroupMemoryLimit(root)
-	o.memoryCeilingMB = autoMemoryCeilingMB(limit)
+	o.memoryCeilingMB = autoMemoryCeilingMB(limit, o.capacity, o.perChrome)
 	return limit, true
 }
 
@@ -261,6 +263,7 @@ func (o *consumerOptions) resolveMemoryCeiling(root fs.FS) (limit int64, auto bo
 func (o *consumerOptions) supervisorConfig(log *zap.Logger, environ []string) supervisor.Config {
 	cfg := supervisor.DefaultConfig()
 	cfg.Capacity = o.capacity
+	cfg.SessionsPerChrome = o.perChrome
 	cfg.ChromeRecycleJobs = o.recycleJobs
 	cfg.ExitAfterJobs = o.exitAfterJobs
 	cfg.MemoryCeilingBytes = off

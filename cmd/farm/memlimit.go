@@ -6,35 +6,43 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 // minAutoCeilingMB is the least ceiling --chrome-memory-ceiling-mb auto
-// sets: a headless shell's tree with six sessions of ordinary pages holds
-// 400-500 MB (the README's soak), and a ceiling under that would retire
-// every Chrome at its first sample.
-const minAutoCeilingMB = 1024
+// sets for a Chrome of sessions sessions: a headless shell's tree with six
+// sessions of ordinary pages holds 400-500 MB (the README's soak), one with
+// a single session about 150, and a ceiling under that would retire every
+// Chrome at its first sample.
+func minAutoCeilingMB(sessions int) int {
+	return max(1024*sessions/6, 256)
+}
 
 // autoMemoryCeilingMB is what --chrome-memory-ceiling-mb auto stands for
-// under a memory limit of limit bytes (0: none): half of it, so that a
-// Chrome growing towards the limit (a page that leaks) is replaced while
-// its replacement still fits beside it, and not under minAutoCeilingMB;
-// off without a limit.
-func autoMemoryCeilingMB(limit int64) int {
+// under a memory limit of limit bytes (0: none) for a node of capacity
+// sessions, sessionsPerChrome a Chrome: the limit shared by its Chromes and
+// one more, so that a Chrome growing past its share (a page that leaks) is
+// replaced while its replacement still fits beside the others, and not
+// under minAutoCeilingMB; off without a limit.
+func autoMemoryCeilingMB(limit int64, capacity, sessionsPerChrome int) int {
 	if limit <= 0 {
 		return off
 	}
-	return max(int(limit>>20)/2, minAutoCeilingMB)
+	chromes := supervisor.Chromes(capacity, sessionsPerChrome)
+	return max(int(limit>>20)/(chromes+1), minAutoCeilingMB((capacity+chromes-1)/max(chromes, 1)))
 }
 
 // fleetMemoryCeiling is the --chrome-memory-ceiling-mb of each of the n
-// consumers `farm up` runs: they share its memory limit, which auto in each
-// would take whole, so auto stands for a share of it here; a number or off
-// set in the environment is passed on.
-func fleetMemoryCeiling(env *environment, n int) string {
+// consumers `farm up` runs, of capacity sessions, sessionsPerChrome a
+// Chrome: they share its memory limit, which auto in each would take whole,
+// so auto stands for a share of it here; a number or off set in the
+// environment is passed on.
+func fleetMemoryCeiling(env *environment, n, capacity, sessionsPerChrome int) string {
 	if v := env.getenv("FARM_CHROME_MEMORY_CEILING_MB"); v != "" && v != autoWord {
 		return v
 	}
-	return orOff(autoMemoryCeilingMB(cgroupMemoryLimit(env.root) / int64(max(n, 1))))
+	return orOff(autoMemoryCeilingMB(cgroupMemoryLimit(env.root)/int64(max(n, 1)), capacity, sessionsPerChrome))
 }
 
 // unlimitedV1 is the least value cgroup v1 reports for "no limit"

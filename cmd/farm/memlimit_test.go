@@ -71,17 +71,22 @@ func TestCgroupMemoryLimit(t *testing.T) {
 
 func TestAutoMemoryCeiling(t *testing.T) {
 	for _, tc := range []struct {
-		limit int64
-		want  int
+		limit               int64
+		capacity, perChrome int
+		want                int
 	}{
-		{0, off},
-		{4 << 30, 2048},
-		{16 << 30, 8192},
-		{1 << 30, minAutoCeilingMB},
-		{1536 << 20, minAutoCeilingMB},
+		{0, 6, 1, off},
+		{4 << 30, 6, 1, 4096 / 7}, // six Chromes and one more
+		{4 << 30, 6, 6, 2048},     // one Chrome and one more
+		{4 << 30, 6, 4, 4096 / 3}, // two Chromes of three
+		{16 << 30, 6, 1, 16384 / 7},
+		{16 << 30, 6, 6, 8192},
+		{1 << 30, 6, 1, 256},
+		{1 << 30, 6, 6, 1024},
+		{1536 << 20, 6, 6, 1024},
 	} {
-		if got := autoMemoryCeilingMB(tc.limit); got != tc.want {
-			t.Errorf("limit %d: ceiling %d MiB, want %d", tc.limit, got, tc.want)
+		if got := autoMemoryCeilingMB(tc.limit, tc.capacity, tc.perChrome); got != tc.want {
+			t.Errorf("limit %d, %d sessions, %d a Chrome: ceiling %d MiB, want %d", tc.limit, tc.capacity, tc.perChrome, got, tc.want)
 		}
 	}
 	// The flag's default is auto, resolved from the machine's root; an
@@ -96,10 +101,10 @@ func TestAutoMemoryCeiling(t *testing.T) {
 		"proc/self/cgroup":         &fstest.MapFile{Data: []byte("0::/\n")},
 		"sys/fs/cgroup/memory.max": &fstest.MapFile{Data: []byte("4294967296\n")},
 	}
-	if limit, auto := o.resolveMemoryCeiling(root); limit != 4<<30 || !auto || o.memoryCeilingMB != 2048 {
+	if limit, auto := o.resolveMemoryCeiling(root); limit != 4<<30 || !auto || o.memoryCeilingMB != 4096/7 {
 		t.Errorf("auto under 4 GiB: limit %d, ceiling %d MiB", limit, o.memoryCeilingMB)
 	}
-	if got := o.supervisorConfig(zap.NewNop(), nil).MemoryCeilingBytes; got != 2048<<20 {
+	if got := o.supervisorConfig(zap.NewNop(), nil).MemoryCeilingBytes; got != 4096/7<<20 {
 		t.Errorf("MemoryCeilingBytes %d", got)
 	}
 	o = consumerOptions{}
@@ -125,8 +130,8 @@ func TestFleetMemoryCeiling(t *testing.T) {
 		n    int
 		want string
 	}{
-		{"auto shares the limit", "", root, 4, "1024"},
-		{"auto, two consumers", "auto", root, 2, "2048"},
+		{"auto shares the limit", "", root, 4, "292"}, // 2 GiB a consumer, over 6 Chromes and 1
+		{"auto, two consumers", "auto", root, 2, "585"},
 		{"no limit", "", fstest.MapFS{}, 2, "off"},
 		{"a number is passed on", "700", root, 4, "700"},
 		{"off is passed on", "off", root, 4, "off"},
@@ -137,7 +142,7 @@ func TestFleetMemoryCeiling(t *testing.T) {
 			}
 			return ""
 		}}
-		if got := fleetMemoryCeiling(env, tc.n); got != tc.want {
+		if got := fleetMemoryCeiling(env, tc.n, 6, 1); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -33,6 +33,7 @@ type upOptions struct {
 	consumers   int
 	capacity    int
 	recycleJobs int
+	perChrome   int
 	exitAfter   int
 	dataDir     string
 	pgBin       string
@@ -112,7 +113,8 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	fs.countOrAuto(&uo.consumers, "consumers", "consumer processes to run and restart (auto: half the cores, 1 to 4; at most 4 per core; the demo uses 2 unless set)")
 	sv := supervisor.DefaultConfig()
 	fs.count(&uo.capacity, "capacity", sv.Capacity, 1, "concurrent Chrome sessions per consumer, 1..1000")
-	fs.countOrOff(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace Chrome after this many jobs (off: never)")
+	fs.count(&uo.perChrome, "sessions-per-chrome", sv.SessionsPerChrome, 1, "sessions that share one of a consumer's Chromes, at most (1: a Chrome per session)")
+	fs.countOrOff(&uo.recycleJobs, "chrome-recycle-jobs", sv.ChromeRecycleJobs, "consumers replace each Chrome after this many of its jobs (off: never)")
 	fs.countOrOff(&uo.exitAfter, "exit-after-jobs", sv.ExitAfterJobs, "consumers exit, to be restarted fresh, after this many jobs (off: never)")
 	fs.StringVar(&uo.dataDir, "data-dir", "", "where the private PostgreSQL and the logs live (default: /var/lib/browserfarm for root, else $XDG_STATE_HOME/browserfarm or ~/.local/state/browserfarm; the demo uses a temporary dir)")
 	fs.StringVar(&uo.pgBin, "pg-bin", "", "directory holding PostgreSQL's initdb and postgres for the private cluster (default: found on PATH, by pg_config, or under /usr/lib/postgresql)")
@@ -182,8 +184,9 @@ func runUp(ctx context.Context, env *environment, args []string) error {
 	// anything starts: a value they would refuse at every start is farm
 	// up's flag (or variable) to fix, not a fleet of consumers exiting 64.
 	consumerSettings := map[string]string{
-		"FARM_CHROME_MEMORY_CEILING_MB": fleetMemoryCeiling(env, uo.consumers),
+		"FARM_CHROME_MEMORY_CEILING_MB": fleetMemoryCeiling(env, uo.consumers, uo.capacity, uo.perChrome),
 		"FARM_CAPACITY":                 strconv.Itoa(uo.capacity),
+		"FARM_SESSIONS_PER_CHROME":      strconv.Itoa(uo.perChrome),
 		"FARM_CHROME_RECYCLE_JOBS":      orOff(uo.recycleJobs),
 		"FARM_EXIT_AFTER_JOBS":          orOff(uo.exitAfter),
 		"FARM_DRAIN_TIMEOUT":            uo.drain.String(),
