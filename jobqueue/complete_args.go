@@ -7,6 +7,8 @@ package jobqueue
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
+	"unicode/utf16"
 )
 
 // completeArgs are the column arrays of one CompleteMany statement.
@@ -138,25 +140,53 @@ func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 	return nil
 }
 
-// jsonbSafe rewrites the escape \u0000, which jsonb refuses, to \ufffd.
-// Escaped backslashes are respected: in `\\u0000` the u0000 is literal text.
+// jsonbSafe rewrites the escapes jsonb refuses to \ufffd, as the other text
+// of a result is cleaned: \u0000, and a surrogate escape that is not one
+// half of a pair (JSON.stringify writes a string's lone surrogate, such as
+// half an emoji cut by slice, that way). Escaped backslashes are respected:
+// in `\\u0000` the u0000 is literal text.
 func jsonbSafe(b []byte) []byte {
-	if !bytes.Contains(b, []byte(`\u0000`)) {
+	if !bytes.Contains(b, []byte(`\u0000`)) && !bytes.Contains(b, []byte(`\ud`)) && !bytes.Contains(b, []byte(`\uD`)) {
 		return b
 	}
 	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); i++ {
-		if b[i] == '\\' && i+1 < len(b) {
-			if b[i+1] == 'u' && i+6 <= len(b) && string(b[i:i+6]) == `\u0000` {
-				out = append(out, `\ufffd`...)
-				i += 5
-				continue
-			}
-			out = append(out, b[i], b[i+1])
-			i++
+		if b[i] != '\\' || i+1 >= len(b) {
+			out = append(out, b[i])
 			continue
 		}
-		out = append(out, b[i])
+		v, ok := unicodeEscape(b[i:])
+		switch {
+		case !ok:
+			out = append(out, b[i], b[i+1])
+			i++
+		case v == 0 || utf16.IsSurrogate(v) && (v >= 0xdc00 || !lowSurrogateAt(b[i+6:])):
+			out = append(out, `\ufffd`...)
+			i += 5
+		case utf16.IsSurrogate(v):
+			// A pair: both halves as they are.
+			out = append(out, b[i:i+12]...)
+			i += 11
+		default:
+			out = append(out, b[i:i+6]...)
+			i += 5
+		}
 	}
 	return out
+}
+
+// unicodeEscape reads the \uXXXX escape b begins with, if it does.
+func unicodeEscape(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	return rune(v), err == nil
+}
+
+// lowSurrogateAt reports whether b begins with the escape of a low
+// surrogate, the second half of a pair.
+func lowSurrogateAt(b []byte) bool {
+	v, ok := unicodeEscape(b)
+	return ok && v >= 0xdc00 && v <= 0xdfff
 }

@@ -207,7 +207,7 @@ func TestCompleteOnceAndResultRoundTrip(t *testing.T) {
 	}
 	res := Result{
 		FinalURL: "http://r.test/page/0?redirected=1", Status: 200, Title: "Products \x00 ünïcode",
-		Data:          json.RawMessage(`{"items":[1,2,3],"name":"x\u0000y"}`),
+		Data:          json.RawMessage(`{"items":[1,2,3],"name":"x\u0000y","cut":"\ud83d","pair":"\ud83d\ude00"}`),
 		HTML:          "<html><body>hi</body></html>",
 		Screenshot:    []byte{0x89, 'P', 'N', 'G', 0, 1, 2},
 		ConsoleErrors: []string{"TypeError: x is undefined"},
@@ -227,7 +227,7 @@ func TestCompleteOnceAndResultRoundTrip(t *testing.T) {
 		t.Fatalf("result round trip:\n got %+v\nsent %+v", got, res)
 	}
 	var data map[string]any
-	if err := json.Unmarshal(got.Data, &data); err != nil || data["name"] != "x\ufffdy" {
+	if err := json.Unmarshal(got.Data, &data); err != nil || data["name"] != "x\ufffdy" || data["cut"] != "\ufffd" || data["pair"] != "😀" {
 		t.Fatalf("data %s (%v)", got.Data, err)
 	}
 

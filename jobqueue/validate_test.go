@@ -388,6 +388,18 @@ func TestJSONBSafe(t *testing.T) {
 		{`"x\u0000y"`, `"x\ufffdy"`},
 		{`"x\\u0000y"`, `"x\\u0000y"`}, // an escaped backslash, then literal text
 		{`["\\\u0000"]`, `["\\\ufffd"]`},
+		// Surrogates: a lone half (JSON.stringify's escape for half an
+		// emoji) is refused by jsonb; a pair is a character.
+		{`"\ud83d"`, `"\ufffd"`},
+		{`"\uD83D x"`, `"\ufffd x"`},
+		{`"\ude00"`, `"\ufffd"`},
+		{`"\ud83d\ude00"`, `"\ud83d\ude00"`},
+		{`"\ud83d\u0041"`, `"\ufffd\u0041"`},
+		{`"\ud83d\ud83d\ude00"`, `"\ufffd\ud83d\ude00"`},
+		{`{"\udc00":1}`, `{"\ufffd":1}`},
+		{`"\\ud83d"`, `"\\ud83d"`}, // literal text after an escaped backslash
+		{`"\ud83d`, `"\ufffd`},     // cut short: still no lone half
+		{`"\u00e9\ud"`, `"\u00e9\ud"`},
 	}
 	for _, tt := range tests {
 		if got := string(jsonbSafe([]byte(tt.in))); got != tt.want {
