@@ -48,8 +48,8 @@ type CompleteOutcome struct {
 // the rest of the statement's fixed cost, for no row.
 var completeSQL = completeHeadSQL + `
 ), found AS (
-    SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[])
-        AS f(job_id, url, host, dedup_key, ord)
+    SELECT * FROM unnest($13::bigint[], $14::text[], $15::text[], $16::text[], $17::int[], $26::bool[])
+        AS f(job_id, url, host, dedup_key, ord, on_final)
 ), eligible AS (
     SELECT d.id AS parent_id, d.batch_id, d.priority, d.max_attempts, d.crawl_id, d.depth,
            CASE WHEN f.host = d.host OR jsonb_typeof(d.spec -> 'cookies') IS DISTINCT FROM 'array'
@@ -69,7 +69,9 @@ var completeSQL = completeHeadSQL + `
     FROM done d JOIN found f ON f.job_id = d.id
     WHERE d.spec -> 'follow' IS NOT NULL
       AND d.depth < (d.spec #>> '{follow,max_depth}')::int
-      AND (f.host = d.host OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
+      -- The job's host, or the host its page ended on after a redirect
+      -- (http://example.com/ to https://www.example.com/).
+      AND (f.host = d.host OR f.on_final OR coalesce((d.spec #>> '{follow,any_host}')::boolean, false))
       -- A link already in the crawl (a site's navigation, on every page)
       -- takes no place under max_links: numbered with the new ones, it
       -- would crowd them out and count among the links over the limit.
@@ -283,7 +285,7 @@ func (q *Queue) completeRows(ctx context.Context, a *completeArgs) ([]completeRo
 			a.consoleErrors, a.timings, a.links, q.now(),
 			a.linkJob, a.linkURL, a.linkHost, a.linkKey, a.linkOrd,
 			ChannelProducer, PayloadSlots, PayloadSubmitted, a.incarnations, a.linksOver, DefaultMaxLinks, a.blobs,
-			a.htmlTruncated}
+			a.htmlTruncated, a.linkOnFinal}
 		if len(a.linkJob) == 0 {
 			sql, args = completeNoFollowSQL, slices.Concat(args[:12], args[17:19], args[20:22], args[23:25])
 		}

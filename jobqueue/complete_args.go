@@ -34,6 +34,9 @@ type completeArgs struct {
 	linkHost []string
 	linkKey  []string
 	linkOrd  []int32
+	// linkOnFinal: the link is on the host of the page's final URL (its
+	// job's after a redirect to another host), which a crawl follows too.
+	linkOnFinal []bool
 }
 
 // add appends one completion to the arrays, after making its fields storable.
@@ -80,6 +83,10 @@ func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 	if len(links) > MaxCollectedLinks {
 		links, over = links[:MaxCollectedLinks], over+len(links)-MaxCollectedLinks
 	}
+	finalHost := ""
+	if fu, err := ParseJobURL(r.FinalURL); err == nil {
+		finalHost = HostKey(fu)
+	}
 	kept := make([]string, 0, len(links))
 	keys := make(map[string]bool, len(links))
 	for _, l := range links {
@@ -107,6 +114,7 @@ func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 		a.linkHost = append(a.linkHost, HostKey(u))
 		a.linkKey = append(a.linkKey, key)
 		a.linkOrd = append(a.linkOrd, int32(len(keys)))
+		a.linkOnFinal = append(a.linkOnFinal, finalHost != "" && a.linkHost[len(a.linkHost)-1] == finalHost)
 	}
 	linksJSON, err := json.Marshal(kept)
 	if err != nil {

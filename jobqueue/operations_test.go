@@ -453,6 +453,32 @@ func TestCancelBatchCatchesChildrenOfAConcurrentCompletion(t *testing.T) {
 // A crawl seeded with a Unicode host name follows its links: Chrome hands
 // them back in the ASCII (punycode) form, which must be the same host and the
 // same crawl key as the seed's.
+// TestFollowFromTheHostRedirectedTo: a crawl whose page ended on another
+// host (http://example.com/ redirected to https://www.example.com/)
+// follows that host's links as well as its own host's, not others'.
+func TestFollowFromTheHostRedirectedTo(t *testing.T) {
+	t.Parallel()
+	q, _ := newTestQueue(t, Config{})
+	ctx := context.Background()
+	mustRegister(t, q, "n1", 6)
+	ids := mustEnqueue(t, q, Spec{URL: "http://site.test/", Follow: &Follow{Selector: "a", MaxDepth: 1}})
+	if _, err := assignRound(ctx, q, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Claim(ctx, "n1", 6); err != nil {
+		t.Fatal(err)
+	}
+	n, err := q.Complete(ctx, ids[0], "n1", Result{Status: 200, FinalURL: "https://WWW.site.test/home",
+		Links: []string{"https://www.site.test/a", "http://www.site.test:8080/b", "http://site.test/c", "http://other.test/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a (the final host), c (the job's); not b (another port: another host) nor x.
+	if n != 2 {
+		t.Fatalf("%d children, want 2", n)
+	}
+}
+
 func TestFollowIDNSeedFollowsPunycodeLinks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
