@@ -405,7 +405,66 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	}
 
 	mark = time.Now()
-	if j.Extract != "" && httpErr == nil {
+	// What the job reads — its extract, URL, title, HTML, links, screenshot
+	// — is of one document. A page that goes on to another one while it is
+	// read (a meta refresh, a script's navigation after load, an action's
+	// click) is read again once the new document has loaded, from its
+	// start: else the data could be the first page's, or the new one's
+	// before it parsed, and the URL and title the new one's.
+	loader := nav.LoaderID
+	if loader == "" {
+		// A same-document navigation: the document is the one committed.
+		loader = t.mainLoaderID()
+	}
+	for hop := 0; ; hop++ {
+		read := t.mainLoaderID()
+		if read != loader && read != "" {
+			if hop > maxReadHops {
+				return newErr(ClassTimeout, true, "the page went on to another document %d times while it was being read", hop)
+			}
+			if err := st.waitLifecycle(ctx, read, "load"); err != nil {
+				return fmt.Errorf("waiting for load of the document the page went on to: %w", err)
+			}
+			loader = read
+			if resp := st.doc(loader); resp != nil && resp.Status != 0 {
+				res.Status = int(resp.Status)
+			}
+			continue
+		}
+		err := t.readPage(ctx, j, res, httpErr == nil)
+		if now := t.mainLoaderID(); now != read && now != "" {
+			continue // read across a commit: read the new document
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if res.Status == 0 {
+		// No document response was seen (e.g. served from memory); the
+		// page loaded, so it was a success.
+		res.Status = 200
+	}
+	res.Timings.Extract = time.Since(mark)
+	// A refusal that came before the result was read, though the calls
+	// above answered before its abort was seen.
+	if err := st.refused(); err != nil {
+		return err
+	}
+	return httpErr
+}
+
+// maxReadHops bounds how many times a job's page may go on to another
+// document while it is being read (run): a page that keeps navigating
+// itself has no document to read.
+const maxReadHops = 5
+
+// readPage reads what the job asks of the page: its extract (with
+// extract, not for an HTTP error), then URL, title, HTML and links, then
+// its screenshot.
+func (t *tab) readPage(ctx context.Context, j *job, res *Result, extract bool) error {
+	res.Data = nil
+	if j.Extract != "" && extract {
 		data, err := t.extract(ctx, j.Extract, j.MaxDataBytes)
 		if err != nil {
 			return err
@@ -414,11 +473,6 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	}
 	if err := t.meta(ctx, j, res); err != nil {
 		return err
-	}
-	if res.Status == 0 {
-		// No document response was seen (e.g. served from memory); the
-		// page loaded, so it was a success.
-		res.Status = 200
 	}
 	if j.Screenshot {
 		shot, err := cdp.Call(ctx, t.t, page.CaptureScreenshot, page.CaptureScreenshotParams{Format: page.CaptureScreenshotFormatPng})
@@ -431,13 +485,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		}
 		res.Screenshot = shot.Data
 	}
-	res.Timings.Extract = time.Since(mark)
-	// A refusal that came before the result was read, though the calls
-	// above answered before its abort was seen.
-	if err := st.refused(); err != nil {
-		return err
-	}
-	return httpErr
+	return nil
 }
 
 // noPage returns the status and URL of a main document whose answer Chrome

@@ -85,6 +85,14 @@ func (t *tab) documentChanged(f *cdp.Frame) {
 	t.mu.Unlock()
 }
 
+// mainLoaderID is the loader of the main frame's committed document ("":
+// none committed on this tab yet).
+func (t *tab) mainLoaderID() cdp.LoaderID {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mainLoader
+}
+
 // farmWorld returns the farm world of the main frame's current document.
 // The first call of a job (and the first after a navigation destroyed the
 // world) asks for it: Page.createIsolatedWorld answers the world this
