@@ -175,21 +175,30 @@ func TestEgressFailureNamed(t *testing.T) {
 	testutil.Background(t, "proxy", proxy.Serve)
 	b := launch(t, Options{EgressProxy: proxy.URL(), EgressFailure: proxy.Failure, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
 	s := openSession(t, b)
+	// status: the site's answer kept with the failure; the filter's own
+	// 502 is no site's answer (QA: network failures said 502).
 	for _, tc := range []struct {
 		url, class, says string
 		retriable        bool
+		status           int
 	}{
-		{"http://nowhere.test/", ClassNetwork, "no such host", true},
-		{"https://nowhere.test/", ClassNetwork, "no such host", true},
-		{"http://" + dead + "/", ClassNetwork, "connection refused", true},
-		{forger.URL + "/", ClassHTTP, "HTTP 502", true},
+		{"http://nowhere.test/", ClassNetwork, "no such host", true, 0},
+		{"https://nowhere.test/", ClassNetwork, "no such host", true, 0},
+		{"http://" + dead + "/", ClassNetwork, "connection refused", true, 0},
+		{forger.URL + "/", ClassHTTP, "HTTP 502", true, 502},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err := s.Render(ctx, Request{URL: tc.url})
+		res, err := s.Render(ctx, Request{URL: tc.url})
 		cancel()
 		var e *Error
 		if !errors.As(err, &e) || e.Class != tc.class || e.Retriable != tc.retriable || !strings.Contains(e.Error(), tc.says) {
 			t.Errorf("render of %s: %v; want %s (retriable %v) saying %q", tc.url, err, tc.class, tc.retriable, tc.says)
+		}
+		if status := 0; res != nil && res.Status != tc.status || res == nil && tc.status != 0 {
+			if res != nil {
+				status = res.Status
+			}
+			t.Errorf("render of %s: status %d kept with the failure, want %d", tc.url, status, tc.status)
 		}
 	}
 }

@@ -346,17 +346,18 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		if err != nil && res.Status == 0 {
 			// A failure after the response, which came after Page.navigate's
 			// answer: the page answered, and its status goes with the
-			// failure.
-			if resp := st.doc(nav.LoaderID); resp != nil {
+			// failure — unless the egress filter answered for it (the site
+			// answered nothing).
+			if resp := st.doc(nav.LoaderID); resp != nil && s.egressAnswer(j, resp) == nil {
 				res.Status = int(resp.Status)
 			}
 		}
 	}()
 	if resp := st.doc(nav.LoaderID); resp != nil {
-		res.Status = int(resp.Status)
 		if err := s.egressAnswer(j, resp); err != nil {
 			return err
 		}
+		res.Status = int(resp.Status)
 		if err := notHTML(j, resp); err != nil {
 			res.FinalURL = resp.URL
 			return err
@@ -385,10 +386,10 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		res.Timings.Wait = time.Since(mark)
 		if resp := st.doc(nav.LoaderID); res.Status == 0 && resp != nil {
 			// The response event came after Page.navigate's answer.
-			res.Status = int(resp.Status)
 			if err := s.egressAnswer(j, resp); err != nil {
 				return err
 			}
+			res.Status = int(resp.Status)
 			if res.Status >= 400 {
 				httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
 			}
