@@ -170,11 +170,15 @@ func (t *tab) onRequestPaused(e *fetch.EventRequestPaused) {
 	})
 }
 
-// onAuthRequired answers the proxy's challenge with the job's credentials;
-// a site's own challenge is left to Chrome's default (no credentials).
+// onAuthRequired answers the proxy's challenge with the job's credentials,
+// once a request: a proxy that challenges them again refused them, and
+// answering again would go on until Chrome gives up (about 35 requests,
+// net::ERR_TOO_MANY_RETRIES, read as a network failure); canceled, the
+// request ends with the proxy's 407, a failure that will not change. A
+// site's own challenge is left to Chrome's default (no credentials).
 func (t *tab) onAuthRequired(e *fetch.EventAuthRequired) {
 	resp := &fetch.AuthChallengeResponse{Response: fetch.AuthChallengeResponseResponseCancelAuth}
-	if p := t.proxy; p != nil && p.hasAuth && e.AuthChallenge != nil && e.AuthChallenge.Source == fetch.AuthChallengeSourceProxy {
+	if p := t.proxy; p != nil && p.hasAuth && e.AuthChallenge != nil && e.AuthChallenge.Source == fetch.AuthChallengeSourceProxy && t.firstProxyChallenge(e.RequestID) {
 		resp = &fetch.AuthChallengeResponse{
 			Response: fetch.AuthChallengeResponseResponseProvideCredentials,
 			Username: p.user,
@@ -188,4 +192,20 @@ func (t *tab) onAuthRequired(e *fetch.EventAuthRequired) {
 			t.b.log.Debug("answering an auth challenge", zap.Error(err))
 		}
 	})
+}
+
+// firstProxyChallenge reports whether the request has not been answered a
+// proxy challenge yet, and records that it has. The tab of a job with a
+// proxy is the job's own (IsolationContext), so the record lives one job.
+func (t *tab) firstProxyChallenge(id fetch.RequestID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.proxyChallenged[id] {
+		return false
+	}
+	if t.proxyChallenged == nil {
+		t.proxyChallenged = map[fetch.RequestID]bool{}
+	}
+	t.proxyChallenged[id] = true
+	return true
 }

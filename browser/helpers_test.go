@@ -195,7 +195,8 @@ func unmarshal(t *testing.T, data json.RawMessage, v any) {
 // user is set), marks what it forwards with X-Via-Proxy and counts requests.
 type testProxy struct {
 	*httptest.Server
-	served atomic.Int32
+	served  atomic.Int32
+	refused atomic.Int32 // requests answered 407
 }
 
 func newTestProxy(t *testing.T, user, pass string) *testProxy {
@@ -209,6 +210,7 @@ func newTestProxy(t *testing.T, user, pass string) *testProxy {
 			return
 		}
 		if user != "" && r.Header.Get("Proxy-Authorization") != want {
+			p.refused.Add(1)
 			w.Header().Set("Proxy-Authenticate", `Basic realm="farm"`)
 			http.Error(w, "proxy auth required", http.StatusProxyAuthRequired)
 			return

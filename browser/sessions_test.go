@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -178,14 +179,21 @@ func TestProxy(t *testing.T) {
 		t.Fatalf("through the authenticating proxy: %s items, %d requests", res.Data, authed.served.Load())
 	}
 
-	// Wrong credentials: the proxy keeps refusing.
+	// Wrong credentials: the proxy refuses them, and the job fails for
+	// good with its 407, after the credentials were tried once (Chrome
+	// would retry them about 35 times, then fail as a network error).
 	bad := strings.Replace(authed.URL, "http://", "http://farm:wrong@", 1)
+	refused := authed.refused.Load()
 	res, err = s.Render(ctx, Request{URL: e.url("/page/2"), Proxy: bad, Timeout: 20 * time.Second})
 	if err == nil {
 		t.Fatalf("wrong proxy credentials rendered %+v", res)
 	}
-	if c := ClassOf(err); c != ClassHTTP && c != ClassNetwork {
-		t.Fatalf("wrong proxy credentials: %v", err)
+	var pe *Error
+	if !errors.As(err, &pe) || pe.Class != ClassHTTP || pe.Retriable || !strings.Contains(err.Error(), "407") {
+		t.Fatalf("wrong proxy credentials: %v, want a permanent HTTP 407", err)
+	}
+	if n := authed.refused.Load() - refused; n > 3 {
+		t.Errorf("the proxy refused %d requests of the job, want the page's first and its credentials once", n)
 	}
 
 	// The proxy is the job's only: the next job goes direct.

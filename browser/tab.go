@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/cdproto/css"
 	"github.com/chromedp/cdproto/dom"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -35,6 +36,9 @@ type tab struct {
 	shared bool
 	own    bool // the session's reused tab of IsolationWipe
 	proxy  *proxySpec
+	// proxyChallenged: the requests given the job's proxy credentials
+	// (firstProxyChallenge). Guarded by mu.
+	proxyChallenged map[fetch.RequestID]bool
 
 	unwatch func()
 
