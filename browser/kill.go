@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -122,12 +123,36 @@ func (b *Browser) kill() error {
 func removeAllRetry(dir string) error {
 	var err error
 	for range 5 {
-		if err = os.RemoveAll(dir); err == nil {
+		if err = removeOwned(dir, os.RemoveAll); err == nil {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return err
+}
+
+// removeOwned removes dir with removeAll, its owner mark (ownerFile) last:
+// a removal cut short — the process killed in the middle, or an entry that
+// will not go — leaves the mark with what is left, for SweepStaleProfiles
+// to find once the owner is gone, instead of an unmarked directory no sweep
+// touches again.
+func removeOwned(dir string, removeAll func(string) error) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == ownerFile {
+			continue
+		}
+		if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return removeAll(dir)
 }
 
 // OrphanedCPUTicks is the CPU time, in /proc ticks (1/100 s), that Chrome's
