@@ -197,7 +197,7 @@ func newQueueCollector() *queueCollector {
 		jobs:     prometheus.NewDesc("browserfarm_queue_jobs", "Jobs in the queue by state (finished states: jobs still retained).", []string{"state"}, nil),
 		ready:    prometheus.NewDesc("browserfarm_queue_ready_jobs", "Pending jobs whose retry backoff is over: assignable now.", nil, nil),
 		oldest:   prometheus.NewDesc("browserfarm_queue_oldest_pending_age_seconds", "Age of the oldest pending job; 0 when none is pending.", nil, nil),
-		finished: prometheus.NewDesc("browserfarm_jobs_finished_recent", "Jobs that reached a final state in the trailing 5 minutes, counted in whole minutes (from the start of the minute 5 minutes ago), by state and, for failed jobs, error class.", []string{"state", "error_class"}, nil),
+		finished: prometheus.NewDesc("browserfarm_jobs_finished_recent", "Jobs in a final state that they reached in the trailing 5 minutes, counted in whole minutes (from the start of the minute 5 minutes ago), by state and, for failed jobs, error class; a job retried since is counted where it is now (browserfarm_jobs_total counts every finish).", []string{"state", "error_class"}, nil),
 		scrapeOK: prometheus.NewDesc("browserfarm_queue_scrape_success", "1 when the queue series of this scrape were read from the database, 0 when the read failed.", nil, nil),
 		nodes:    prometheus.NewDesc("browserfarm_nodes", "Consumer nodes by state.", []string{"state"}, nil),
 		nodeState: prometheus.NewDesc("browserfarm_node_state", "1 for a node's current state (active, draining, exited, lost), 0 for the others.",
