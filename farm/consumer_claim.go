@@ -96,9 +96,11 @@ func (c *Consumer) loop(ctx context.Context, l wakeups, supExited <-chan struct{
 				c.claimLost = true
 				claimBackoff = min(max(2*claimBackoff, 100*time.Millisecond), 5*time.Second)
 				wait := backoff.Jitter(claimBackoff)
-				claimOut.Fail(time.Now())
-				c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", wait),
-					zap.Int64("failures", claimOut.Failures()), zap.Duration("failing_for", claimOut.For(time.Now())))
+				if claimOut.Fail(time.Now()) != outage.Nothing {
+					// When the failures start, then once a minute.
+					c.log.Warn("claim failed", zap.Error(err), zap.Duration("retry_in", wait),
+						zap.Int64("failures", claimOut.Failures()), zap.Duration("failing_for", claimOut.For(time.Now())))
+				}
 				if !ctxtime.Sleep(ctx, wait) {
 					return stopSignal
 				}

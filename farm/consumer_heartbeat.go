@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/browserfarm/browserfarm/internal/outage"
 	"github.com/browserfarm/browserfarm/jobqueue"
 	"github.com/browserfarm/browserfarm/supervisor"
 )
@@ -49,12 +50,13 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 	var failures int64
 	var failedFor time.Duration
 	recovered := false
+	say := outage.Nothing
 	switch {
 	case err == nil:
 		c.lastBeat = now
 		failures, failedFor, recovered = c.beatOut.Succeed(now)
 	case !errors.Is(err, jobqueue.ErrFenced) && ctx.Err() == nil:
-		c.beatOut.Fail(now)
+		say = c.beatOut.Fail(now)
 		failures, failedFor = c.beatOut.Failures(), c.beatOut.For(now)
 	}
 	stopping := c.stopping
@@ -79,7 +81,8 @@ func (c *Consumer) heartbeat(ctx context.Context) {
 		c.noteFenced(err)
 		return
 	}
-	if err != nil && ctx.Err() == nil {
+	if err != nil && say != outage.Nothing {
+		// When the failures start, then once a minute while they go on.
 		c.log.Warn("heartbeat failed", zap.Error(err), zap.Int64("failures", failures), zap.Duration("failing_for", failedFor))
 	}
 }

@@ -13,10 +13,11 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// TestUnitHeartbeatSaysWhenItAnswersAgain: through a database outage each
-// failed heartbeat is a warning counting the failures; the first heartbeat
-// that succeeds after them says so once, at info, with how many failed and
-// for how long, and later successes say nothing.
+// TestUnitHeartbeatSaysWhenItAnswersAgain: a database outage's first failed
+// heartbeat is a warning, and later ones are not, until a minute has passed
+// (internal/outage: one line a minute, not one a heartbeat); the first
+// heartbeat that succeeds after them says so once, at info, with how many
+// failed and for how long, and later successes say nothing.
 func TestUnitHeartbeatSaysWhenItAnswersAgain(t *testing.T) {
 	t.Parallel()
 	down := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
@@ -34,10 +35,10 @@ func TestUnitHeartbeatSaysWhenItAnswersAgain(t *testing.T) {
 	}{
 		{"healthy: silent", []error{nil, nil, nil}, nil},
 		{"an outage and its end", []error{nil, down, down, down, nil, nil},
-			[]line{warn(1), warn(2), warn(3), back(3)}},
+			[]line{warn(1), back(3)}},
 		{"two outages, counted apart", []error{down, nil, down, down, nil},
-			[]line{warn(1), back(1), warn(1), warn(2), back(2)}},
-		{"still down: no line of recovery", []error{down, down}, []line{warn(1), warn(2)}},
+			[]line{warn(1), back(1), warn(1), back(2)}},
+		{"still down: no line of recovery", []error{down, down}, []line{warn(1)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -71,9 +72,9 @@ func TestUnitHeartbeatSaysWhenItAnswersAgain(t *testing.T) {
 	}
 }
 
-// TestUnitClaimsSayWhenTheyAnswerAgain: each failed claim is a warning
-// counting the failures, and the first claim that answers after them says
-// so once, as the heartbeat does.
+// TestUnitClaimsSayWhenTheyAnswerAgain: the first failed claim of an outage
+// is a warning (then one a minute), and the first claim that answers after
+// them says so once, counting them, as the heartbeat does.
 func TestUnitClaimsSayWhenTheyAnswerAgain(t *testing.T) {
 	down := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
 	fq := &fakeQueue{jobs: fakeJobs(10), perClaim: 2, claimErrs: []error{down, down}}
@@ -91,7 +92,7 @@ func TestUnitClaimsSayWhenTheyAnswerAgain(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s %d", e.Message, n))
 		}
 	}
-	want := []string{"claim failed 1", "claim failed 2", "claims answered again 2"}
+	want := []string{"claim failed 1", "claims answered again 2"}
 	if !slices.Equal(got, want) {
 		t.Errorf("log lines %q, want %q", got, want)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
+	"github.com/browserfarm/browserfarm/internal/outage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -125,10 +126,18 @@ const leaderHeldSQL = `SELECT EXISTS (SELECT 1 FROM pg_locks l
 // context canceled when leadership is lost or ctx ends, and waits for lead to
 // return before campaigning again. It returns nil when ctx ends.
 func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) error {
+	var out outage.Tracker // one line when the failures start, then a minute
 	for {
 		conn, started, err := e.tryLock(ctx)
-		if err != nil && ctx.Err() == nil {
-			e.log.Warn("leader election: cannot reach the database", zap.Error(err))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if out.Fail(time.Now()) != outage.Nothing {
+				e.log.Warn("leader election: cannot reach the database", zap.Error(err), zap.Int64("failures", out.Failures()))
+			}
+		case err == nil:
+			if failures, lasted, ended := out.Succeed(time.Now()); ended {
+				e.log.Info("leader election: the database answers again", zap.Int64("failures", failures), zap.Duration("failed_for", lasted))
+			}
 		}
 		if conn != nil {
 			e.hold(ctx, conn, started, lead)
@@ -239,7 +248,7 @@ func (e *Elector) hold(ctx context.Context, conn *pgx.Conn, started time.Time, l
 		// session by now (a standby's, now leading).
 		if _, err := e.pool.Exec(cctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
             WHERE pid = $1 AND backend_start = $2`, sess.pid, sess.started); err != nil {
-			e.log.Warn("could not end the lost leader lock session; the server's keepalives will", zap.Uint32("pid", sess.pid), zap.Error(err))
+			e.log.Warn("could not end the lost leader lock session; the server's TCP keepalives will end it", zap.Uint32("pid", sess.pid), zap.Error(err))
 		}
 	}
 	e.log.Info("stopped leading")

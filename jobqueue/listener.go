@@ -11,6 +11,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/backoff"
 	"github.com/browserfarm/browserfarm/internal/cfgrule"
 	"github.com/browserfarm/browserfarm/internal/ctxtime"
+	"github.com/browserfarm/browserfarm/internal/outage"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -123,6 +124,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	}
 	pause := l.cfg.RetryMin
 	connected := false
+	var out outage.Tracker // one line when the failures start, then a minute
 	for {
 		conn, err := l.connect(ctx)
 		if err != nil {
@@ -130,7 +132,10 @@ func (l *Listener) Run(ctx context.Context) error {
 				return nil
 			}
 			retryIn := backoff.Jitter(pause)
-			l.log.Warn("listener: cannot listen; retrying", zap.Error(err), zap.Duration("in", retryIn))
+			if out.Fail(time.Now()) != outage.Nothing {
+				l.log.Warn("listener: cannot listen; retrying", zap.Error(err), zap.Duration("in", retryIn),
+					zap.Int64("failures", out.Failures()))
+			}
 			if !ctxtime.Sleep(ctx, retryIn) {
 				return nil
 			}
@@ -138,6 +143,9 @@ func (l *Listener) Run(ctx context.Context) error {
 			continue
 		}
 		pause = l.cfg.RetryMin
+		if failures, lasted, ended := out.Succeed(time.Now()); ended {
+			l.log.Info("listener: the database answers again", zap.Int64("failures", failures), zap.Duration("failed_for", lasted))
+		}
 		// Listening before the reconnection is announced: whoever acts on
 		// the announcement (the producer: hearsAssigned) sees it listen.
 		l.listening.Store(true)
