@@ -375,6 +375,18 @@ func cancelOrRetry(ctx context.Context, env *environment, args []string, verb st
 			return err
 		}
 		fmt.Fprintf(env.stdout, "%d jobs %s\n", n, past)
+		if n == 0 {
+			// A mistyped id reads as a batch with nothing left to change
+			// unless it is told apart, as an unknown job id is.
+			c, err := q.BatchCounts(ctx, batch)
+			if err != nil {
+				return err
+			}
+			if c.Total == 0 {
+				fmt.Fprintf(env.stderr, "farm %s: batch %s: not found\n", verb, batch)
+				return exitStatus(exitError)
+			}
+		}
 		return nil
 	}
 	change, only := q.Retry, jobqueue.RetriableStates

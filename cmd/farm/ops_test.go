@@ -481,6 +481,7 @@ func TestCancelRetryReportEachIDLeftAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const unknownBatch = "00000000-0000-0000-0000-000000000000"
 	pending, canceled, other := ids[0], ids[1], ids[2]
 	if _, err := q.Cancel(ctx, canceled); err != nil {
 		t.Fatal(err)
@@ -503,6 +504,9 @@ func TestCancelRetryReportEachIDLeftAlone(t *testing.T) {
 		{[]string{"cancel", id(pending), id(pending)}, exitOK, "1 jobs canceled", ""},
 		{[]string{"cancel"}, exitUsage, "", "give job ids or --batch BATCH_ID\n"},
 		{[]string{"retry"}, exitUsage, "", "give job ids or --batch BATCH_ID\n"},
+		// An unknown batch is told from one with nothing left to change.
+		{[]string{"cancel", "--batch", unknownBatch}, exitError, "0 jobs canceled", "batch " + unknownBatch + ": not found"},
+		{[]string{"retry", "--batch", unknownBatch}, exitError, "0 jobs queued again", "batch " + unknownBatch + ": not found"},
 	} {
 		code, out, errOut := farmRun(t, "", env, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.stdout) || !strings.Contains(errOut, tc.stderr) || (tc.stderr == "" && errOut != "") {
