@@ -162,6 +162,7 @@ func (d *AWSDriver) SetDesired(ctx context.Context, n int) error {
 	err := d.set(ctx, n)
 	var apiErr smithy.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "ValidationError" {
+		d.logFailed(n, err)
 		return err
 	}
 	// The group refuses a count outside its MinSize..MaxSize. Refused, the
@@ -171,16 +172,29 @@ func (d *AWSDriver) SetDesired(ctx context.Context, n int) error {
 	// The nearest bound is what the group can do.
 	g, derr := d.describe(ctx)
 	if derr != nil || g.MinSize == nil || g.MaxSize == nil {
+		d.logFailed(n, err)
 		return err
 	}
 	lo, hi := int(*g.MinSize), int(*g.MaxSize)
 	if n >= lo && n <= hi {
+		d.logFailed(n, err)
 		return err
 	}
+	// The refusal is expected, and the bound is set instead: a warning,
+	// not an error an alert would fire on at every reapply.
 	bound := min(max(n, lo), hi)
-	d.log.Warn("desired count outside the group's size; set to its nearest bound (make the group's MinSize and MaxSize cover the producer's --autoscale-min and --autoscale-max)",
+	d.log.Warn("desired count outside the group's size; set to its nearest bound (make the group's MinSize and MaxSize cover the producer's --autoscale-min and --autoscale-max); the producer's desired_nodes still says the count it wanted",
 		zap.Int("desired", n), zap.Int("set", bound), zap.Int("group_min_size", lo), zap.Int("group_max_size", hi))
-	return d.set(ctx, bound)
+	err = d.set(ctx, bound)
+	d.logFailed(bound, err)
+	return err
+}
+
+// logFailed logs a SetDesiredCapacity that failed (err nil: nothing).
+func (d *AWSDriver) logFailed(n int, err error) {
+	if err != nil {
+		d.log.Error("set desired capacity failed", zap.Int("desired", n), zap.Error(err))
+	}
 }
 
 // set calls SetDesiredCapacity once (with the SDK's retries).
@@ -192,9 +206,7 @@ func (d *AWSDriver) set(ctx context.Context, n int) error {
 		HonorCooldown:        aws.Bool(false),
 	})
 	if err != nil {
-		err = explainAWSError(err, fmt.Sprintf("SetDesiredCapacity(group %q, %d)", d.group, n))
-		d.log.Error("set desired capacity failed", zap.Int("desired", n), zap.Error(err))
-		return err
+		return explainAWSError(err, fmt.Sprintf("SetDesiredCapacity(group %q, %d)", d.group, n))
 	}
 	d.log.Info("desired capacity set", zap.Int("desired", n),
 		zap.Int("attempts", attempts(out.ResultMetadata)), zap.Duration("took", time.Since(start)))
