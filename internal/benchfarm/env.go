@@ -66,6 +66,7 @@ type nodeRun struct {
 	recycleEvery int      // 0: never
 	isolation    string   // the jobs' spec isolation ("" = the default, wipe)
 	lead         int      // the supervisor's ReplacementLead; negative: its default
+	perChrome    int      // the supervisor's SessionsPerChrome; 0: its default
 	sampleEvery  time.Duration
 	// sample, if set, is called every sampleEvery while the node runs.
 	sample func(st supervisor.Stats, profiles string)
@@ -114,6 +115,7 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	cfg.Logger = e.log.Named(r.name)
 	cfg.Supervisor.ChromeRecycleJobs = offIfZero(r.recycleEvery)
 	cfg.Supervisor.ExitAfterJobs = supervisor.Off
+	cfg.Supervisor.SessionsPerChrome = r.perChrome
 	cfg.Supervisor.Browser.ProfileRoot = profiles
 	// The test site is on loopback, which the default egress policy refuses.
 	siteURL, err := url.Parse(e.site.URL)

@@ -47,6 +47,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	recycleEvery := fs.Int("recycle-every", 20, "Chrome recycle interval of the recycling runs")
 	isolation := fs.String("isolation", "wipe", "soak: the jobs' isolation: wipe (the default: a context reused and wiped between jobs, so a leak that survives the wipe lives until the Chrome is recycled), context (a brand-new context per job, which discards the page's leak with it) or shared (Chrome's default context, where a page's leak outlives the job, as on sites scraped with a session)")
 	lead := fs.Int("replacement-lead", -1, "recycle: boot the replacement Chrome this many job starts before the recycle point (default: the supervisor's)")
+	perChrome := fs.Int("sessions-per-chrome", 0, "the node's sessions that share one Chrome, at most (default: the supervisor's, 1: a Chrome per session; 6: one Chrome for the node's six)")
 	only := fs.String("workloads", "latency,cpu", "recycle: comma-separated workloads to run: latency (?delay=400), cpu (no delay), slow (?delay=1500)")
 	verbose := fs.Bool("v", false, "log the nodes' info lines to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -59,8 +60,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "benchfarm: -isolation %q: use wipe, context or shared\n", *isolation)
 		return 2
 	}
-	if *jobs < 0 || *rounds < 1 || *recycleEvery < 1 {
-		fmt.Fprintln(stderr, "benchfarm: -jobs must be ≥ 0, -rounds and -recycle-every ≥ 1")
+	if *jobs < 0 || *rounds < 1 || *recycleEvery < 1 || *perChrome < 0 {
+		fmt.Fprintln(stderr, "benchfarm: -jobs and -sessions-per-chrome must be ≥ 0, -rounds and -recycle-every ≥ 1")
 		return 2
 	}
 	level := zapcore.WarnLevel
@@ -82,14 +83,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		if n == 0 {
 			n = 400
 		}
-		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) { return soak(ctx, e, n, *recycleEvery, *isolation) })
+		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) { return soak(ctx, e, n, *recycleEvery, *isolation, *perChrome) })
 	case "recycle":
 		n := *jobs
 		if n == 0 {
 			n = 120
 		}
 		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) {
-			return recycleBench(ctx, e, recycleOpts{jobs: n, rounds: *rounds, every: *recycleEvery, lead: *lead, workloads: *only})
+			return recycleBench(ctx, e, recycleOpts{jobs: n, rounds: *rounds, every: *recycleEvery, lead: *lead, perChrome: *perChrome, workloads: *only})
 		})
 	default:
 		fmt.Fprintf(stderr, "benchfarm: unknown mode %q\n", mode)

@@ -104,6 +104,7 @@ var workloads = []workload{
 type recycleOpts struct {
 	jobs, rounds, every int
 	lead                int    // ReplacementLead; negative: the supervisor's default
+	perChrome           int    // SessionsPerChrome; 0: the supervisor's default
 	workloads           string // comma-separated names
 }
 
@@ -167,7 +168,7 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 					paths[i] = fmt.Sprintf(w.format, i)
 				}
 				name := fmt.Sprintf("%s-%s-%d", w.name, map[bool]string{true: "recycle", false: "norecycle"}[recycle], round)
-				r, err := e.run(ctx, nodeRun{name: name, paths: paths, recycleEvery: every, lead: o.lead})
+				r, err := e.run(ctx, nodeRun{name: name, paths: paths, recycleEvery: every, lead: o.lead, perChrome: o.perChrome})
 				if err != nil {
 					return res, err
 				}

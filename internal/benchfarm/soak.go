@@ -98,7 +98,7 @@ func mb(b uint64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
 
 // soak renders jobs /leak/ pages twice, recycling Chrome every recycleEvery
 // jobs and never, sampling every Chrome tree's PSS from /proc.
-func soak(ctx context.Context, e *env, jobs, recycleEvery int, isolation string) (soakResult, error) {
+func soak(ctx context.Context, e *env, jobs, recycleEvery int, isolation string, perChrome int) (soakResult, error) {
 	const every = 250 * time.Millisecond
 	paths := make([]string, jobs)
 	for i := range paths {
@@ -108,7 +108,7 @@ func soak(ctx context.Context, e *env, jobs, recycleEvery int, isolation string)
 
 	on := newPSSTrace(recycleEvery)
 	e.progress("soak: %d /leak/ jobs, recycling every %d", jobs, recycleEvery)
-	r, err := e.run(ctx, nodeRun{name: "soak-recycle", lead: -1, paths: paths, recycleEvery: recycleEvery, isolation: isolation, sampleEvery: every, sample: on.sample})
+	r, err := e.run(ctx, nodeRun{name: "soak-recycle", lead: -1, perChrome: perChrome, paths: paths, recycleEvery: recycleEvery, isolation: isolation, sampleEvery: every, sample: on.sample})
 	if err != nil {
 		return res, err
 	}
@@ -118,7 +118,7 @@ func soak(ctx context.Context, e *env, jobs, recycleEvery int, isolation string)
 
 	off := newPSSTrace(recycleEvery)
 	e.progress("soak: %d /leak/ jobs, never recycling", jobs)
-	r, err = e.run(ctx, nodeRun{name: "soak-norecycle", lead: -1, paths: paths, recycleEvery: 0, isolation: isolation, sampleEvery: every, sample: off.sample})
+	r, err = e.run(ctx, nodeRun{name: "soak-norecycle", lead: -1, perChrome: perChrome, paths: paths, recycleEvery: 0, isolation: isolation, sampleEvery: every, sample: off.sample})
 	if err != nil {
 		return res, err
 	}
