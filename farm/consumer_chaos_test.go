@@ -74,7 +74,9 @@ func (rc *runningConsumer) stop(t *testing.T, timeout time.Duration) error {
 }
 
 // TestConsumerChromeKilledMidJob kills the Chrome main process with SIGKILL
-// while six jobs render on it, each page asked for: those jobs fail as
+// while six jobs render on it (one Chrome for the node's six sessions; a
+// Chrome per session, the default, loses one job: TestChromePerSessionLoss
+// in supervisor), each page asked for: those jobs fail as
 // retriable ("crashed"), charged, come back after their backoff and
 // complete on the replacement Chrome; the node carries on and reports its
 // load meanwhile.
@@ -91,6 +93,7 @@ func TestConsumerChromeKilledMidJob(t *testing.T) {
 	profiles := shortProfileRoot(t)
 	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, profiles, func(c *ConsumerConfig) {
+		c.Supervisor.SessionsPerChrome = defaultCapacity()
 		c.Supervisor.ChromeRecycleJobs = Off
 		c.Supervisor.ExitAfterJobs = Off
 	})

@@ -114,7 +114,9 @@ func (c *Consumer) load(ctx context.Context) jobqueue.NodeLoad {
 	l.BusySessions = st.Busy
 	l.JobsSinceChromeStart = int64(st.JobsSinceChromeStart)
 	l.JobsSinceProcessStart = int64(st.JobsSinceProcessStart)
-	l.ChromeRestarts = int64(max(st.ChromeStarts-1, 0))
+	// Replaced Chromes, not starts: a node starts a Chrome per session, and
+	// a standby boots before the Chrome it replaces retires.
+	l.ChromeRestarts = int64(st.Recycles + st.ChromeCrashes)
 	l.ChromePSSMinBytes, l.ChromePSSMaxBytes = int64(pss.Min), int64(pss.Max)
 	m, err := c.cfg.Load(ctx)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/browserfarm/browserfarm/internal/testsite"
 	"github.com/browserfarm/browserfarm/internal/testutil"
 	"github.com/browserfarm/browserfarm/jobqueue"
+	"github.com/browserfarm/browserfarm/supervisor"
 )
 
 // TestConsumerProcessRecyclesAndExits runs one node process with recycle 20
@@ -55,8 +56,10 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	if rep.Jobs != want || rep.Completed != int64(want) {
 		t.Errorf("process finished %d jobs (%d completed), want %d", rep.Jobs, rep.Completed, want)
 	}
-	if rep.ChromeStarts != 4 || rep.ChromeKills != 4 || rep.ChromeCrashes != 0 {
-		t.Errorf("chrome starts/kills/crashes = %d/%d/%d, want 4/4/0", rep.ChromeStarts, rep.ChromeKills, rep.ChromeCrashes)
+	// A Chrome per session, each of 20 jobs: the six take the 80, none
+	// is replaced.
+	if chromes := supervisor.Chromes(defaultCapacity(), supervisor.DefaultConfig().SessionsPerChrome); rep.ChromeStarts != chromes || rep.ChromeKills != chromes || rep.ChromeCrashes != 0 {
+		t.Errorf("chrome starts/kills/crashes = %d/%d/%d, want %d/%d/0", rep.ChromeStarts, rep.ChromeKills, rep.ChromeCrashes, chromes, chromes)
 	}
 	if rep.MaxBusy > defaultCapacity() || rep.MaxBusy == 0 {
 		t.Errorf("busy sessions peaked at %d, want 1..%d", rep.MaxBusy, defaultCapacity())

@@ -42,6 +42,8 @@ func TestConsumerPSSRangeSpansRecycle(t *testing.T) {
 	const node = "node-pss-range"
 	db.startAssigner(t, node, defaultCapacity())
 	rc := startConsumer(t, db, node, shortProfileRoot(t), func(c *ConsumerConfig) {
+		// One Chrome, whose life of 3 jobs ends in one recycle.
+		c.Supervisor.SessionsPerChrome = defaultCapacity()
 		c.Supervisor.ChromeRecycleJobs, c.Supervisor.ExitAfterJobs = 3, Off
 	})
 	ctx := context.Background()

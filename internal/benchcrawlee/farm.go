@@ -54,6 +54,9 @@ type workerConfig struct {
 	// Egress puts the farm's Chrome behind an egress proxy that allows the
 	// test site (on loopback, refused by default), as on a farm node.
 	Egress bool `json:"egress,omitempty"`
+	// OneChrome runs every session on one Chrome (SessionsPerChrome =
+	// Concurrency) instead of the default Chrome per session.
+	OneChrome bool `json:"one_chrome,omitempty"`
 }
 
 // workerResult is the JSON line a worker prints after the measured pages.
@@ -116,6 +119,9 @@ func runFarmWorker(ctx context.Context, cfg workerConfig, in io.Reader, out io.W
 	}
 	scfg := supervisor.DefaultConfig()
 	scfg.Capacity = cfg.Concurrency
+	if cfg.OneChrome {
+		scfg.SessionsPerChrome = cfg.Concurrency
+	}
 	// The worker's 0 is off; the supervisor's 0 is its default.
 	scfg.ChromeRecycleJobs, scfg.ExitAfterJobs = supervisor.Off, supervisor.Off
 	if cfg.RecycleJobs > 0 {

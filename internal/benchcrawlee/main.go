@@ -83,7 +83,7 @@ func realMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	crawleeChrome := fs.String("crawlee-chrome", "/usr/lib/chromium/chromium", "browser binary of the Crawlee sides (default: full Chromium, what Puppeteer's default headless mode runs)")
 	recycle := fs.Int("recycle", 20, "farm sides: a new Chrome every N jobs (0: never)")
 	exitAfter := fs.Int("exit-after", 80, "farm sides: a new node, as after the process's exit 75, every N jobs (0: never)")
-	sideList := fs.String("sides", "farm,crawlee,farm_shared", "sides to run, alternating: farm (default isolation), farm_cache (default isolation, cache \"batch\"), farm_shared, farm_context, farm_egress (farm behind the egress proxy), crawlee, crawlee_incognito")
+	sideList := fs.String("sides", "farm,crawlee,farm_shared", "sides to run, alternating: farm (default isolation), farm_cache (default isolation, cache \"batch\"), farm_shared, farm_context, farm_egress (farm behind the egress proxy), farm_one_chrome (default isolation, one Chrome for all the sessions), crawlee, crawlee_incognito")
 	node := fs.String("node", "node", "node binary")
 	driver := fs.String("driver", "", "path of crawlee-bench.mjs next to a node_modules with @crawlee/puppeteer and puppeteer-core (bench.sh installs them)")
 	runTimeout := fs.Duration("run-timeout", 10*time.Minute, "bound of one run, Chrome start to exit")
@@ -162,13 +162,17 @@ const (
 	// browser/egress, allowing the test site), as a farm node runs: the
 	// difference to farm is the policy's cost.
 	farmEgress side = "farm_egress"
+	// farmOneChrome is the default on one Chrome for all the node's
+	// sessions (SessionsPerChrome = concurrency), the layout before the
+	// default became a Chrome per session.
+	farmOneChrome side = "farm_one_chrome"
 )
 
 func parseSides(s string) ([]side, error) {
 	var out []side
 	for f := range strings.SplitSeq(s, ",") {
 		switch sd := side(strings.TrimSpace(f)); sd {
-		case farm, farmCache, farmShared, farmContext, farmEgress, crawlee, crawleeIncognito:
+		case farm, farmCache, farmShared, farmContext, farmEgress, farmOneChrome, crawlee, crawleeIncognito:
 			out = append(out, sd)
 		default:
 			return nil, fmt.Errorf("unknown side %q", f)
@@ -233,7 +237,7 @@ func (b *bench) run(ctx context.Context) (map[string]any, error) {
 		for _, d := range b.delays {
 			for _, s := range order {
 				cfg := workerConfig{URL: site.URL, Page: b.page, Pages: b.pages, Delay: d, Concurrency: b.conc, Chrome: b.chrome,
-					Shared: s == farmShared, CacheScope: s == farmCache, Context: s == farmContext, Incognito: s == crawleeIncognito, Egress: s == farmEgress,
+					Shared: s == farmShared, CacheScope: s == farmCache, Context: s == farmContext, Incognito: s == crawleeIncognito, Egress: s == farmEgress, OneChrome: s == farmOneChrome,
 					RecycleJobs: b.recycle, ExitAfterJobs: b.exitAfter}
 				if s == crawlee || s == crawleeIncognito {
 					cfg.Chrome = b.crawleeChrome
