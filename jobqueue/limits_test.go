@@ -44,13 +44,15 @@ func TestCompleteManyIsolatesRefusedResults(t *testing.T) {
 	ids := mustEnqueue(t, q, pageSpecs(5, "big.test")...)
 	assignClaim(t, q, "n1", 5)
 	big := json.RawMessage(`"` + strings.Repeat("x", 2<<10) + `"`)
-	// A lone surrogate is valid JSON to Go but not to jsonb: the database
-	// refuses the statement, and with it, before this change, the batch.
-	surrogate := json.RawMessage(`{"s":"\ud800"}`)
+	// A number beyond numeric's range is valid JSON to Go but not to jsonb
+	// (22003): the database refuses the statement, and with it, before
+	// this change, the batch. (A lone overflow was the example until the
+	// queue stored it as U+FFFD: jsonbSafe.)
+	overflow := json.RawMessage(`{"s":1e1000000}`)
 	out, err := q.CompleteMany(ctx, []Completion{
 		{JobID: ids[0], NodeID: "n1", Result: Result{Title: "ok 0", Data: json.RawMessage(`{"n":1}`)}},
 		{JobID: ids[1], NodeID: "n1", Result: Result{Data: big}},
-		{JobID: ids[2], NodeID: "n1", Result: Result{Data: surrogate}},
+		{JobID: ids[2], NodeID: "n1", Result: Result{Data: overflow}},
 		{JobID: ids[3], NodeID: "n1", Result: Result{Screenshot: make([]byte, 101)}},
 		{JobID: ids[4], NodeID: "n1", Result: Result{Title: "ok 4"}},
 	})
@@ -88,7 +90,7 @@ func TestCompleteManyIsolatesRefusedResults(t *testing.T) {
 	}
 
 	// The same refusal for a batch of one.
-	out, err = q.CompleteMany(ctx, []Completion{{JobID: ids[2], NodeID: "n1", Result: Result{Data: surrogate}}})
+	out, err = q.CompleteMany(ctx, []Completion{{JobID: ids[2], NodeID: "n1", Result: Result{Data: overflow}}})
 	if err != nil {
 		t.Fatal(err)
 	}
