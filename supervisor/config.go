@@ -36,7 +36,7 @@ type Config struct {
 	// jobs; alone, one. One Chrome per session also keeps a crash or hang
 	// to that session's job. Each Chrome costs its browser process (about
 	// 55 MB of PSS for the headless shell) beside its sessions. Capacity or
-	// more: one Chrome for every session. It cannot be off.
+	// more: one Chrome for all the sessions. It cannot be off.
 	SessionsPerChrome int
 
 	// ChromeRecycleJobs is how many job starts one Chrome takes before it

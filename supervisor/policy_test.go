@@ -1,6 +1,9 @@
 package supervisor
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // base is the default configuration with one fresh current Chrome.
 func base() view {
@@ -233,6 +236,31 @@ func TestExitNear(t *testing.T) {
 		v := view{exitAfter: tt.exitAfter, lead: tt.lead, processStarts: tt.starts}
 		if got := v.exitNear(); got != tt.want {
 			t.Errorf("exit after %d, lead %d, %d starts: exitNear = %v, want %v", tt.exitAfter, tt.lead, tt.starts, got, tt.want)
+		}
+	}
+}
+
+func TestNewLanes(t *testing.T) {
+	for _, tc := range []struct {
+		capacity, perChrome, lead int
+		want                      []int // capacity, lead of each lane
+	}{
+		{6, 1, 6, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+		{6, 6, 6, []int{6, 6}},
+		{6, 4, 6, []int{3, 3, 3, 3}}, // two Chromes of 3, not 4 and 2
+		{7, 3, 6, []int{3, 3, 2, 2, 2, 2}},
+		{6, 10, 6, []int{6, 6}}, // more than the capacity: one Chrome
+		{6, 1, 0, []int{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0}},
+	} {
+		var got []int
+		for _, l := range newLanes(tc.capacity, tc.perChrome, tc.lead) {
+			got = append(got, l.capacity, l.lead)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("newLanes(%d, %d, %d) = %v, want %v", tc.capacity, tc.perChrome, tc.lead, got, tc.want)
+		}
+		if n := Chromes(tc.capacity, tc.perChrome); n != len(tc.want)/2 {
+			t.Errorf("Chromes(%d, %d) = %d, want %d", tc.capacity, tc.perChrome, n, len(tc.want)/2)
 		}
 	}
 }

@@ -86,15 +86,18 @@ func Chromes(capacity, sessionsPerChrome int) int {
 	return (capacity + per - 1) / per
 }
 
-// newLanes splits capacity slots into Chromes of perChrome sessions (the
-// last one takes what is left), each with its share of the replacement
+// newLanes splits capacity slots evenly over Chromes(capacity, perChrome)
+// lanes (7 at 3 a Chrome: 3, 2, 2), each with its share of the replacement
 // lead, rounded up.
 func newLanes(capacity, perChrome, lead int) []*lane {
-	var ls []*lane
-	perChrome = (capacity + Chromes(capacity, perChrome) - 1) / Chromes(capacity, perChrome)
-	for left := capacity; left > 0; left -= perChrome {
-		n := min(perChrome, left)
-		ls = append(ls, &lane{capacity: n, lead: (lead*n + capacity - 1) / capacity, refill: true})
+	n := Chromes(capacity, perChrome)
+	ls := make([]*lane, n)
+	for i := range ls {
+		c := capacity / n
+		if i < capacity%n {
+			c++
+		}
+		ls[i] = &lane{capacity: c, lead: (lead*c + capacity - 1) / capacity, refill: true}
 	}
 	return ls
 }
