@@ -417,23 +417,22 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		// A same-document navigation: the document is the one committed.
 		loader = t.mainLoaderID()
 	}
-	for hop := 0; ; hop++ {
-		read := t.mainLoaderID()
-		if read != loader && read != "" {
-			if hop > maxReadHops {
-				return newErr(ClassTimeout, true, "the page went on to another document %d times while it was being read", hop)
+	for moves := 0; ; {
+		if cur := t.mainLoaderID(); cur != loader && cur != "" {
+			if moves++; moves > maxReadHops {
+				// A page that keeps navigating itself: as a redirect loop.
+				return newErr(ClassRedirect, false, "the page went on to another document %d times while it was being read", moves)
 			}
-			if err := st.waitLifecycle(ctx, read, "load"); err != nil {
+			if err := st.waitLifecycle(ctx, cur, "load"); err != nil {
 				return fmt.Errorf("waiting for load of the document the page went on to: %w", err)
 			}
-			loader = read
+			loader = cur
 			if resp := st.doc(loader); resp != nil && resp.Status != 0 {
 				res.Status = int(resp.Status)
 			}
-			continue
 		}
 		err := t.readPage(ctx, j, res, httpErr == nil)
-		if now := t.mainLoaderID(); now != read && now != "" {
+		if now := t.mainLoaderID(); now != loader && now != "" {
 			continue // read across a commit: read the new document
 		}
 		if err != nil {
@@ -457,7 +456,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 
 // maxReadHops bounds how many times a job's page may go on to another
 // document while it is being read (run): a page that keeps navigating
-// itself has no document to read.
+// itself has no document to read, and fails as a redirect loop does.
 const maxReadHops = 5
 
 // readPage reads what the job asks of the page: its extract (with
