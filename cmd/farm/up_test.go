@@ -77,7 +77,9 @@ func TestUpDemoEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "up", "--demo", "--demo-jobs", strconv.Itoa(jobs),
-		"--consumers", "2", "--capacity", "3", "--chrome-recycle-jobs", "4", "--exit-after-jobs", "9",
+		// Three Chromes of 2 jobs take 6 of a process's 9: a Chrome per
+		// session recycles within the process.
+		"--consumers", "2", "--capacity", "3", "--chrome-recycle-jobs", "2", "--exit-after-jobs", "9",
 		"--data-dir", dataDir, "--listen", "127.0.0.1:0")
 	cmd.Env = append(withoutFarmSettings(os.Environ()), "TMPDIR="+tmp)
 	// On timeout, stop the farm the way an operator would (Ctrl-C), so the
