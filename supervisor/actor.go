@@ -54,9 +54,6 @@ type actor struct {
 	s             *Supervisor
 	wg            sync.WaitGroup // boot and monitor goroutines
 	bootCh        chan bootResult
-	bootFails     int       // consecutive
-	retryAt       time.Time // zero: no boot backoff pending
-	retrying      []*lane   // lanes whose boot failed, booting again at retryAt
 	bootsInFlight int
 }
 
@@ -85,14 +82,14 @@ func (a *actor) run(ctx context.Context) error {
 			return a.shutdown(nil)
 		case <-s.kick:
 		case <-wake.C:
-			if !a.retryAt.IsZero() && !time.Now().Before(a.retryAt) {
-				a.retryAt = time.Time{}
-				s.mu.Lock()
-				for _, l := range a.retrying {
+			now := time.Now()
+			for _, l := range s.lanes {
+				if !l.retryAt.IsZero() && !now.Before(l.retryAt) {
+					l.retryAt = time.Time{}
+					s.mu.Lock()
 					l.booting = false
+					s.mu.Unlock()
 				}
-				a.retrying = nil
-				s.mu.Unlock()
 			}
 		case r := <-a.bootCh:
 			a.bootsInFlight--
@@ -187,8 +184,10 @@ func (a *actor) reconcile(ctx context.Context) time.Time {
 	for _, k := range kills {
 		a.kill(k, true)
 	}
-	if !a.retryAt.IsZero() && (next.IsZero() || a.retryAt.Before(next)) {
-		next = a.retryAt
+	for _, l := range s.lanes {
+		if !l.retryAt.IsZero() && (next.IsZero() || l.retryAt.Before(next)) {
+			next = l.retryAt
+		}
 	}
 	return next
 }
@@ -245,22 +244,25 @@ func (a *actor) booted(ctx context.Context, r bootResult) error {
 		if ctx.Err() != nil {
 			return nil // the boot was canceled by shutdown, not broken
 		}
-		a.bootFails++
+		// Counted and backed off by lane: the lanes boot at once, and a
+		// wave of their failures is one failure of each, not several in
+		// a row.
+		l := r.lane
+		l.bootFails++
 		s.mu.Lock()
 		s.counts.bootFailures++
 		s.mu.Unlock()
-		if s.cfg.MaxBootFailures > 0 && a.bootFails >= s.cfg.MaxBootFailures {
-			s.log.Error("chrome boot failed, giving up", zap.Int("failures", a.bootFails), zap.Error(r.err))
-			return fmt.Errorf("supervisor: chrome failed to boot %d times in a row: %w", a.bootFails, r.err)
+		if s.cfg.MaxBootFailures > 0 && l.bootFails >= s.cfg.MaxBootFailures {
+			s.log.Error("chrome boot failed, giving up", zap.Int("failures", l.bootFails), zap.Error(r.err))
+			return fmt.Errorf("supervisor: chrome failed to boot %d times in a row: %w", l.bootFails, r.err)
 		}
-		delay := backoff.Doubling(a.bootFails-1, s.cfg.BootBackoff, maxBootBackoff)
-		a.retryAt = time.Now().Add(delay)
-		a.retrying = append(a.retrying, r.lane)
-		s.log.Warn("chrome boot failed", zap.String("reason", r.reason), zap.Int("failures", a.bootFails),
+		delay := backoff.Doubling(l.bootFails-1, s.cfg.BootBackoff, maxBootBackoff)
+		l.retryAt = time.Now().Add(delay)
+		s.log.Warn("chrome boot failed", zap.String("reason", r.reason), zap.Int("failures", l.bootFails),
 			zap.Duration("retry_in", delay), zap.Error(r.err))
 		return nil
 	}
-	a.bootFails = 0
+	r.lane.bootFails = 0
 	c := a.adopt(r)
 	a.prewarm(c)
 	s.mu.Lock()

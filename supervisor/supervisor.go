@@ -73,6 +73,11 @@ type lane struct {
 	booting  bool // a boot runs or waits out its backoff
 	refill   bool // no Chrome has served yet, or the last one was lost
 	busy     int  // slots held
+
+	// The actor's alone (not guarded by Supervisor.mu): the lane's boots
+	// that failed in a row, and when it boots again (zero: no backoff).
+	bootFails int
+	retryAt   time.Time
 }
 
 // Chromes is how many Chromes serve a node of capacity sessions at
@@ -173,7 +178,7 @@ func (s *Supervisor) Acquire(ctx context.Context) (*Slot, error) {
 					}
 				}
 			}
-			if !s.near && (view{exitAfter: max(s.cfg.ExitAfterJobs, 0), processStarts: s.starts, lead: max(s.cfg.ReplacementLead, 0)}).exitNear() {
+			if !s.near && s.processViewLocked().exitNear() {
 				s.near = true
 				close(s.exitNear)
 			}
@@ -304,7 +309,14 @@ func (s *Supervisor) Remaining() int {
 
 // processLeftLocked is how many more jobs this process may start.
 func (s *Supervisor) processLeftLocked() int {
-	return view{exitAfter: max(s.cfg.ExitAfterJobs, 0), processStarts: s.starts}.processLeft()
+	return s.processViewLocked().processLeft()
+}
+
+// processViewLocked is the policy's view of the process alone, not of a
+// lane: its starts against ExitAfterJobs, with the whole ReplacementLead
+// (ExitNear).
+func (s *Supervisor) processViewLocked() view {
+	return view{exitAfter: max(s.cfg.ExitAfterJobs, 0), processStarts: s.starts, lead: max(s.cfg.ReplacementLead, 0)}
 }
 
 // Available is how many jobs the consumer may claim now: free slots, capped

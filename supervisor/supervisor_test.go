@@ -897,6 +897,19 @@ func TestBootFailures(t *testing.T) {
 			t.Fatalf("stats: %+v", st)
 		}
 	})
+	// Six Chromes booting at once, each failing once: one failure of each
+	// lane, not six in a row, so MaxBootFailures 3 does not give up.
+	t.Run("a wave over lanes, retried", func(t *testing.T) {
+		fleet := &fakeFleet{failBoots: 6}
+		cfg := testConfig()
+		cfg.SessionsPerChrome, cfg.MaxBootFailures = 1, 3
+		h := start(t, cfg, fleet)
+		h.acquire().Release()
+		testutil.Eventually(t, time.Minute, "six chromes up", func() bool { return h.s.Stats().ChromeStarts == 6 })
+		if st := h.s.Stats(); st.BootFailures != 6 || st.Stopping {
+			t.Fatalf("stats: %+v", st)
+		}
+	})
 	t.Run("fatal", func(t *testing.T) {
 		fleet := &fakeFleet{failBoots: 1000}
 		cfg := testConfig()
