@@ -124,13 +124,13 @@ type Config struct {
 	DrainTimeout time.Duration
 
 	// BootBackoff is the pause after a failed Chrome boot, doubled after
-	// each further failure up to 30s. 0: the default, 1s. It cannot be off.
+	// each further failure of the same lane up to 30s. 0: the default, 1s. It cannot be off.
 	BootBackoff time.Duration
 
 	// MaxBootFailures makes Run give up and return an error after this many
-	// Chrome boots failed in a row: a node that cannot start Chrome is
-	// better restarted (and noticed) than left idle. 0: the default, 5.
-	// Off: retry forever.
+	// boots of one Chrome (one lane: SessionsPerChrome) failed in a row: a
+	// node that cannot start Chrome is better restarted (and noticed) than
+	// left idle. 0: the default, 5. Off: retry forever.
 	MaxBootFailures int
 
 	// Browser is passed to browser.Launch for every Chrome. A nil
