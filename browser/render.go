@@ -380,10 +380,12 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		}
 	} else {
 		mark = time.Now()
-		if err := s.wait(ctx, t, j, st, nav.LoaderID); err != nil {
+		err := s.wait(ctx, t, j, st, nav.LoaderID)
+		// Kept with a failure too: a wait that timed out says how long.
+		res.Timings.Wait = time.Since(mark)
+		if err != nil {
 			return err
 		}
-		res.Timings.Wait = time.Since(mark)
 		if resp := st.doc(nav.LoaderID); res.Status == 0 && resp != nil {
 			// The response event came after Page.navigate's answer.
 			if err := s.egressAnswer(j, resp); err != nil {

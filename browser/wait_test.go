@@ -144,3 +144,18 @@ func TestActionAndExtractTimeoutsSayWhy(t *testing.T) {
 	}
 	e.usable(t, s)
 }
+
+// TestFailedWaitKeepsItsTime: a job whose selector never showed keeps, with
+// its failure, how long it waited (QA: wait_ms 0 beside a total of 4 s).
+func TestFailedWaitKeepsItsTime(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	res, err, _ := render(t, s, Request{URL: e.url("/page/1"), Wait: Wait{Selector: "#never"}, Timeout: 2 * time.Second})
+	wantClass(t, err, ClassTimeout, true)
+	if res == nil || res.Status != 200 {
+		t.Fatalf("the failure kept %+v, want the page's answer", res)
+	}
+	if res.Timings.Wait < time.Second || res.Timings.Wait > res.Timings.Total {
+		t.Errorf("timings %+v: want the wait's 2 s timeout in Wait", res.Timings)
+	}
+}
