@@ -75,6 +75,7 @@ type Consumer struct {
 	stopping      bool
 	jobsCompleted int64
 	jobsFailed    int64
+	jobsGivenBack int64
 }
 
 // NewConsumer checks cfg and builds the node's supervisor. Nothing starts
@@ -152,14 +153,17 @@ func (c *Consumer) ExitNear() <-chan struct{} { return c.sup.ExitNear() }
 type ConsumerStats struct {
 	Completed int64 // jobs completed by this node
 	Failed    int64 // attempts recorded as failed (retried later or final)
-	Held      int   // jobs claimed and not yet recorded
+	// GivenBack are attempts handed back uncharged: the node's own failure
+	// (a Chrome lost before the page) or its stop (the drain's timeout).
+	GivenBack int64
+	Held      int // jobs claimed and not yet recorded
 }
 
 // Stats returns the node's job counters.
 func (c *Consumer) Stats() ConsumerStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ConsumerStats{Completed: c.jobsCompleted, Failed: c.jobsFailed, Held: c.held}
+	return ConsumerStats{Completed: c.jobsCompleted, Failed: c.jobsFailed, GivenBack: c.jobsGivenBack, Held: c.held}
 }
 
 // Healthy reports whether the node is doing its work: Run is running, the

@@ -111,7 +111,11 @@ func (c *Consumer) failWithResult(j jobqueue.Job, log *zap.Logger, rerr error, t
 		return err
 	})
 	c.mu.Lock()
-	c.jobsFailed++
+	if giveBack {
+		c.jobsGivenBack++
+	} else {
+		c.jobsFailed++
+	}
 	c.mu.Unlock()
 	switch {
 	case err == nil:

@@ -297,7 +297,7 @@ func (c *Consumer) logExit(reason stopReason, left jobqueue.Reclaimed) {
 	st := c.sup.Stats()
 	cs := c.Stats()
 	c.log.Info("node exited", zap.String("why", reason.String()),
-		zap.Int64("completed", cs.Completed), zap.Int64("failed", cs.Failed),
+		zap.Int64("completed", cs.Completed), zap.Int64("failed", cs.Failed), zap.Int64("given_back", cs.GivenBack),
 		zap.Int("jobs_since_process_start", st.JobsSinceProcessStart),
 		zap.Int("chrome_starts", st.ChromeStarts), zap.Int("chrome_kills", st.ChromeKills),
 		zap.Int("chrome_crashes", st.ChromeCrashes),
