@@ -210,6 +210,10 @@ func TestUnitRenderFailure(t *testing.T) {
 			if f := got.fails[0]; f.givenBack != tc.wantBack || f.class != browser.ClassOf(tc.err) || !f.retriable {
 				t.Fatalf("fail %+v, want class %q, retriable, given back %v", f, browser.ClassOf(tc.err), tc.wantBack)
 			}
+			// Counted as what was recorded: a given-back attempt is no failure.
+			if st, back := c.Stats(), map[bool]int64{true: 1}[tc.wantBack]; st.GivenBack != back || st.Failed != 1-back {
+				t.Errorf("stats %+v, want %d given back, %d failed", st, back, 1-back)
+			}
 		})
 	}
 }
