@@ -144,11 +144,26 @@ func TestConcurrentFarmSimulation(t *testing.T) {
 		}
 	})
 
+	// The nodes stop on nodesStop, once every job is final, and not by
+	// ctx: their calls must end with their answers read, or a completion
+	// committed as the test ended would be accepted with no caller to count
+	// it (a job "accepted 0 times").
+	nodesStop, stopNodes := context.WithCancel(context.Background())
+	defer stopNodes()
+	var nodeWG sync.WaitGroup
+	goRunNode := func(name string, f func() error) {
+		nodeWG.Add(1)
+		goRun(name, func() error {
+			defer nodeWG.Done()
+			return f()
+		})
+	}
+
 	// The nodes. Nodes 0-1 die for good after 15 rounds of work; nodes 2-4
 	// die after 10 rounds and come straight back under the same id.
 	for i := range nodes {
 		id := nodeIDs[i]
-		goRun(id, func() error {
+		goRunNode(id, func() error {
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			var inc int64
 			register := func() error {
@@ -165,7 +180,7 @@ func TestConcurrentFarmSimulation(t *testing.T) {
 			defer poll.Stop()
 			lastBeat := time.Now()
 			rounds := 0
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && nodesStop.Err() == nil {
 				if time.Since(lastBeat) > 50*time.Millisecond {
 					st, err := q.Heartbeat(ctx, id, NodeLoad{BusySessions: capacity})
 					if err != nil {
@@ -185,6 +200,7 @@ func TestConcurrentFarmSimulation(t *testing.T) {
 				if len(claimed) == 0 {
 					select {
 					case <-ctx.Done():
+					case <-nodesStop.Done():
 					case <-wake[i]:
 					case <-poll.C:
 					}
@@ -282,6 +298,8 @@ func TestConcurrentFarmSimulation(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	stopNodes()
+	nodeWG.Wait()
 	cancel()
 	wg.Wait()
 	close(errc)
