@@ -222,10 +222,10 @@ func (t *tab) act(ctx context.Context, a Action) error {
 					err = fmt.Errorf("pausing %d ms after it: %w", a.Ms, err)
 				}
 			}
-			if err != nil && times > 1 {
-				return fmt.Errorf("click %d of %d: %w", n+1, times, err)
-			}
 			if err != nil {
+				if times > 1 {
+					err = fmt.Errorf("click %d of %d: %w", n+1, times, err)
+				}
 				return err
 			}
 		}

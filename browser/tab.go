@@ -299,13 +299,6 @@ func headerLanguages(header string) string {
 	return strings.Join(tags, ",")
 }
 
-// mainOrigin is the origin of the main frame's committed document.
-func (t *tab) mainOrigin() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.docOrigin
-}
-
 func (t *tab) isBroken() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -93,6 +93,13 @@ func (t *tab) mainLoaderID() cdp.LoaderID {
 	return t.mainLoader
 }
 
+// mainOrigin is the origin of the main frame's committed document.
+func (t *tab) mainOrigin() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.docOrigin
+}
+
 // farmWorld returns the farm world of the main frame's current document.
 // The first call of a job (and the first after a navigation destroyed the
 // world) asks for it: Page.createIsolatedWorld answers the world this

@@ -58,7 +58,7 @@ func TestConsumerProcessRecyclesAndExits(t *testing.T) {
 	}
 	// A Chrome per session, each of 20 jobs: the six take the 80, none
 	// is replaced.
-	if chromes := supervisor.Chromes(defaultCapacity(), supervisor.DefaultConfig().SessionsPerChrome); rep.ChromeStarts != chromes || rep.ChromeKills != chromes || rep.ChromeCrashes != 0 {
+	if chromes := len(supervisor.Lanes(defaultCapacity(), supervisor.DefaultConfig().SessionsPerChrome)); rep.ChromeStarts != chromes || rep.ChromeKills != chromes || rep.ChromeCrashes != 0 {
 		t.Errorf("chrome starts/kills/crashes = %d/%d/%d, want %d/%d/0", rep.ChromeStarts, rep.ChromeKills, rep.ChromeCrashes, chromes, chromes)
 	}
 	if rep.MaxBusy > defaultCapacity() || rep.MaxBusy == 0 {

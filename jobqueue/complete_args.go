@@ -83,9 +83,11 @@ func (a *completeArgs) add(c Completion, lim ResultLimits) error {
 	if len(links) > MaxCollectedLinks {
 		links, over = links[:MaxCollectedLinks], over+len(links)-MaxCollectedLinks
 	}
-	finalHost := ""
-	if fu, err := ParseJobURL(r.FinalURL); err == nil {
-		finalHost = HostKey(fu)
+	finalHost := "" // only a page with links needs it
+	if len(links) > 0 {
+		if fu, err := ParseJobURL(r.FinalURL); err == nil {
+			finalHost = HostKey(fu)
+		}
 	}
 	kept := make([]string, 0, len(links))
 	keys := make(map[string]bool, len(links))

@@ -259,8 +259,8 @@ func TestNewLanes(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("newLanes(%d, %d, %d) = %v, want %v", tc.capacity, tc.perChrome, tc.lead, got, tc.want)
 		}
-		if n := Chromes(tc.capacity, tc.perChrome); n != len(tc.want)/2 {
-			t.Errorf("Chromes(%d, %d) = %d, want %d", tc.capacity, tc.perChrome, n, len(tc.want)/2)
+		if n := len(Lanes(tc.capacity, tc.perChrome)); n != len(tc.want)/2 {
+			t.Errorf("Lanes(%d, %d) has %d Chromes, want %d", tc.capacity, tc.perChrome, n, len(tc.want)/2)
 		}
 	}
 }

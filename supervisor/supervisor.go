@@ -80,28 +80,32 @@ type lane struct {
 	retryAt   time.Time
 }
 
-// Chromes is how many Chromes serve a node of capacity sessions at
-// sessionsPerChrome each (Config.SessionsPerChrome): capacity over it,
-// rounded up.
-func Chromes(capacity, sessionsPerChrome int) int {
+// Lanes is how a node of capacity sessions at sessionsPerChrome each
+// (Config.SessionsPerChrome) spreads them over its Chromes: the sessions of
+// each Chrome, as evenly as they go, the larger first (7 at 3 a Chrome: 3,
+// 2, 2). Its length is the node's Chromes.
+func Lanes(capacity, sessionsPerChrome int) []int {
 	if capacity < 1 {
-		return 0
+		return nil
 	}
 	per := min(max(sessionsPerChrome, 1), capacity)
-	return (capacity + per - 1) / per
+	n := (capacity + per - 1) / per
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = capacity / n
+		if i < capacity%n {
+			sizes[i]++
+		}
+	}
+	return sizes
 }
 
-// newLanes splits capacity slots evenly over Chromes(capacity, perChrome)
-// lanes (7 at 3 a Chrome: 3, 2, 2), each with its share of the replacement
-// lead, rounded up.
+// newLanes makes the lanes of Lanes(capacity, perChrome), each with its
+// share of the replacement lead, rounded up.
 func newLanes(capacity, perChrome, lead int) []*lane {
-	n := Chromes(capacity, perChrome)
-	ls := make([]*lane, n)
-	for i := range ls {
-		c := capacity / n
-		if i < capacity%n {
-			c++
-		}
+	sizes := Lanes(capacity, perChrome)
+	ls := make([]*lane, len(sizes))
+	for i, c := range sizes {
 		ls[i] = &lane{capacity: c, lead: (lead*c + capacity - 1) / capacity, refill: true}
 	}
 	return ls

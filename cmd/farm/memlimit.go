@@ -29,8 +29,12 @@ func autoMemoryCeilingMB(limit int64, capacity, sessionsPerChrome int) int {
 	if limit <= 0 {
 		return off
 	}
-	chromes := supervisor.Chromes(capacity, sessionsPerChrome)
-	return max(int(limit>>20)/(chromes+1), minAutoCeilingMB((capacity+chromes-1)/max(chromes, 1)))
+	lanes := supervisor.Lanes(capacity, sessionsPerChrome)
+	if len(lanes) == 0 {
+		return off
+	}
+	// At least what the Chrome of the most sessions holds.
+	return max(int(limit>>20)/(len(lanes)+1), minAutoCeilingMB(lanes[0]))
 }
 
 // fleetMemoryCeiling is the --chrome-memory-ceiling-mb of each of the n

@@ -169,13 +169,8 @@ document.addEventListener('securitypolicyviolation', () => setTimeout(() => {
 
 // isolationHop sets sessionStorage's hop on its origin and goes on to ?to=.
 func (s *site) isolationHop(w http.ResponseWriter, r *http.Request) {
-	to, err := json.Marshal(r.URL.Query().Get("to"))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
 	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>Hop</title></head><body>
-<script>sessionStorage.setItem('hop', '1'); location.href = `+string(to)+`;</script></body></html>`)
+<script>sessionStorage.setItem('hop', '1'); location.href = `+jsQuote(r.URL.Query().Get("to"))+`;</script></body></html>`)
 }
 
 // isolationKeepalive starts, as it loads, a keepalive fetch, which outlives
