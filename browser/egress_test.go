@@ -175,6 +175,9 @@ func TestEgressFailureNamed(t *testing.T) {
 	testutil.Background(t, "proxy", proxy.Serve)
 	b := launch(t, Options{EgressProxy: proxy.URL(), EgressFailure: proxy.Failure, Logger: zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))})
 	s := openSession(t, b)
+	goesTo := func(by, to string) string {
+		return site.URL + "/egress/navigate?by=" + by + "&to=" + url.QueryEscape(to)
+	}
 	// status: the site's answer kept with the failure; the filter's own
 	// 502 is no site's answer (QA: network failures said 502).
 	for _, tc := range []struct {
@@ -186,6 +189,12 @@ func TestEgressFailureNamed(t *testing.T) {
 		{"https://nowhere.test/", ClassNetwork, "no such host", true, 0},
 		{"http://" + dead + "/", ClassNetwork, "connection refused", true, 0},
 		{forger.URL + "/", ClassHTTP, "HTTP 502", true, 502},
+		// A page that goes on, as it loads, to where the proxy cannot
+		// reach: the job fails as the page it went to (QA: it completed as
+		// the proxy's 502 page, status 502).
+		{goesTo("script", "http://nowhere.test/"), ClassNetwork, "no such host", true, 0},
+		{goesTo("script", "http://"+dead+"/"), ClassNetwork, "connection refused", true, 0},
+		{goesTo("script", "https://nowhere.test/"), ClassNetwork, "no such host", true, 0},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		res, err := s.Render(ctx, Request{URL: tc.url})

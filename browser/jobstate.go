@@ -27,6 +27,7 @@ type jobState struct {
 	docID   network.RequestID
 	docCode int64  // the HTTP status of docID's last answer on the wire (its extra info)
 	docTo   string // that answer's Location, for a redirect
+	docErr  string // Chrome's error text if docID failed
 	console []string
 	dialogs int
 	changed chan struct{}
@@ -82,7 +83,7 @@ func (st *jobState) lifecycle(loader cdp.LoaderID, name string) {
 // of one (which keeps its id).
 func (st *jobState) docRequest(id network.RequestID, u string) {
 	st.mu.Lock()
-	st.docURL, st.docID, st.docCode, st.docTo = u, id, 0, ""
+	st.docURL, st.docID, st.docCode, st.docTo, st.docErr = u, id, 0, "", ""
 	st.mu.Unlock()
 }
 
@@ -145,6 +146,14 @@ func (st *jobState) redirectedTo() (int, string) {
 	return int(st.docCode), st.docTo
 }
 
+// lastDocErr is Chrome's error text for the main frame's last document
+// request, if it failed ("" otherwise).
+func (st *jobState) lastDocErr() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.docErr
+}
+
 func (st *jobState) lastDocURL() string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -184,6 +193,9 @@ func (st *jobState) docFailed(id network.RequestID, errText string) {
 	st.mu.Lock()
 	lookup, u := st.egressFailure, st.docURL
 	ours := id == st.docID
+	if ours {
+		st.docErr = errText
+	}
 	st.mu.Unlock()
 	if lookup == nil || !ours || !strings.Contains(errText, tunnelFailed) {
 		return

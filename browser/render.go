@@ -342,13 +342,16 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		class, retriable := classifyNetError(nav.ErrorText)
 		return newErr(class, retriable, "loading %s: %s", j.shown, nav.ErrorText)
 	}
+	// The document the job reads: the one it navigated to, or the one the
+	// page went on to while it was read.
+	loader := nav.LoaderID
 	defer func() {
 		if err != nil && res.Status == 0 {
 			// A failure after the response, which came after Page.navigate's
 			// answer: the page answered, and its status goes with the
 			// failure — unless the egress filter answered for it (the site
 			// answered nothing).
-			if resp := st.doc(nav.LoaderID); resp != nil && s.egressAnswer(j, resp) == nil {
+			if resp := st.doc(loader); resp != nil && s.egressAnswer(j, resp) == nil {
 				res.Status = int(resp.Status)
 			}
 		}
@@ -414,7 +417,6 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	// click) is read again once the new document has loaded, from its
 	// start: else the data could be the first page's, or the new one's
 	// before it parsed, and the URL and title the new one's.
-	loader := nav.LoaderID
 	if loader == "" {
 		// A same-document navigation: the document is the one committed.
 		loader = t.mainLoaderID()
@@ -429,8 +431,15 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 				return fmt.Errorf("waiting for load of the document the page went on to: %w", err)
 			}
 			loader = cur
+			res.Status = 0
+			if err := s.leftFor(t, j, st, loader); err != nil {
+				return err
+			}
 			if resp := st.doc(loader); resp != nil && resp.Status != 0 {
 				res.Status = int(resp.Status)
+				if res.Status >= 400 {
+					httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+				}
 			}
 		}
 		err := t.readPage(ctx, j, res, httpErr == nil)
@@ -454,6 +463,30 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		return err
 	}
 	return httpErr
+}
+
+// leftFor is the error of the document the page went on to while it was
+// read (loader) when that is no page of the site's: the egress proxy's
+// answer that it could not resolve or connect it, or Chrome's error page
+// for a navigation that failed. The job fails as it would had it been
+// sent there; nil for a page.
+func (s *Session) leftFor(t *tab, j *job, st *jobState, loader cdp.LoaderID) error {
+	if resp := st.doc(loader); resp != nil {
+		return s.egressAnswer(j, resp)
+	}
+	u := t.mainUnreachable(loader)
+	if u == "" {
+		return nil
+	}
+	text := st.lastDocErr()
+	if text == "" {
+		text = "the page could not be loaded"
+	}
+	if err := s.egressTunnel(j, st, text); err != nil {
+		return err
+	}
+	class, retriable := classifyNetError(text)
+	return newErr(class, retriable, "loading %s, where the page went on to: %s", u, text)
 }
 
 // maxReadHops bounds how many times a job's page may go on to another

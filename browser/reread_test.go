@@ -2,6 +2,7 @@ package browser
 
 import (
 	"encoding/json"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -38,6 +39,44 @@ func TestReadOneDocument(t *testing.T) {
 				t.Errorf("%s %d: the extract read %s (%q, parsed %v); the result says %s (%q), its HTML %.80q",
 					by, i, d.U, d.T, d.Parsed, res.FinalURL, res.Title, res.HTML)
 			}
+		}
+	}
+	e.usable(t, s)
+}
+
+// TestReadWhereThePageWent: a page that goes on, as it loads, to a
+// document that is no page — Chrome's error page for an address that
+// refuses connections, or an HTTP error — fails its job as that document
+// would have, with its status. Before, the job completed as Chrome's error
+// page, or with the error status and no error.
+func TestReadWhereThePageWent(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := closed.Addr().String()
+	closed.Close() // nothing answers there now
+	for _, tc := range []struct {
+		to, class, says string
+		retriable       bool
+		status          int
+	}{
+		{"http://" + dead + "/", ClassNetwork, "ERR_CONNECTION_REFUSED", true, 0},
+		{e.url("/status/404"), ClassHTTP, "HTTP 404", false, 404},
+		{e.url("/status/503"), ClassHTTP, "HTTP 503", true, 503},
+	} {
+		res, err, _ := render(t, s, Request{URL: e.url("/egress/navigate?to=" + url.QueryEscape(tc.to))})
+		wantClass(t, err, tc.class, tc.retriable)
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("going to %s: %v; want it to say %q", tc.to, err, tc.says)
+		}
+		if status := 0; res != nil && res.Status != tc.status || res == nil && tc.status != 0 {
+			if res != nil {
+				status = res.Status
+			}
+			t.Errorf("going to %s: status %d, want %d", tc.to, status, tc.status)
 		}
 	}
 	e.usable(t, s)

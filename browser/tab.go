@@ -74,11 +74,13 @@ type tab struct {
 	// what it left, and the tab does not read the cache). See scopeCache.
 	cacheScope string
 
-	// The loader and origin of the main frame's committed document, and a
-	// channel closed at its next commit (awaitCommit).
-	mainLoader cdp.LoaderID
-	docOrigin  string
-	committed  chan struct{}
+	// The loader and origin of the main frame's committed document, the
+	// URL it failed to load if it is Chrome's error page, and a channel
+	// closed at its next commit (awaitCommit).
+	mainLoader  cdp.LoaderID
+	docOrigin   string
+	unreachable string
+	committed   chan struct{}
 
 	// The farm's isolated world (world.go): its newest context in the
 	// main frame, and the one of the current job's document, once asked

@@ -80,6 +80,7 @@ func (t *tab) documentChanged(f *cdp.Frame) {
 	t.world, t.newestWorld = worldCtx{}, worldCtx{}
 	t.mainLoader = f.LoaderID
 	t.docOrigin = f.SecurityOrigin
+	t.unreachable = f.UnreachableURL
 	close(t.committed)
 	t.committed = make(chan struct{})
 	t.mu.Unlock()
@@ -91,6 +92,18 @@ func (t *tab) mainLoaderID() cdp.LoaderID {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.mainLoader
+}
+
+// mainUnreachable is the URL the main frame's document loader failed to
+// load, if the document committed is Chrome's error page for it ("" if it
+// is not, or another document committed since).
+func (t *tab) mainUnreachable(loader cdp.LoaderID) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mainLoader != loader {
+		return ""
+	}
+	return t.unreachable
 }
 
 // mainOrigin is the origin of the main frame's committed document.
