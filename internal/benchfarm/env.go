@@ -67,7 +67,12 @@ type nodeRun struct {
 	isolation    string   // the jobs' spec isolation ("" = the default, wipe)
 	lead         int      // the supervisor's ReplacementLead; negative: its default
 	perChrome    int      // the supervisor's SessionsPerChrome; 0: its default
-	sampleEvery  time.Duration
+	// exitAfter is the supervisor's ExitAfterJobs (0: off): the run's
+	// length, to run the node as a process that exits after the run's
+	// last job, whose Chromes boot no replacement for a start it will not
+	// make.
+	exitAfter   int
+	sampleEvery time.Duration
 	// sample, if set, is called every sampleEvery while the node runs.
 	sample func(st supervisor.Stats, profiles string)
 }
@@ -114,7 +119,7 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	cfg.Capacity = supervisor.DefaultConfig().Capacity
 	cfg.Logger = e.log.Named(r.name)
 	cfg.Supervisor.ChromeRecycleJobs = offIfZero(r.recycleEvery)
-	cfg.Supervisor.ExitAfterJobs = supervisor.Off
+	cfg.Supervisor.ExitAfterJobs = offIfZero(r.exitAfter)
 	cfg.Supervisor.SessionsPerChrome = r.perChrome
 	cfg.Supervisor.Browser.ProfileRoot = profiles
 	// The test site is on loopback, which the default egress policy refuses.
@@ -173,6 +178,7 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastReport := time.Now()
+	exited := false
 	for {
 		c, err := q.BatchCounts(ctx, batch)
 		if err != nil {
@@ -184,6 +190,9 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 		if c.By[jobqueue.StateCompleted] == int64(len(specs)) {
 			break
 		}
+		if exited {
+			return runResult{}, fmt.Errorf("%s: the node's process exited with %d of %d jobs completed", r.name, c.By[jobqueue.StateCompleted], len(specs))
+		}
 		if time.Since(lastReport) > 10*time.Second {
 			e.progress("  %s: %d/%d done", r.name, c.By[jobqueue.StateCompleted], len(specs))
 			lastReport = time.Now()
@@ -192,7 +201,13 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 		case <-ctx.Done():
 			return runResult{}, ctx.Err()
 		case err := <-runErr:
-			return runResult{}, fmt.Errorf("%s: node stopped early: %v", r.name, err)
+			if !errors.Is(err, farm.ErrRecycle) || exited {
+				return runResult{}, fmt.Errorf("%s: node stopped early: %v", r.name, err)
+			}
+			// The process's exit was due: it completed its jobs before it
+			// returned, which the next count sees.
+			exited = true
+			continue
 		case <-tick.C:
 		}
 	}
@@ -203,8 +218,10 @@ func (e *env) run(ctx context.Context, r nodeRun) (runResult, error) {
 	}
 	st := node.SupervisorStats()
 	stop()
-	if err := <-runErr; err != nil {
-		return runResult{}, fmt.Errorf("%s: node: %w", r.name, err)
+	if !exited {
+		if err := <-runErr; err != nil && !errors.Is(err, farm.ErrRecycle) {
+			return runResult{}, fmt.Errorf("%s: node: %w", r.name, err)
+		}
 	}
 	stopCPU()
 	rate, err := completionRate(ctx, q, batch)

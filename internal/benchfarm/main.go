@@ -48,6 +48,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	isolation := fs.String("isolation", "wipe", "soak: the jobs' isolation: wipe (the default: a context reused and wiped between jobs, so a leak that survives the wipe lives until the Chrome is recycled), context (a brand-new context per job, which discards the page's leak with it) or shared (Chrome's default context, where a page's leak outlives the job, as on sites scraped with a session)")
 	lead := fs.Int("replacement-lead", -1, "recycle: boot the replacement Chrome this many job starts before the recycle point (default: the supervisor's)")
 	perChrome := fs.Int("sessions-per-chrome", 0, "the node's sessions that share one Chrome, at most (default: the supervisor's, 1: a Chrome per session; 6: one Chrome for the node's six)")
+	exitAtEnd := fs.Bool("exit-at-end", true, "recycle: run each node as a process that exits after the run's last job (the supervisor's exit-after-jobs set to -jobs), as a node's process life is bounded in production, so that no Chrome boots ahead for starts the run will not make; false: no exit, each Chrome's replacement booted ahead at the run's end too")
 	only := fs.String("workloads", "latency,cpu", "recycle: comma-separated workloads to run: latency (?delay=400), cpu (no delay), slow (?delay=1500)")
 	verbose := fs.Bool("v", false, "log the nodes' info lines to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -90,7 +91,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			n = 120
 		}
 		out, err = withEnv(ctx, log, progress, func(e *env) (any, error) {
-			return recycleBench(ctx, e, recycleOpts{jobs: n, rounds: *rounds, every: *recycleEvery, lead: *lead, perChrome: *perChrome, workloads: *only})
+			return recycleBench(ctx, e, recycleOpts{jobs: n, rounds: *rounds, every: *recycleEvery, lead: *lead, perChrome: *perChrome, workloads: *only, exitAtEnd: *exitAtEnd})
 		})
 	default:
 		fmt.Fprintf(stderr, "benchfarm: unknown mode %q\n", mode)

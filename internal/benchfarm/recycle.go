@@ -60,6 +60,7 @@ type recycleResult struct {
 	Jobs                   int     `json:"jobs"`
 	Rounds                 int     `json:"rounds"`
 	RecycleEvery           int     `json:"recycle_every"`
+	ExitAtEnd              bool    `json:"exit_at_end"`
 	CPUs                   int     `json:"cpus"`
 	// Runs lists every run's rate, in the order run, for the record.
 	Runs []runRate `json:"runs"`
@@ -106,11 +107,12 @@ type recycleOpts struct {
 	lead                int    // ReplacementLead; negative: the supervisor's default
 	perChrome           int    // SessionsPerChrome; 0: the supervisor's default
 	workloads           string // comma-separated names
+	exitAtEnd           bool   // the node's process exits after the run's last job
 }
 
 func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, error) {
 	jobs, rounds, recycleEvery := o.jobs, o.rounds, o.every
-	res := recycleResult{Bench: "recycle", Jobs: jobs, Rounds: rounds, RecycleEvery: recycleEvery, CPUs: runtime.NumCPU()}
+	res := recycleResult{Bench: "recycle", Jobs: jobs, Rounds: rounds, RecycleEvery: recycleEvery, ExitAtEnd: o.exitAtEnd, CPUs: runtime.NumCPU()}
 	var run []workload
 	for _, w := range workloads {
 		if slices.Contains(strings.Split(o.workloads, ","), w.name) {
@@ -168,7 +170,11 @@ func recycleBench(ctx context.Context, e *env, o recycleOpts) (recycleResult, er
 					paths[i] = fmt.Sprintf(w.format, i)
 				}
 				name := fmt.Sprintf("%s-%s-%d", w.name, map[bool]string{true: "recycle", false: "norecycle"}[recycle], round)
-				r, err := e.run(ctx, nodeRun{name: name, paths: paths, recycleEvery: every, lead: o.lead, perChrome: o.perChrome})
+				exitAfter := 0
+				if o.exitAtEnd {
+					exitAfter = jobs
+				}
+				r, err := e.run(ctx, nodeRun{name: name, paths: paths, recycleEvery: every, lead: o.lead, perChrome: o.perChrome, exitAfter: exitAfter})
 				if err != nil {
 					return res, err
 				}
