@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 )
 
@@ -16,7 +17,8 @@ var errHelp = errors.New("help printed")
 // environment, which beats the built-in default.
 type flagSet struct {
 	*flag.FlagSet
-	name string
+	name, synopsis string
+	out            io.Writer // where --help prints the usage
 	// given holds the flags set on the command line or by the environment;
 	// cmdline those set on the command line.
 	given, cmdline map[string]bool
@@ -61,24 +63,49 @@ func (fs *flagSet) commandLineOnly(names ...string) {
 
 func newFlagSet(name, synopsis string, out io.Writer) *flagSet {
 	fs := flag.NewFlagSet("farm "+name, flag.ContinueOnError)
-	fs.SetOutput(out)
-	set := &flagSet{FlagSet: fs, name: name}
-	fs.Usage = func() {
-		fmt.Fprintf(out, "usage: farm %s %s\n\n", name, synopsis)
-		fs.VisitAll(func(f *flag.Flag) {
-			def := f.DefValue
-			if def != "" {
-				def = " (default " + def + ")"
-			}
-			env := "[" + envName(f.Name) + "]"
-			if set.noEnv[f.Name] {
-				env = "[command line only]"
-			}
-			fmt.Fprintf(out, "  --%s  %s%s\n      %s\n", f.Name, env, def, f.Usage)
-		})
-	}
-	return set
+	// The flag package prints a bad flag's error and then the whole usage
+	// (over a hundred lines for farm consumer). realMain prints the error
+	// alone, in one line, as it does a bad environment value's; the usage
+	// is printed for --help (printUsage).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, name: name, synopsis: synopsis, out: out}
 }
+
+// printUsage prints the command's synopsis and its flags, each with its
+// environment variable and default.
+func (fs *flagSet) printUsage() {
+	fmt.Fprintf(fs.out, "usage: farm %s %s\n\n", fs.name, fs.synopsis)
+	fs.VisitAll(func(f *flag.Flag) {
+		def := f.DefValue
+		if def != "" {
+			def = " (default " + def + ")"
+		}
+		env := "[" + envName(f.Name) + "]"
+		if fs.noEnv[f.Name] {
+			env = "[command line only]"
+		}
+		fmt.Fprintf(fs.out, "  --%s  %s%s\n      %s\n", f.Name, env, def, f.Usage)
+	})
+}
+
+// parseError is the error of a flag the command line got wrong: --help
+// prints the usage and is errHelp; any other is a usage error that says
+// where the flags are listed.
+func (fs *flagSet) parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		fs.printUsage()
+		return errHelp
+	}
+	msg := flagNamed.ReplaceAllString(err.Error(), "$1--$2")
+	return usagef("%s (farm %s --help lists the flags)", msg, fs.name)
+}
+
+// flagNamed finds a flag's name in the flag package's errors ("invalid
+// value \"-5\" for flag -capacity", "flag provided but not defined:
+// -frob"), which spell it with one dash; the farm's flags are documented,
+// and its own errors name them, with two.
+var flagNamed = regexp.MustCompile(`(flag |for |argument: |defined: )-([A-Za-z0-9][-A-Za-z0-9_]*)`)
 
 // envName maps a flag name to its environment variable: --exit-after-jobs is FARM_EXIT_AFTER_JOBS.
 func envName(flagName string) string {
@@ -91,10 +118,7 @@ func envName(flagName string) string {
 // is an error that names the variable.
 func (fs *flagSet) parse(args []string, getenv func(string) string) error {
 	if err := fs.parseInterspersed(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return &usageError{err.Error()}
+		return fs.parseError(err)
 	}
 	fs.given = map[string]bool{}
 	fs.cmdline = map[string]bool{}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,10 +15,7 @@ import (
 func runInit(ctx context.Context, env *environment, args []string) error {
 	fs := newFlagSet("init", "[--] PROGRAM [ARGS...]\n\nRun PROGRAM as a container's init: pass it the signals the container gets, reap\norphaned processes, exit with its status (128+n if signal n ended it).", env.stderr)
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usagef("%v", err)
+		return fs.parseError(err)
 	}
 	if fs.NArg() == 0 {
 		return usagef("a program to run is required: farm init -- farm consumer")

@@ -97,7 +97,7 @@ func TestInitUsage(t *testing.T) {
 		{nil, "a program to run is required"},
 		{[]string{"--"}, "a program to run is required"},
 		{[]string{"--", "no-such-program-here"}, `program "no-such-program-here"`},
-		{[]string{"--frob", "farm"}, "flag provided but not defined: -frob"},
+		{[]string{"--frob", "farm"}, "flag provided but not defined: --frob"},
 	} {
 		code, _, errOut := farmRun(t, "", nil, append([]string{"init"}, tc.args...)...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
