@@ -1086,7 +1086,7 @@ func TestConfig(t *testing.T) {
 		{"zero config gets every default", Config{}, "", func(c Config) bool {
 			return c.Capacity == 6 && c.HealthTimeout == 10*time.Second && c.HealthFailures == 2 &&
 				c.BootBackoff == time.Second && c.ChromeRecycleJobs == 20 && c.ExitAfterJobs == 80 &&
-				c.ReplacementLead == 6 && c.MemoryCeilingBytes == 0 && c.MemoryInterval == 5*time.Second &&
+				c.ReplacementLead == 12 && c.MemoryCeilingBytes == 0 && c.MemoryInterval == 5*time.Second &&
 				c.HealthInterval == 5*time.Second && c.DrainTimeout == 2*time.Minute && c.MaxBootFailures == 5 &&
 				c.Logger != nil && c.Browser.Logger != nil
 		}},
