@@ -430,8 +430,9 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			if err := st.waitLifecycle(ctx, cur, "load"); err != nil {
 				return fmt.Errorf("waiting for load of the document the page went on to: %w", err)
 			}
-			loader = cur
-			res.Status = 0
+			// What the job reports is the new document's: its status, and
+			// whether that is an error.
+			loader, res.Status, httpErr = cur, 0, nil
 			if err := s.leftFor(t, j, st, loader); err != nil {
 				return err
 			}
