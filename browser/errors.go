@@ -165,6 +165,12 @@ func classifyNetError(text string) (class string, retriable bool) {
 	return ClassNetwork, true
 }
 
+// httpStatusErr is the error of a page that answered with an HTTP error
+// status.
+func httpStatusErr(status int) error {
+	return newErr(ClassHTTP, httpRetriable(status), "HTTP %d", status)
+}
+
 // httpRetriable reports whether an HTTP error status is worth retrying.
 func httpRetriable(status int) bool {
 	return status == 408 || status == 425 || status == 429 || status >= 500

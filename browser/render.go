@@ -320,7 +320,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			// error page. Report the status.
 			res.Status = int(resp.Status)
 			res.FinalURL = resp.URL
-			return newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+			return httpStatusErr(res.Status)
 		}
 		if status, u := noPage(ctx, &nav, st); status != 0 {
 			res.Status, res.FinalURL = status, u
@@ -375,7 +375,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		// The page answered with an error: do not wait for content that
 		// will not come; report what it shows, once it is parsed (briefly:
 		// an error page that never finishes is reported as it stands).
-		httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+		httpErr = httpStatusErr(res.Status)
 		if nav.LoaderID != "" {
 			pctx, cancel := context.WithTimeout(ctx, errorPageWait)
 			_ = st.waitLifecycle(pctx, nav.LoaderID, "DOMContentLoaded")
@@ -396,7 +396,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			}
 			res.Status = int(resp.Status)
 			if res.Status >= 400 {
-				httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+				httpErr = httpStatusErr(res.Status)
 			}
 		}
 	}
@@ -439,7 +439,7 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			if resp := st.doc(loader); resp != nil && resp.Status != 0 {
 				res.Status = int(resp.Status)
 				if res.Status >= 400 {
-					httpErr = newErr(ClassHTTP, httpRetriable(res.Status), "HTTP %d", res.Status)
+					httpErr = httpStatusErr(res.Status)
 				}
 			}
 		}
