@@ -210,6 +210,18 @@ func TestEgressFailureNamed(t *testing.T) {
 			t.Errorf("render of %s: status %d kept with the failure, want %d", tc.url, status, tc.status)
 		}
 	}
+	// Waiting for a selector the filter's answer will never show: the job
+	// fails as the filter's answer commits, not at its timeout.
+	for _, to := range []string{"http://nowhere.test/", "https://nowhere.test/"} {
+		u := goesTo("script", to)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		_, err := s.Render(ctx, Request{URL: u, Wait: Wait{Selector: "#ready"}, Timeout: time.Minute})
+		cancel()
+		var e *Error
+		if !errors.As(err, &e) || e.Class != ClassNetwork || !e.Retriable || !strings.Contains(e.Error(), "no such host") {
+			t.Errorf("render of %s waiting for #ready: %v; want %s (retriable) saying %q", u, err, ClassNetwork, "no such host")
+		}
+	}
 }
 
 // noNames is a resolver under which no name exists.

@@ -38,6 +38,12 @@ type jobState struct {
 	egressFailure func(hostport string) (egress.Failure, bool) // nil: not behind the egress proxy
 	refusal       error
 	armed         bool
+	// noPage, set when armed, is the error of the main frame's committed
+	// document if it is no page (Session.noPageNow): once one commits, the
+	// job fails as it would at its end, rather than waiting to its timeout
+	// for a selector or an action's element the page will never show.
+	noPage func() error
+	left   error // what noPage said, once it ended the job
 }
 
 func newJobState(j *job, abort func(error)) *jobState {
@@ -170,6 +176,7 @@ func (st *jobState) response(loader cdp.LoaderID, r *network.Response) {
 			st.refuse(err)
 		}
 	}
+	st.checkDoc()
 	st.poke()
 }
 
@@ -197,6 +204,11 @@ func (st *jobState) docFailed(id network.RequestID, errText string) {
 		st.docErr = errText
 	}
 	st.mu.Unlock()
+	if ours {
+		// Chrome's error page can commit before the failure is reported:
+		// its error is known only now.
+		st.checkDoc()
+	}
 	if lookup == nil || !ours || !strings.Contains(errText, tunnelFailed) {
 		return
 	}
@@ -224,15 +236,51 @@ func (st *jobState) refuse(err error) {
 // recorded: it is called once the job's own navigation has been checked
 // (its refusal, if any, is then the job's error with what it answered), so
 // that a later navigation's refusal — a script's, a meta refresh's, a
-// redirect of either — ends the job whatever it waits for.
-func (st *jobState) arm() {
+// redirect of either — ends the job whatever it waits for. From then on,
+// too, a main-frame document for which noPage has an error (the egress
+// proxy's answer that it could not reach the site, Chrome's error page)
+// ends the job as it commits, and so does the one committed by now.
+func (st *jobState) arm(noPage func() error) {
 	st.mu.Lock()
 	st.armed = true
+	st.noPage = noPage
 	err := st.refusal
 	st.mu.Unlock()
 	if err != nil {
 		st.abort(err)
+		return
 	}
+	st.checkDoc()
+}
+
+// checkDoc aborts the job, once armed, if the main frame's committed
+// document is no page. The tab calls it at each commit of the main frame,
+// and the job's state again when what decides it (the document's
+// response, its request's failure) comes in, which may be after the
+// commit.
+func (st *jobState) checkDoc() {
+	st.mu.Lock()
+	check := st.noPage
+	st.mu.Unlock()
+	if check == nil {
+		return
+	}
+	if err := check(); err != nil {
+		st.mu.Lock()
+		if st.left == nil {
+			st.left = err
+		}
+		st.mu.Unlock()
+		st.abort(err)
+	}
+}
+
+// leftForNoPage is noPage's error once it ended the job: the job failed as
+// the document the page went on to, which answered nothing.
+func (st *jobState) leftForNoPage() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.left
 }
 
 // refused is the refusal a navigation of the main frame met, or nil.

@@ -346,6 +346,12 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	// page went on to while it was read.
 	loader := nav.LoaderID
 	defer func() {
+		if err != nil && st.leftForNoPage() != nil {
+			// The page went on to a document that answered nothing: the
+			// job's answer is that one's.
+			res.Status = 0
+			return
+		}
 		if err != nil && res.Status == 0 {
 			// A failure after the response, which came after Page.navigate's
 			// answer: the page answered, and its status goes with the
@@ -367,8 +373,24 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		}
 	}
 	// From here a navigation of the main frame that reaches a refused
-	// destination (a script's, a meta refresh's) ends the job at once.
-	st.arm()
+	// destination (a script's, a meta refresh's), or a document that is no
+	// page, ends the job at once; one that answered an HTTP error ends the
+	// wait and the actions, for content that will not come, and is read
+	// below as the job's failure.
+	wctx, endWait := context.WithCancelCause(ctx)
+	defer endWait(nil)
+	st.arm(func() error {
+		if err := s.noPageNow(t, j, st); err != nil {
+			return err
+		}
+		if s.errorDocNow(t, j, st) {
+			endWait(errErrorDoc)
+		}
+		return nil
+	})
+	endedByErrorDoc := func() bool {
+		return ctx.Err() == nil && errors.Is(context.Cause(wctx), errErrorDoc)
+	}
 
 	httpErr := error(nil)
 	if res.Status >= 400 {
@@ -383,10 +405,10 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		}
 	} else {
 		mark = time.Now()
-		err := s.wait(ctx, t, j, st, nav.LoaderID)
+		err := s.wait(wctx, t, j, st, nav.LoaderID)
 		// Kept with a failure too: a wait that timed out says how long.
 		res.Timings.Wait = time.Since(mark)
-		if err != nil {
+		if err != nil && !endedByErrorDoc() {
 			return err
 		}
 		if resp := st.doc(nav.LoaderID); res.Status == 0 && resp != nil {
@@ -397,13 +419,22 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.Status = int(resp.Status)
 			if res.Status >= 400 {
 				httpErr = httpStatusErr(res.Status)
+				if err != nil {
+					// Its wait was ended as it committed: as above.
+					pctx, cancel := context.WithTimeout(ctx, errorPageWait)
+					_ = st.waitLifecycle(pctx, nav.LoaderID, "DOMContentLoaded")
+					cancel()
+				}
 			}
 		}
 	}
-	if httpErr == nil {
+	if httpErr == nil && !endedByErrorDoc() {
 		mark = time.Now()
 		for i, a := range j.Actions {
-			if err := t.act(ctx, a); err != nil {
+			if err := t.act(wctx, a); err != nil {
+				if endedByErrorDoc() {
+					break
+				}
 				return wrapAction(i, a, err)
 			}
 		}
@@ -488,6 +519,28 @@ func (s *Session) leftFor(t *tab, j *job, st *jobState, loader cdp.LoaderID) err
 	}
 	class, retriable := classifyNetError(text)
 	return newErr(class, retriable, "loading %s, where the page went on to: %s", u, text)
+}
+
+// noPageNow is leftFor's error for the main frame's committed document,
+// as soon as it can be told: Chrome's error page only once its request's
+// failure has come in (until then nil), which says why.
+func (s *Session) noPageNow(t *tab, j *job, st *jobState) error {
+	cur := t.mainLoaderID()
+	if cur == "" || t.mainUnreachable(cur) != "" && st.lastDocErr() == "" {
+		return nil
+	}
+	return s.leftFor(t, j, st, cur)
+}
+
+// errErrorDoc ends a job's wait and actions when the page goes on to a
+// document that answered an HTTP error (errorDocNow).
+var errErrorDoc = errors.New("the page went on to an HTTP error")
+
+// errorDocNow reports whether the main frame's committed document answered
+// an HTTP error of the site's (not the egress proxy's).
+func (s *Session) errorDocNow(t *tab, j *job, st *jobState) bool {
+	resp := st.doc(t.mainLoaderID())
+	return resp != nil && resp.Status >= 400 && s.egressAnswer(j, resp) == nil
 }
 
 // maxReadHops bounds how many times a job's page may go on to another

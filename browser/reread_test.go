@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadOneDocument: a page that goes on to another document just after
@@ -77,6 +78,55 @@ func TestReadWhereThePageWent(t *testing.T) {
 				status = res.Status
 			}
 			t.Errorf("going to %s: status %d, want %d", tc.to, status, tc.status)
+		}
+	}
+	e.usable(t, s)
+}
+
+// TestWaitEndsWhereThePageWent: a job that waits for a selector, or for
+// an action's element, on a page that goes on to a document that is no
+// page (Chrome's error page) fails as that document would have as soon as
+// it commits; one that goes on to an HTTP error ends its wait there and
+// fails with the error's status. Before, the job waited for the selector
+// to its timeout: a session's whole timeout spent on a page that could
+// not be reached, or that answered 404, and the failure reported (and
+// retried) as a timeout.
+func TestWaitEndsWhereThePageWent(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t)
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := closed.Addr().String()
+	closed.Close() // nothing answers there now
+	for _, tc := range []struct {
+		to, class, says string
+		retriable       bool
+		status          int
+	}{
+		{"http://" + dead + "/", ClassNetwork, "ERR_CONNECTION_REFUSED", true, 0},
+		{e.url("/status/404"), ClassHTTP, "HTTP 404", false, 404},
+	} {
+		goes := e.url("/egress/navigate?to=" + url.QueryEscape(tc.to))
+		for _, req := range []Request{
+			{URL: goes, Wait: Wait{Selector: "#ready"}},
+			{URL: goes, Actions: []Action{{Type: ActionClick, Selector: "#ready"}}},
+		} {
+			// The timeout is far beyond what the failure takes: a job that
+			// ran it out would fail as a timeout, not as the page it went to.
+			req.Timeout = time.Minute
+			res, err, _ := render(t, s, req)
+			wantClass(t, err, tc.class, tc.retriable)
+			if !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("%+v: %v; want it to say %q", req, err, tc.says)
+			}
+			if status := 0; res != nil && res.Status != tc.status || res == nil && tc.status != 0 {
+				if res != nil {
+					status = res.Status
+				}
+				t.Errorf("%+v: status %d, want %d", req, status, tc.status)
+			}
 		}
 	}
 	e.usable(t, s)

@@ -84,6 +84,7 @@ func (t *tab) documentChanged(f *cdp.Frame) {
 	close(t.committed)
 	t.committed = make(chan struct{})
 	t.mu.Unlock()
+	t.withJob(func(j *jobState) { j.checkDoc() })
 }
 
 // mainLoaderID is the loader of the main frame's committed document ("":
