@@ -374,23 +374,10 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	}
 	// From here a navigation of the main frame that reaches a refused
 	// destination (a script's, a meta refresh's), or a document that is no
-	// page, ends the job at once; one that answered an HTTP error ends the
-	// wait and the actions, for content that will not come, and is read
-	// below as the job's failure.
-	wctx, endWait := context.WithCancelCause(ctx)
-	defer endWait(nil)
-	st.arm(func() error {
-		if err := s.noPageNow(t, j, st); err != nil {
-			return err
-		}
-		if s.errorDocNow(t, j, st) {
-			endWait(errErrorDoc)
-		}
-		return nil
-	})
-	endedByErrorDoc := func() bool {
-		return ctx.Err() == nil && errors.Is(context.Cause(wctx), errErrorDoc)
-	}
+	// page, ends the job at once. One that answered an HTTP error does not
+	// end the wait: the page can go on from it (a soft 404's script, an app
+	// served from its 404 page), and is read below if it stays.
+	st.arm(func() error { return s.noPageNow(t, j, st) })
 
 	httpErr := error(nil)
 	if res.Status >= 400 {
@@ -405,10 +392,10 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 		}
 	} else {
 		mark = time.Now()
-		err := s.wait(wctx, t, j, st, nav.LoaderID)
+		err := s.wait(ctx, t, j, st, nav.LoaderID)
 		// Kept with a failure too: a wait that timed out says how long.
 		res.Timings.Wait = time.Since(mark)
-		if err != nil && !endedByErrorDoc() {
+		if err != nil {
 			return err
 		}
 		if resp := st.doc(nav.LoaderID); res.Status == 0 && resp != nil {
@@ -419,22 +406,13 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 			res.Status = int(resp.Status)
 			if res.Status >= 400 {
 				httpErr = httpStatusErr(res.Status)
-				if err != nil {
-					// Its wait was ended as it committed: as above.
-					pctx, cancel := context.WithTimeout(ctx, errorPageWait)
-					_ = st.waitLifecycle(pctx, nav.LoaderID, "DOMContentLoaded")
-					cancel()
-				}
 			}
 		}
 	}
-	if httpErr == nil && !endedByErrorDoc() {
+	if httpErr == nil {
 		mark = time.Now()
 		for i, a := range j.Actions {
-			if err := t.act(wctx, a); err != nil {
-				if endedByErrorDoc() {
-					break
-				}
+			if err := t.act(ctx, a); err != nil {
 				return wrapAction(i, a, err)
 			}
 		}
@@ -530,17 +508,6 @@ func (s *Session) noPageNow(t *tab, j *job, st *jobState) error {
 		return nil
 	}
 	return s.leftFor(t, j, st, cur)
-}
-
-// errErrorDoc ends a job's wait and actions when the page goes on to a
-// document that answered an HTTP error (errorDocNow).
-var errErrorDoc = errors.New("the page went on to an HTTP error")
-
-// errorDocNow reports whether the main frame's committed document answered
-// an HTTP error of the site's (not the egress proxy's).
-func (s *Session) errorDocNow(t *tab, j *job, st *jobState) bool {
-	resp := st.doc(t.mainLoaderID())
-	return resp != nil && resp.Status >= 400 && s.egressAnswer(j, resp) == nil
 }
 
 // maxReadHops bounds how many times a job's page may go on to another

@@ -69,7 +69,7 @@ func (s *site) egressNavigate(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("by") == "meta" {
 		how = fmt.Sprintf(`<meta http-equiv="refresh" content="0; url=%s">`, html.EscapeString(to))
 	}
-	writeHTML(w, http.StatusOK, `<!doctype html><html><head><meta charset="utf-8"><title>navigating</title>`+how+
+	writeHTML(w, queryInt(r, "status", 200, 599, http.StatusOK), `<!doctype html><html><head><meta charset="utf-8"><title>navigating</title>`+how+
 		`</head><body>navigating</body></html>`)
 }
 

@@ -171,7 +171,7 @@ var paths = [][2]string{
 	{"/redirect-to?to=URL", "redirects (302) to URL, whatever its scheme (view-source:, file:, …)"},
 	{"/egress/page?fetch=URL&frame=URL", "fetches and frames the URLs (repeatable); #out says what each fetch got, then #ready"},
 	{"/egress/links?to=URL", "links (a.out) to the URLs (repeatable)"},
-	{"/egress/navigate?to=URL&by=script", "goes to URL as it loads: by a script (location = URL), or with by=meta by a meta refresh; no #ready"},
+	{"/egress/navigate?to=URL&by=script&status=200", "goes to URL as it loads: by a script (location = URL), or with by=meta by a meta refresh; answered with status (a soft 404 that sends the page on); no #ready"},
 }
 
 func (s *site) index(w http.ResponseWriter, r *http.Request) {
