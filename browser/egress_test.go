@@ -151,12 +151,7 @@ func TestEgressFailureNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := closed.Addr().String()
-	closed.Close() // nothing answers there now
+	dead := closedAddr(t)
 	// A site that answers 502 as if it were the proxy.
 	forger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(egress.FailedHeader, "forged: no such host")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -240,4 +241,16 @@ func newTestProxy(t *testing.T, user, pass string) *testProxy {
 	}))
 	t.Cleanup(p.Server.Close)
 	return p
+}
+
+// closedAddr is a loopback address where nothing listens: a port taken
+// and let go again, which refuses connections.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

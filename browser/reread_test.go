@@ -2,7 +2,6 @@ package browser
 
 import (
 	"encoding/json"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -53,12 +52,7 @@ func TestReadOneDocument(t *testing.T) {
 func TestReadWhereThePageWent(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := closed.Addr().String()
-	closed.Close() // nothing answers there now
+	dead := closedAddr(t)
 	for _, tc := range []struct {
 		to, class, says string
 		retriable       bool
@@ -95,12 +89,7 @@ func TestReadWhereThePageWent(t *testing.T) {
 func TestWaitEndsWhereThePageWent(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t)
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := closed.Addr().String()
-	closed.Close() // nothing answers there now
+	dead := closedAddr(t)
 	goes := e.url("/egress/navigate?to=" + url.QueryEscape("http://"+dead+"/"))
 	for _, req := range []Request{
 		{URL: goes, Wait: Wait{Selector: "#ready"}},
