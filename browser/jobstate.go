@@ -38,12 +38,13 @@ type jobState struct {
 	egressFailure func(hostport string) (egress.Failure, bool) // nil: not behind the egress proxy
 	refusal       error
 	armed         bool
-	// noPage, set when armed, is the error of the main frame's committed
-	// document if it is no page (Session.noPageNow): once one commits, the
-	// job fails as it would at its end, rather than waiting to its timeout
-	// for a selector or an action's element the page will never show.
-	noPage func() error
-	left   error // what noPage said, once it ended the job
+	// docCheck, set when armed, is the error of the main frame's
+	// committed document if it is no page of the site's
+	// (Session.noPageNow): once one commits, the job fails as it would at
+	// its end, rather than waiting to its timeout for a selector or an
+	// action's element the page will never show.
+	docCheck func() error
+	leftErr  error // what docCheck said, once it aborted the job
 }
 
 func newJobState(j *job, abort func(error)) *jobState {
@@ -204,16 +205,15 @@ func (st *jobState) docFailed(id network.RequestID, errText string) {
 		st.docErr = errText
 	}
 	st.mu.Unlock()
+	if lookup != nil && ours && strings.Contains(errText, tunnelFailed) {
+		if f, ok := tunnelFailure(lookup, u); ok && f.Refused {
+			st.refuse(egressRefusedErr(f.Addr, u))
+		}
+	}
 	if ours {
 		// Chrome's error page can commit before the failure is reported:
 		// its error is known only now.
 		st.checkDoc()
-	}
-	if lookup == nil || !ours || !strings.Contains(errText, tunnelFailed) {
-		return
-	}
-	if f, ok := tunnelFailure(lookup, u); ok && f.Refused {
-		st.refuse(egressRefusedErr(f.Addr, u))
 	}
 }
 
@@ -237,13 +237,13 @@ func (st *jobState) refuse(err error) {
 // (its refusal, if any, is then the job's error with what it answered), so
 // that a later navigation's refusal — a script's, a meta refresh's, a
 // redirect of either — ends the job whatever it waits for. From then on,
-// too, a main-frame document for which noPage has an error (the egress
+// too, a main-frame document for which docCheck has an error (the egress
 // proxy's answer that it could not reach the site, Chrome's error page)
 // ends the job as it commits, and so does the one committed by now.
-func (st *jobState) arm(noPage func() error) {
+func (st *jobState) arm(docCheck func() error) {
 	st.mu.Lock()
 	st.armed = true
-	st.noPage = noPage
+	st.docCheck = docCheck
 	err := st.refusal
 	st.mu.Unlock()
 	if err != nil {
@@ -260,27 +260,30 @@ func (st *jobState) arm(noPage func() error) {
 // commit.
 func (st *jobState) checkDoc() {
 	st.mu.Lock()
-	check := st.noPage
+	check := st.docCheck
+	refused := st.refusal != nil
 	st.mu.Unlock()
-	if check == nil {
+	if check == nil || refused {
+		// A refusal says where the page went; it ends the job itself.
 		return
 	}
 	if err := check(); err != nil {
 		st.mu.Lock()
-		if st.left == nil {
-			st.left = err
+		if st.leftErr == nil {
+			st.leftErr = err
 		}
 		st.mu.Unlock()
 		st.abort(err)
 	}
 }
 
-// leftForNoPage is noPage's error once it ended the job: the job failed as
-// the document the page went on to, which answered nothing.
+// leftForNoPage is docCheck's error once it aborted the job (nil before):
+// the job failed as the document the page went on to, which answered
+// nothing, if that abort is what ended it.
 func (st *jobState) leftForNoPage() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.left
+	return st.leftErr
 }
 
 // refused is the refusal a navigation of the main frame met, or nil.

@@ -346,9 +346,9 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	// page went on to while it was read.
 	loader := nav.LoaderID
 	defer func() {
-		if err != nil && st.leftForNoPage() != nil {
-			// The page went on to a document that answered nothing: the
-			// job's answer is that one's.
+		if left := st.leftForNoPage(); err != nil && left != nil && errors.Is(context.Cause(ctx), left) {
+			// The job ended as the page went on to a document that
+			// answered nothing: the job's answer is that one's.
 			res.Status = 0
 			return
 		}
@@ -376,7 +376,8 @@ func (s *Session) run(ctx context.Context, t *tab, j *job, st *jobState, res *Re
 	// destination (a script's, a meta refresh's), or a document that is no
 	// page, ends the job at once. One that answered an HTTP error does not
 	// end the wait: the page can go on from it (a soft 404's script, an app
-	// served from its 404 page), and is read below if it stays.
+	// served from its 404 page); it is read below if the wait ends there (a
+	// selector it never shows still runs out the job's timeout).
 	st.arm(func() error { return s.noPageNow(t, j, st) })
 
 	httpErr := error(nil)

@@ -16,7 +16,7 @@ type soakResult struct {
 	Bench             string  `json:"bench"`
 	PSSMaxMBRecycle   float64 `json:"pss_max_mb_recycle"`   // largest single Chrome tree, recycling on
 	PSSFirstCycleMB   float64 `json:"pss_first_cycle_mb"`   // the first generation's largest tree (each lane's first Chrome), recycling on
-	PSSMaxMBNoRecycle float64 `json:"pss_max_mb_norecycle"` // the one Chrome's largest, recycling off
+	PSSMaxMBNoRecycle float64 `json:"pss_max_mb_norecycle"` // the largest tree, recycling off
 	RatioRecycle      float64 `json:"ratio_recycle"`        // pss_max_mb_recycle / pss_first_cycle_mb
 	// PSSFirstChromeMB is the first Chrome's own largest tree, the first
 	// cycle's figure before session 45: with a Chrome per session the
@@ -24,8 +24,8 @@ type soakResult struct {
 	// spread between trees alone puts 1.04–1.38× apart run by run.
 	PSSFirstChromeMB      float64 `json:"pss_first_chrome_mb"`
 	PSSMaxTotalMBRecycle  float64 `json:"pss_max_total_mb_recycle"`
-	PSSFirstCycleMBNoRecy float64 `json:"pss_first_cycle_mb_norecycle"` // the same Chrome over its first RecycleEvery jobs
-	PSSEndMBNoRecycle     float64 `json:"pss_end_mb_norecycle"`         // over its last RecycleEvery jobs
+	PSSFirstCycleMBNoRecy float64 `json:"pss_first_cycle_mb_norecycle"` // the largest tree over the node's first RecycleEvery jobs
+	PSSEndMBNoRecycle     float64 `json:"pss_end_mb_norecycle"`         // over the node's last RecycleEvery jobs
 	Jobs                  int     `json:"jobs"`
 	RecycleEvery          int     `json:"recycle_every"`
 	Isolation             string  `json:"isolation"` // the jobs' isolation
@@ -108,6 +108,12 @@ func (p *pssTrace) observe(sizes map[int]uint64, jobs int) {
 	p.curve[b] = max(p.curve[b], largest)
 }
 
+func (p *pssTrace) firstGenSize() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.firstGen)
+}
+
 func (p *pssTrace) curveMB(jobs int) []float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -138,6 +144,13 @@ func soak(ctx context.Context, e *env, jobs, recycleEvery int, isolation string,
 		return res, err
 	}
 	res.ChromeStartsRecycle = r.stats.ChromeStarts
+	if r.stats.BootFailures > 0 || on.firstGenSize() != on.lanes {
+		// The first generation is told by order of appearance: a boot that
+		// failed takes a place in it (its lane's retry is left out), and
+		// fewer trees than lanes means the node never ran them all.
+		e.progress("soak: warning: the first cycle may be miscounted (%d boots failed, %d of %d first Chromes seen)",
+			r.stats.BootFailures, on.firstGenSize(), on.lanes)
+	}
 	e.progress("soak: recycling on: largest tree %.0f MB, the first %d Chromes' largest %.0f MB, the first Chrome's %.0f MB (%d Chromes, %.1f s)",
 		mb(on.treeMax), on.lanes, mb(on.genMax), mb(on.firstMax), r.stats.ChromeStarts, r.wall.Seconds())
 
