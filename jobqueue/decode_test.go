@@ -45,3 +45,31 @@ func TestDecodeSpecStrictKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeSpecFields: the fields a spec names, by path, empty values
+// and nested ones too, and none it leaves out.
+func TestDecodeSpecFields(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{`{"url":"https://a.example/"}`, []string{"url"}},
+		{`{"url":"https://a.example/","priority":0,"html":false,"wait":{"network_idle":false}}`,
+			[]string{"url", "priority", "html", "wait", "wait.network_idle"}},
+		{`{"url":"https://a.example/","wait":{"selector":"#a","visible":true},"headers":{"X-A":"1"},"follow":{"max_depth":2}}`,
+			[]string{"url", "wait", "wait.selector", "wait.visible", "headers", "follow", "follow.max_depth"}},
+	} {
+		_, got, err := DecodeSpecFields([]byte(tc.in))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.in, err)
+		}
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: fields %v, want %v", tc.in, got, tc.want)
+		}
+		for _, f := range tc.want {
+			if !got[f] {
+				t.Errorf("%s: fields %v lack %q", tc.in, got, f)
+			}
+		}
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,33 +87,15 @@ func (f *specFlags) check(given func(name string) bool) error {
 	return nil
 }
 
-// given is the set of fields a JSON spec line names, top-level ("priority")
-// and within wait ("wait.network_idle"): the line's own value wins over a
-// flag's even when it is the empty one (priority 0, html false).
+// given is the set of fields a JSON spec line names, by path
+// (jobqueue.DecodeSpecFields: "priority", "wait.network_idle"): the line's
+// own value wins over a flag's even when it is the empty one (priority 0,
+// html false).
 type given map[string]bool
 
 // has reports whether the line names the field (DecodeSpec takes keys in
 // their exact case only).
 func (g given) has(field string) bool { return g[field] }
-
-// fieldsGiven lists the fields a decoded JSON spec line names.
-func fieldsGiven(line []byte) (given, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(line, &top); err != nil {
-		return nil, err
-	}
-	g := given{}
-	for k, raw := range top {
-		g[k] = true
-		var wait map[string]json.RawMessage
-		if k == "wait" && json.Unmarshal(raw, &wait) == nil {
-			for w := range wait {
-				g["wait."+w] = true
-			}
-		}
-	}
-	return g, nil
-}
 
 // apply fills the fields of s that the flags set and the line does not
 // name (g: nil for a URL line, which names none).
@@ -317,11 +298,7 @@ func parseSpecLine(text string, flags *specFlags) (jobqueue.Spec, given, error) 
 	}
 	if strings.HasPrefix(text, "{") {
 		var err error
-		if spec, err = jobqueue.DecodeSpec([]byte(text)); err != nil {
-			return spec, nil, fmt.Errorf("bad JSON job spec: %w", err)
-		}
-		// The line decoded as a spec: as an object too.
-		if g, err = fieldsGiven([]byte(text)); err != nil {
+		if spec, g, err = jobqueue.DecodeSpecFields([]byte(text)); err != nil {
 			return spec, nil, fmt.Errorf("bad JSON job spec: %w", err)
 		}
 	} else {
