@@ -115,6 +115,7 @@ case "$mode" in
         "./browser BenchmarkEgress 120x"
         "./supervisor BenchmarkNode 200x"
         "./farm/web . 20x"
+        "./cmd/farm BenchmarkReadSpecs 20x"
       )
     else
       runs=("./farm/autoscale BenchmarkSimulateDay 1x")
