@@ -36,8 +36,15 @@ func TestLifecycleCounts(t *testing.T) {
 		{"recycling off", 6, 6, Off, 30, 6, 1, [2]int{0, 0}},
 		{"lead beyond recycle", 3, 3, 7, 50, 20, 8, [2]int{7, 7}},
 		// A Chrome per session: six of 20 take the process's 80 jobs, and
-		// none is replaced.
-		{"a chrome per session", 6, 1, 20, 80, 6, 6, [2]int{0, 0}},
+		// none is replaced. The lanes take about 13 each, but not exactly:
+		// a start goes to the lane with the most starts left of those free
+		// at that moment, and with every session busy only the one just
+		// released is free, so a lane whose jobs the scheduler happens to
+		// end first takes more (in one CI run one took 20, and retired on
+		// its count as the process ended: recycles = 1). What must hold is
+		// that no Chrome is booted for it; as many as four lanes could
+		// reach 20 of 80.
+		{"a chrome per session", 6, 1, 20, 80, 6, 6, [2]int{0, 4}},
 		// Two lanes of 3 jobs a Chrome for 12: each lane's replacement, and
 		// no more than the 12 jobs need.
 		{"a chrome per session, recycled", 2, 1, 3, 12, 6, 4, [2]int{2, 3}},
