@@ -19,37 +19,46 @@ import (
 // *SpecError (Index -1) naming the field when the decoder knows it. It does
 // not validate: Enqueue does.
 func DecodeSpec(data []byte) (Spec, error) {
-	s, _, err := DecodeSpecFields(data)
-	return s, err
+	return decodeSpec(data, nil)
 }
 
 // DecodeSpecFields is DecodeSpec that also says which fields the JSON
 // names, by their paths ("priority", "wait.selector"), the empty value
 // too: farm submit's flags fill only the fields a line leaves out.
 func DecodeSpecFields(data []byte) (Spec, map[string]bool, error) {
+	given := map[string]bool{}
+	s, err := decodeSpec(data, given)
+	if err != nil {
+		return s, nil, err
+	}
+	return s, given, nil
+}
+
+// decodeSpec is DecodeSpec, recording the fields named in given (if not
+// nil).
+func decodeSpec(data []byte, given map[string]bool) (Spec, error) {
 	var s Spec
 	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
-		return s, nil, &SpecError{Index: -1, Msg: "a job spec must be a JSON object, e.g. {\"url\": \"https://example.com/\"}"}
+		return s, &SpecError{Index: -1, Msg: "a job spec must be a JSON object, e.g. {\"url\": \"https://example.com/\"}"}
 	}
 	// encoding/json matches keys to fields case-insensitively, lets the
 	// last of two equal keys win and names a nested unknown field without
 	// its path: a walk over the tokens first refuses all three, with the
 	// field's full path (encoding/json/v2, which could, needs
 	// GOEXPERIMENT=jsonv2 in Go 1.26).
-	given := map[string]bool{}
 	if e := checkJSONKeys(data, specType, given); e != nil {
-		return Spec{}, nil, e
+		return Spec{}, e
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		field, msg := DescribeJSONError(err)
-		return Spec{}, nil, &SpecError{Index: -1, Field: field, Msg: msg}
+		return Spec{}, &SpecError{Index: -1, Field: field, Msg: msg}
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return Spec{}, nil, &SpecError{Index: -1, Msg: "more than one value: unexpected data after the job spec"}
+		return Spec{}, &SpecError{Index: -1, Msg: "more than one value: unexpected data after the job spec"}
 	}
-	return s, given, nil
+	return s, nil
 }
 
 // DescribeJSONError turns an encoding/json decoding error into the JSON path
@@ -90,18 +99,16 @@ func jsonTypeName(kind string) string {
 	return kind
 }
 
-// checkSpecKeys walks a spec's JSON tokens along the Spec type: every
-// object key of a struct must be one of its fields' JSON names in exact
-// case, no object may give a key twice, and every value must have its
-// field's JSON type. The error names the offending field by its path
-// ("wait.selektor", "actions[0].ms", `headers["X"]`). Malformed JSON is
-// left to the decoder, which describes it.
-
 var specType = reflect.TypeFor[Spec]()
 
-// CheckJSONKeys is checkSpecKeys for the JSON of another type t, such as
-// the API's envelope of specs, whose json.RawMessage values (the specs,
-// which DecodeSpec checks one by one) it skips.
+// CheckJSONKeys walks JSON's tokens along the type t (a Spec, or the API's
+// envelope of specs, whose json.RawMessage values — the specs, which
+// DecodeSpec checks one by one — it skips): every object key of a struct
+// must be one of its fields' JSON names in exact case, no object may give
+// a key twice, and every value must have its field's JSON type. The error
+// names the offending field by its path ("wait.selektor", "actions[0].ms",
+// `headers["X"]`). Malformed JSON is left to the decoder, which describes
+// it.
 func CheckJSONKeys(data []byte, t reflect.Type) *SpecError {
 	return checkJSONKeys(data, t, nil)
 }
